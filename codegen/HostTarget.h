@@ -1,0 +1,20 @@
+// What LLVM sees of the machine it generates code for: the target triple, the CPU name and its
+// features. The JIT compiles for exactly this, and the compile cache keys on it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rnnc::codegen {
+
+struct HostTarget {
+  std::string triple;                // x86_64-pc-linux-gnu
+  std::string cpu;                   // rocketlake
+  std::vector<std::string> features; // enabled features, sorted: avx2, avx512f, fma, ...
+  bool has(const std::string& feature) const;
+};
+
+HostTarget detectHostTarget();
+std::string llvmVersion();
+
+} // namespace rnnc::codegen

@@ -1,0 +1,143 @@
+#include "ir/Cell.h"
+
+#include "ir/Error.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace rnnc::ir {
+
+std::string_view argKindName(ArgKind kind) {
+  switch (kind) {
+  case ArgKind::Input:
+    return "input";
+  case ArgKind::State:
+    return "state";
+  case ArgKind::Param:
+    return "param";
+  }
+  return "?";
+}
+
+Instr::Instr(Op op, std::vector<Value*> operands, Attrs attrs, Shape shape)
+    : op(op), operands(std::move(operands)), attrs(std::move(attrs)) {
+  result.shape = std::move(shape);
+  result.def = this;
+}
+
+const std::vector<std::unique_ptr<Value>>& Cell::arguments(ArgKind kind) const {
+  switch (kind) {
+  case ArgKind::Input:
+    return inputs;
+  case ArgKind::State:
+    return states;
+  case ArgKind::Param:
+    return params;
+  }
+  RNNC_INTERNAL_CHECK(false, "bad argument kind");
+}
+
+Value* Cell::addArgument(ArgKind kind, const std::string& argName, Shape shape) {
+  auto value = std::make_unique<Value>();
+  value->name = argName;
+  value->argKind = kind;
+  value->shape = std::move(shape);
+  Value* raw = value.get();
+  const_cast<std::vector<std::unique_ptr<Value>>&>(arguments(kind)).push_back(std::move(value));
+  return raw;
+}
+
+Value* Cell::findArgument(const std::string& argName) const {
+  for (ArgKind kind : {ArgKind::Input, ArgKind::State, ArgKind::Param})
+    for (const auto& arg : arguments(kind))
+      if (arg->name == argName)
+        return arg.get();
+  return nullptr;
+}
+
+const StateUpdate* Cell::updateOf(const Value* state) const {
+  for (const StateUpdate& update : updates)
+    if (update.state == state)
+      return &update;
+  return nullptr;
+}
+
+void Cell::bindSizes(const SizeMap& bindings) {
+  for (const auto& [sizeName, value] : bindings) {
+    if (std::find(sizeNames.begin(), sizeNames.end(), sizeName) == sizeNames.end()) {
+      std::string known;
+      for (const auto& n : sizeNames)
+        known += (known.empty() ? "" : ", ") + n;
+      throw UserError("cell '" + name + "' has no size named '" + sizeName + "' (its sizes: " +
+                      (known.empty() ? "none" : known) + ")");
+    }
+    if (value <= 0)
+      throw UserError("size '" + sizeName + "' must be positive, got " + std::to_string(value));
+    sizes[sizeName] = value;
+  }
+  for (ArgKind kind : {ArgKind::Input, ArgKind::State, ArgKind::Param})
+    for (const auto& arg : arguments(kind))
+      arg->shape = substituteShape(arg->shape, bindings);
+  for (Block* block : {&pre, &step})
+    for (const auto& instr : *block) {
+      instr->result.shape = substituteShape(instr->result.shape, bindings);
+      instr->attrs.offset = instr->attrs.offset.substitute(bindings);
+    }
+}
+
+std::unique_ptr<Cell> Cell::clone() const {
+  auto copy = std::make_unique<Cell>();
+  copy->name = name;
+  copy->sizeNames = sizeNames;
+  copy->sizes = sizes;
+  std::unordered_map<const Value*, Value*> map;
+  for (ArgKind kind : {ArgKind::Input, ArgKind::State, ArgKind::Param})
+    for (const auto& arg : arguments(kind))
+      map[arg.get()] = copy->addArgument(kind, arg->name, arg->shape);
+  auto mapped = [&](Value* v) -> Value* {
+    auto it = map.find(v);
+    RNNC_INTERNAL_CHECK(it != map.end(), "clone: operand defined outside the cell");
+    return it->second;
+  };
+  for (auto [from, to] : {std::pair{&pre, &copy->pre}, std::pair{&step, &copy->step}})
+    for (const auto& instr : *from) {
+      std::vector<Value*> operands;
+      for (Value* operand : instr->operands)
+        operands.push_back(mapped(operand));
+      auto newInstr =
+          std::make_unique<Instr>(instr->op, std::move(operands), instr->attrs, instr->result.shape);
+      map[&instr->result] = &newInstr->result;
+      to->push_back(std::move(newInstr));
+    }
+  for (const StateUpdate& update : updates)
+    copy->updates.push_back({mapped(update.state), mapped(update.next)});
+  copy->output = output ? mapped(output) : nullptr;
+  return copy;
+}
+
+void replaceAllUses(Cell& cell, Value* from, Value* to) {
+  for (Block* block : {&cell.pre, &cell.step})
+    for (const auto& instr : *block)
+      for (Value*& operand : instr->operands)
+        if (operand == from)
+          operand = to;
+  for (StateUpdate& update : cell.updates)
+    if (update.next == from)
+      update.next = to;
+  if (cell.output == from)
+    cell.output = to;
+}
+
+int countUses(const Cell& cell, const Value* value) {
+  int uses = 0;
+  for (const Block* block : {&cell.pre, &cell.step})
+    for (const auto& instr : *block)
+      for (const Value* operand : instr->operands)
+        uses += operand == value;
+  for (const StateUpdate& update : cell.updates)
+    uses += update.next == value;
+  uses += cell.output == value;
+  return uses;
+}
+
+} // namespace rnnc::ir

@@ -1,0 +1,99 @@
+// The IR: one recurrent cell as straight-line SSA code.
+//
+// A Cell declares its per-step inputs, its recurrent states and its parameters (the arguments),
+// then two blocks of instructions:
+//   - `pre`: state-independent work hoisted out of the time loop. It runs once over all T*B rows
+//     of the sequence before the loop (so `B` there means T*B rows) and may use only inputs,
+//     parameters and earlier `pre` results. Every op is row-wise, so this equals running it per step.
+//   - `step`: the body of the time loop, run once per time step.
+// and finally which value becomes each state's next value and which value is the step's output.
+//
+// Values are owned by the Cell (arguments) or by their Instr (results); operands are plain
+// pointers into the same Cell. Numbering in printed IR is assigned by the printer, not stored.
+#pragma once
+
+#include "ir/Dim.h"
+#include "ir/Ops.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace rnnc::ir {
+
+class Instr;
+
+enum class ArgKind { Input, State, Param };
+std::string_view argKindName(ArgKind kind); // "input", "state", "param"
+
+class Value {
+public:
+  Shape shape;
+  // Set for arguments; empty for instruction results.
+  std::string name;
+  ArgKind argKind = ArgKind::Input;
+  // The defining instruction; null for arguments.
+  Instr* def = nullptr;
+
+  bool isArgument() const { return def == nullptr; }
+};
+
+struct Attrs {
+  double value = 0; // const value, dropout probability or layernorm epsilon (see AttrKind)
+  double lo = 0, hi = 0;
+  Dim offset;
+};
+
+class Instr {
+public:
+  Instr(Op op, std::vector<Value*> operands, Attrs attrs, Shape shape);
+  Instr(const Instr&) = delete;
+  Instr& operator=(const Instr&) = delete;
+
+  Op op;
+  std::vector<Value*> operands;
+  Attrs attrs;
+  Value result; // result.def == this
+};
+
+using Block = std::vector<std::unique_ptr<Instr>>;
+
+struct StateUpdate {
+  Value* state = nullptr;
+  Value* next = nullptr;
+};
+
+class Cell {
+public:
+  std::string name;
+  // The named sizes the cell is written against, in declaration order, and those bound so far.
+  std::vector<std::string> sizeNames;
+  SizeMap sizes;
+
+  std::vector<std::unique_ptr<Value>> inputs, states, params;
+  Block pre, step;
+  std::vector<StateUpdate> updates; // one per state, in state order
+  Value* output = nullptr;
+
+  Value* addArgument(ArgKind kind, const std::string& name, Shape shape);
+  // The argument called `name`, or null.
+  Value* findArgument(const std::string& name) const;
+  const std::vector<std::unique_ptr<Value>>& arguments(ArgKind kind) const;
+
+  // The update of `state`, or null.
+  const StateUpdate* updateOf(const Value* state) const;
+
+  // Binds named sizes: substitutes them into every shape and attribute. Throws UserError for a
+  // name the cell does not declare or a non-positive value.
+  void bindSizes(const SizeMap& bindings);
+
+  // A deep copy; operands point into the copy.
+  std::unique_ptr<Cell> clone() const;
+};
+
+// Replaces every use of `from` (operands, updates, output) by `to`.
+void replaceAllUses(Cell& cell, Value* from, Value* to);
+// The number of uses of `value` (operands, updates, output).
+int countUses(const Cell& cell, const Value* value);
+
+} // namespace rnnc::ir

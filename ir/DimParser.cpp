@@ -1,0 +1,77 @@
+#include "ir/DimParser.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+namespace rnnc::ir {
+namespace {
+
+Dim parseAtom(Lexer& lexer, const SizeNameCheck& check) {
+  const Token& token = lexer.peek();
+  if (token.is("(")) {
+    lexer.next();
+    Dim inner = parseDim(lexer, check);
+    lexer.expect(")", "to close the parenthesised dimension");
+    return inner;
+  }
+  if (token.kind == TokenKind::Number) {
+    Token number = lexer.next();
+    errno = 0;
+    char* end = nullptr;
+    long long value = std::strtoll(number.text.c_str(), &end, 10);
+    if (*end != '\0' || errno == ERANGE || value < 0)
+      lexer.errorAt(number, "dimension '" + number.text + "' is not a non-negative integer");
+    return Dim::constant(value);
+  }
+  if (token.kind == TokenKind::Identifier) {
+    Token name = lexer.next();
+    if (check)
+      check(name);
+    return Dim::symbol(name.text);
+  }
+  lexer.errorAt(token, "expected a dimension (a number or a size name), found " +
+                           Lexer::describe(token));
+}
+
+Dim parseTerm(Lexer& lexer, const SizeNameCheck& check) {
+  Token first = lexer.peek();
+  Dim product = parseAtom(lexer, check);
+  while (lexer.peek().is("*")) {
+    Token star = lexer.next();
+    Dim factor = parseAtom(lexer, check);
+    if (product.isConstant())
+      product = factor * product.constantValue();
+    else if (factor.isConstant())
+      product = product * factor.constantValue();
+    else
+      lexer.errorAt(star, "dimensions must be linear in the sizes: cannot multiply '" +
+                              product.str() + "' by '" + factor.str() + "'");
+  }
+  return product;
+}
+
+} // namespace
+
+Dim parseDim(Lexer& lexer, const SizeNameCheck& check) {
+  Dim sum = parseTerm(lexer, check);
+  while (lexer.peek().is("+") || lexer.peek().is("-")) {
+    bool minus = lexer.next().is("-");
+    Dim term = parseTerm(lexer, check);
+    sum = minus ? sum - term : sum + term;
+  }
+  return sum;
+}
+
+Shape parseShape(Lexer& lexer, const SizeNameCheck& check) {
+  lexer.expect("[", "to open a shape");
+  Shape shape;
+  if (!lexer.peek().is("]")) {
+    do {
+      shape.push_back(parseDim(lexer, check));
+    } while (lexer.accept(","));
+  }
+  lexer.expect("]", "to close the shape");
+  return shape;
+}
+
+} // namespace rnnc::ir

@@ -1,0 +1,113 @@
+#include "ir/Printer.h"
+
+#include <fmt/format.h>
+
+#include <sstream>
+#include <unordered_map>
+
+namespace rnnc::ir {
+namespace {
+
+class CellPrinter {
+public:
+  CellPrinter(std::ostream& os, const Cell& cell) : os_(os), cell_(cell) {}
+
+  void print() {
+    os_ << "cell @" << cell_.name << "(";
+    for (size_t i = 0; i < cell_.sizeNames.size(); ++i) {
+      const std::string& size = cell_.sizeNames[i];
+      os_ << (i ? ", " : "") << size;
+      if (auto it = cell_.sizes.find(size); it != cell_.sizes.end())
+        os_ << " = " << it->second;
+    }
+    os_ << ") {\n";
+    for (ArgKind kind : {ArgKind::Input, ArgKind::State, ArgKind::Param})
+      for (const auto& arg : cell_.arguments(kind))
+        os_ << "  " << argKindName(kind) << " %" << arg->name << " : " << shapeStr(arg->shape)
+            << "\n";
+    int counter = 0;
+    for (const Block* block : {&cell_.pre, &cell_.step})
+      for (const auto& instr : *block)
+        numbers_[&instr->result] = counter++;
+    if (!cell_.pre.empty())
+      printBlock("pre", cell_.pre);
+    printBlock("step", cell_.step);
+    if (!cell_.updates.empty()) {
+      os_ << "  yield ";
+      for (size_t i = 0; i < cell_.updates.size(); ++i)
+        os_ << (i ? ", " : "") << ref(cell_.updates[i].state) << " = "
+            << ref(cell_.updates[i].next);
+      os_ << "\n";
+    }
+    os_ << "  output " << ref(cell_.output) << "\n}\n";
+  }
+
+private:
+  std::string ref(const Value* value) const {
+    if (!value)
+      return "%<null>";
+    if (value->isArgument())
+      return "%" + value->name;
+    auto it = numbers_.find(value);
+    // Printing must never crash: the verifier prints broken IR in its error message.
+    return it == numbers_.end() ? "%<undefined>" : "%" + std::to_string(it->second);
+  }
+
+  void printBlock(const char* name, const Block& block) {
+    os_ << "  " << name << " {\n";
+    for (const auto& instr : block) {
+      os_ << "    " << ref(&instr->result) << " = " << opName(instr->op);
+      for (size_t i = 0; i < instr->operands.size(); ++i)
+        os_ << (i ? ", " : " ") << ref(instr->operands[i]);
+      printAttrs(*instr);
+      os_ << " : " << shapeStr(instr->result.shape) << "\n";
+    }
+    os_ << "  }\n";
+  }
+
+  void printAttrs(const Instr& instr) {
+    const Attrs& a = instr.attrs;
+    switch (opAttrKind(instr.op)) {
+    case AttrKind::None:
+      return;
+    case AttrKind::Value:
+      os_ << " {value = " << formatNumber(a.value) << "}";
+      return;
+    case AttrKind::Offset:
+      os_ << " {offset = " << a.offset.str() << "}";
+      return;
+    case AttrKind::Range:
+      os_ << " {lo = " << formatNumber(a.lo) << ", hi = " << formatNumber(a.hi) << "}";
+      return;
+    case AttrKind::Prob:
+      os_ << " {p = " << formatNumber(a.value) << "}";
+      return;
+    case AttrKind::Eps:
+      os_ << " {eps = " << formatNumber(a.value) << "}";
+      return;
+    }
+  }
+
+  std::ostream& os_;
+  const Cell& cell_;
+  std::unordered_map<const Value*, int> numbers_;
+};
+
+} // namespace
+
+std::string formatNumber(double value) { return fmt::format("{}", value); }
+
+void print(std::ostream& os, const Cell& cell) { CellPrinter(os, cell).print(); }
+
+std::string toString(const Cell& cell) {
+  std::ostringstream os;
+  print(os, cell);
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Cell& cell) {
+  print(os, cell);
+  return os;
+}
+
+} // namespace rnnc::ir

@@ -1,0 +1,21 @@
+// Reading and writing safetensors files: an 8-byte little-endian header length, a JSON header
+// mapping tensor names to {dtype, shape, data_offsets}, then the raw data.
+//
+// rnnc's weights are float32 (`F32`). Every malformed file (truncated, bad header length, bad
+// JSON, unknown or unsupported dtype, offsets out of range or overlapping, size not matching the
+// shape) raises a UserError naming the file and, where there is one, the tensor.
+#pragma once
+
+#include "runtime/Tensor.h"
+
+#include <map>
+#include <string>
+
+namespace rnnc {
+
+using TensorMap = std::map<std::string, Tensor>;
+
+TensorMap readSafeTensors(const std::string& path);
+void writeSafeTensors(const std::string& path, const TensorMap& tensors);
+
+} // namespace rnnc

@@ -1,0 +1,123 @@
+#include "runtime/SequenceRunner.h"
+
+#include "ir/Error.h"
+#include "ir/Verifier.h"
+#include "runtime/Weights.h"
+
+#include <fmt/format.h>
+
+namespace rnnc {
+namespace {
+
+std::string describeInput(const std::string& name) { return "input '" + name + "'"; }
+std::string describeState(const std::string& name) { return "initial state '" + name + "'"; }
+
+// Checks that every input is [T, B, F] with one T and one B, returning {T, B}.
+std::pair<int64_t, int64_t> checkInputs(const ir::Cell& cell, const SequenceRequest& request) {
+  if (cell.inputs.empty())
+    throw UserError("cell '" + cell.name + "' has no input, so it has no sequence to run over");
+  for (const auto& [name, tensor] : request.inputs)
+    if (!cell.findArgument(name) || cell.findArgument(name)->argKind != ir::ArgKind::Input)
+      throw UserError(fmt::format("cell '{}' has no input named '{}'", cell.name, name));
+  int64_t steps = -1, batch = -1;
+  std::string first;
+  for (const auto& input : cell.inputs) {
+    auto it = request.inputs.find(input->name);
+    if (it == request.inputs.end())
+      throw UserError(fmt::format("cell '{}' needs input '{}' of shape [T, B, {}]", cell.name,
+                                  input->name, input->shape[1].str()));
+    const Tensor& t = it->second;
+    if (t.rank() != 3)
+      throw UserError(fmt::format("{} has shape {}, expected [T, B, {}] (rank 3)",
+                                  describeInput(input->name), t.shapeString(),
+                                  input->shape[1].str()));
+    if (steps < 0) {
+      steps = t.dim(0);
+      batch = t.dim(1);
+      first = input->name;
+    } else if (t.dim(0) != steps || t.dim(1) != batch) {
+      throw UserError(fmt::format("{} has shape {} but input '{}' has T = {}, B = {}",
+                                  describeInput(input->name), t.shapeString(), first, steps,
+                                  batch));
+    }
+  }
+  if (steps < 1 || batch < 1)
+    throw UserError(fmt::format("input '{}' has an empty sequence or batch: T = {}, B = {}",
+                                first, steps, batch));
+  return {steps, batch};
+}
+
+} // namespace
+
+SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request) {
+  RNNC_INTERNAL_CHECK(request.weights, "no weights given");
+  auto [steps, batch] = checkInputs(cell, request);
+
+  for (const auto& [name, tensor] : request.initialStates) {
+    const ir::Value* state = cell.findArgument(name);
+    if (!state || state->argKind != ir::ArgKind::State)
+      throw UserError(fmt::format("an initial value is given for '{}', but cell '{}' has no "
+                                  "state of that name",
+                                  name, cell.name));
+    if (tensor.rank() != 3 || tensor.dim(0) != 1 || tensor.dim(1) != batch)
+      throw UserError(fmt::format("{} has shape {}, expected [1, {}, {}]", describeState(name),
+                                  tensor.shapeString(), batch, state->shape[1].str()));
+  }
+
+  // Infer the sizes from everything the user gave, weights first so their names show in errors.
+  std::vector<ShapeObservation> observations;
+  auto params = collectParameters(cell, *request.weights, request.weightsSource);
+  for (size_t i = 0; i < params.size(); ++i)
+    observations.push_back({cell.params[i].get(), params[i].second->shape(),
+                            fmt::format("{}: tensor '{}'", request.weightsSource,
+                                        params[i].first)});
+  for (const auto& input : cell.inputs) {
+    const Tensor& t = request.inputs.at(input->name);
+    observations.push_back({input.get(), {t.dim(1), t.dim(2)},
+                            fmt::format("{} (one step of {})", describeInput(input->name),
+                                        t.shapeString())});
+  }
+  for (const auto& state : cell.states)
+    if (auto it = request.initialStates.find(state->name); it != request.initialStates.end())
+      observations.push_back({state.get(), {it->second.dim(1), it->second.dim(2)},
+                              fmt::format("{} (one step of {})", describeState(state->name),
+                                          it->second.shapeString())});
+  ir::SizeMap given = request.sizes;
+  given[ir::kBatchSymbol] = batch;
+  ir::SizeMap sizes = inferSizes(cell, observations, given);
+  sizes.erase(ir::kBatchSymbol);
+  for (const auto& name : cell.sizeNames)
+    if (!sizes.count(name))
+      throw UserError(fmt::format("size '{}' of cell '{}' appears in no tensor given; pass it "
+                                  "with --size {}=VALUE",
+                                  name, cell.name, name));
+
+  std::shared_ptr<ir::Cell> bound = cell.clone();
+  bound->bindSizes(sizes);
+  ir::verify(*bound);
+
+  std::vector<Tensor> paramTensors;
+  for (const auto& [name, tensor] : params)
+    paramTensors.push_back(*tensor);
+  std::vector<Tensor> inputs;
+  for (const auto& input : cell.inputs)
+    inputs.push_back(request.inputs.at(input->name));
+  std::vector<Tensor> states;
+  for (const auto& state : bound->states) {
+    auto it = request.initialStates.find(state->name);
+    int64_t features = *state->shape[1].evaluate(sizes);
+    states.push_back(it != request.initialStates.end() ? it->second.reshaped({batch, features})
+                                                       : Tensor({batch, features}));
+  }
+
+  Interpreter interpreter(*bound, std::move(paramTensors), request.options);
+  SequenceResult result;
+  result.output = interpreter.run(inputs, states);
+  for (size_t i = 0; i < states.size(); ++i)
+    result.finalStates[bound->states[i]->name] =
+        states[i].reshaped({1, states[i].dim(0), states[i].dim(1)});
+  result.boundCell = std::move(bound);
+  return result;
+}
+
+} // namespace rnnc

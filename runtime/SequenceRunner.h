@@ -1,0 +1,33 @@
+// Runs a cell over a whole sequence from user-facing tensors: checks every shape the user gave
+// (naming the tensor, its expected and actual shape), infers the sizes, binds the weights and
+// runs the reference interpreter. One layer, one direction.
+#pragma once
+
+#include "ir/Cell.h"
+#include "runtime/Interpreter.h"
+#include "runtime/SafeTensors.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace rnnc {
+
+struct SequenceRequest {
+  std::map<std::string, Tensor> inputs;        // cell input name -> [T, B, F]
+  std::map<std::string, Tensor> initialStates; // cell state name -> [1, B, F]; absent = zeros
+  const TensorMap* weights = nullptr;
+  std::string weightsSource = "weights"; // file name for error messages
+  ir::SizeMap sizes;                      // sizes given explicitly (--size)
+  ExecutionOptions options;
+};
+
+struct SequenceResult {
+  Tensor output;                             // [T, B, H]
+  std::map<std::string, Tensor> finalStates; // state name -> [1, B, F]
+  std::shared_ptr<ir::Cell> boundCell;       // the cell with its sizes bound
+};
+
+SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request);
+
+} // namespace rnnc

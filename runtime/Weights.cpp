@@ -1,0 +1,156 @@
+#include "runtime/Weights.h"
+
+#include "ir/Error.h"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <map>
+#include <optional>
+
+namespace rnnc {
+namespace {
+
+std::string numericShape(const ir::Shape& shape, const ir::SizeMap& sizes) {
+  std::string out = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    auto value = shape[i].evaluate(sizes);
+    out += (i ? ", " : "") + (value ? std::to_string(*value) : "?");
+  }
+  return out + "]";
+}
+
+struct LayerSuffix {
+  int layer = 0;
+  bool reverse = false;
+};
+
+// Parses PyTorch's `_l{k}` / `_l{k}_reverse` suffix of a state_dict name.
+std::optional<LayerSuffix> layerSuffix(std::string_view key) {
+  LayerSuffix suffix;
+  if (key.ends_with("_reverse")) {
+    suffix.reverse = true;
+    key.remove_suffix(8);
+  }
+  size_t digits = key.size();
+  while (digits > 0 && std::isdigit(static_cast<unsigned char>(key[digits - 1])))
+    --digits;
+  if (digits == key.size() || key.size() - digits > 6 || digits < 2 ||
+      key.substr(digits - 2, 2) != "_l")
+    return std::nullopt;
+  suffix.layer = std::stoi(std::string(key.substr(digits)));
+  return suffix;
+}
+
+struct Pending {
+  const ShapeObservation* obs;
+  size_t dim;
+};
+
+} // namespace
+
+ir::SizeMap inferSizes(const ir::Cell& cell, const std::vector<ShapeObservation>& observations,
+                       const ir::SizeMap& given) {
+  ir::SizeMap sizes = given;
+  std::map<std::string, std::string> source; // which tensor fixed each size
+  for (const auto& [name, value] : given)
+    source[name] = "--size " + name;
+  std::vector<Pending> pending;
+  for (const ShapeObservation& obs : observations) {
+    const ir::Shape& declared = obs.value->shape;
+    if (declared.size() != obs.actual.size())
+      throw UserError(fmt::format("{} has shape {}, expected {} (rank {})", obs.what,
+                                  shapeToString(obs.actual), ir::shapeStr(declared),
+                                  declared.size()));
+    for (size_t d = 0; d < declared.size(); ++d)
+      pending.push_back({&obs, d});
+  }
+
+  auto mismatch = [&](const ShapeObservation& obs) -> UserError {
+    std::string reasons;
+    for (const auto& [name, value] : sizes)
+      for (const ir::Dim& d : obs.value->shape)
+        if (d.mentions(name) && source.count(name) &&
+            reasons.find(" " + name + " =") == std::string::npos)
+          reasons += fmt::format("; {} = {} from {}", name, value, source[name]);
+    return UserError(fmt::format("{} has shape {}, expected {} = {}{}", obs.what,
+                                 shapeToString(obs.actual), ir::shapeStr(obs.value->shape),
+                                 numericShape(obs.value->shape, sizes), reasons));
+  };
+
+  bool progress = true;
+  while (progress && !pending.empty()) {
+    progress = false;
+    for (auto it = pending.begin(); it != pending.end();) {
+      const ShapeObservation& obs = *it->obs;
+      ir::Dim dim = obs.value->shape[it->dim].substitute(sizes);
+      int64_t actual = obs.actual[it->dim];
+      if (dim.isConstant()) {
+        if (dim.constantValue() != actual)
+          throw mismatch(obs);
+      } else if (dim.terms().size() == 1) {
+        const auto& [name, coeff] = *dim.terms().begin();
+        int64_t rest = actual - dim.offset();
+        if (rest % coeff != 0 || rest / coeff < 1)
+          throw mismatch(obs);
+        sizes[name] = rest / coeff;
+        source[name] = obs.what;
+      } else {
+        ++it;
+        continue;
+      }
+      it = pending.erase(it);
+      progress = true;
+    }
+  }
+  if (!pending.empty()) {
+    std::string unknown;
+    for (const auto& [name, coeff] : pending.front().obs->value->shape[pending.front().dim]
+                                         .substitute(sizes)
+                                         .terms())
+      unknown += (unknown.empty() ? "" : ", ") + name;
+    throw UserError(fmt::format("cannot infer the sizes {} of cell '{}' from the shapes given; "
+                                "pass them with --size NAME=VALUE",
+                                unknown, cell.name));
+  }
+  return sizes;
+}
+
+std::string findParameterName(const TensorMap& weights, const std::string& param, int layer,
+                              bool reverse) {
+  std::string suffixed = fmt::format("{}_l{}{}", param, layer, reverse ? "_reverse" : "");
+  if (layer == 0 && !reverse && weights.count(param))
+    return param;
+  return suffixed;
+}
+
+std::vector<std::pair<std::string, const Tensor*>>
+collectParameters(const ir::Cell& cell, const TensorMap& weights, const std::string& source) {
+  std::vector<std::pair<std::string, const Tensor*>> found;
+  for (const auto& param : cell.params) {
+    std::string name = findParameterName(weights, param->name, 0, false);
+    auto it = weights.find(name);
+    if (it == weights.end()) {
+      std::string have;
+      for (const auto& [key, tensor] : weights)
+        have += (have.empty() ? "" : ", ") + key;
+      throw UserError(fmt::format("{}: no tensor for parameter '{}' of cell '{}' (looked for "
+                                  "'{}' and '{}'); the file has: {}",
+                                  source, param->name, cell.name, param->name,
+                                  param->name + "_l0", have.empty() ? "nothing" : have));
+    }
+    found.emplace_back(name, &it->second);
+  }
+  // A file with more layers or a reverse direction would be silently truncated to layer 0.
+  for (const auto& [key, tensor] : weights) {
+    auto suffix = layerSuffix(key);
+    if (suffix && (suffix->layer != 0 || suffix->reverse))
+      throw UserError(fmt::format("{}: tensor '{}' belongs to layer {}{}; this run uses one "
+                                  "layer in one direction",
+                                  source, key, suffix->layer,
+                                  suffix->reverse ? " (reverse direction)" : ""));
+  }
+  return found;
+}
+
+} // namespace rnnc

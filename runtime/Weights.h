@@ -1,0 +1,38 @@
+// Binding a cell to concrete tensors: finding each parameter in a weights file under PyTorch's
+// state_dict names, and inferring the cell's named sizes (and the batch B) from the shapes seen.
+#pragma once
+
+#include "ir/Cell.h"
+#include "runtime/SafeTensors.h"
+
+#include <string>
+#include <vector>
+
+namespace rnnc {
+
+// A shape observed for one of the cell's values, with a description for error messages
+// ("tensor 'weight_hh_l0' in w.safetensors").
+struct ShapeObservation {
+  const ir::Value* value = nullptr;
+  TensorShape actual; // for inputs and states the per-step shape [B, F]
+  std::string what;
+};
+
+// Solves the cell's sizes (and B) from the observations, starting from `given` (e.g. --size).
+// Throws UserError naming the tensor, its expected (symbolic and numeric) and actual shape when
+// an observation contradicts the others, and naming the sizes that cannot be inferred.
+ir::SizeMap inferSizes(const ir::Cell& cell, const std::vector<ShapeObservation>& observations,
+                       const ir::SizeMap& given = {});
+
+// The tensor name that holds parameter `param` for a layer and direction: the exact name if the
+// file has it, else PyTorch's `NAME_l{layer}` (`NAME_l{layer}_reverse`).
+std::string findParameterName(const TensorMap& weights, const std::string& param, int layer,
+                              bool reverse);
+
+// The parameters of `cell`, in the cell's order, from a weights file (one layer, one direction).
+// Throws UserError for a missing tensor (listing what the file has), or a file that holds more
+// layers or directions than this run uses.
+std::vector<std::pair<std::string, const Tensor*>>
+collectParameters(const ir::Cell& cell, const TensorMap& weights, const std::string& source);
+
+} // namespace rnnc

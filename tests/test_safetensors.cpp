@@ -1,0 +1,393 @@
+// Tests for runtime/SafeTensors: round trips, the writer's exact layout, a file as the Python
+// safetensors library writes it, and one test per kind of malformed file, each checking that the
+// UserError names the file (and the tensor) and the problem.
+#include "runtime/SafeTensors.h"
+
+#include "ir/Error.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+namespace rnnc {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::HasSubstr;
+using testing::StartsWith;
+
+class SafeTensorsTest : public testing::Test {
+protected:
+  void SetUp() override {
+    // One directory per test and process, so parallel runs (ctest -j, two build trees) never
+    // share files.
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::path(testing::TempDir()) / (std::string("rnnc_st_") + info->test_suite_name() + "_" +
+                                           info->name() + "_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  std::string writeBytes(const std::string& bytes) const {
+    std::string p = path("weights.safetensors");
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+
+  static std::string readBytes(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  // Runs `action` and checks it throws a UserError that starts with the path and contains every
+  // fragment.
+  static void expectError(const std::string& p, const std::function<void()>& action,
+                          std::initializer_list<std::string> fragments) {
+    try {
+      action();
+      ADD_FAILURE() << "expected a UserError for " << p;
+    } catch (const UserError& e) {
+      std::string message = e.what();
+      EXPECT_THAT(message, StartsWith(p + ": "));
+      for (const std::string& fragment : fragments)
+        EXPECT_THAT(message, HasSubstr(fragment));
+    }
+  }
+
+  // Writes a file with the given JSON header and data, and expects reading it to fail.
+  void expectReadError(const std::string& json, const std::string& data,
+                       std::initializer_list<std::string> fragments) {
+    SCOPED_TRACE(json);
+    std::string p = writeBytes(safetensorsFile(json, data));
+    expectError(
+        p, [&] { readSafeTensors(p); }, fragments);
+  }
+
+  static std::string u64(uint64_t value) {
+    std::string out;
+    for (int i = 0; i < 8; ++i)
+      out += static_cast<char>((value >> (8 * i)) & 0xff);
+    return out;
+  }
+
+  // A safetensors file: header padded with spaces to a multiple of 8, as the reference writer does.
+  static std::string safetensorsFile(std::string json, const std::string& data) {
+    while (json.size() % 8 != 0)
+      json += ' ';
+    return u64(json.size()) + json + data;
+  }
+
+  fs::path dir_;
+};
+
+std::string floatBytes(std::initializer_list<float> values) {
+  std::string out;
+  for (float v : values)
+    out.append(reinterpret_cast<const char*>(&v), sizeof v);
+  return out;
+}
+
+std::vector<float> iotaFloats(size_t n, float start) {
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i)
+    values[i] = start + static_cast<float>(i);
+  return values;
+}
+
+Tensor makeTensor(TensorShape shape, float start) {
+  size_t n = static_cast<size_t>(numElements(shape));
+  return Tensor(std::move(shape), iotaFloats(n, start));
+}
+
+// --- Round trips -------------------------------------------------------------------------------
+
+TEST_F(SafeTensorsTest, RoundTripsTensorsOfEveryRank) {
+  TensorMap tensors;
+  tensors.emplace("scalar", makeTensor({}, 1));
+  tensors.emplace("bias", makeTensor({5}, 10));
+  tensors.emplace("weight_ih_l0", makeTensor({3, 4}, 20));
+  tensors.emplace("cube", makeTensor({2, 3, 4}, 40));
+  tensors.emplace("empty", makeTensor({0}, 0));
+  tensors.emplace("empty_rows", makeTensor({0, 3}, 0));
+  std::string p = path("w.safetensors");
+  writeSafeTensors(p, tensors);
+  TensorMap back = readSafeTensors(p);
+  ASSERT_EQ(back.size(), tensors.size());
+  for (const auto& [name, tensor] : tensors) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(back.count(name), 1u);
+    EXPECT_EQ(back.at(name).shape(), tensor.shape());
+    EXPECT_EQ(back.at(name).values(), tensor.values());
+  }
+}
+
+TEST_F(SafeTensorsTest, RoundTripsAnEmptyMap) {
+  std::string p = path("w.safetensors");
+  writeSafeTensors(p, {});
+  EXPECT_TRUE(readSafeTensors(p).empty());
+}
+
+TEST_F(SafeTensorsTest, RoundTripsNamesThatNeedEscaping) {
+  TensorMap tensors;
+  tensors.emplace("a \"quoted\"\\name", makeTensor({2}, 1));
+  tensors.emplace("ünïcode.weight", makeTensor({1}, 5));
+  std::string p = path("w.safetensors");
+  writeSafeTensors(p, tensors);
+  TensorMap back = readSafeTensors(p);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back.at("a \"quoted\"\\name").values(), (std::vector<float>{1, 2}));
+  EXPECT_EQ(back.at("ünïcode.weight").values(), (std::vector<float>{5}));
+}
+
+// --- The writer's layout -----------------------------------------------------------------------
+
+TEST_F(SafeTensorsTest, WriterLaysOutTensorsInNameOrderWithAPaddedHeader) {
+  TensorMap tensors;
+  tensors.emplace("b", Tensor({2}, std::vector<float>{3, 4}));
+  tensors.emplace("a", Tensor({}, std::vector<float>{7}));
+  std::string p = path("w.safetensors");
+  writeSafeTensors(p, tensors);
+
+  std::string json = R"({"a":{"data_offsets":[0,4],"dtype":"F32","shape":[]},)"
+                     R"("b":{"data_offsets":[4,12],"dtype":"F32","shape":[2]}})";
+  std::string padded = json + std::string((8 - json.size() % 8) % 8, ' ');
+  EXPECT_EQ(readBytes(p), u64(padded.size()) + padded + floatBytes({7, 3, 4}));
+}
+
+TEST_F(SafeTensorsTest, WriterRejectsTheReservedMetadataName) {
+  std::string p = path("w.safetensors");
+  TensorMap tensors;
+  tensors.emplace("__metadata__", makeTensor({1}, 0));
+  expectError(p, [&] { writeSafeTensors(p, tensors); }, {"'__metadata__'", "reserved"});
+}
+
+TEST_F(SafeTensorsTest, WriterRejectsANameThatIsNotUtf8) {
+  std::string p = path("w.safetensors");
+  TensorMap tensors;
+  tensors.emplace("bad\xff", makeTensor({1}, 0));
+  expectError(p, [&] { writeSafeTensors(p, tensors); }, {"not valid UTF-8"});
+}
+
+TEST_F(SafeTensorsTest, WriterReportsAnUnwritablePath) {
+  std::string p = path("no_such_dir/w.safetensors");
+  expectError(p, [&] { writeSafeTensors(p, {}); },
+              {"cannot open file for writing", "No such file or directory"});
+}
+
+// --- Files as other tools write them -----------------------------------------------------------
+
+// safetensors.torch.save_file({"weight": torch.arange(4.).reshape(2, 2), "bias": ...}): metadata
+// first, keys in the order torch gives them, header padded with spaces to 8 bytes.
+TEST_F(SafeTensorsTest, ReadsAFileWrittenByThePythonLibrary) {
+  std::string json = R"({"__metadata__":{"format":"pt"},)"
+                     R"("weight":{"dtype":"F32","shape":[2,2],"data_offsets":[8,24]},)"
+                     R"("bias":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  TensorMap tensors =
+      readSafeTensors(writeBytes(safetensorsFile(json, floatBytes({9, 8, 0, 1, 2, 3}))));
+  ASSERT_EQ(tensors.size(), 2u);
+  EXPECT_EQ(tensors.at("weight").shape(), (TensorShape{2, 2}));
+  EXPECT_EQ(tensors.at("weight").values(), (std::vector<float>{0, 1, 2, 3}));
+  EXPECT_EQ(tensors.at("bias").values(), (std::vector<float>{9, 8}));
+}
+
+TEST_F(SafeTensorsTest, AllowsGapsAndUnpaddedHeaders) {
+  // Nothing requires tensors to be contiguous, or the header to be padded.
+  std::string json = R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
+  std::string bytes = u64(json.size()) + json + floatBytes({-1, 6});
+  TensorMap tensors = readSafeTensors(writeBytes(bytes));
+  EXPECT_EQ(tensors.at("x").values(), std::vector<float>{6});
+}
+
+// --- Malformed files: the container ------------------------------------------------------------
+
+TEST_F(SafeTensorsTest, MissingFile) {
+  std::string p = path("missing.safetensors");
+  expectError(p, [&] { readSafeTensors(p); }, {"cannot open file: No such file or directory"});
+}
+
+TEST_F(SafeTensorsTest, TooShortForTheHeaderLength) {
+  std::string p = writeBytes("abc");
+  expectError(p, [&] { readSafeTensors(p); }, {"truncated", "3 bytes"});
+}
+
+TEST_F(SafeTensorsTest, HeaderLengthPastTheEndOfTheFile) {
+  std::string p = writeBytes(u64(64) + "{}");
+  expectError(p, [&] { readSafeTensors(p); },
+              {"truncated: header length is 64 but the file has only 2 bytes after it"});
+}
+
+TEST_F(SafeTensorsTest, AbsurdHeaderLength) {
+  // E.g. an npy or zip file given as weights: the first 8 bytes read as a huge length.
+  std::string p = writeBytes(std::string("\x93NUMPY\x01\x00", 8) + " the rest of an npy file");
+  expectError(p, [&] { readSafeTensors(p); }, {"header length", "not a safetensors file?"});
+}
+
+TEST_F(SafeTensorsTest, HeaderIsNotJson) {
+  expectReadError("{\"a\": nope}", "", {"header is not valid JSON", "parse error"});
+}
+
+TEST_F(SafeTensorsTest, HeaderIsNotUtf8) {
+  expectReadError("{\"a\xff\": {}}", "", {"header is not valid JSON"});
+}
+
+TEST_F(SafeTensorsTest, HeaderIsNotAnObject) {
+  expectReadError("[1, 2, 3]", "", {"header is not a JSON object: [1,2,3]"});
+}
+
+TEST_F(SafeTensorsTest, HeaderNestedTooDeeply) {
+  std::string json = R"({"x":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  expectReadError(json, "", {"nested too deeply"});
+}
+
+TEST_F(SafeTensorsTest, DuplicateTensorName) {
+  expectReadError(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                  R"("x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                  floatBytes({1, 2}), {"tensor 'x' twice"});
+}
+
+// --- Malformed files: the entries --------------------------------------------------------------
+
+TEST_F(SafeTensorsTest, EntryIsNotAnObject) {
+  expectReadError(R"({"x": 5})", "", {"tensor 'x': entry is not a JSON object: 5"});
+}
+
+TEST_F(SafeTensorsTest, MissingFields) {
+  expectReadError(R"({"x":{"shape":[1],"data_offsets":[0,4]}})", floatBytes({1}),
+                  {"tensor 'x': missing field 'dtype'"});
+  expectReadError(R"({"x":{"dtype":"F32","data_offsets":[0,4]}})", floatBytes({1}),
+                  {"tensor 'x': missing field 'shape'"});
+  expectReadError(R"({"x":{"dtype":"F32","shape":[1]}})", floatBytes({1}),
+                  {"tensor 'x': missing field 'data_offsets'"});
+}
+
+TEST_F(SafeTensorsTest, DtypeIsNotAString) {
+  expectReadError(R"({"x":{"dtype":32,"shape":[1],"data_offsets":[0,4]}})", floatBytes({1}),
+                  {"tensor 'x': field 'dtype' is not a string: 32"});
+}
+
+TEST_F(SafeTensorsTest, UnsupportedDtype) {
+  for (const char* dtype : {"F16", "BF16", "F64", "I64", "U8", "BOOL"}) {
+    expectReadError(
+        std::string(R"({"x":{"dtype":")") + dtype + R"(","shape":[1],"data_offsets":[0,4]}})",
+        floatBytes({1}), {std::string("tensor 'x' has dtype ") + dtype + ", expected F32"});
+  }
+}
+
+TEST_F(SafeTensorsTest, UnknownDtype) {
+  expectReadError(R"({"x":{"dtype":"float32","shape":[1],"data_offsets":[0,4]}})", floatBytes({1}),
+                  {"tensor 'x' has unknown dtype \"float32\", expected F32"});
+}
+
+TEST_F(SafeTensorsTest, ShapeIsNotAnArray) {
+  expectReadError(R"({"x":{"dtype":"F32","shape":4,"data_offsets":[0,16]}})",
+                  floatBytes({1, 2, 3, 4}), {"tensor 'x': field 'shape' is not an array: 4"});
+}
+
+TEST_F(SafeTensorsTest, NegativeDimension) {
+  expectReadError(R"({"x":{"dtype":"F32","shape":[2,-1],"data_offsets":[0,8]}})",
+                  floatBytes({1, 2}), {"tensor 'x': shape [2,-1] has a dimension", "-1"});
+}
+
+TEST_F(SafeTensorsTest, NonIntegerDimension) {
+  expectReadError(R"({"x":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", floatBytes({1, 2}),
+                  {"tensor 'x': shape [2.0] has a dimension"});
+  expectReadError(R"({"x":{"dtype":"F32","shape":["2"],"data_offsets":[0,8]}})", floatBytes({1, 2}),
+                  {"not a non-negative integer: \"2\""});
+  expectReadError(R"({"x":{"dtype":"F32","shape":[18446744073709551615],"data_offsets":[0,8]}})",
+                  floatBytes({1, 2}), {"not a non-negative integer"});
+}
+
+TEST_F(SafeTensorsTest, ShapeWhoseSizeOverflows) {
+  expectReadError(R"({"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})",
+                  "", {"tensor 'x': shape [4294967296, 4294967296] is too large"});
+}
+
+TEST_F(SafeTensorsTest, OffsetsAreNotAPair) {
+  expectReadError(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0]}})", floatBytes({1}),
+                  {"tensor 'x': field 'data_offsets' is not a pair of non-negative integers: [0]"});
+  expectReadError(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", floatBytes({1}),
+                  {"not a pair"});
+  expectReadError(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":{"begin":0}}})",
+                  floatBytes({1}), {"not a pair"});
+}
+
+TEST_F(SafeTensorsTest, NegativeOffset) {
+  expectReadError(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[-4,0]}})", floatBytes({1}),
+                  {"tensor 'x': field 'data_offsets' is not a pair of non-negative integers"});
+}
+
+TEST_F(SafeTensorsTest, OffsetsEndBeforeTheyBegin) {
+  expectReadError(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})",
+                  floatBytes({1, 2, 3}), {"tensor 'x': data_offsets [8, 4] end before they begin"});
+}
+
+TEST_F(SafeTensorsTest, SizeDoesNotMatchShape) {
+  std::string p = writeBytes(
+      safetensorsFile(R"({"weight_ih_l0":{"dtype":"F32","shape":[2,4],"data_offsets":[0,12]}})",
+                      floatBytes({1, 2, 3})));
+  try {
+    readSafeTensors(p);
+    ADD_FAILURE() << "expected a UserError";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              p + ": tensor 'weight_ih_l0': data_offsets [0, 12] hold 3 floats but shape [2, 4] "
+                  "needs 8");
+  }
+}
+
+TEST_F(SafeTensorsTest, SizeIsNotAWholeNumberOfFloats) {
+  expectReadError(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,7]}})", floatBytes({1, 2}),
+                  {"tensor 'x': data_offsets [0, 7] hold 7 bytes", "needs 2 floats (8 bytes)"});
+}
+
+TEST_F(SafeTensorsTest, OffsetsPastTheEndOfTheData) {
+  // A truncated file: the header is intact but the data stops early.
+  expectReadError(
+      R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,12]}})", floatBytes({1, 2}),
+      {"tensor 'x': data_offsets [0, 12] go past the end of the data section (8 bytes)"});
+  // Offsets so large that begin + size would wrap around.
+  expectReadError(R"({"x":{"dtype":"F32","shape":[1],)"
+                  R"("data_offsets":[18446744073709551612,18446744073709551616]}})",
+                  floatBytes({1}), {"not a pair"});
+  expectReadError(R"({"x":{"dtype":"F32","shape":[1],)"
+                  R"("data_offsets":[9223372036854775800,9223372036854775804]}})",
+                  floatBytes({1}), {"go past the end of the data section"});
+}
+
+TEST_F(SafeTensorsTest, OverlappingTensors) {
+  expectReadError(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                  R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                  floatBytes({1, 2, 3}),
+                  {"tensors 'a' (data_offsets [0, 8]) and 'b' (data_offsets [4, 12]) overlap"});
+  // One tensor inside another, with a third after both: found even though it is not adjacent.
+  expectReadError(R"({"big":{"dtype":"F32","shape":[4],"data_offsets":[0,16]},)"
+                  R"("mid":{"dtype":"F32","shape":[1],"data_offsets":[4,8]},)"
+                  R"("z":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
+                  floatBytes({1, 2, 3, 4}), {"'big'", "'mid'", "overlap"});
+  expectReadError(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                  R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})",
+                  floatBytes({1, 2}), {"tensors 'a'", "and 'b'", "overlap"});
+}
+
+TEST_F(SafeTensorsTest, EmptyTensorsDoNotOverlap) {
+  std::string json = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                     R"("e":{"dtype":"F32","shape":[0,5],"data_offsets":[4,4]}})";
+  TensorMap tensors = readSafeTensors(writeBytes(safetensorsFile(json, floatBytes({1, 2}))));
+  EXPECT_EQ(tensors.at("e").shape(), (TensorShape{0, 5}));
+  EXPECT_EQ(tensors.at("e").numel(), 0);
+}
+
+} // namespace
+} // namespace rnnc

@@ -1,0 +1,154 @@
+// `rnnc bench`: times whole sequences of a cell on random data, at the fastrnns default size
+// unless told otherwise. Today it times the reference interpreter (the unfused baseline); the JIT
+// paths join the same table.
+#include "frontend/BuiltinCells.h"
+#include "ir/Error.h"
+#include "ir/Verifier.h"
+#include "runtime/Interpreter.h"
+#include "tools/CommandLine.h"
+#include "tools/Commands.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <memory>
+#include <random>
+
+namespace rnnc::tools {
+namespace {
+
+struct BenchOptions {
+  std::string cell = "lstm";
+  int64_t seq = 100, batch = 64, input = 512, hidden = 512;
+  int repeat = 5, warmup = 1;
+  std::vector<std::string> sizes;
+};
+
+Tensor randomTensor(const TensorShape& shape, float bound, std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-bound, bound);
+  Tensor t(shape);
+  for (float& v : t.values())
+    v = dist(rng);
+  return t;
+}
+
+TensorShape concrete(const ir::Shape& shape, const ir::SizeMap& sizes) {
+  TensorShape out;
+  for (const ir::Dim& d : shape)
+    out.push_back(*d.evaluate(sizes));
+  return out;
+}
+
+// Multiply-add work of one sequence: 2*M*N*K per matrix product, M = B per step in the loop and
+// M = T*B once for the pre block.
+double matmulFlops(const ir::Cell& cell, int64_t steps, int64_t batch) {
+  ir::SizeMap sizes = cell.sizes;
+  sizes[ir::kBatchSymbol] = batch;
+  double flops = 0;
+  for (const auto* block : {&cell.pre, &cell.step})
+    for (const auto& instr : *block) {
+      if (instr->op != ir::Op::Linear && instr->op != ir::Op::MatMul)
+        continue;
+      TensorShape x = concrete(instr->operands[0]->shape, sizes);
+      TensorShape y = concrete(instr->result.shape, sizes);
+      flops += 2.0 * static_cast<double>(x[0]) * static_cast<double>(x[1]) *
+               static_cast<double>(y[1]) * static_cast<double>(steps);
+    }
+  return flops;
+}
+
+struct Timing {
+  double median, min, max;
+};
+
+template <class F> Timing timeRepeats(int warmup, int repeat, F&& body) {
+  for (int i = 0; i < warmup; ++i)
+    body();
+  std::vector<double> ms;
+  for (int i = 0; i < repeat; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    body();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                     .count());
+  }
+  std::sort(ms.begin(), ms.end());
+  size_t n = ms.size();
+  double median = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+  return {median, ms.front(), ms.back()};
+}
+
+int bench(const BenchOptions& o) {
+  if (o.seq < 1 || o.batch < 1 || o.input < 1 || o.hidden < 1 || o.repeat < 1 || o.warmup < 0)
+    throw UserError("--seq, --batch, --input, --hidden and --repeat must be positive");
+  auto cell = frontend::loadCell(o.cell);
+  ir::SizeMap sizes = parseSizes(o.sizes);
+  for (auto [name, value] : {std::pair<const char*, int64_t>{"input_size", o.input},
+                             std::pair<const char*, int64_t>{"hidden_size", o.hidden}})
+    if (std::count(cell->sizeNames.begin(), cell->sizeNames.end(), name) && !sizes.count(name))
+      sizes[name] = value;
+  for (const auto& name : cell->sizeNames)
+    if (!sizes.count(name))
+      throw UserError("cell '" + cell->name + "' has a size '" + name +
+                      "'; give it with --size " + name + "=VALUE");
+  cell->bindSizes(sizes);
+  ir::verify(*cell);
+
+  std::mt19937 rng(42);
+  ir::SizeMap withBatch = cell->sizes;
+  withBatch[ir::kBatchSymbol] = o.batch;
+  std::vector<Tensor> params;
+  for (const auto& param : cell->params)
+    params.push_back(randomTensor(concrete(param->shape, withBatch),
+                                  1.0f / std::sqrt(static_cast<float>(o.hidden)), rng));
+  std::vector<Tensor> inputs;
+  for (const auto& input : cell->inputs) {
+    TensorShape step = concrete(input->shape, withBatch);
+    inputs.push_back(randomTensor({o.seq, step[0], step[1]}, 1.0f, rng));
+  }
+  std::vector<Tensor> initialStates;
+  for (const auto& state : cell->states)
+    initialStates.push_back(randomTensor(concrete(state->shape, withBatch), 1.0f, rng));
+
+  Interpreter interpreter(*cell, params);
+  Timing unfused = timeRepeats(o.warmup, o.repeat, [&] {
+    std::vector<Tensor> states = initialStates;
+    interpreter.run(inputs, states);
+  });
+
+  double gflop = matmulFlops(*cell, o.seq, o.batch) * 1e-9;
+  std::string sizeText;
+  for (const auto& [name, value] : cell->sizes)
+    sizeText += fmt::format(" {}={}", name, value);
+  fmt::print("rnnc bench: cell {}, T={} B={}{}, 1 thread, {} repeats (median, min, max)\n",
+             cell->name, o.seq, o.batch, sizeText, o.repeat);
+  fmt::print("matrix-product work: {:.3f} GFLOP per sequence\n\n", gflop);
+  fmt::print("{:<24}{:>12}{:>10}{:>10}{:>10}{:>9}\n", "path", "median ms", "min ms", "max ms",
+             "GFLOP/s", "speedup");
+  auto row = [&](const char* name, const Timing& t) {
+    fmt::print("{:<24}{:>12.3f}{:>10.3f}{:>10.3f}{:>10.1f}{:>8.2f}x\n", name, t.median, t.min,
+               t.max, gflop / (t.median * 1e-3), unfused.median / t.median);
+  };
+  row("interpreter (unfused)", unfused);
+  return 0;
+}
+
+} // namespace
+
+CommandAction addBenchCommand(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "bench", "Time whole sequences of a cell (default: the fastrnns LSTM, T=100 B=64 I=H=512)");
+  cmd->add_option("--cell", o->cell, "Built-in cell name or .cell file")->default_val("lstm");
+  cmd->add_option("--seq", o->seq, "Sequence length T")->default_val(100);
+  cmd->add_option("--batch", o->batch, "Batch size B")->default_val(64);
+  cmd->add_option("--input", o->input, "input_size")->default_val(512);
+  cmd->add_option("--hidden", o->hidden, "hidden_size")->default_val(512);
+  cmd->add_option("--size", o->sizes, "Bind any other named size: NAME=VALUE (repeatable)");
+  cmd->add_option("--repeat", o->repeat, "Timed repeats; the median is reported")->default_val(5);
+  cmd->add_option("--warmup", o->warmup, "Untimed runs before timing")->default_val(1);
+  return [o] { return bench(*o); };
+}
+
+} // namespace rnnc::tools

@@ -1,0 +1,17 @@
+// The `rnnc` subcommands. Each registers its options on the CLI11 app and runs when chosen.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace rnnc::tools {
+
+using CommandAction = std::function<int()>;
+
+CommandAction addRunCommand(CLI::App& app);
+CommandAction addDumpCommand(CLI::App& app);
+CommandAction addBenchCommand(CLI::App& app);
+CommandAction addVersionCommand(CLI::App& app);
+
+} // namespace rnnc::tools

@@ -1,0 +1,134 @@
+#include "frontend/BuiltinCells.h"
+#include "ir/Error.h"
+#include "runtime/Npy.h"
+#include "runtime/SafeTensors.h"
+#include "runtime/SequenceRunner.h"
+#include "tools/CommandLine.h"
+#include "tools/Commands.h"
+
+#include <fmt/format.h>
+
+#include <memory>
+
+namespace rnnc::tools {
+namespace {
+
+struct RunOptions {
+  std::string cell, weights, output;
+  std::vector<std::string> inputs, states, finals, sizes;
+  std::string h0, c0, hn, cn;
+  bool train = false;
+  uint64_t seed = 0;
+};
+
+std::string stateNames(const ir::Cell& cell) {
+  std::string names;
+  for (const auto& state : cell.states)
+    names += (names.empty() ? "" : ", ") + state->name;
+  return names.empty() ? "none" : names;
+}
+
+// The state that --h0/--hn (h) or --c0/--cn (c) refer to; a clear error if the cell lacks it,
+// as PyTorch refuses a cell state for a cell without one.
+void requireState(const ir::Cell& cell, const std::string& state, const std::string& option) {
+  const ir::Value* value = cell.findArgument(state);
+  if (!value || value->argKind != ir::ArgKind::State)
+    throw UserError(fmt::format("{} is given but cell '{}' has no state '{}' (its states: {}); "
+                                "name states with --state/--final NAME=FILE",
+                                option, cell.name, state, stateNames(cell)));
+}
+
+// Collects NAME -> FILE from the shorthand options and the repeated NAME=FILE option.
+std::map<std::string, std::string> stateFiles(const ir::Cell& cell, const std::string& hFile,
+                                              const std::string& hOption,
+                                              const std::string& cFile,
+                                              const std::string& cOption,
+                                              const std::vector<std::string>& assignments,
+                                              const std::string& option) {
+  std::map<std::string, std::string> files;
+  auto add = [&](const std::string& state, const std::string& file, const std::string& opt) {
+    requireState(cell, state, opt);
+    if (!files.emplace(state, file).second)
+      throw UserError(fmt::format("state '{}' is given twice ({})", state, opt));
+  };
+  if (!hFile.empty())
+    add("h", hFile, hOption);
+  if (!cFile.empty())
+    add("c", cFile, cOption);
+  for (const auto& text : assignments) {
+    auto [name, file] = splitAssignment(text, option);
+    add(name, file, option + " " + name);
+  }
+  return files;
+}
+
+std::map<std::string, std::string> inputFiles(const ir::Cell& cell,
+                                              const std::vector<std::string>& given) {
+  std::map<std::string, std::string> files;
+  for (const auto& text : given) {
+    size_t eq = text.find('=');
+    std::string name = eq == std::string::npos ? "" : text.substr(0, eq);
+    const ir::Value* named = name.empty() ? nullptr : cell.findArgument(name);
+    if (named && named->argKind == ir::ArgKind::Input) {
+      files[name] = text.substr(eq + 1);
+    } else if (cell.inputs.size() == 1 && given.size() == 1) {
+      files[cell.inputs[0]->name] = text;
+    } else {
+      throw UserError(fmt::format("cell '{}' has {} inputs; give each as --input NAME=FILE",
+                                  cell.name, cell.inputs.size()));
+    }
+  }
+  return files;
+}
+
+int run(const RunOptions& o) {
+  auto cell = frontend::loadCell(o.cell);
+  TensorMap weights = readSafeTensors(o.weights);
+
+  SequenceRequest request;
+  request.weights = &weights;
+  request.weightsSource = o.weights;
+  request.sizes = parseSizes(o.sizes);
+  request.options.training = o.train;
+  request.options.seed = o.seed;
+  for (const auto& [name, file] : inputFiles(*cell, o.inputs))
+    request.inputs[name] = readNpyFloat32(file);
+  for (const auto& [name, file] :
+       stateFiles(*cell, o.h0, "--h0", o.c0, "--c0", o.states, "--state"))
+    request.initialStates[name] = readNpyFloat32(file);
+  auto finals = stateFiles(*cell, o.hn, "--hn", o.cn, "--cn", o.finals, "--final");
+
+  SequenceResult result = runSequence(*cell, request);
+  writeNpy(o.output, result.output);
+  for (const auto& [name, file] : finals)
+    writeNpy(file, result.finalStates.at(name));
+  return 0;
+}
+
+} // namespace
+
+CommandAction addRunCommand(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Run a cell over a sequence");
+  cmd->add_option("--cell", o->cell, "Built-in cell name or .cell file")->required();
+  cmd->add_option("--weights", o->weights, "Parameters (.safetensors, PyTorch state_dict names)")
+      ->required();
+  cmd->add_option("--input", o->inputs, "Input sequence [T, B, I] (.npy); NAME=FILE for cells "
+                                        "with several inputs")
+      ->required();
+  cmd->add_option("--output", o->output, "Where to write the outputs [T, B, H] (.npy)")
+      ->required();
+  cmd->add_option("--h0", o->h0, "Initial hidden state h [1, B, H] (.npy); zeros if absent");
+  cmd->add_option("--c0", o->c0, "Initial cell state c [1, B, H] (.npy); zeros if absent");
+  cmd->add_option("--state", o->states, "Initial value of any state: NAME=FILE (repeatable)");
+  cmd->add_option("--hn", o->hn, "Where to write the final hidden state [1, B, H]");
+  cmd->add_option("--cn", o->cn, "Where to write the final cell state [1, B, H]");
+  cmd->add_option("--final", o->finals, "Where to write any final state: NAME=FILE (repeatable)");
+  cmd->add_option("--size", o->sizes, "Bind a named size: NAME=VALUE (repeatable); inferred "
+                                      "from the tensors otherwise");
+  cmd->add_flag("--train", o->train, "Training mode: dropout in the cell is active");
+  cmd->add_option("--seed", o->seed, "Seed of the dropout masks")->default_val(0);
+  return [o] { return run(*o); };
+}
+
+} // namespace rnnc::tools
