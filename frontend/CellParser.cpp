@@ -213,7 +213,7 @@ private:
   void parseReturn() {
     Token ret = lexer_.expectWord("return", "");
     std::vector<std::pair<Value*, Value*>> updates;
-    if (!lexer_.peek().isWord("output")) {
+    if (!lexer_.peek().isWord("output") && !lexer_.peek().is(";")) {
       do {
         Token stateName = lexer_.expectIdentifier("a state name (return h = expression, ...)");
         auto it = names_.find(stateName.text);

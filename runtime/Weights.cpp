@@ -7,6 +7,7 @@
 #include <cctype>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace rnnc {
 namespace {
@@ -54,7 +55,7 @@ ir::SizeMap inferSizes(const ir::Cell& cell, const std::vector<ShapeObservation>
   ir::SizeMap sizes = given;
   std::map<std::string, std::string> source; // which tensor fixed each size
   for (const auto& [name, value] : given)
-    source[name] = "--size " + name;
+    source[name] = name == ir::kBatchSymbol ? "the inputs" : "--size " + name;
   std::vector<Pending> pending;
   for (const ShapeObservation& obs : observations) {
     const ir::Shape& declared = obs.value->shape;
@@ -66,13 +67,19 @@ ir::SizeMap inferSizes(const ir::Cell& cell, const std::vector<ShapeObservation>
       pending.push_back({&obs, d});
   }
 
+  // Explains a contradiction: both shapes, and where each size involved in a wrong dimension
+  // was fixed.
   auto mismatch = [&](const ShapeObservation& obs) -> UserError {
     std::string reasons;
-    for (const auto& [name, value] : sizes)
-      for (const ir::Dim& d : obs.value->shape)
-        if (d.mentions(name) && source.count(name) &&
-            reasons.find(" " + name + " =") == std::string::npos)
-          reasons += fmt::format("; {} = {} from {}", name, value, source[name]);
+    std::set<std::string> explained;
+    for (size_t d = 0; d < obs.value->shape.size(); ++d) {
+      const ir::Dim& dim = obs.value->shape[d];
+      if (dim.evaluate(sizes) == obs.actual[d])
+        continue;
+      for (const auto& [name, coeff] : dim.terms())
+        if (sizes.count(name) && explained.insert(name).second)
+          reasons += fmt::format("; {} = {} from {}", name, sizes.at(name), source[name]);
+    }
     return UserError(fmt::format("{} has shape {}, expected {} = {}{}", obs.what,
                                  shapeToString(obs.actual), ir::shapeStr(obs.value->shape),
                                  numericShape(obs.value->shape, sizes), reasons));
