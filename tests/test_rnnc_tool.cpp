@@ -1,0 +1,432 @@
+// End-to-end tests of the `rnnc` command-line tool: the real binary is run as a user would run it.
+//  - `rnnc run` on every PyTorch fixture (tests/fixtures) matches PyTorch within 1e-5;
+//  - help, `dump`, and the zero default for absent initial states;
+//  - every kind of bad input exits with status 1 and a message on stderr with the key facts.
+#include "ir/Error.h"
+#include "runtime/Npy.h"
+#include "runtime/SafeTensors.h"
+#include "tests/ToolRunner.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace rnnc {
+namespace {
+
+namespace fs = std::filesystem;
+using test::ToolResult;
+using test::ToolRunner;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+
+const fs::path kFixtures = fs::path(RNNC_SOURCE_DIR) / "tests" / "fixtures";
+
+std::vector<std::string> fixtureCases() {
+  std::vector<std::string> cases;
+  for (const auto& entry : fs::directory_iterator(kFixtures))
+    if (entry.is_directory() && fs::exists(entry.path() / "meta.json"))
+      cases.push_back(entry.path().filename().string());
+  std::sort(cases.begin(), cases.end());
+  return cases;
+}
+
+// Gives each test a fresh scratch directory (removed afterwards) and a ToolRunner working in it.
+class ToolTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string name = std::string("rnnc_tool_") + info->test_suite_name() + "_" + info->name() +
+                       "_" + std::to_string(::getpid());
+    std::replace(name.begin(), name.end(), '/', '_'); // parameterised names contain '/'
+    dir_ = fs::path(::testing::TempDir()) / name;
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  ToolResult run(const std::vector<std::string>& args) const { return ToolRunner(dir_).run(args); }
+
+  // Runs the tool and expects a clean failure: exit status 1 (not a crash, not success), nothing
+  // on stdout, and a stderr that contains every fragment.
+  void expectError(const std::vector<std::string>& args,
+                   std::initializer_list<std::string> fragments) const {
+    ToolResult r = run(args);
+    EXPECT_EQ(r.exitCode, 1) << r;
+    EXPECT_EQ(r.out, "") << r;
+    for (const std::string& fragment : fragments)
+      EXPECT_THAT(r.err, HasSubstr(fragment)) << r;
+  }
+
+  fs::path dir_;
+};
+
+std::string fixtureFile(const std::string& caseName, const std::string& file) {
+  return (kFixtures / caseName / file).string();
+}
+
+std::string readBytes(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+void writeBytes(const std::string& p, const std::string& bytes) {
+  std::ofstream(p, std::ios::binary) << bytes;
+}
+
+float maxAbsDiff(const Tensor& a, const Tensor& b) {
+  float worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    worst = std::max(worst, std::fabs(a.data()[i] - b.data()[i]));
+  return worst;
+}
+
+void expectClose(const std::string& actualPath, const std::string& expectedPath) {
+  SCOPED_TRACE(actualPath);
+  Tensor actual = readNpyFloat32(actualPath);
+  Tensor expected = readNpyFloat32(expectedPath);
+  ASSERT_EQ(actual.shape(), expected.shape());
+  EXPECT_LE(maxAbsDiff(actual, expected), 1e-5f);
+}
+
+// ---- Every PyTorch fixture through `rnnc run` ------------------------------------------------
+
+class ToolFixtureRun : public ToolTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ToolFixtureRun, MatchesPyTorchWithin1e5) {
+  const std::string name = GetParam();
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(fixtureFile(name, "meta.json")));
+  const bool hasC = meta.at("has_c").get<bool>();
+  std::vector<std::string> args = {"run",
+                                   "--cell",
+                                   meta.at("cell").get<std::string>(),
+                                   "--weights",
+                                   fixtureFile(name, "weights.safetensors"),
+                                   "--input",
+                                   fixtureFile(name, "input.npy"),
+                                   "--h0",
+                                   fixtureFile(name, "h0.npy"),
+                                   "--output",
+                                   path("out.npy"),
+                                   "--hn",
+                                   path("hn.npy")};
+  if (hasC)
+    args.insert(args.end(), {"--c0", fixtureFile(name, "c0.npy"), "--cn", path("cn.npy")});
+
+  ToolResult r = run(args);
+  ASSERT_EQ(r.exitCode, 0) << r;
+  EXPECT_EQ(r.err, "") << r;
+
+  const int64_t T = meta.at("seq_len"), B = meta.at("batch"), H = meta.at("hidden_size");
+  EXPECT_EQ(readNpyFloat32(path("out.npy")).shape(), (TensorShape{T, B, H}));
+  expectClose(path("out.npy"), fixtureFile(name, "output.npy"));
+  expectClose(path("hn.npy"), fixtureFile(name, "hn.npy"));
+  if (hasC)
+    expectClose(path("cn.npy"), fixtureFile(name, "cn.npy"));
+  else
+    EXPECT_FALSE(fs::exists(path("cn.npy")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ToolFixtureRun, ::testing::ValuesIn(fixtureCases()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST(ToolFixtures, EveryCellHasFixtures) {
+  std::vector<std::string> cases = fixtureCases();
+  EXPECT_GE(cases.size(), 26u);
+  for (const char* cell : {"lstm", "gru", "rnn_tanh", "rnn_relu", "lnlstm", "peephole_lstm"})
+    EXPECT_TRUE(std::count(cases.begin(), cases.end(), std::string(cell) + "_small")) << cell;
+}
+
+// Without --h0/--c0 the initial states are zeros: the same results as explicit zero files.
+TEST_F(ToolTest, AbsentInitialStatesAreZeros) {
+  const std::string name = "lstm_small";
+  const TensorShape stateShape = readNpyFloat32(fixtureFile(name, "h0.npy")).shape();
+  writeNpy(path("zeros.npy"), Tensor(stateShape, 0.0f));
+  const std::vector<std::string> common = {"run", "--cell", "lstm", "--weights",
+                                           fixtureFile(name, "weights.safetensors"), "--input",
+                                           fixtureFile(name, "input.npy")};
+
+  std::vector<std::string> implicit = common;
+  implicit.insert(implicit.end(), {"--output", path("out_implicit.npy"), "--hn",
+                                   path("hn_implicit.npy"), "--cn", path("cn_implicit.npy")});
+  ToolResult r = run(implicit);
+  ASSERT_EQ(r.exitCode, 0) << r;
+
+  std::vector<std::string> explicitZeros = common;
+  explicitZeros.insert(explicitZeros.end(),
+                       {"--h0", path("zeros.npy"), "--c0", path("zeros.npy"), "--output",
+                        path("out_zeros.npy"), "--hn", path("hn_zeros.npy"), "--cn",
+                        path("cn_zeros.npy")});
+  r = run(explicitZeros);
+  ASSERT_EQ(r.exitCode, 0) << r;
+
+  Tensor out = readNpyFloat32(path("out_implicit.npy"));
+  EXPECT_EQ(out.shape(), readNpyFloat32(fixtureFile(name, "output.npy")).shape());
+  for (float v : out.values())
+    ASSERT_TRUE(std::isfinite(v));
+  for (const char* file : {"out", "hn", "cn"}) {
+    SCOPED_TRACE(file);
+    Tensor implicitResult = readNpyFloat32(path(std::string(file) + "_implicit.npy"));
+    Tensor zerosResult = readNpyFloat32(path(std::string(file) + "_zeros.npy"));
+    EXPECT_EQ(implicitResult.shape(), zerosResult.shape());
+    EXPECT_EQ(implicitResult.values(), zerosResult.values());
+  }
+  // The fixture's own initial state is random, so its results must differ from these.
+  EXPECT_GT(maxAbsDiff(out, readNpyFloat32(fixtureFile(name, "output.npy"))), 1e-3f);
+}
+
+// ---- Help and usage ----------------------------------------------------------------------------
+
+TEST_F(ToolTest, HelpListsTheSubcommands) {
+  ToolResult r = run({"--help"});
+  ASSERT_EQ(r.exitCode, 0) << r;
+  for (const char* sub : {"run", "dump", "bench", "version"})
+    EXPECT_THAT(r.out, HasSubstr(sub)) << r;
+}
+
+TEST_F(ToolTest, EachSubcommandHasHelpListingItsOptions) {
+  struct Case {
+    std::string subcommand;
+    std::vector<std::string> options;
+  };
+  const std::vector<Case> cases = {
+      {"run",
+       {"--cell", "--weights", "--input", "--output", "--h0", "--c0", "--hn", "--cn", "--state",
+        "--final", "--size", "--train", "--seed"}},
+      {"dump", {"cell", "--size"}},
+      {"bench",
+       {"--cell", "--seq", "--batch", "--input", "--hidden", "--size", "--repeat", "--warmup"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.subcommand);
+    ToolResult r = run({c.subcommand, "--help"});
+    ASSERT_EQ(r.exitCode, 0) << r;
+    for (const std::string& option : c.options)
+      EXPECT_THAT(r.out, HasSubstr(option)) << r;
+  }
+}
+
+TEST_F(ToolTest, NoSubcommandIsAnError) {
+  ToolResult r = run({});
+  EXPECT_NE(r.exitCode, 0) << r;
+  EXPECT_LT(r.exitCode, 128) << "a crash, not a usage error" << r;
+  EXPECT_THAT(r.err, HasSubstr("subcommand")) << r;
+}
+
+// ---- dump --------------------------------------------------------------------------------------
+
+TEST_F(ToolTest, DumpPrintsTheIR) {
+  ToolResult r = run({"dump", "lstm"});
+  ASSERT_EQ(r.exitCode, 0) << r;
+  EXPECT_THAT(r.out, StartsWith("cell @lstm(input_size, hidden_size)")) << r;
+  EXPECT_THAT(r.out, HasSubstr("[B, 4*hidden_size]")) << r;
+  EXPECT_EQ(r.err, "");
+}
+
+TEST_F(ToolTest, DumpWithSizesShowsConcreteShapes) {
+  ToolResult r = run({"dump", "lstm", "--size", "hidden_size=8", "--size", "input_size=3"});
+  ASSERT_EQ(r.exitCode, 0) << r;
+  EXPECT_THAT(r.out, StartsWith("cell @lstm(input_size = 3, hidden_size = 8)")) << r;
+  EXPECT_THAT(r.out, HasSubstr("[B, 32]")) << r;
+  EXPECT_THAT(r.out, Not(HasSubstr("hidden_size]"))) << r;
+}
+
+TEST_F(ToolTest, DumpReadsACellFile) {
+  ToolResult r = run({"dump", (fs::path(RNNC_SOURCE_DIR) / "cells" / "gru.cell").string()});
+  ASSERT_EQ(r.exitCode, 0) << r;
+  EXPECT_THAT(r.out, StartsWith("cell @gru(input_size, hidden_size)")) << r;
+}
+
+// ---- Bad input: exit status 1 and a message with the key facts ---------------------------------
+
+// The arguments of a valid `rnnc run` on lstm_small, with any of them replaced.
+struct RunArgs {
+  std::string cell = "lstm";
+  std::string weights = fixtureFile("lstm_small", "weights.safetensors");
+  std::string input = fixtureFile("lstm_small", "input.npy");
+  std::vector<std::string> extra;
+  std::vector<std::string> args(const std::string& output) const {
+    std::vector<std::string> out = {"run",     "--cell",  cell,      "--weights", weights,
+                                    "--input", input,     "--output", output};
+    out.insert(out.end(), extra.begin(), extra.end());
+    return out;
+  }
+};
+
+class ToolErrorTest : public ToolTest {
+protected:
+  void expectRunError(const RunArgs& a, std::initializer_list<std::string> fragments) const {
+    expectError(a.args(path("out.npy")), fragments);
+    EXPECT_FALSE(fs::exists(path("out.npy"))) << "no output is written on error";
+  }
+
+  // lstm_small's weights with `edit` applied, written to a file in the scratch directory.
+  template <class Edit> std::string editedWeights(Edit edit) const {
+    TensorMap weights = readSafeTensors(fixtureFile("lstm_small", "weights.safetensors"));
+    edit(weights);
+    std::string p = path("weights.safetensors");
+    writeSafeTensors(p, weights);
+    return p;
+  }
+};
+
+TEST_F(ToolErrorTest, UnknownCellNameListsTheBuiltins) {
+  RunArgs a;
+  a.cell = "lsmt";
+  expectRunError(a, {"unknown cell 'lsmt'", "gru, lnlstm, lstm, peephole_lstm, rnn_relu, rnn_tanh"});
+}
+
+TEST_F(ToolErrorTest, MissingWeightsFile) {
+  RunArgs a;
+  a.weights = path("nope.safetensors");
+  expectRunError(a, {a.weights + ": cannot open file", "No such file or directory"});
+}
+
+TEST_F(ToolErrorTest, TruncatedWeightsFile) {
+  std::string bytes = readBytes(fixtureFile("lstm_small", "weights.safetensors"));
+  RunArgs a;
+  a.weights = path("truncated.safetensors");
+  writeBytes(a.weights, bytes.substr(0, bytes.size() / 2));
+  expectRunError(a, {a.weights + ": ", "truncated"});
+}
+
+TEST_F(ToolErrorTest, WeightsMissingATensorNameTheParameter) {
+  RunArgs a;
+  a.weights = editedWeights([](TensorMap& w) { w.erase("bias_hh_l0"); });
+  expectRunError(a, {a.weights + ": ", "no tensor for parameter 'bias_hh'", "'bias_hh_l0'",
+                     "the file has: bias_ih_l0, weight_hh_l0, weight_ih_l0"});
+}
+
+TEST_F(ToolErrorTest, WeightWithTheWrongShapeNamesBothShapes) {
+  RunArgs a;
+  a.weights = editedWeights([](TensorMap& w) { w["weight_hh_l0"] = Tensor({28, 6}); });
+  expectRunError(a, {"tensor 'weight_hh_l0' has shape [28, 6]",
+                     "expected [4*hidden_size, hidden_size] = [28, 7]"});
+}
+
+TEST_F(ToolErrorTest, WeightsOfAnotherLayerAreRefused) {
+  RunArgs a;
+  a.weights = editedWeights([](TensorMap& w) { w["weight_ih_l1"] = Tensor({28, 7}); });
+  expectRunError(a, {a.weights + ": ", "'weight_ih_l1'", "layer 1"});
+}
+
+TEST_F(ToolErrorTest, InputOfRank2) {
+  RunArgs a;
+  a.input = path("x.npy");
+  writeNpy(a.input, Tensor({4, 5}));
+  expectRunError(a, {"input 'x' has shape [4, 5]", "expected [T, B, input_size] (rank 3)"});
+}
+
+TEST_F(ToolErrorTest, InputWithTheWrongFeatureSizeNamesBothShapes) {
+  RunArgs a;
+  a.input = path("x.npy");
+  writeNpy(a.input, Tensor({4, 3, 6}));
+  expectRunError(a, {"input 'x'", "[4, 3, 6]", "has shape [3, 6]",
+                     "expected [B, input_size] = [3, 5]", "input_size = 5 from",
+                     "tensor 'weight_ih_l0'"});
+}
+
+TEST_F(ToolErrorTest, InitialStateWithTheWrongFeatureSize) {
+  RunArgs a;
+  a.extra = {"--h0", path("h0.npy")};
+  writeNpy(path("h0.npy"), Tensor({1, 3, 6}));
+  expectRunError(a, {"initial state 'h'", "has shape [3, 6]", "expected [B, hidden_size] = [3, 7]"});
+}
+
+TEST_F(ToolErrorTest, InitialStateWithTheWrongBatch) {
+  RunArgs a;
+  a.extra = {"--h0", path("h0.npy")};
+  writeNpy(path("h0.npy"), Tensor({1, 2, 7}));
+  expectRunError(a, {"initial state 'h' has shape [1, 2, 7], expected [1, 3, "});
+}
+
+TEST_F(ToolErrorTest, CellStateForGru) {
+  RunArgs a;
+  a.cell = "gru";
+  a.weights = fixtureFile("gru_small", "weights.safetensors");
+  a.input = fixtureFile("gru_small", "input.npy");
+  a.extra = {"--c0", fixtureFile("lstm_small", "c0.npy")};
+  expectRunError(a, {"--c0", "cell 'gru' has no state 'c'", "its states: h"});
+}
+
+TEST_F(ToolErrorTest, Float64Input) {
+  // np.save of np.zeros((4, 3, 5)) as float64, byte for byte.
+  std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 3, 5), }";
+  while ((10 + header.size() + 1) % 64 != 0)
+    header += ' ';
+  header += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  bytes += header + std::string(4 * 3 * 5 * sizeof(double), '\0');
+  RunArgs a;
+  a.input = path("x64.npy");
+  writeBytes(a.input, bytes);
+  expectRunError(a, {a.input + ": ", "float64", "expected '<f4' (float32)"});
+}
+
+TEST_F(ToolErrorTest, ZeroSize) {
+  RunArgs a;
+  a.extra = {"--size", "hidden_size=0"};
+  expectRunError(a, {"--size hidden_size", "'0' is not a positive integer"});
+  expectError({"dump", "lstm", "--size", "hidden_size=0"},
+              {"--size hidden_size", "'0' is not a positive integer"});
+}
+
+TEST_F(ToolErrorTest, SizeWithoutEquals) {
+  RunArgs a;
+  a.extra = {"--size", "foo"};
+  expectRunError(a, {"--size expects NAME=VALUE", "'foo'"});
+  expectError({"dump", "lstm", "--size", "foo"}, {"--size expects NAME=VALUE", "'foo'"});
+}
+
+TEST_F(ToolErrorTest, CellFileWithASyntaxErrorGivesFileLineColumn) {
+  std::string cellFile = path("typo.cell");
+  writeBytes(cellFile, "cell typo(n) {\n"
+                       "  input x[n]\n"
+                       "  state h[n]\n"
+                       "  h2 = tanh(x + h))\n"
+                       "  return h = h2; output h2\n"
+                       "}\n");
+  for (const std::string& sub : {"run", "dump"}) {
+    SCOPED_TRACE(sub);
+    ToolResult r = sub == "dump" ? run({"dump", cellFile}) : [&] {
+      RunArgs a;
+      a.cell = cellFile;
+      return run(a.args(path("out.npy")));
+    }();
+    EXPECT_EQ(r.exitCode, 1) << r;
+    // A located error starts with the location, without the tool's own `rnnc: error:` prefix.
+    EXPECT_THAT(r.err, StartsWith(cellFile + ":4:19: error: expected a statement")) << r;
+    EXPECT_THAT(r.err, HasSubstr("  h2 = tanh(x + h))\n")) << r;
+    EXPECT_THAT(r.err, HasSubstr("\n" + std::string(2 + 18, ' ') + "^\n")) << r;
+  }
+}
+
+TEST_F(ToolErrorTest, DumpOfAMissingCellFile) {
+  std::string missing = path("missing.cell");
+  expectError({"dump", missing}, {missing + ": cannot open cell file", "No such file or directory"});
+}
+
+TEST_F(ToolErrorTest, DumpOfAnUnknownName) {
+  expectError({"dump", "nothere"}, {"unknown cell 'nothere'", "lstm"});
+}
+
+} // namespace
+} // namespace rnnc
