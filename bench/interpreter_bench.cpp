@@ -53,6 +53,8 @@ BENCHMARK_CAPTURE(interpretCell, lstm, "lstm")
     ->Args({100, 64, 512, 512})
     ->Args({100, 1, 256, 256})
     ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(interpretCell, gru, "gru")->Args({100, 64, 512, 512})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(interpretCell, gru, "gru")
+    ->Args({100, 64, 512, 512})
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -21,6 +21,8 @@ HostTarget detectHostTarget() {
   return target;
 }
 
-std::string llvmVersion() { return LLVM_VERSION_STRING; }
+std::string llvmVersion() {
+  return LLVM_VERSION_STRING;
+}
 
 } // namespace rnnc::codegen

@@ -2,8 +2,8 @@
 // stay out of every other stage.
 #pragma once
 
-#include <llvm/Config/llvm-config.h>
 #include <llvm/ADT/StringMap.h>
+#include <llvm/Config/llvm-config.h>
 #include <llvm/Support/Error.h>
 #include <llvm/TargetParser/Host.h>
 #include <llvm/TargetParser/Triple.h>

@@ -45,8 +45,7 @@ struct NameInfo {
 class CellParser {
 public:
   CellParser(const std::string& source, const std::string& file)
-      : lexer_(source, file), cell_(std::make_unique<ir::Cell>()),
-        builder_(*cell_, cell_->step) {}
+      : lexer_(source, file), cell_(std::make_unique<ir::Cell>()), builder_(*cell_, cell_->step) {}
 
   std::unique_ptr<ir::Cell> parse() {
     parseHeader();
@@ -62,8 +61,8 @@ public:
     parseReturn();
     lexer_.expect("}", "to close the cell");
     if (lexer_.peek().kind != TokenKind::End)
-      lexer_.errorAt(lexer_.peek(), "unexpected " + Lexer::describe(lexer_.peek()) +
-                                        " after the end of the cell");
+      lexer_.errorAt(lexer_.peek(),
+                     "unexpected " + Lexer::describe(lexer_.peek()) + " after the end of the cell");
     checkEverythingUsed();
     ir::verify(*cell_);
     return std::move(cell_);
@@ -130,8 +129,9 @@ private:
     for (const auto& known : cell_->sizeNames)
       if (known == size.text)
         return;
-    lexer_.errorAt(size, "unknown size '" + size.text + "'; declare it in the cell header, e.g. "
-                                                        "cell " +
+    lexer_.errorAt(size, "unknown size '" + size.text +
+                             "'; declare it in the cell header, e.g. "
+                             "cell " +
                              cell_->name + "(..., " + size.text + ")");
   }
 
@@ -145,10 +145,10 @@ private:
   }
 
   static bool isReserved(const std::string& word) {
-    static const char* reserved[] = {"cell",   "input",   "state",  "param",   "return",
-                                     "output", "linear",  "chunk",  "cat",     "sigmoid",
-                                     "tanh",   "relu",    "exp",    "log",     "sqrt",
-                                     "min",    "max",     "clamp",  "dropout", "layernorm"};
+    static const char* reserved[] = {"cell",   "input",  "state", "param",   "return",
+                                     "output", "linear", "chunk", "cat",     "sigmoid",
+                                     "tanh",   "relu",   "exp",   "log",     "sqrt",
+                                     "min",    "max",    "clamp", "dropout", "layernorm"};
     for (const char* r : reserved)
       if (word == r)
         return true;
@@ -194,7 +194,8 @@ private:
     int64_t n = parseIntegerLiteral("the number of parts");
     lexer_.expect(")", "to close chunk(...)");
     if (n != count)
-      lexer_.errorAt(nToken, fmt::format("chunk into {} parts is assigned to {} name(s)", n, count));
+      lexer_.errorAt(nToken,
+                     fmt::format("chunk into {} parts is assigned to {} name(s)", n, count));
     if (value->shape.empty())
       lexer_.errorAt(x.token, "cannot chunk a scalar");
     const Dim& extent = value->shape.back();
@@ -256,8 +257,9 @@ private:
           next = n;
       if (!next)
         lexer_.errorAt(names_[state->name].definedAt,
-                       "state '" + state->name + "' is never updated: give its next value in "
-                                                 "the return statement (return " +
+                       "state '" + state->name +
+                           "' is never updated: give its next value in "
+                           "the return statement (return " +
                            state->name + " = ...)");
       cell_->updates.push_back({state.get(), next});
     }
@@ -269,9 +271,9 @@ private:
       for (const auto& arg : cell_->arguments(kind)) {
         const NameInfo& info = names_[arg->name];
         if (!info.used)
-          lexer_.errorAt(info.definedAt, std::string(kind == ir::ArgKind::Param ? "parameter"
-                                                                                : "input") +
-                                             " '" + arg->name + "' is never used");
+          lexer_.errorAt(info.definedAt,
+                         std::string(kind == ir::ArgKind::Param ? "parameter" : "input") + " '" +
+                             arg->name + "' is never used");
       }
   }
 
@@ -393,10 +395,10 @@ private:
   void checkArgCount(const Token& fn, const CallArgs& args, size_t min, size_t max,
                      const char* usage) {
     if (args.positional.size() < min || args.positional.size() > max)
-      lexer_.errorAt(fn, fmt::format("{} takes {} argument{}, got {}; usage: {}", fn.text,
-                                     min == max ? std::to_string(min)
-                                                : fmt::format("{} to {}", min, max),
-                                     max == 1 ? "" : "s", args.positional.size(), usage));
+      lexer_.errorAt(
+          fn, fmt::format("{} takes {} argument{}, got {}; usage: {}", fn.text,
+                          min == max ? std::to_string(min) : fmt::format("{} to {}", min, max),
+                          max == 1 ? "" : "s", args.positional.size(), usage));
   }
 
   void checkKeywords(const Token& fn, const CallArgs& args,
@@ -447,8 +449,7 @@ private:
       if (!(attrs.value >= 0 && attrs.value < 1))
         lexer_.errorAt(args.positional[1].token, "dropout's probability must be in [0, 1)");
       Value* x = requireValue(args.positional[0], "dropout");
-      return result(fn,
-                    withLocation(fn, [&] { return builder_.create(Op::Dropout, {x}, attrs); }));
+      return result(fn, withLocation(fn, [&] { return builder_.create(Op::Dropout, {x}, attrs); }));
     }
     if (fn.text == "linear") {
       checkArgCount(fn, args, 2, 3, "linear(x, weight) or linear(x, weight, bias)");
@@ -493,11 +494,10 @@ private:
     for (size_t i = 1; i < args.positional.size(); ++i) {
       Value* p = requireValue(args.positional[i], "layernorm");
       if (p->shape.size() != 1 || x->shape.empty() || p->shape[0] != x->shape.back())
-        lexer_.errorAt(args.positional[i].token,
-                       fmt::format("layernorm's {} must have shape [{}], got {}",
-                                   i == 1 ? "weight" : "bias",
-                                   x->shape.empty() ? "?" : x->shape.back().str(),
-                                   ir::shapeStr(p->shape)));
+        lexer_.errorAt(
+            args.positional[i].token,
+            fmt::format("layernorm's {} must have shape [{}], got {}", i == 1 ? "weight" : "bias",
+                        x->shape.empty() ? "?" : x->shape.back().str(), ir::shapeStr(p->shape)));
       y = withLocation(fn, [&] { return builder_.create(i == 1 ? Op::Mul : Op::Add, {y, p}); });
     }
     return result(fn, y);

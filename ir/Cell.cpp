@@ -68,8 +68,8 @@ void Cell::bindSizes(const SizeMap& bindings) {
       std::string known;
       for (const auto& n : sizeNames)
         known += (known.empty() ? "" : ", ") + n;
-      throw UserError("cell '" + name + "' has no size named '" + sizeName + "' (its sizes: " +
-                      (known.empty() ? "none" : known) + ")");
+      throw UserError("cell '" + name + "' has no size named '" + sizeName +
+                      "' (its sizes: " + (known.empty() ? "none" : known) + ")");
     }
     if (value <= 0)
       throw UserError("size '" + sizeName + "' must be positive, got " + std::to_string(value));
@@ -104,8 +104,8 @@ std::unique_ptr<Cell> Cell::clone() const {
       std::vector<Value*> operands;
       for (Value* operand : instr->operands)
         operands.push_back(mapped(operand));
-      auto newInstr =
-          std::make_unique<Instr>(instr->op, std::move(operands), instr->attrs, instr->result.shape);
+      auto newInstr = std::make_unique<Instr>(instr->op, std::move(operands), instr->attrs,
+                                              instr->result.shape);
       map[&instr->result] = &newInstr->result;
       to->push_back(std::move(newInstr));
     }

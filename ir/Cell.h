@@ -4,7 +4,8 @@
 // then two blocks of instructions:
 //   - `pre`: state-independent work hoisted out of the time loop. It runs once over all T*B rows
 //     of the sequence before the loop (so `B` there means T*B rows) and may use only inputs,
-//     parameters and earlier `pre` results. Every op is row-wise, so this equals running it per step.
+//     parameters and earlier `pre` results. Every op is row-wise, so this equals running it per
+//     step.
 //   - `step`: the body of the time loop, run once per time step.
 // and finally which value becomes each state's next value and which value is the step's output.
 //

@@ -29,7 +29,9 @@ Dim Dim::operator+(const Dim& other) const {
   return d;
 }
 
-Dim Dim::operator-(const Dim& other) const { return *this + other * -1; }
+Dim Dim::operator-(const Dim& other) const {
+  return *this + other * -1;
+}
 
 Dim Dim::operator*(int64_t factor) const {
   Dim d = *this;

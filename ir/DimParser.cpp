@@ -29,8 +29,8 @@ Dim parseAtom(Lexer& lexer, const SizeNameCheck& check) {
       check(name);
     return Dim::symbol(name.text);
   }
-  lexer.errorAt(token, "expected a dimension (a number or a size name), found " +
-                           Lexer::describe(token));
+  lexer.errorAt(token,
+                "expected a dimension (a number or a size name), found " + Lexer::describe(token));
 }
 
 Dim parseTerm(Lexer& lexer, const SizeNameCheck& check) {

@@ -36,8 +36,8 @@ public:
     cell_->output = parseValueRef(/*inPre=*/false);
     lexer_.expect("}", "to close the cell");
     if (lexer_.peek().kind != TokenKind::End)
-      lexer_.errorAt(lexer_.peek(), "unexpected " + Lexer::describe(lexer_.peek()) +
-                                        " after the end of the cell");
+      lexer_.errorAt(lexer_.peek(),
+                     "unexpected " + Lexer::describe(lexer_.peek()) + " after the end of the cell");
     verify(*cell_);
     return std::move(cell_);
   }
@@ -210,8 +210,8 @@ private:
       if (*op == Op::Slice) {
         if (written.empty())
           lexer_.errorAt(shapeToken, "a slice's result cannot be a scalar");
-        result = builder.slice(operands.empty() ? nullptr : operands[0], attrs.offset,
-                               written.back());
+        result =
+            builder.slice(operands.empty() ? nullptr : operands[0], attrs.offset, written.back());
       } else {
         result = builder.create(*op, operands, attrs);
       }
@@ -219,9 +219,8 @@ private:
       lexer_.errorAt(opToken, e.what());
     }
     if (result->shape != written)
-      lexer_.errorAt(shapeToken, "the shape rules give " + shapeStr(result->shape) +
-                                     " for this " + std::string(opName(*op)) + ", not " +
-                                     shapeStr(written));
+      lexer_.errorAt(shapeToken, "the shape rules give " + shapeStr(result->shape) + " for this " +
+                                     std::string(opName(*op)) + ", not " + shapeStr(written));
     values_[name] = result;
   }
 

@@ -5,15 +5,22 @@
 namespace rnnc {
 namespace {
 
-bool isIdentStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
-bool isIdentChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
-bool isDigit(char c) { return std::isdigit(static_cast<unsigned char>(c)); }
+bool isIdentStart(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_';
+}
+bool isIdentChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+bool isDigit(char c) {
+  return std::isdigit(static_cast<unsigned char>(c));
+}
 
 constexpr std::string_view kPunctuation = "()[]{},=:;+-*/@^%";
 
 } // namespace
 
-Lexer::Lexer(std::string source, std::string file) : source_(std::move(source)), file_(std::move(file)) {
+Lexer::Lexer(std::string source, std::string file)
+    : source_(std::move(source)), file_(std::move(file)) {
   size_t start = 0;
   for (size_t i = 0; i <= source_.size(); ++i)
     if (i == source_.size() || source_[i] == '\n') {
@@ -113,8 +120,7 @@ Token Lexer::next() {
 
 bool Lexer::accept(const char* punctOrWord) {
   const Token& token = peek();
-  if (token.kind == TokenKind::End || token.kind == TokenKind::Number ||
-      token.text != punctOrWord)
+  if (token.kind == TokenKind::End || token.kind == TokenKind::Number || token.text != punctOrWord)
     return false;
   next();
   return true;
@@ -122,15 +128,15 @@ bool Lexer::accept(const char* punctOrWord) {
 
 Token Lexer::expect(const char* punct, const char* context) {
   if (!peek().is(punct))
-    errorAt(peek(), std::string("expected '") + punct + "' " + context + ", found " +
-                        describe(peek()));
+    errorAt(peek(),
+            std::string("expected '") + punct + "' " + context + ", found " + describe(peek()));
   return next();
 }
 
 Token Lexer::expectWord(const char* word, const char* context) {
   if (!peek().isWord(word))
-    errorAt(peek(), std::string("expected '") + word + "' " + context + ", found " +
-                        describe(peek()));
+    errorAt(peek(),
+            std::string("expected '") + word + "' " + context + ", found " + describe(peek()));
   return next();
 }
 

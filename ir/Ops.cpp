@@ -15,14 +15,24 @@ constexpr OpInfo kOpInfo[] = {
 #include "ir/Ops.def"
 };
 
-const OpInfo& info(Op op) { return kOpInfo[static_cast<int>(op)]; }
+const OpInfo& info(Op op) {
+  return kOpInfo[static_cast<int>(op)];
+}
 
 } // namespace
 
-std::string_view opName(Op op) { return info(op).name; }
-int opArity(Op op) { return info(op).arity; }
-unsigned opTraits(Op op) { return info(op).traits; }
-AttrKind opAttrKind(Op op) { return info(op).attrs; }
+std::string_view opName(Op op) {
+  return info(op).name;
+}
+int opArity(Op op) {
+  return info(op).arity;
+}
+unsigned opTraits(Op op) {
+  return info(op).traits;
+}
+AttrKind opAttrKind(Op op) {
+  return info(op).attrs;
+}
 
 std::optional<Op> opFromName(std::string_view mnemonic) {
   for (size_t i = 0; i < std::size(kOpInfo); ++i)

@@ -36,8 +36,14 @@ int opArity(Op op); // -1: variadic
 unsigned opTraits(Op op);
 AttrKind opAttrKind(Op op);
 
-inline bool isElementwise(Op op) { return opTraits(op) & kElementwise; }
-inline bool isCommutative(Op op) { return opTraits(op) & kCommutative; }
-inline bool isView(Op op) { return opTraits(op) & kView; }
+inline bool isElementwise(Op op) {
+  return opTraits(op) & kElementwise;
+}
+inline bool isCommutative(Op op) {
+  return opTraits(op) & kCommutative;
+}
+inline bool isView(Op op) {
+  return opTraits(op) & kView;
+}
 
 } // namespace rnnc::ir

@@ -95,9 +95,13 @@ private:
 
 } // namespace
 
-std::string formatNumber(double value) { return fmt::format("{}", value); }
+std::string formatNumber(double value) {
+  return fmt::format("{}", value);
+}
 
-void print(std::ostream& os, const Cell& cell) { CellPrinter(os, cell).print(); }
+void print(std::ostream& os, const Cell& cell) {
+  CellPrinter(os, cell).print();
+}
 
 std::string toString(const Cell& cell) {
   std::ostringstream os;

@@ -5,7 +5,9 @@
 namespace rnnc::ir {
 namespace {
 
-[[noreturn]] void fail(const std::string& message) { throw ShapeError(message); }
+[[noreturn]] void fail(const std::string& message) {
+  throw ShapeError(message);
+}
 
 std::string operandList(const std::vector<const Shape*>& operands) {
   std::string out;

@@ -24,8 +24,7 @@ public:
 
 private:
   [[noreturn]] void fail(const std::string& reason) const {
-    throw UserError("invalid IR in cell '" + cell_.name + "': " + reason + "\n" +
-                    toString(cell_));
+    throw UserError("invalid IR in cell '" + cell_.name + "': " + reason + "\n" + toString(cell_));
   }
 
   bool isPerStep(const Shape& shape) const {
@@ -119,6 +118,8 @@ private:
 
 } // namespace
 
-void verify(const Cell& cell) { Verifier(cell).run(); }
+void verify(const Cell& cell) {
+  Verifier(cell).run();
+}
 
 } // namespace rnnc::ir

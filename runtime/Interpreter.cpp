@@ -18,10 +18,18 @@ using ConstMatrixMap = Eigen::Map<const RowMajor>;
 using MatrixR = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // Views a rank-0/1/2 tensor as a matrix: [] -> 1x1, [F] -> 1xF, [M, F] -> MxF.
-int64_t rowsOf(const Tensor& t) { return t.rank() == 2 ? t.dim(0) : 1; }
-int64_t colsOf(const Tensor& t) { return t.rank() == 0 ? 1 : t.shape().back(); }
-ConstMatrixMap view(const Tensor& t) { return ConstMatrixMap(t.data(), rowsOf(t), colsOf(t)); }
-MatrixMap view(Tensor& t) { return MatrixMap(t.data(), rowsOf(t), colsOf(t)); }
+int64_t rowsOf(const Tensor& t) {
+  return t.rank() == 2 ? t.dim(0) : 1;
+}
+int64_t colsOf(const Tensor& t) {
+  return t.rank() == 0 ? 1 : t.shape().back();
+}
+ConstMatrixMap view(const Tensor& t) {
+  return ConstMatrixMap(t.data(), rowsOf(t), colsOf(t));
+}
+MatrixMap view(Tensor& t) {
+  return MatrixMap(t.data(), rowsOf(t), colsOf(t));
+}
 
 // Calls f with `t` as an R x C Eigen expression, broadcasting a scalar or a row vector.
 template <class F> void broadcastTo(const Tensor& t, int64_t rows, int64_t cols, F&& f) {
@@ -41,8 +49,12 @@ template <class F> void binary(const Tensor& a, const Tensor& b, Tensor& out, F&
 }
 
 // NaN-propagating minimum and maximum, as torch.minimum/maximum, relu and clamp behave.
-float nanMin(float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); }
-float nanMax(float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+float nanMin(float a, float b) {
+  return std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b);
+}
+float nanMax(float a, float b) {
+  return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
+}
 
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
@@ -54,8 +66,8 @@ uint64_t splitmix64(uint64_t x) {
 // Everything one instruction needs to run besides its operands.
 struct EvalContext {
   const ExecutionOptions& options;
-  int64_t firstRow;  // the sequence-wide index (t*B + b) of this batch's first row
-  int dropoutIndex;  // which dropout op of the cell this is, for independent masks
+  int64_t firstRow; // the sequence-wide index (t*B + b) of this batch's first row
+  int dropoutIndex; // which dropout op of the cell this is, for independent masks
 };
 
 void dropout(const Tensor& x, Tensor& out, double p, const EvalContext& ctx) {
@@ -128,11 +140,13 @@ void evaluate(const ir::Instr& instr, const std::vector<const Tensor*>& in, Tens
   case Op::Div:
     return binary(*in[0], *in[1], out, [](auto&& x, auto&& y) { return x / y; });
   case Op::Min:
-    return binary(*in[0], *in[1], out,
-                  [](auto&& x, auto&& y) { return x.binaryExpr(y, [](float p, float q) { return nanMin(p, q); }); });
+    return binary(*in[0], *in[1], out, [](auto&& x, auto&& y) {
+      return x.binaryExpr(y, [](float p, float q) { return nanMin(p, q); });
+    });
   case Op::Max:
-    return binary(*in[0], *in[1], out,
-                  [](auto&& x, auto&& y) { return x.binaryExpr(y, [](float p, float q) { return nanMax(p, q); }); });
+    return binary(*in[0], *in[1], out, [](auto&& x, auto&& y) {
+      return x.binaryExpr(y, [](float p, float q) { return nanMax(p, q); });
+    });
   case Op::Neg:
     return unary([](auto&& x) { return -x; });
   case Op::Sigmoid:
@@ -200,8 +214,7 @@ Tensor stepRows(const Tensor& sequence, int64_t step, int64_t batch) {
 
 } // namespace
 
-Interpreter::Interpreter(const ir::Cell& cell, std::vector<Tensor> params,
-                         ExecutionOptions options)
+Interpreter::Interpreter(const ir::Cell& cell, std::vector<Tensor> params, ExecutionOptions options)
     : cell_(cell), params_(std::move(params)), options_(options) {
   RNNC_INTERNAL_CHECK(params_.size() == cell_.params.size(), "wrong number of parameters");
   for (const auto& name : cell_.sizeNames)

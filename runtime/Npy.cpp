@@ -12,6 +12,7 @@
 #include "runtime/Npy.h"
 
 #include "ir/Error.h"
+#include "runtime/FileIO.h"
 
 #include <bit>
 #include <cerrno>
@@ -40,44 +41,6 @@ constexpr size_t kAlign = 64;
 
 [[noreturn]] void fail(const std::string& path, const std::string& message) {
   throw UserError(path + ": " + message);
-}
-
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
-
-std::string readWholeFile(const std::string& path) {
-  FilePtr file(std::fopen(path.c_str(), "rb"));
-  if (!file)
-    fail(path, fmt::format("cannot open file: {}", std::strerror(errno)));
-  std::string bytes;
-  std::error_code ec;
-  if (auto size = std::filesystem::file_size(path, ec); !ec)
-    bytes.reserve(static_cast<size_t>(size));
-  char buffer[1 << 16];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0)
-    bytes.append(buffer, n);
-  // fopen succeeds on a directory; the failure (EISDIR) only shows up here.
-  if (std::ferror(file.get()))
-    fail(path, fmt::format("cannot read file: {}", std::strerror(errno)));
-  return bytes;
-}
-
-// Writes the chunks one after another, replacing any existing file.
-void writeWholeFile(const std::string& path, std::initializer_list<std::string_view> chunks) {
-  FilePtr file(std::fopen(path.c_str(), "wb"));
-  if (!file)
-    fail(path, fmt::format("cannot open file for writing: {}", std::strerror(errno)));
-  bool ok = true;
-  for (std::string_view chunk : chunks)
-    ok = ok &&
-         (chunk.empty() || std::fwrite(chunk.data(), 1, chunk.size(), file.get()) == chunk.size());
-  // fclose flushes the buffer, so a full disk may only be reported here.
-  ok = std::fclose(file.release()) == 0 && ok;
-  if (!ok)
-    fail(path, fmt::format("cannot write file: {}", std::strerror(errno)));
 }
 
 // The raw bytes of a vector's elements.
@@ -390,14 +353,14 @@ void checkShape(const TensorShape& shape, size_t valueCount) {
 } // namespace
 
 Tensor readNpyFloat32(const std::string& path) {
-  std::string bytes = readWholeFile(path);
+  std::string bytes = readFileBytes(path);
   ParsedNpy npy = parseNpy(path, bytes);
   std::string_view data = checkedData(path, npy, "<f4", sizeof(float), "x.astype(np.float32)");
   return Tensor(npy.header.shape, copyValues<float>(data));
 }
 
 Int64Array readNpyInt64(const std::string& path) {
-  std::string bytes = readWholeFile(path);
+  std::string bytes = readFileBytes(path);
   ParsedNpy npy = parseNpy(path, bytes);
   std::string_view data = checkedData(path, npy, "<i8", sizeof(int64_t), "x.astype(np.int64)");
   return Int64Array{npy.header.shape, copyValues<int64_t>(data)};
@@ -406,12 +369,12 @@ Int64Array readNpyInt64(const std::string& path) {
 void writeNpy(const std::string& path, const Tensor& tensor) {
   // A default-constructed Tensor has shape [] but no value; it must not reach a file.
   checkShape(tensor.shape(), tensor.values().size());
-  writeWholeFile(path, {npyPreamble("<f4", tensor.shape()), bytesOf(tensor.values())});
+  writeFileBytes(path, {npyPreamble("<f4", tensor.shape()), bytesOf(tensor.values())});
 }
 
 void writeNpy(const std::string& path, const Int64Array& array) {
   checkShape(array.shape, array.values.size());
-  writeWholeFile(path, {npyPreamble("<i8", array.shape), bytesOf(array.values)});
+  writeFileBytes(path, {npyPreamble("<i8", array.shape), bytesOf(array.values)});
 }
 
 } // namespace rnnc

@@ -9,6 +9,7 @@
 #include "runtime/SafeTensors.h"
 
 #include "ir/Error.h"
+#include "runtime/FileIO.h"
 
 #include <algorithm>
 #include <bit>
@@ -52,44 +53,6 @@ constexpr int kMaxJsonDepth = 16;
 [[noreturn]] void failTensor(const std::string& path, const std::string& name,
                              const std::string& message) {
   fail(path, "tensor '" + name + "': " + message);
-}
-
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
-
-std::string readWholeFile(const std::string& path) {
-  FilePtr file(std::fopen(path.c_str(), "rb"));
-  if (!file)
-    fail(path, fmt::format("cannot open file: {}", std::strerror(errno)));
-  std::string bytes;
-  std::error_code ec;
-  if (auto size = std::filesystem::file_size(path, ec); !ec)
-    bytes.reserve(static_cast<size_t>(size));
-  char buffer[1 << 16];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof buffer, file.get())) > 0)
-    bytes.append(buffer, n);
-  // fopen succeeds on a directory; the failure (EISDIR) only shows up here.
-  if (std::ferror(file.get()))
-    fail(path, fmt::format("cannot read file: {}", std::strerror(errno)));
-  return bytes;
-}
-
-// Writes the chunks one after another, replacing any existing file.
-void writeWholeFile(const std::string& path, const std::vector<std::string_view>& chunks) {
-  FilePtr file(std::fopen(path.c_str(), "wb"));
-  if (!file)
-    fail(path, fmt::format("cannot open file for writing: {}", std::strerror(errno)));
-  bool ok = true;
-  for (std::string_view chunk : chunks)
-    ok = ok &&
-         (chunk.empty() || std::fwrite(chunk.data(), 1, chunk.size(), file.get()) == chunk.size());
-  // fclose flushes the buffer, so a full disk may only be reported here.
-  ok = std::fclose(file.release()) == 0 && ok;
-  if (!ok)
-    fail(path, fmt::format("cannot write file: {}", std::strerror(errno)));
 }
 
 // A JSON value for an error message, shortened so a huge value cannot flood the terminal.
@@ -278,7 +241,7 @@ std::string u64Bytes(uint64_t value) {
 } // namespace
 
 TensorMap readSafeTensors(const std::string& path) {
-  std::string bytes = readWholeFile(path);
+  std::string bytes = readFileBytes(path);
   if (bytes.size() < 8)
     fail(path, fmt::format("truncated: the file has {} bytes, too few for the 8-byte header length "
                            "of a safetensors file",
@@ -344,7 +307,7 @@ void writeSafeTensors(const std::string& path, const TensorMap& tensors) {
   std::string length = u64Bytes(text.size());
   chunks[0] = length;
   chunks[1] = text;
-  writeWholeFile(path, chunks);
+  writeFileBytes(path, chunks);
 }
 
 } // namespace rnnc

@@ -9,8 +9,12 @@
 namespace rnnc {
 namespace {
 
-std::string describeInput(const std::string& name) { return "input '" + name + "'"; }
-std::string describeState(const std::string& name) { return "initial state '" + name + "'"; }
+std::string describeInput(const std::string& name) {
+  return "input '" + name + "'";
+}
+std::string describeState(const std::string& name) {
+  return "initial state '" + name + "'";
+}
 
 // Checks that every input is [T, B, F] with one T and one B, returning {T, B}.
 std::pair<int64_t, int64_t> checkInputs(const ir::Cell& cell, const SequenceRequest& request) {
@@ -42,8 +46,8 @@ std::pair<int64_t, int64_t> checkInputs(const ir::Cell& cell, const SequenceRequ
     }
   }
   if (steps < 1 || batch < 1)
-    throw UserError(fmt::format("input '{}' has an empty sequence or batch: T = {}, B = {}",
-                                first, steps, batch));
+    throw UserError(fmt::format("input '{}' has an empty sequence or batch: T = {}, B = {}", first,
+                                steps, batch));
   return {steps, batch};
 }
 
@@ -68,18 +72,20 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
   std::vector<ShapeObservation> observations;
   auto params = collectParameters(cell, *request.weights, request.weightsSource);
   for (size_t i = 0; i < params.size(); ++i)
-    observations.push_back({cell.params[i].get(), params[i].second->shape(),
-                            fmt::format("{}: tensor '{}'", request.weightsSource,
-                                        params[i].first)});
+    observations.push_back(
+        {cell.params[i].get(), params[i].second->shape(),
+         fmt::format("{}: tensor '{}'", request.weightsSource, params[i].first)});
   for (const auto& input : cell.inputs) {
     const Tensor& t = request.inputs.at(input->name);
-    observations.push_back({input.get(), {t.dim(1), t.dim(2)},
-                            fmt::format("{} (one step of {})", describeInput(input->name),
-                                        t.shapeString())});
+    observations.push_back(
+        {input.get(),
+         {t.dim(1), t.dim(2)},
+         fmt::format("{} (one step of {})", describeInput(input->name), t.shapeString())});
   }
   for (const auto& state : cell.states)
     if (auto it = request.initialStates.find(state->name); it != request.initialStates.end())
-      observations.push_back({state.get(), {it->second.dim(1), it->second.dim(2)},
+      observations.push_back({state.get(),
+                              {it->second.dim(1), it->second.dim(2)},
                               fmt::format("{} (one step of {})", describeState(state->name),
                                           it->second.shapeString())});
   ir::SizeMap given = request.sizes;

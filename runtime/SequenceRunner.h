@@ -18,7 +18,7 @@ struct SequenceRequest {
   std::map<std::string, Tensor> initialStates; // cell state name -> [1, B, F]; absent = zeros
   const TensorMap* weights = nullptr;
   std::string weightsSource = "weights"; // file name for error messages
-  ir::SizeMap sizes;                      // sizes given explicitly (--size)
+  ir::SizeMap sizes;                     // sizes given explicitly (--size)
   ExecutionOptions options;
 };
 

@@ -31,8 +31,8 @@ Tensor::Tensor(TensorShape shape, std::vector<float> values)
 }
 
 Tensor Tensor::reshaped(TensorShape shape) const {
-  RNNC_INTERNAL_CHECK(numElements(shape) == numel(), "reshape " + shapeString() + " to " +
-                                                         shapeToString(shape) + " changes size");
+  RNNC_INTERNAL_CHECK(numElements(shape) == numel(),
+                      "reshape " + shapeString() + " to " + shapeToString(shape) + " changes size");
   return Tensor(std::move(shape), data_);
 }
 

@@ -112,9 +112,8 @@ ir::SizeMap inferSizes(const ir::Cell& cell, const std::vector<ShapeObservation>
   }
   if (!pending.empty()) {
     std::string unknown;
-    for (const auto& [name, coeff] : pending.front().obs->value->shape[pending.front().dim]
-                                         .substitute(sizes)
-                                         .terms())
+    for (const auto& [name, coeff] :
+         pending.front().obs->value->shape[pending.front().dim].substitute(sizes).terms())
       unknown += (unknown.empty() ? "" : ", ") + name;
     throw UserError(fmt::format("cannot infer the sizes {} of cell '{}' from the shapes given; "
                                 "pass them with --size NAME=VALUE",
@@ -143,8 +142,8 @@ collectParameters(const ir::Cell& cell, const TensorMap& weights, const std::str
         have += (have.empty() ? "" : ", ") + key;
       throw UserError(fmt::format("{}: no tensor for parameter '{}' of cell '{}' (looked for "
                                   "'{}' and '{}'); the file has: {}",
-                                  source, param->name, cell.name, param->name,
-                                  param->name + "_l0", have.empty() ? "nothing" : have));
+                                  source, param->name, cell.name, param->name, param->name + "_l0",
+                                  have.empty() ? "nothing" : have));
     }
     found.emplace_back(name, &it->second);
   }

@@ -90,8 +90,8 @@ TEST(Interpreter, EveryOpMatchesPlainLoops) {
       for (int k = 0; k < n; ++k)
         a += x[r * n + k] * w[k * n + j];
       double b = std::max(a, double(s[r * n + j])) - std::min(a, 0.5) / 2;
-      double c = std::clamp(b, -0.3, 0.4) * std::max(-a, 0.0) + std::exp(-a) +
-                 std::log(1 + a * a) + std::sqrt(a * a + v[j] * v[j]);
+      double c = std::clamp(b, -0.3, 0.4) * std::max(-a, 0.0) + std::exp(-a) + std::log(1 + a * a) +
+                 std::sqrt(a * a + v[j] * v[j]);
       d[j] = c + x[r * n + j]; // chunk(cat(c, x), 2) splits exactly into c and x
       sum += d[j];
     }
@@ -217,8 +217,9 @@ TEST(Weights, OddSizedWeightCannotSolveAMultiple) {
   SequenceRequest request;
   request.weights = &weights;
   request.inputs["x"] = Tensor({2, 1, 4});
-  EXPECT_NE(errorOf([&] { runSequence(*cell, request); })
-                .find("tensor 'weight_ih' has shape [5, 4], expected [2*hidden_size, input_size]"),
+  EXPECT_NE(errorOf([&] {
+              runSequence(*cell, request);
+            }).find("tensor 'weight_ih' has shape [5, 4], expected [2*hidden_size, input_size]"),
             std::string::npos);
 }
 

@@ -56,9 +56,9 @@ INSTANTIATE_TEST_SUITE_P(AllBuiltins, BuiltinRoundTrip,
                          [](const auto& info) { return info.param; });
 
 TEST(Builtins, AreTheDocumentedSet) {
-  EXPECT_EQ(frontend::builtinCellNames(),
-            (std::vector<std::string>{"gru", "lnlstm", "lstm", "peephole_lstm", "rnn_relu",
-                                      "rnn_tanh"}));
+  EXPECT_EQ(
+      frontend::builtinCellNames(),
+      (std::vector<std::string>{"gru", "lnlstm", "lstm", "peephole_lstm", "rnn_relu", "rnn_tanh"}));
 }
 
 // A small cell in IR text with a pre block, used as the base for malformed variants.
@@ -101,11 +101,14 @@ std::string replaced(const std::string& from, const std::string& to) {
 }
 
 TEST(IRParser, RejectsAWrongWrittenShape) {
-  expectUserError([] { ir::parseIR(replaced("%1 = add %0, %h : [B, hidden_size]",
-                                            "%1 = add %0, %h : [B, 2*hidden_size]"),
-                                   "t.ir"); },
-                  "t.ir:10:23: error: the shape rules give [B, hidden_size] for this add, not "
-                  "[B, 2*hidden_size]");
+  expectUserError(
+      [] {
+        ir::parseIR(
+            replaced("%1 = add %0, %h : [B, hidden_size]", "%1 = add %0, %h : [B, 2*hidden_size]"),
+            "t.ir");
+      },
+      "t.ir:10:23: error: the shape rules give [B, hidden_size] for this add, not "
+      "[B, 2*hidden_size]");
 }
 
 TEST(IRParser, RejectsUndefinedValues) {
@@ -140,15 +143,18 @@ TEST(IRParser, RejectsRedefinitionsAndBadStructure) {
                   "the output has shape [hidden_size, hidden_size], expected [B, F]");
   expectUserError([] { ir::parseIR(std::string(kValidIR) + "junk"); },
                   "unexpected 'junk' after the end of the cell");
-  expectUserError([] { ir::parseIR(replaced("%9 = slice %8 {offset = hidden_size}",
-                                            "%9 = slice %8 {offset = 2*hidden_size}")); },
-                  "slice: [2*hidden_size : 3*hidden_size] is not within the last dimension");
+  expectUserError(
+      [] {
+        ir::parseIR(replaced("%9 = slice %8 {offset = hidden_size}",
+                             "%9 = slice %8 {offset = 2*hidden_size}"));
+      },
+      "slice: [2*hidden_size : 3*hidden_size] is not within the last dimension");
 }
 
 TEST(IRParser, RejectsUnknownSizes) {
-  expectUserError([] { ir::parseIR(replaced("param %b : [hidden_size]", "param %b : [width]"),
-                                   "t.ir"); },
-                  "t.ir:5:15: error: unknown size 'width'");
+  expectUserError(
+      [] { ir::parseIR(replaced("param %b : [hidden_size]", "param %b : [width]"), "t.ir"); },
+      "t.ir:5:15: error: unknown size 'width'");
 }
 
 // The verifier must catch what a buggy pass could leave behind, and print the IR with it.
@@ -205,10 +211,16 @@ TEST(Builder, ChecksShapesWhenANodeIsMade) {
 
 TEST(Cell, BindSizesRejectsUnknownAndNonPositiveSizes) {
   auto cell = ir::parseIR(kValidIR);
-  expectUserError([&] { cell->bindSizes({{"width", 3}}); },
-                  "cell 'tiny' has no size named 'width' (its sizes: hidden_size)");
-  expectUserError([&] { cell->bindSizes({{"hidden_size", 0}}); },
-                  "size 'hidden_size' must be positive");
+  expectUserError(
+      [&] {
+        cell->bindSizes({{"width", 3}});
+      },
+      "cell 'tiny' has no size named 'width' (its sizes: hidden_size)");
+  expectUserError(
+      [&] {
+        cell->bindSizes({{"hidden_size", 0}});
+      },
+      "size 'hidden_size' must be positive");
 }
 
 TEST(Cell, ReplaceAllUsesReachesOperandsUpdatesAndOutput) {

@@ -90,8 +90,8 @@ int bench(const BenchOptions& o) {
       sizes[name] = value;
   for (const auto& name : cell->sizeNames)
     if (!sizes.count(name))
-      throw UserError("cell '" + cell->name + "' has a size '" + name +
-                      "'; give it with --size " + name + "=VALUE");
+      throw UserError("cell '" + cell->name + "' has a size '" + name + "'; give it with --size " +
+                      name + "=VALUE");
   cell->bindSizes(sizes);
   ir::verify(*cell);
 

@@ -40,8 +40,7 @@ void requireState(const ir::Cell& cell, const std::string& state, const std::str
 
 // Collects NAME -> FILE from the shorthand options and the repeated NAME=FILE option.
 std::map<std::string, std::string> stateFiles(const ir::Cell& cell, const std::string& hFile,
-                                              const std::string& hOption,
-                                              const std::string& cFile,
+                                              const std::string& hOption, const std::string& cFile,
                                               const std::string& cOption,
                                               const std::vector<std::string>& assignments,
                                               const std::string& option) {
@@ -113,19 +112,20 @@ CommandAction addRunCommand(CLI::App& app) {
   cmd->add_option("--cell", o->cell, "Built-in cell name or .cell file")->required();
   cmd->add_option("--weights", o->weights, "Parameters (.safetensors, PyTorch state_dict names)")
       ->required();
-  cmd->add_option("--input", o->inputs, "Input sequence [T, B, I] (.npy); NAME=FILE for cells "
-                                        "with several inputs")
+  cmd->add_option("--input", o->inputs,
+                  "Input sequence [T, B, I] (.npy); NAME=FILE for cells "
+                  "with several inputs")
       ->required();
-  cmd->add_option("--output", o->output, "Where to write the outputs [T, B, H] (.npy)")
-      ->required();
+  cmd->add_option("--output", o->output, "Where to write the outputs [T, B, H] (.npy)")->required();
   cmd->add_option("--h0", o->h0, "Initial hidden state h [1, B, H] (.npy); zeros if absent");
   cmd->add_option("--c0", o->c0, "Initial cell state c [1, B, H] (.npy); zeros if absent");
   cmd->add_option("--state", o->states, "Initial value of any state: NAME=FILE (repeatable)");
   cmd->add_option("--hn", o->hn, "Where to write the final hidden state [1, B, H]");
   cmd->add_option("--cn", o->cn, "Where to write the final cell state [1, B, H]");
   cmd->add_option("--final", o->finals, "Where to write any final state: NAME=FILE (repeatable)");
-  cmd->add_option("--size", o->sizes, "Bind a named size: NAME=VALUE (repeatable); inferred "
-                                      "from the tensors otherwise");
+  cmd->add_option("--size", o->sizes,
+                  "Bind a named size: NAME=VALUE (repeatable); inferred "
+                  "from the tensors otherwise");
   cmd->add_flag("--train", o->train, "Training mode: dropout in the cell is active");
   cmd->add_option("--seed", o->seed, "Seed of the dropout masks")->default_val(0);
   return [o] { return run(*o); };
