@@ -245,8 +245,11 @@ Tensor Interpreter::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
   std::vector<const ir::Value*> perStepValues;
   for (size_t i = 0; i < cell_.inputs.size(); ++i)
     perStepValues.push_back(cell_.inputs[i].get());
+  // Pre results with a batch dimension are per-row ([T*B, F]) and read one step at a time;
+  // parameter-only ones (say b_ih + b_hh, shape [F]) are read whole.
   for (const auto& instr : cell_.pre)
-    perStepValues.push_back(&instr->result);
+    if (!instr->result.shape.empty() && instr->result.shape[0].mentions(ir::kBatchSymbol))
+      perStepValues.push_back(&instr->result);
 
   ir::SizeMap stepSizes = cell_.sizes;
   stepSizes[ir::kBatchSymbol] = batch;

@@ -12,6 +12,7 @@ using CommandAction = std::function<int()>;
 CommandAction addRunCommand(CLI::App& app);
 CommandAction addDumpCommand(CLI::App& app);
 CommandAction addBenchCommand(CLI::App& app);
+CommandAction addCompileCommand(CLI::App& app);
 CommandAction addVersionCommand(CLI::App& app);
 
 } // namespace rnnc::tools

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   std::map<std::string, rnnc::tools::CommandAction> actions = {
       {"run", rnnc::tools::addRunCommand(app)},
       {"dump", rnnc::tools::addDumpCommand(app)},
+      {"compile", rnnc::tools::addCompileCommand(app)},
       {"bench", rnnc::tools::addBenchCommand(app)},
       {"version", rnnc::tools::addVersionCommand(app)},
   };

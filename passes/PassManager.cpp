@@ -1,0 +1,72 @@
+#include "passes/PassManager.h"
+
+#include "ir/Error.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+#include "passes/CommonSubexpressionElimination.h"
+#include "passes/DeadCodeElimination.h"
+#include "passes/Premultiply.h"
+#include "passes/Simplify.h"
+
+namespace rnnc::passes {
+namespace {
+
+void checkNames(const std::set<std::string>& names, const char* option) {
+  for (const auto& name : names) {
+    bool known = false;
+    std::string list;
+    for (const Pass& pass : allPasses()) {
+      known |= pass.name == name;
+      list += (list.empty() ? "" : ", ") + pass.name;
+    }
+    if (!known)
+      throw UserError(std::string(option) + ": unknown pass '" + name + "' (passes: " + list + ")");
+  }
+}
+
+} // namespace
+
+std::vector<Pass> allPasses() {
+  return {
+      {"simplify", "constant folding and algebraic identities", simplify},
+      {"cse", "common subexpression elimination", eliminateCommonSubexpressions},
+      {"dce", "dead code elimination", eliminateDeadCode},
+      {"premultiply", "hoist state-independent matrix products and their biases out of the loop",
+       premultiply},
+      {"cleanup-cse", "common subexpression elimination after the rewrites",
+       eliminateCommonSubexpressions},
+      {"cleanup-dce", "dead code elimination after the rewrites", eliminateDeadCode},
+  };
+}
+
+std::vector<Pass> buildPipeline(const PipelineOptions& options) {
+  checkNames(options.disabled, "--disable-pass");
+  checkNames(options.printAfter, "--print-after");
+  std::vector<Pass> pipeline;
+  for (Pass& pass : allPasses()) {
+    if (options.disabled.count(pass.name) || (pass.name == "premultiply" && !options.premultiply))
+      continue;
+    pipeline.push_back(std::move(pass));
+  }
+  return pipeline;
+}
+
+void runPipeline(ir::Cell& cell, const PipelineOptions& options, std::ostream& log) {
+  ir::verify(cell);
+  for (const Pass& pass : buildPipeline(options)) {
+    bool changed = pass.run(cell);
+    // A pass that breaks the IR is a bug in rnnc, not in the user's cell.
+    try {
+      ir::verify(cell);
+    } catch (const UserError& e) {
+      throw InternalError("pass '" + pass.name + "' produced invalid IR: " + e.what());
+    }
+    if (options.printAfterAll || options.printAfter.count(pass.name)) {
+      log << "// ----- IR after " << pass.name << (changed ? "" : " (unchanged)") << " -----\n";
+      if (changed)
+        log << cell;
+    }
+  }
+}
+
+} // namespace rnnc::passes

@@ -1,0 +1,41 @@
+// The optimisation pipeline: a straight list of passes run in order, verifying the IR after each
+// and logging it on request (`--print-after-all`, `--print-after=NAME`), as Halide's Lower.cpp
+// does. Passes can be switched off by name.
+#pragma once
+
+#include "ir/Cell.h"
+
+#include <functional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace rnnc::passes {
+
+// A pass rewrites the cell in place and says whether it changed anything.
+struct Pass {
+  std::string name;
+  std::string description;
+  std::function<bool(ir::Cell&)> run;
+};
+
+struct PipelineOptions {
+  bool premultiply = true; // hoist the input projection out of the time loop
+  bool fuse = true;        // group elementwise work into fused kernels
+  std::set<std::string> disabled;
+  bool printAfterAll = false;
+  std::set<std::string> printAfter;
+};
+
+// Every pass rnnc knows, in pipeline order.
+std::vector<Pass> allPasses();
+
+// The passes the options select, in order.
+std::vector<Pass> buildPipeline(const PipelineOptions& options);
+
+// Runs the pipeline on `cell`, verifying after every pass. IR requested by the options is
+// written to `log`. Throws UserError for an unknown pass name in the options.
+void runPipeline(ir::Cell& cell, const PipelineOptions& options, std::ostream& log);
+
+} // namespace rnnc::passes

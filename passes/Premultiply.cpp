@@ -1,0 +1,162 @@
+#include "passes/Premultiply.h"
+
+#include "ir/Builder.h"
+#include "ir/Printer.h"
+#include "passes/DeadCodeElimination.h"
+
+#include <algorithm>
+
+#include <unordered_map>
+#include <unordered_set>
+
+namespace rnnc::passes {
+namespace {
+
+using ir::Op;
+
+// How far a value depends on the step: on parameters and constants only, also on the inputs, or
+// on the recurrent state. Only the last must stay in the loop.
+enum class Dependence { ParamsOnly = 0, Inputs = 1, State = 2 };
+
+class DependenceMap {
+public:
+  explicit DependenceMap(const ir::Cell& cell) {
+    for (const auto& v : cell.inputs)
+      of_[v.get()] = Dependence::Inputs;
+    for (const auto& v : cell.states)
+      of_[v.get()] = Dependence::State;
+    for (const auto& v : cell.params)
+      of_[v.get()] = Dependence::ParamsOnly;
+    for (const ir::Block* block : {&cell.pre, &cell.step})
+      for (const auto& instr : *block)
+        update(*instr);
+  }
+  void update(const ir::Instr& instr) {
+    Dependence d = Dependence::ParamsOnly;
+    for (const ir::Value* operand : instr.operands)
+      d = std::max(d, of_.at(operand));
+    of_[&instr.result] = d;
+  }
+  Dependence operator()(const ir::Value* v) const { return of_.at(v); }
+
+private:
+  std::unordered_map<const ir::Value*, Dependence> of_;
+};
+
+bool isAdd(const ir::Value* v) {
+  return !v->isArgument() && v->def->op == Op::Add;
+}
+
+// Step 1 for the add tree rooted at block[rootIndex]: its leaves are found by descending into
+// single-use adds of the root's own dependence. When two or more leaves depend on less than the
+// root, they are summed first (parameter-only ones before the rest) and the root is rebuilt as
+// `same-dependence terms + that sum`. Returns whether it rewrote; the old adds are left dead.
+bool reassociate(ir::Cell& cell, ir::Block& block, size_t rootIndex, DependenceMap& dependence) {
+  ir::Instr& root = *block[rootIndex];
+  Dependence rootDep = dependence(&root.result);
+  if (root.op != Op::Add || rootDep == Dependence::ParamsOnly)
+    return false;
+  std::vector<ir::Value*> params, inputs, same;
+  std::vector<ir::Value*> stack = {root.operands[1], root.operands[0]};
+  while (!stack.empty()) {
+    ir::Value* v = stack.back();
+    stack.pop_back();
+    if (isAdd(v) && dependence(v) == rootDep && ir::countUses(cell, v) == 1) {
+      stack.push_back(v->def->operands[1]);
+      stack.push_back(v->def->operands[0]);
+    } else if (dependence(v) == rootDep) {
+      same.push_back(v);
+    } else {
+      (dependence(v) == Dependence::ParamsOnly ? params : inputs).push_back(v);
+    }
+  }
+  if (params.size() + inputs.size() < 2)
+    return false;
+
+  ir::Builder builder(cell, block);
+  size_t at = rootIndex;
+  auto sum = [&](const std::vector<ir::Value*>& terms) {
+    ir::Value* total = terms[0];
+    for (size_t i = 1; i < terms.size(); ++i) {
+      total = builder.insert(at++, Op::Add, {total, terms[i]});
+      dependence.update(*total->def);
+    }
+    return total;
+  };
+  std::vector<ir::Value*> lower = inputs;
+  if (!params.empty())
+    lower.push_back(sum(params));
+  std::vector<ir::Value*> terms = same;
+  terms.push_back(sum(lower));
+  ir::Value* replacement = sum(terms);
+  ir::replaceAllUses(cell, &block[at]->result, replacement);
+  return true;
+}
+
+void reassociateAll(ir::Cell& cell) {
+  DependenceMap dependence(cell);
+  // Each rewrite leaves at most one lower-dependence term per tree, so this terminates.
+  for (size_t i = 0; i < cell.step.size(); ++i)
+    if (reassociate(cell, cell.step, i, dependence)) {
+      eliminateDeadCode(cell); // keeps use counts exact for the next tree
+      i = static_cast<size_t>(-1);
+    }
+}
+
+bool isMatrixProduct(const ir::Instr& instr) {
+  return instr.op == Op::Linear || instr.op == Op::MatMul;
+}
+
+// Step 2: the state-independent matrix products, the adds that combine only them and
+// parameter-only values, and every state-independent value those read.
+std::unordered_set<const ir::Instr*> chooseHoisted(const ir::Cell& cell,
+                                                   const DependenceMap& dependence) {
+  std::unordered_set<const ir::Instr*> hoisted;
+  auto isHoistedOrParamOnly = [&](const ir::Value* v) {
+    return dependence(v) == Dependence::ParamsOnly || (v->def && hoisted.count(v->def));
+  };
+  for (const auto& instr : cell.step) {
+    if (dependence(&instr->result) == Dependence::State)
+      continue;
+    bool product = isMatrixProduct(*instr) && dependence(&instr->result) == Dependence::Inputs;
+    bool biasOfHoisted =
+        (instr->op == Op::Add || instr->op == Op::Sub) &&
+        std::all_of(instr->operands.begin(), instr->operands.end(), isHoistedOrParamOnly) &&
+        std::any_of(instr->operands.begin(), instr->operands.end(), [&](const ir::Value* v) {
+          return v->def && hoisted.count(v->def) && dependence(v) == Dependence::Inputs;
+        });
+    if (product || biasOfHoisted)
+      hoisted.insert(instr.get());
+  }
+  // Everything a hoisted instruction reads from the step block must come along.
+  std::vector<const ir::Instr*> work(hoisted.begin(), hoisted.end());
+  while (!work.empty()) {
+    const ir::Instr* instr = work.back();
+    work.pop_back();
+    for (const ir::Value* operand : instr->operands)
+      if (operand->def && !hoisted.count(operand->def) &&
+          std::any_of(cell.step.begin(), cell.step.end(),
+                      [&](const auto& s) { return s.get() == operand->def; })) {
+        hoisted.insert(operand->def);
+        work.push_back(operand->def);
+      }
+  }
+  return hoisted;
+}
+
+} // namespace
+
+bool premultiply(ir::Cell& cell) {
+  std::string before = ir::toString(cell);
+  reassociateAll(cell);
+  DependenceMap dependence(cell);
+  auto hoisted = chooseHoisted(cell, dependence);
+  // Move in program order, so every hoisted instruction's operands stay defined before it.
+  ir::Block kept;
+  for (auto& instr : cell.step)
+    (hoisted.count(instr.get()) ? cell.pre : kept).push_back(std::move(instr));
+  cell.step = std::move(kept);
+  return ir::toString(cell) != before;
+}
+
+} // namespace rnnc::passes

@@ -1,0 +1,378 @@
+// Passes on IR text (IR in, expected IR out), and numerically: the reference interpreter gives
+// the same results before and after the whole pipeline.
+#include "frontend/BuiltinCells.h"
+#include "frontend/CellParser.h"
+#include "ir/Error.h"
+#include "ir/IRParser.h"
+#include "ir/Printer.h"
+#include "ir/Verifier.h"
+#include "passes/CommonSubexpressionElimination.h"
+#include "passes/DeadCodeElimination.h"
+#include "passes/PassManager.h"
+#include "passes/Premultiply.h"
+#include "passes/Simplify.h"
+#include "runtime/SequenceRunner.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <sstream>
+
+using namespace rnnc;
+
+namespace {
+
+// Parses `input`, runs `pass`, and compares the printed result with `expected` (parsed and
+// printed too, so that both sides are in canonical form).
+void checkPass(bool (*pass)(ir::Cell&), const std::string& input, const std::string& expected,
+               bool expectChanged = true) {
+  auto cell = ir::parseIR(input, "<input>");
+  bool changed = pass(*cell);
+  ir::verify(*cell);
+  EXPECT_EQ(ir::toString(*cell), ir::toString(*ir::parseIR(expected, "<expected>")));
+  EXPECT_EQ(changed, expectChanged);
+}
+
+const char* kHeader = R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %w : [n, n]
+  param %u : [n, n]
+  param %b : [n]
+  param %c : [n]
+)";
+
+std::string cell(const std::string& body) {
+  return kHeader + body + "}\n";
+}
+
+TEST(DeadCodeElimination, RemovesUnusedResultsTransitively) {
+  checkPass(passes::eliminateDeadCode, cell(R"(  step {
+    %0 = tanh %x : [B, n]
+    %1 = sigmoid %0 : [B, n]
+    %2 = add %x, %h : [B, n]
+  }
+  yield %h = %2
+  output %2
+)"),
+            cell(R"(  step {
+    %0 = add %x, %h : [B, n]
+  }
+  yield %h = %0
+  output %0
+)"));
+}
+
+TEST(DeadCodeElimination, KeepsPreResultsTheStepReads) {
+  std::string text = cell(R"(  pre {
+    %0 = linear %x, %w : [B, n]
+    %1 = tanh %x : [B, n]
+  }
+  step {
+    %2 = add %0, %h : [B, n]
+  }
+  yield %h = %2
+  output %2
+)");
+  std::string expected = cell(R"(  pre {
+    %0 = linear %x, %w : [B, n]
+  }
+  step {
+    %1 = add %0, %h : [B, n]
+  }
+  yield %h = %1
+  output %1
+)");
+  checkPass(passes::eliminateDeadCode, text, expected);
+  checkPass(passes::eliminateDeadCode, expected, expected, /*expectChanged=*/false);
+}
+
+TEST(CommonSubexpressionElimination, MergesEqualInstructionsAndCommutedOperands) {
+  checkPass(passes::eliminateCommonSubexpressions, cell(R"(  step {
+    %0 = add %x, %h : [B, n]
+    %1 = add %h, %x : [B, n]
+    %2 = sigmoid %0 : [B, n]
+    %3 = sigmoid %1 : [B, n]
+    %4 = sub %2, %3 : [B, n]
+    %5 = sub %3, %2 : [B, n]
+    %6 = const {value = 1} : []
+    %7 = const {value = 1} : []
+    %8 = mul %4, %6 : [B, n]
+    %9 = mul %5, %7 : [B, n]
+    %10 = add %8, %9 : [B, n]
+  }
+  yield %h = %10
+  output %10
+)"),
+            cell(R"(  step {
+    %0 = add %x, %h : [B, n]
+    %1 = add %h, %x : [B, n]
+    %2 = sigmoid %0 : [B, n]
+    %3 = sigmoid %0 : [B, n]
+    %4 = sub %2, %2 : [B, n]
+    %5 = sub %2, %2 : [B, n]
+    %6 = const {value = 1} : []
+    %7 = const {value = 1} : []
+    %8 = mul %4, %6 : [B, n]
+    %9 = mul %4, %6 : [B, n]
+    %10 = add %8, %8 : [B, n]
+  }
+  yield %h = %10
+  output %10
+)"));
+}
+
+TEST(CommonSubexpressionElimination, KeepsDifferentAttributesApart) {
+  std::string text = cell(R"(  step {
+    %0 = slice %x {offset = 0} : [B, n]
+    %1 = clamp %0 {lo = -1, hi = 1} : [B, n]
+    %2 = clamp %0 {lo = -1, hi = 2} : [B, n]
+    %3 = add %1, %2 : [B, n]
+  }
+  yield %h = %3
+  output %3
+)");
+  checkPass(passes::eliminateCommonSubexpressions, text, text, /*expectChanged=*/false);
+}
+
+TEST(Simplify, FoldsConstantsAndIdentities) {
+  checkPass(passes::simplify, cell(R"(  step {
+    %0 = const {value = 2} : []
+    %1 = const {value = 3} : []
+    %2 = mul %0, %1 : []
+    %3 = const {value = 6} : []
+    %4 = sub %2, %3 : []
+    %5 = add %x, %4 : [B, n]
+    %6 = const {value = 1} : []
+    %7 = mul %6, %5 : [B, n]
+    %8 = neg %7 : [B, n]
+    %9 = neg %8 : [B, n]
+    %10 = concat %9 : [B, n]
+    %11 = slice %10 {offset = 0} : [B, n]
+  }
+  yield %h = %11
+  output %11
+)"),
+            cell(R"(  step {
+    %0 = const {value = 2} : []
+    %1 = const {value = 3} : []
+    %2 = const {value = 6} : []
+    %3 = mul %0, %1 : []
+    %4 = const {value = 6} : []
+    %5 = const {value = 0} : []
+    %6 = sub %2, %4 : []
+    %7 = add %x, %5 : [B, n]
+    %8 = const {value = 1} : []
+    %9 = mul %8, %x : [B, n]
+    %10 = neg %x : [B, n]
+    %11 = neg %10 : [B, n]
+    %12 = concat %x : [B, n]
+    %13 = slice %x {offset = 0} : [B, n]
+  }
+  yield %h = %x
+  output %x
+)"));
+}
+
+TEST(Simplify, KeepsBroadcastingIdentitiesAndMultiplicationByZero) {
+  // x * 0 is not 0 for x = inf or NaN; b + 0 with b of shape [n] would change the result shape
+  // if the zero were [B, n], but here the zero is a scalar, so that is fine to drop.
+  std::string text = cell(R"(  step {
+    %0 = const {value = 0} : []
+    %1 = mul %x, %0 : [B, n]
+    %2 = add %1, %h : [B, n]
+  }
+  yield %h = %2
+  output %2
+)");
+  checkPass(passes::simplify, text, text, /*expectChanged=*/false);
+}
+
+TEST(Simplify, ReadsThePartOfAConcatASliceSelects) {
+  checkPass(passes::simplify, cell(R"(  step {
+    %0 = concat %x, %h : [B, 2*n]
+    %1 = slice %0 {offset = n} : [B, n]
+  }
+  yield %h = %1
+  output %1
+)"),
+            cell(R"(  step {
+    %0 = concat %x, %h : [B, 2*n]
+    %1 = slice %0 {offset = n} : [B, n]
+  }
+  yield %h = %h
+  output %h
+)"));
+}
+
+TEST(Premultiply, HoistsTheInputProjectionAndFoldsBiases) {
+  checkPass(passes::premultiply, cell(R"(  step {
+    %0 = linear %x, %w : [B, n]
+    %1 = add %0, %b : [B, n]
+    %2 = linear %h, %u : [B, n]
+    %3 = add %2, %c : [B, n]
+    %4 = add %1, %3 : [B, n]
+    %5 = tanh %4 : [B, n]
+  }
+  yield %h = %5
+  output %5
+)"),
+            cell(R"(  pre {
+    %0 = linear %x, %w : [B, n]
+    %1 = add %b, %c : [n]
+    %2 = add %0, %1 : [B, n]
+  }
+  step {
+    %3 = linear %h, %u : [B, n]
+    %4 = add %3, %2 : [B, n]
+    %5 = tanh %4 : [B, n]
+  }
+  yield %h = %5
+  output %5
+)"));
+}
+
+TEST(Premultiply, LeavesStateDependentWorkAndIsIdempotent) {
+  std::string text = cell(R"(  pre {
+    %0 = linear %x, %w : [B, n]
+  }
+  step {
+    %1 = linear %h, %u : [B, n]
+    %2 = add %1, %0 : [B, n]
+    %3 = sigmoid %x : [B, n]
+    %4 = mul %2, %3 : [B, n]
+  }
+  yield %h = %4
+  output %4
+)");
+  checkPass(passes::premultiply, text, text, /*expectChanged=*/false);
+}
+
+TEST(PassManager, PrintsAfterEachPassAndRejectsUnknownNames) {
+  auto lstm = frontend::loadCell("lstm");
+  passes::PipelineOptions options;
+  options.printAfterAll = true;
+  std::ostringstream log;
+  passes::runPipeline(*lstm, options, log);
+  EXPECT_NE(log.str().find("// ----- IR after simplify (unchanged) -----"), std::string::npos);
+  EXPECT_NE(log.str().find("// ----- IR after premultiply -----\ncell @lstm"), std::string::npos);
+  ASSERT_EQ(lstm->pre.size(), 3u) << ir::toString(*lstm);
+  EXPECT_EQ(lstm->pre[1]->op, ir::Op::Add);
+  EXPECT_EQ(lstm->pre[1]->operands[0]->name, "bias_ih");
+  EXPECT_EQ(lstm->pre[1]->operands[1]->name, "bias_hh");
+
+  options.disabled = {"premul"};
+  EXPECT_THROW(passes::runPipeline(*lstm, options, log), UserError);
+}
+
+TEST(PassManager, NoPremulKeepsEverythingInTheLoop) {
+  auto lstm = frontend::loadCell("lstm");
+  passes::PipelineOptions options;
+  options.premultiply = false;
+  std::ostringstream log;
+  passes::runPipeline(*lstm, options, log);
+  EXPECT_TRUE(lstm->pre.empty());
+}
+
+// ---- Numerics: the optimised cell computes what the original computes ----------------------
+
+const char* kFourGateLstm = R"(cell lstm4(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size], c[hidden_size]
+  param w_ii[hidden_size, input_size], w_if[hidden_size, input_size]
+  param w_ig[hidden_size, input_size], w_io[hidden_size, input_size]
+  param w_hi[hidden_size, hidden_size], w_hf[hidden_size, hidden_size]
+  param w_hg[hidden_size, hidden_size], w_ho[hidden_size, hidden_size]
+  param b_i[hidden_size], b_f[hidden_size], b_g[hidden_size], b_o[hidden_size]
+  i = sigmoid(linear(x, w_ii) + linear(h, w_hi) + b_i)
+  f = sigmoid(linear(x, w_if, b_f) + linear(h, w_hf))
+  g = tanh(b_g + x @ w_ig^T + h @ w_hg^T)
+  o = sigmoid(linear(h, w_ho) + (linear(x, w_io) + b_o))
+  c2 = f * c + i * g
+  h2 = o * tanh(c2)
+  return h = h2, c = c2; output h2
+})";
+
+const char* kLayerNormCell = R"(cell ln(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size], g[hidden_size], b[hidden_size]
+  z = layernorm(x @ w^T + 1 - 1, g, b) + layernorm(h @ u^T) * 0.5
+  h2 = clamp(z, -2, 2) * 1 + 0
+  return h = h2; output h2
+})";
+
+struct NumericCase {
+  std::string name, source; // built-in name, or cell text
+};
+
+class PipelineNumerics : public testing::TestWithParam<NumericCase> {};
+
+TEST_P(PipelineNumerics, OptimisedEqualsUnoptimisedOnRandomSizes) {
+  const NumericCase& param = GetParam();
+  auto original = param.source.empty() ? frontend::loadCell(param.name)
+                                       : frontend::parseCell(param.source, param.name + ".cell");
+  auto optimised = original->clone();
+  std::ostringstream log;
+  passes::runPipeline(*optimised, {}, log);
+
+  std::mt19937 rng(std::hash<std::string>()(param.name));
+  std::uniform_real_distribution<float> dist(-0.5f, 0.5f);
+  auto random = [&](TensorShape shape) {
+    Tensor t(std::move(shape));
+    for (float& v : t.values())
+      v = dist(rng);
+    return t;
+  };
+  for (auto [steps, batch, inputSize, hidden] :
+       {std::tuple{1, 1, 1, 1}, std::tuple{5, 3, 2, 17}, std::tuple{7, 5, 9, 3}}) {
+    ir::SizeMap sizes = {{"input_size", inputSize}, {"hidden_size", hidden}, {"B", batch}};
+    TensorMap weights;
+    for (const auto& p : original->params) {
+      TensorShape shape;
+      for (const ir::Dim& d : p->shape)
+        shape.push_back(*d.evaluate(sizes));
+      weights[p->name] = random(shape);
+    }
+    SequenceRequest request;
+    request.weights = &weights;
+    request.inputs["x"] = random({steps, batch, inputSize});
+    for (const auto& s : original->states)
+      request.initialStates[s->name] = random({1, batch, hidden});
+    SequenceResult expected = runSequence(*original, request);
+    SequenceResult actual = runSequence(*optimised, request);
+    for (int64_t i = 0; i < expected.output.numel(); ++i)
+      ASSERT_NEAR(actual.output.data()[i], expected.output.data()[i], 1e-5)
+          << "T=" << steps << " B=" << batch << " hidden=" << hidden << " element " << i;
+    for (const auto& [name, state] : expected.finalStates)
+      for (int64_t i = 0; i < state.numel(); ++i)
+        ASSERT_NEAR(actual.finalStates.at(name).data()[i], state.data()[i], 1e-5) << name;
+  }
+}
+
+std::vector<NumericCase> numericCases() {
+  std::vector<NumericCase> cases;
+  for (const auto& name : frontend::builtinCellNames())
+    cases.push_back({name, ""});
+  cases.push_back({"four_gate_lstm", kFourGateLstm});
+  cases.push_back({"layernorm_cell", kLayerNormCell});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cells, PipelineNumerics, testing::ValuesIn(numericCases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(Premultiply, HoistsAllFourGateProjectionsOfASeparateGateLstm) {
+  auto cell = frontend::parseCell(kFourGateLstm, "lstm4.cell");
+  std::ostringstream log;
+  passes::runPipeline(*cell, {}, log);
+  int hoisted = 0, inLoop = 0;
+  for (const auto& instr : cell->pre)
+    hoisted += instr->op == ir::Op::Linear;
+  for (const auto& instr : cell->step)
+    inLoop += instr->op == ir::Op::Linear;
+  EXPECT_EQ(hoisted, 4) << ir::toString(*cell);
+  EXPECT_EQ(inLoop, 4) << ir::toString(*cell);
+}
+
+} // namespace
