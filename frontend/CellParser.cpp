@@ -137,9 +137,13 @@ private:
 
   void checkNotDefined(const Token& name) {
     auto it = names_.find(name.text);
-    if (it != names_.end())
-      lexer_.errorAt(name, fmt::format("'{}' is already defined at line {}, column {}", name.text,
+    if (it != names_.end()) {
+      std::string what =
+          it->second.isArgument ? std::string(ir::argKindName(it->second.value->argKind)) : "value";
+      lexer_.errorAt(name, fmt::format("'{}' is already defined as a{} {} at line {}, column {}",
+                                       name.text, what == "input" ? "n" : "", what,
                                        it->second.definedAt.line, it->second.definedAt.col));
+    }
     if (isReserved(name.text))
       lexer_.errorAt(name, "'" + name.text + "' is a reserved word");
   }
@@ -326,8 +330,8 @@ private:
       Token t = lexer_.expectIdentifier("'T' after '^' (transpose)");
       if (t.text != "T")
         lexer_.errorAt(t, "only '^T' (transpose) is supported after '^'");
-      if (!x.value || x.value->shape.size() != 2)
-        lexer_.errorAt(caret, "only a matrix can be transposed");
+      if (!x.value || x.value->shape.size() != 2 || x.value->shape[0].mentions(ir::kBatchSymbol))
+        lexer_.errorAt(caret, "only a weight matrix (a param of rank 2) can be transposed");
       x.transposed = true;
     }
     return x;

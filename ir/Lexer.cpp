@@ -100,10 +100,12 @@ void Lexer::tokenize() {
     advance(end - i);
     tokens_.push_back(std::move(token));
   }
+  // Errors at the end of the file point just after the last token, on a line that exists.
   Token endToken;
   endToken.kind = TokenKind::End;
-  endToken.line = line;
-  endToken.col = col;
+  endToken.line = tokens_.empty() ? 1 : tokens_.back().line;
+  endToken.col =
+      tokens_.empty() ? 1 : tokens_.back().col + static_cast<int>(tokens_.back().text.size());
   tokens_.push_back(endToken);
 }
 

@@ -28,6 +28,10 @@ Shape inferMatrixProduct(Op op, const Shape& x, const Shape& w) {
   requireRank(op, x, 2, 2, "the left operand");
   requireRank(op, w, 2, 2, "the weight");
   // linear: x[M, K] @ W[N, K]^T; matmul: x[M, K] @ W[K, N].
+  for (const Dim& d : w)
+    if (d.mentions(kBatchSymbol))
+      fail(fmt::format("{}: the right operand {} must be a weight, without the batch dimension B",
+                       opName(op), shapeStr(w)));
   const Dim& k = op == Op::Linear ? w[1] : w[0];
   const Dim& n = op == Op::Linear ? w[0] : w[1];
   if (x[1] != k)

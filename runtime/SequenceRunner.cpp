@@ -64,8 +64,10 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
                                   "state of that name",
                                   name, cell.name));
     if (tensor.rank() != 3 || tensor.dim(0) != 1 || tensor.dim(1) != batch)
-      throw UserError(fmt::format("{} has shape {}, expected [1, {}, {}]", describeState(name),
-                                  tensor.shapeString(), batch, state->shape[1].str()));
+      throw UserError(fmt::format("{} has shape {}, expected [1, B, {}] with B = {} from the "
+                                  "inputs",
+                                  describeState(name), tensor.shapeString(), state->shape[1].str(),
+                                  batch));
   }
 
   // Infer the sizes from everything the user gave, weights first so their names show in errors.
@@ -78,16 +80,14 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
   for (const auto& input : cell.inputs) {
     const Tensor& t = request.inputs.at(input->name);
     observations.push_back(
-        {input.get(),
-         {t.dim(1), t.dim(2)},
-         fmt::format("{} (one step of {})", describeInput(input->name), t.shapeString())});
+        {input.get(), {t.dim(1), t.dim(2)}, describeInput(input->name), {{"T", t.dim(0)}}});
   }
   for (const auto& state : cell.states)
     if (auto it = request.initialStates.find(state->name); it != request.initialStates.end())
       observations.push_back({state.get(),
                               {it->second.dim(1), it->second.dim(2)},
-                              fmt::format("{} (one step of {})", describeState(state->name),
-                                          it->second.shapeString())});
+                              describeState(state->name),
+                              {{"1", 1}}});
   ir::SizeMap given = request.sizes;
   given[ir::kBatchSymbol] = batch;
   ir::SizeMap sizes = inferSizes(cell, observations, given);

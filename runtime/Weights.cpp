@@ -12,13 +12,30 @@
 namespace rnnc {
 namespace {
 
-std::string numericShape(const ir::Shape& shape, const ir::SizeMap& sizes) {
-  std::string out = "[";
+// The declared shape with the leading dimensions, symbolic and (as far as known) numeric.
+std::string expectedShape(const ShapeObservation& obs, const ir::SizeMap& sizes) {
+  std::string symbolic = "[", numeric = "[";
+  for (const auto& [name, value] : obs.leading) {
+    symbolic += name + ", ";
+    numeric += std::to_string(value) + ", ";
+  }
+  const ir::Shape& shape = obs.value->shape;
   for (size_t i = 0; i < shape.size(); ++i) {
     auto value = shape[i].evaluate(sizes);
-    out += (i ? ", " : "") + (value ? std::to_string(*value) : "?");
+    symbolic += (i ? ", " : "") + shape[i].str();
+    numeric += (i ? ", " : "") + (value ? std::to_string(*value) : shape[i].str());
   }
-  return out + "]";
+  symbolic += "]";
+  numeric += "]";
+  return symbolic == numeric ? symbolic : symbolic + " = " + numeric;
+}
+
+std::string actualShape(const ShapeObservation& obs) {
+  TensorShape full;
+  for (const auto& entry : obs.leading)
+    full.push_back(entry.second);
+  full.insert(full.end(), obs.actual.begin(), obs.actual.end());
+  return shapeToString(full);
 }
 
 struct LayerSuffix {
@@ -61,8 +78,8 @@ ir::SizeMap inferSizes(const ir::Cell& cell, const std::vector<ShapeObservation>
     const ir::Shape& declared = obs.value->shape;
     if (declared.size() != obs.actual.size())
       throw UserError(fmt::format("{} has shape {}, expected {} (rank {})", obs.what,
-                                  shapeToString(obs.actual), ir::shapeStr(declared),
-                                  declared.size()));
+                                  actualShape(obs), expectedShape(obs, {}),
+                                  declared.size() + obs.leading.size()));
     for (size_t d = 0; d < declared.size(); ++d)
       pending.push_back({&obs, d});
   }
@@ -80,9 +97,8 @@ ir::SizeMap inferSizes(const ir::Cell& cell, const std::vector<ShapeObservation>
         if (sizes.count(name) && explained.insert(name).second)
           reasons += fmt::format("; {} = {} from {}", name, sizes.at(name), source[name]);
     }
-    return UserError(fmt::format("{} has shape {}, expected {} = {}{}", obs.what,
-                                 shapeToString(obs.actual), ir::shapeStr(obs.value->shape),
-                                 numericShape(obs.value->shape, sizes), reasons));
+    return UserError(fmt::format("{} has shape {}, expected {}{}", obs.what, actualShape(obs),
+                                 expectedShape(obs, sizes), reasons));
   };
 
   bool progress = true;

@@ -16,6 +16,10 @@ struct ShapeObservation {
   const ir::Value* value = nullptr;
   TensorShape actual; // for inputs and states the per-step shape [B, F]
   std::string what;
+  // Leading dimensions of the user's tensor that are not part of the value's shape, named and
+  // with their size, so that errors show the whole tensor: {"T", 100} for an input [T, B, F],
+  // {"1", 1} for an initial state [1, B, F].
+  std::vector<std::pair<std::string, int64_t>> leading = {};
 };
 
 // Solves the cell's sizes (and B) from the observations, starting from `given` (e.g. --size).

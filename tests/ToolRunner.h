@@ -46,9 +46,15 @@ public:
     ToolResult result;
     result.command = quote(tool_);
     for (const std::string& arg : args)
-      result.command += " " + quote(arg);
-    const std::string shell = "cd " + quote(dir_.string()) + " && " + result.command + " >" +
-                              quote(outFile.string()) + " 2>" + quote(errFile.string());
+      result.command.append(" ").append(quote(arg)); // not `" " + ...`: GCC 12 -Wrestrict noise
+    std::string shell = "cd ";
+    shell.append(quote(dir_.string()))
+        .append(" && ")
+        .append(result.command)
+        .append(" >")
+        .append(quote(outFile.string()))
+        .append(" 2>")
+        .append(quote(errFile.string()));
     const int status = std::system(shell.c_str());
     if (status != -1 && WIFEXITED(status))
       result.exitCode = WEXITSTATUS(status);

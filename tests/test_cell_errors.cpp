@@ -6,7 +6,8 @@
 //
 // Every `# expect:` line's text must appear in the UserError's message, with `{file}` replaced by
 // the path given to the parser. The message must also show the source line with a caret under
-// the column it names. To add a case, drop a new .cell file in tests/errors/ and run
+// the column it names.
+// To add a case, drop a new .cell file in tests/errors/ and run
 // `build/tools/rnnc dump tests/errors/<name>.cell` to see what it reports.
 #include "frontend/CellParser.h"
 #include "ir/Error.h"
@@ -15,8 +16,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -50,30 +53,34 @@ std::vector<std::string> splitLines(const std::string& text) {
   return lines;
 }
 
-// The `# expect: <text>` lines of the file's leading comment block, with {file} replaced.
-std::vector<std::string> expectations(const std::string& path) {
+struct Header {
+  std::vector<std::string> expected; // the `# expect: <text>` lines, {file} replaced
+};
+
+// Reads the directives in the file's leading comment block.
+Header readHeader(const std::string& path) {
   std::ifstream in(path);
-  std::vector<std::string> out;
-  const std::string prefix = "# expect: ";
+  Header header;
+  const std::string expect = "# expect: ";
   for (std::string line; std::getline(in, line) && line.rfind("#", 0) == 0;) {
-    if (line.rfind(prefix, 0) != 0)
+    if (line.rfind(expect, 0) != 0)
       continue;
-    std::string text = line.substr(prefix.size());
+    std::string text = line.substr(expect.size());
     while (!text.empty() && (text.back() == ' ' || text.back() == '\r'))
       text.pop_back();
     for (size_t at; (at = text.find("{file}")) != std::string::npos;)
       text.replace(at, 6, path);
-    out.push_back(text);
+    header.expected.push_back(text);
   }
-  return out;
+  return header;
 }
 
 class CellErrorFile : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(CellErrorFile, ReportsTheExpectedError) {
   const std::string path = (kErrorsDir / (GetParam() + ".cell")).string();
-  const std::vector<std::string> expected = expectations(path);
-  ASSERT_FALSE(expected.empty()) << path << " has no '# expect: <text>' line in its header";
+  const Header header = readHeader(path);
+  ASSERT_FALSE(header.expected.empty()) << path << " has no '# expect: <text>' line in its header";
 
   std::string message;
   try {
@@ -82,7 +89,7 @@ TEST_P(CellErrorFile, ReportsTheExpectedError) {
   } catch (const UserError& e) {
     message = e.what();
   }
-  for (const std::string& text : expected)
+  for (const std::string& text : header.expected)
     EXPECT_THAT(message, HasSubstr(text));
 
   // `file:line:col: error: ...`, then the source line, then a caret under `col`.
@@ -92,17 +99,18 @@ TEST_P(CellErrorFile, ReportsTheExpectedError) {
       << message;
   std::vector<std::string> lines = splitLines(message);
   ASSERT_EQ(lines.size(), 3u) << message;
-  std::vector<std::string> source = splitLines(
-      std::string(std::istreambuf_iterator<char>(std::ifstream(path).rdbuf()), {}) + "\n");
-  if (line <= static_cast<int>(source.size()))
-    EXPECT_EQ(lines[1], "  " + source[line - 1]) << message;
+  std::vector<std::string> source =
+      splitLines(std::string(std::istreambuf_iterator<char>(std::ifstream(path).rdbuf()), {}));
+  ASSERT_GE(line, 1) << message;
+  ASSERT_LE(line, static_cast<int>(source.size())) << message;
+  EXPECT_EQ(lines[1], "  " + source[line - 1]) << message;
   const std::string& caretLine = lines[2];
   size_t caret = caretLine.find('^');
   ASSERT_NE(caret, std::string::npos) << "no caret line:\n" << message;
   EXPECT_EQ(caretLine.find_first_not_of(" \t"), caret) << message;
-  EXPECT_EQ(static_cast<int>(caret), 2 + col - 1) << "the caret is not under column " << col
-                                                  << ":\n"
-                                                  << message;
+  EXPECT_EQ(static_cast<int>(caret), 2 + col - 1)
+      << "the caret is not under column " << col << ":\n"
+      << message;
 }
 
 INSTANTIATE_TEST_SUITE_P(Files, CellErrorFile, ::testing::ValuesIn(errorCases()),
@@ -111,7 +119,7 @@ INSTANTIATE_TEST_SUITE_P(Files, CellErrorFile, ::testing::ValuesIn(errorCases())
                          });
 
 TEST(CellErrorFiles, TheFolderHasACaseForEachKindOfError) {
-  EXPECT_GE(errorCases().size(), 28u);
+  EXPECT_GE(errorCases().size(), 32u);
 }
 
 TEST(CellErrorFiles, AMissingFileIsAUserError) {

@@ -195,8 +195,8 @@ TEST(Weights, InputFeatureMismatchNamesTheInput) {
   request.weights = &weights;
   request.inputs["x"] = Tensor({2, 1, 5});
   EXPECT_EQ(errorOf([&] { runSequence(*cell, request); }),
-            "input 'x' (one step of [2, 1, 5]) has shape [1, 5], expected [B, input_size] = "
-            "[1, 4]; input_size = 4 from weights: tensor 'weight_ih'");
+            "input 'x' has shape [2, 1, 5], expected [T, B, input_size] = [2, 1, 4]; "
+            "input_size = 4 from weights: tensor 'weight_ih'");
 }
 
 TEST(Weights, MissingTensorListsWhatTheFileHas) {

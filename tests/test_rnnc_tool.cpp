@@ -158,8 +158,12 @@ TEST_F(ToolTest, AbsentInitialStatesAreZeros) {
   const std::string name = "lstm_small";
   const TensorShape stateShape = readNpyFloat32(fixtureFile(name, "h0.npy")).shape();
   writeNpy(path("zeros.npy"), Tensor(stateShape, 0.0f));
-  const std::vector<std::string> common = {"run", "--cell", "lstm", "--weights",
-                                           fixtureFile(name, "weights.safetensors"), "--input",
+  const std::vector<std::string> common = {"run",
+                                           "--cell",
+                                           "lstm",
+                                           "--weights",
+                                           fixtureFile(name, "weights.safetensors"),
+                                           "--input",
                                            fixtureFile(name, "input.npy")};
 
   std::vector<std::string> implicit = common;
@@ -169,10 +173,9 @@ TEST_F(ToolTest, AbsentInitialStatesAreZeros) {
   ASSERT_EQ(r.exitCode, 0) << r;
 
   std::vector<std::string> explicitZeros = common;
-  explicitZeros.insert(explicitZeros.end(),
-                       {"--h0", path("zeros.npy"), "--c0", path("zeros.npy"), "--output",
-                        path("out_zeros.npy"), "--hn", path("hn_zeros.npy"), "--cn",
-                        path("cn_zeros.npy")});
+  explicitZeros.insert(explicitZeros.end(), {"--h0", path("zeros.npy"), "--c0", path("zeros.npy"),
+                                             "--output", path("out_zeros.npy"), "--hn",
+                                             path("hn_zeros.npy"), "--cn", path("cn_zeros.npy")});
   r = run(explicitZeros);
   ASSERT_EQ(r.exitCode, 0) << r;
 
@@ -184,8 +187,10 @@ TEST_F(ToolTest, AbsentInitialStatesAreZeros) {
     SCOPED_TRACE(file);
     Tensor implicitResult = readNpyFloat32(path(std::string(file) + "_implicit.npy"));
     Tensor zerosResult = readNpyFloat32(path(std::string(file) + "_zeros.npy"));
-    EXPECT_EQ(implicitResult.shape(), zerosResult.shape());
-    EXPECT_EQ(implicitResult.values(), zerosResult.values());
+    ASSERT_EQ(implicitResult.shape(), zerosResult.shape());
+    // Not bit for bit: today the last bit of a result can depend on the heap addresses of the
+    // tensors (Eigen's unaligned maps), which differ between the two runs.
+    EXPECT_LE(maxAbsDiff(implicitResult, zerosResult), 1e-6f);
   }
   // The fixture's own initial state is random, so its results must differ from these.
   EXPECT_GT(maxAbsDiff(out, readNpyFloat32(fixtureFile(name, "output.npy"))), 1e-3f);
@@ -225,7 +230,7 @@ TEST_F(ToolTest, EachSubcommandHasHelpListingItsOptions) {
 TEST_F(ToolTest, NoSubcommandIsAnError) {
   ToolResult r = run({});
   EXPECT_NE(r.exitCode, 0) << r;
-  EXPECT_LT(r.exitCode, 128) << "a crash, not a usage error" << r;
+  EXPECT_LT(r.exitCode, 128) << "killed by a signal rather than a usage error" << r;
   EXPECT_THAT(r.err, HasSubstr("subcommand")) << r;
 }
 
@@ -262,8 +267,8 @@ struct RunArgs {
   std::string input = fixtureFile("lstm_small", "input.npy");
   std::vector<std::string> extra;
   std::vector<std::string> args(const std::string& output) const {
-    std::vector<std::string> out = {"run",     "--cell",  cell,      "--weights", weights,
-                                    "--input", input,     "--output", output};
+    std::vector<std::string> out = {"run",     "--cell", cell,       "--weights", weights,
+                                    "--input", input,    "--output", output};
     out.insert(out.end(), extra.begin(), extra.end());
     return out;
   }
@@ -289,7 +294,8 @@ protected:
 TEST_F(ToolErrorTest, UnknownCellNameListsTheBuiltins) {
   RunArgs a;
   a.cell = "lsmt";
-  expectRunError(a, {"unknown cell 'lsmt'", "gru, lnlstm, lstm, peephole_lstm, rnn_relu, rnn_tanh"});
+  expectRunError(a,
+                 {"unknown cell 'lsmt'", "gru, lnlstm, lstm, peephole_lstm, rnn_relu, rnn_tanh"});
 }
 
 TEST_F(ToolErrorTest, MissingWeightsFile) {
@@ -337,23 +343,25 @@ TEST_F(ToolErrorTest, InputWithTheWrongFeatureSizeNamesBothShapes) {
   RunArgs a;
   a.input = path("x.npy");
   writeNpy(a.input, Tensor({4, 3, 6}));
-  expectRunError(a, {"input 'x'", "[4, 3, 6]", "has shape [3, 6]",
-                     "expected [B, input_size] = [3, 5]", "input_size = 5 from",
-                     "tensor 'weight_ih_l0'"});
+  expectRunError(a, {"input 'x' has shape [4, 3, 6]", "expected [T, B, input_size] = [4, 3, 5]",
+                     "input_size = 5 from", "tensor 'weight_ih_l0'"});
 }
 
 TEST_F(ToolErrorTest, InitialStateWithTheWrongFeatureSize) {
   RunArgs a;
   a.extra = {"--h0", path("h0.npy")};
   writeNpy(path("h0.npy"), Tensor({1, 3, 6}));
-  expectRunError(a, {"initial state 'h'", "has shape [3, 6]", "expected [B, hidden_size] = [3, 7]"});
+  expectRunError(
+      a, {"initial state 'h' has shape [1, 3, 6]", "expected [1, B, hidden_size] = [1, 3, 7]"});
 }
 
 TEST_F(ToolErrorTest, InitialStateWithTheWrongBatch) {
   RunArgs a;
   a.extra = {"--h0", path("h0.npy")};
   writeNpy(path("h0.npy"), Tensor({1, 2, 7}));
-  expectRunError(a, {"initial state 'h' has shape [1, 2, 7], expected [1, 3, "});
+  expectRunError(a,
+                 {"initial state 'h' has shape [1, 2, 7], expected [1, B, hidden_size] with B = 3 "
+                  "from the inputs"});
 }
 
 TEST_F(ToolErrorTest, CellStateForGru) {
@@ -404,13 +412,12 @@ TEST_F(ToolErrorTest, CellFileWithASyntaxErrorGivesFileLineColumn) {
                        "  h2 = tanh(x + h))\n"
                        "  return h = h2; output h2\n"
                        "}\n");
-  for (const std::string& sub : {"run", "dump"}) {
-    SCOPED_TRACE(sub);
-    ToolResult r = sub == "dump" ? run({"dump", cellFile}) : [&] {
-      RunArgs a;
-      a.cell = cellFile;
-      return run(a.args(path("out.npy")));
-    }();
+  RunArgs runArgs;
+  runArgs.cell = cellFile;
+  for (const auto& args :
+       {std::vector<std::string>{"dump", cellFile}, runArgs.args(path("o.npy"))}) {
+    SCOPED_TRACE(args[0]);
+    ToolResult r = run(args);
     EXPECT_EQ(r.exitCode, 1) << r;
     // A located error starts with the location, without the tool's own `rnnc: error:` prefix.
     EXPECT_THAT(r.err, StartsWith(cellFile + ":4:19: error: expected a statement")) << r;
@@ -421,7 +428,8 @@ TEST_F(ToolErrorTest, CellFileWithASyntaxErrorGivesFileLineColumn) {
 
 TEST_F(ToolErrorTest, DumpOfAMissingCellFile) {
   std::string missing = path("missing.cell");
-  expectError({"dump", missing}, {missing + ": cannot open cell file", "No such file or directory"});
+  expectError({"dump", missing},
+              {missing + ": cannot open cell file", "No such file or directory"});
 }
 
 TEST_F(ToolErrorTest, DumpOfAnUnknownName) {

@@ -15,10 +15,19 @@ int main(int argc, char** argv) {
       {"bench", rnnc::tools::addBenchCommand(app)},
       {"version", rnnc::tools::addVersionCommand(app)},
   };
+  // CLI11 would only say "A subcommand is required" for a mistyped command.
+  if (argc > 1 && argv[1][0] != '-' && !actions.count(argv[1])) {
+    std::cerr << "rnnc: unknown command '" << argv[1] << "' (commands:";
+    for (const auto& entry : actions)
+      std::cerr << " " << entry.first;
+    std::cerr << "); see rnnc --help\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help is a ParseError too (exit 0); every real usage error exits 2.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   try {
     for (auto* sub : app.get_subcommands())
