@@ -25,6 +25,10 @@ Instr::Instr(Op op, std::vector<Value*> operands, Attrs attrs, Shape shape)
   result.def = this;
 }
 
+bool isFusible(Op op) {
+  return isElementwise(op) || isView(op);
+}
+
 const std::vector<std::unique_ptr<Value>>& Cell::arguments(ArgKind kind) const {
   switch (kind) {
   case ArgKind::Input:
@@ -106,6 +110,7 @@ std::unique_ptr<Cell> Cell::clone() const {
         operands.push_back(mapped(operand));
       auto newInstr = std::make_unique<Instr>(instr->op, std::move(operands), instr->attrs,
                                               instr->result.shape);
+      newInstr->kernel = instr->kernel;
       map[&instr->result] = &newInstr->result;
       to->push_back(std::move(newInstr));
     }

@@ -55,7 +55,14 @@ public:
   std::vector<Value*> operands;
   Attrs attrs;
   Value result; // result.def == this
+  // The fused kernel this instruction belongs to, or -1. A kernel's members are contiguous in
+  // their block; values it defines and something outside it uses are the kernel's outputs, every
+  // other value it defines lives only in registers.
+  int kernel = -1;
 };
+
+// Whether an op may be part of a fused elementwise kernel.
+bool isFusible(Op op);
 
 using Block = std::vector<std::unique_ptr<Instr>>;
 

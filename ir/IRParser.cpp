@@ -227,8 +227,27 @@ private:
   void parseBlock(const char* name, Block& block, bool inPre) {
     lexer_.expectWord(name, "");
     lexer_.expect("{", std::string("to open the " + std::string(name) + " block").c_str());
-    while (!lexer_.peek().is("}") && lexer_.peek().kind != TokenKind::End)
+    while (!lexer_.peek().is("}") && lexer_.peek().kind != TokenKind::End) {
+      if (lexer_.accept("fused")) {
+        lexer_.expect("{", "to open the fused kernel");
+        int kernel = nextKernel_++;
+        size_t first = block.size();
+        while (!lexer_.peek().is("}") && lexer_.peek().kind != TokenKind::End) {
+          Token at = lexer_.peek();
+          parseInstr(block, inPre);
+          if (!isFusible(block.back()->op))
+            lexer_.errorAt(at, std::string(opName(block.back()->op)) +
+                                   " cannot be part of a fused kernel");
+        }
+        lexer_.expect("}", "to close the fused kernel");
+        if (block.size() == first)
+          lexer_.errorAt(lexer_.peek(), "a fused kernel needs at least one instruction");
+        for (size_t i = first; i < block.size(); ++i)
+          block[i]->kernel = kernel;
+        continue;
+      }
       parseInstr(block, inPre);
+    }
     lexer_.expect("}", "to close the block");
   }
 
@@ -261,6 +280,7 @@ private:
   std::unique_ptr<Cell> cell_;
   std::unordered_map<std::string, Value*> values_;
   Token outputToken_;
+  int nextKernel_ = 0;
 };
 
 } // namespace

@@ -55,13 +55,22 @@ private:
 
   void printBlock(const char* name, const Block& block) {
     os_ << "  " << name << " {\n";
+    // Kernel numbers are not printed: a run of instructions with one number is a `fused` region.
+    int open = -1;
     for (const auto& instr : block) {
-      os_ << "    " << ref(&instr->result) << " = " << opName(instr->op);
+      if (instr->kernel != open && open >= 0)
+        os_ << "    }\n";
+      if (instr->kernel != open && instr->kernel >= 0)
+        os_ << "    fused {\n";
+      open = instr->kernel;
+      os_ << (open >= 0 ? "      " : "    ") << ref(&instr->result) << " = " << opName(instr->op);
       for (size_t i = 0; i < instr->operands.size(); ++i)
         os_ << (i ? ", " : " ") << ref(instr->operands[i]);
       printAttrs(*instr);
       os_ << " : " << shapeStr(instr->result.shape) << "\n";
     }
+    if (open >= 0)
+      os_ << "    }\n";
     os_ << "  }\n";
   }
 

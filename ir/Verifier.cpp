@@ -54,7 +54,24 @@ private:
       }
   }
 
+  void checkKernels(const Block& block) {
+    int previous = -1;
+    for (const auto& instr : block) {
+      int kernel = instr->kernel;
+      if (kernel < 0) {
+        previous = -1;
+        continue;
+      }
+      if (!isFusible(instr->op))
+        fail(fmt::format("{} is in a fused kernel but cannot be fused", opName(instr->op)));
+      if (kernel != previous && !kernelsSeen_.insert(kernel).second)
+        fail(fmt::format("the instructions of fused kernel {} are not contiguous", kernel));
+      previous = kernel;
+    }
+  }
+
   void checkBlock(const Block& block, bool inPre) {
+    checkKernels(block);
     for (const auto& instr : block) {
       if (instr->result.def != instr.get())
         fail(fmt::format("a {} result does not point back to its instruction", opName(instr->op)));
@@ -114,6 +131,7 @@ private:
 
   const Cell& cell_;
   std::unordered_set<const Value*> defined_, preResults_;
+  std::unordered_set<int> kernelsSeen_;
 };
 
 } // namespace

@@ -5,8 +5,10 @@
 #include "ir/Verifier.h"
 #include "passes/CommonSubexpressionElimination.h"
 #include "passes/DeadCodeElimination.h"
+#include "passes/Fuse.h"
 #include "passes/Premultiply.h"
 #include "passes/Simplify.h"
+#include "passes/SinkSlices.h"
 
 namespace rnnc::passes {
 namespace {
@@ -35,7 +37,11 @@ std::vector<Pass> allPasses() {
        premultiply},
       {"cleanup-cse", "common subexpression elimination after the rewrites",
        eliminateCommonSubexpressions},
+      {"sink-slices", "push slices through elementwise ops towards what they read", sinkSlices},
+      {"cleanup-cse", "common subexpression elimination after the rewrites",
+       eliminateCommonSubexpressions},
       {"cleanup-dce", "dead code elimination after the rewrites", eliminateDeadCode},
+      {"fuse", "group elementwise ops into fused kernels", fuseElementwise},
   };
 }
 
@@ -44,7 +50,8 @@ std::vector<Pass> buildPipeline(const PipelineOptions& options) {
   checkNames(options.printAfter, "--print-after");
   std::vector<Pass> pipeline;
   for (Pass& pass : allPasses()) {
-    if (options.disabled.count(pass.name) || (pass.name == "premultiply" && !options.premultiply))
+    if (options.disabled.count(pass.name) || (pass.name == "premultiply" && !options.premultiply) ||
+        ((pass.name == "fuse" || pass.name == "sink-slices") && !options.fuse))
       continue;
     pipeline.push_back(std::move(pass));
   }

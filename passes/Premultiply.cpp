@@ -103,58 +103,18 @@ void reassociateAll(ir::Cell& cell) {
     }
 }
 
-bool isMatrixProduct(const ir::Instr& instr) {
-  return instr.op == Op::Linear || instr.op == Op::MatMul;
-}
-
-// Step 2: the state-independent matrix products, the adds that combine only them and
-// parameter-only values, and every state-independent value those read.
-std::unordered_set<const ir::Instr*> chooseHoisted(const ir::Cell& cell,
-                                                   const DependenceMap& dependence) {
-  std::unordered_set<const ir::Instr*> hoisted;
-  auto isHoistedOrParamOnly = [&](const ir::Value* v) {
-    return dependence(v) == Dependence::ParamsOnly || (v->def && hoisted.count(v->def));
-  };
-  for (const auto& instr : cell.step) {
-    if (dependence(&instr->result) == Dependence::State)
-      continue;
-    bool product = isMatrixProduct(*instr) && dependence(&instr->result) == Dependence::Inputs;
-    bool biasOfHoisted =
-        (instr->op == Op::Add || instr->op == Op::Sub) &&
-        std::all_of(instr->operands.begin(), instr->operands.end(), isHoistedOrParamOnly) &&
-        std::any_of(instr->operands.begin(), instr->operands.end(), [&](const ir::Value* v) {
-          return v->def && hoisted.count(v->def) && dependence(v) == Dependence::Inputs;
-        });
-    if (product || biasOfHoisted)
-      hoisted.insert(instr.get());
-  }
-  // Everything a hoisted instruction reads from the step block must come along.
-  std::vector<const ir::Instr*> work(hoisted.begin(), hoisted.end());
-  while (!work.empty()) {
-    const ir::Instr* instr = work.back();
-    work.pop_back();
-    for (const ir::Value* operand : instr->operands)
-      if (operand->def && !hoisted.count(operand->def) &&
-          std::any_of(cell.step.begin(), cell.step.end(),
-                      [&](const auto& s) { return s.get() == operand->def; })) {
-        hoisted.insert(operand->def);
-        work.push_back(operand->def);
-      }
-  }
-  return hoisted;
-}
-
 } // namespace
 
 bool premultiply(ir::Cell& cell) {
   std::string before = ir::toString(cell);
   reassociateAll(cell);
   DependenceMap dependence(cell);
-  auto hoisted = chooseHoisted(cell, dependence);
   // Move in program order, so every hoisted instruction's operands stay defined before it.
   ir::Block kept;
-  for (auto& instr : cell.step)
-    (hoisted.count(instr.get()) ? cell.pre : kept).push_back(std::move(instr));
+  for (auto& instr : cell.step) {
+    bool hoist = dependence(&instr->result) != Dependence::State;
+    (hoist ? cell.pre : kept).push_back(std::move(instr));
+  }
   cell.step = std::move(kept);
   return ir::toString(cell) != before;
 }

@@ -8,9 +8,11 @@
 #include "ir/Verifier.h"
 #include "passes/CommonSubexpressionElimination.h"
 #include "passes/DeadCodeElimination.h"
+#include "passes/Fuse.h"
 #include "passes/PassManager.h"
 #include "passes/Premultiply.h"
 #include "passes/Simplify.h"
+#include "passes/SinkSlices.h"
 #include "runtime/SequenceRunner.h"
 
 #include <gtest/gtest.h>
@@ -232,20 +234,150 @@ TEST(Premultiply, HoistsTheInputProjectionAndFoldsBiases) {
 )"));
 }
 
-TEST(Premultiply, LeavesStateDependentWorkAndIsIdempotent) {
+TEST(Premultiply, HoistsAllStateIndependentWorkAndIsIdempotent) {
   std::string text = cell(R"(  pre {
     %0 = linear %x, %w : [B, n]
   }
   step {
     %1 = linear %h, %u : [B, n]
     %2 = add %1, %0 : [B, n]
-    %3 = sigmoid %x : [B, n]
-    %4 = mul %2, %3 : [B, n]
+    %3 = layernorm %x {eps = 1e-05} : [B, n]
+    %4 = sigmoid %3 : [B, n]
+    %5 = mul %2, %4 : [B, n]
   }
-  yield %h = %4
-  output %4
+  yield %h = %5
+  output %5
 )");
-  checkPass(passes::premultiply, text, text, /*expectChanged=*/false);
+  std::string expected = cell(R"(  pre {
+    %0 = linear %x, %w : [B, n]
+    %1 = layernorm %x {eps = 1e-05} : [B, n]
+    %2 = sigmoid %1 : [B, n]
+  }
+  step {
+    %3 = linear %h, %u : [B, n]
+    %4 = add %3, %0 : [B, n]
+    %5 = mul %4, %2 : [B, n]
+  }
+  yield %h = %5
+  output %5
+)");
+  checkPass(passes::premultiply, text, expected);
+  checkPass(passes::premultiply, expected, expected, /*expectChanged=*/false);
+}
+
+TEST(SinkSlices, SplitsElementwiseWorkIntoTheSlicesThatUseIt) {
+  checkPass(passes::sinkSlices, R"(cell @t(n) {
+  input %x : [B, 2*n]
+  state %h : [B, n]
+  param %b : [2*n]
+  step {
+    %0 = add %x, %b : [B, 2*n]
+    %1 = const {value = 2} : []
+    %2 = mul %0, %1 : [B, 2*n]
+    %3 = slice %2 {offset = 0} : [B, n]
+    %4 = slice %2 {offset = n} : [B, n]
+    %5 = slice %4 {offset = 0} : [B, n]
+    %6 = add %3, %5 : [B, n]
+  }
+  yield %h = %6
+  output %6
+}
+)",
+            R"(cell @t(n) {
+  input %x : [B, 2*n]
+  state %h : [B, n]
+  param %b : [2*n]
+  step {
+    %0 = const {value = 2} : []
+    %1 = slice %x {offset = 0} : [B, n]
+    %2 = slice %b {offset = 0} : [n]
+    %3 = add %1, %2 : [B, n]
+    %4 = mul %3, %0 : [B, n]
+    %5 = slice %x {offset = n} : [B, n]
+    %6 = slice %b {offset = n} : [n]
+    %7 = add %5, %6 : [B, n]
+    %8 = mul %7, %0 : [B, n]
+    %9 = add %4, %8 : [B, n]
+  }
+  yield %h = %9
+  output %9
+}
+)");
+}
+
+TEST(SinkSlices, LeavesValuesWithOtherUsesAndPreValuesAlone) {
+  std::string text = cell(R"(  pre {
+    %0 = add %x, %b : [B, n]
+  }
+  step {
+    %1 = add %x, %h : [B, n]
+    %2 = slice %1 {offset = 0} : [B, n]
+    %3 = slice %0 {offset = 0} : [B, n]
+    %4 = add %2, %3 : [B, n]
+    %5 = add %4, %1 : [B, n]
+  }
+  yield %h = %5
+  output %5
+)");
+  checkPass(passes::sinkSlices, text, text, /*expectChanged=*/false);
+}
+
+TEST(Fuse, GroupsElementwiseRunsAroundMatrixProducts) {
+  checkPass(passes::fuseElementwise, cell(R"(  step {
+    %0 = const {value = 1} : []
+    %1 = add %b, %c : [n]
+    %2 = linear %h, %u : [B, n]
+    %3 = add %2, %1 : [B, n]
+    %4 = linear %x, %w : [B, n]
+    %5 = sub %0, %3 : [B, n]
+    %6 = sigmoid %5 : [B, n]
+    %7 = layernorm %6 {eps = 1e-05} : [B, n]
+    %8 = tanh %7 : [B, n]
+    %9 = add %8, %4 : [B, n]
+  }
+  yield %h = %9
+  output %6
+)"),
+            cell(R"(  step {
+    %0 = linear %h, %u : [B, n]
+    %1 = linear %x, %w : [B, n]
+    %2 = const {value = 1} : []
+    fused {
+      %3 = add %b, %c : [n]
+      %4 = add %0, %3 : [B, n]
+      %5 = sub %2, %4 : [B, n]
+      %6 = sigmoid %5 : [B, n]
+    }
+    %7 = layernorm %6 {eps = 1e-05} : [B, n]
+    fused {
+      %8 = tanh %7 : [B, n]
+      %9 = add %8, %1 : [B, n]
+    }
+  }
+  yield %h = %9
+  output %6
+)"));
+}
+
+TEST(Fuse, TheLstmStepIsOneProductAndOneKernel) {
+  auto lstm = frontend::loadCell("lstm");
+  std::ostringstream log;
+  passes::runPipeline(*lstm, {}, log);
+  ASSERT_EQ(lstm->step.size() > 1, true);
+  EXPECT_EQ(lstm->step[0]->op, ir::Op::Linear);
+  EXPECT_EQ(lstm->step[0]->operands[0], lstm->states[0].get()); // h @ W_hh^T
+  for (size_t i = 1; i < lstm->step.size(); ++i)
+    EXPECT_EQ(lstm->step[i]->kernel, lstm->step[1]->kernel) << ir::toString(*lstm);
+  EXPECT_GE(lstm->step[1]->kernel, 0);
+}
+
+TEST(IRParser, ReadsFusedRegionsBack) {
+  auto lstm = frontend::loadCell("lstm");
+  std::ostringstream log;
+  passes::runPipeline(*lstm, {}, log);
+  std::string printed = ir::toString(*lstm);
+  EXPECT_NE(printed.find("    fused {\n"), std::string::npos);
+  EXPECT_EQ(ir::toString(*ir::parseIR(printed)), printed);
 }
 
 TEST(PassManager, PrintsAfterEachPassAndRejectsUnknownNames) {

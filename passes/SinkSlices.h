@@ -1,0 +1,13 @@
+// Pushes slices towards the values they read: slice(a + b) becomes slice(a) + slice(b) when the
+// sum is only ever sliced, and slice(slice(x)) becomes one slice. After this, the elementwise ops
+// of an LSTM's gates work in one [B, hidden_size] space and read the [B, 4*hidden_size] GEMM
+// result through offsets, so fusion can make a single kernel that reads each gate element once.
+#pragma once
+
+#include "ir/Cell.h"
+
+namespace rnnc::passes {
+
+bool sinkSlices(ir::Cell& cell);
+
+} // namespace rnnc::passes
