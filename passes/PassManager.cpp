@@ -60,6 +60,11 @@ std::vector<Pass> buildPipeline(const PipelineOptions& options) {
 
 void runPipeline(ir::Cell& cell, const PipelineOptions& options, std::ostream& log) {
   ir::verify(cell);
+  // Fusion is decided last, on the final IR. A grouping the cell already has (a parsed dump, an
+  // earlier run) is dropped first, so that no rewrite needs to keep kernels contiguous.
+  for (ir::Block* block : {&cell.pre, &cell.step})
+    for (auto& instr : *block)
+      instr->kernel = -1;
   for (const Pass& pass : buildPipeline(options)) {
     bool changed = pass.run(cell);
     // A pass that breaks the IR is a bug in rnnc, not in the user's cell.

@@ -51,6 +51,14 @@ std::pair<int64_t, int64_t> checkInputs(const ir::Cell& cell, const SequenceRequ
   return {steps, batch};
 }
 
+bool hasDropout(const ir::Cell& cell) {
+  for (const ir::Block* block : {&cell.pre, &cell.step})
+    for (const auto& instr : *block)
+      if (instr->op == ir::Op::Dropout)
+        return true;
+  return false;
+}
+
 } // namespace
 
 SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request) {
@@ -116,9 +124,17 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
                                                        : Tensor({batch, features}));
   }
 
-  Interpreter interpreter(*bound, std::move(paramTensors), request.options);
   SequenceResult result;
-  result.output = interpreter.run(inputs, states);
+  result.engine = request.engine;
+  if (request.options.training && hasDropout(*bound))
+    result.engine = Engine::Interpreter; // the generated code implements inference dropout only
+  if (result.engine == Engine::Jit) {
+    result.output =
+        CompiledCell::compile(*bound, request.compile)->run(paramTensors, inputs, states);
+  } else {
+    Interpreter interpreter(*bound, std::move(paramTensors), request.options);
+    result.output = interpreter.run(inputs, states);
+  }
   for (size_t i = 0; i < states.size(); ++i)
     result.finalStates[bound->states[i]->name] =
         states[i].reshaped({1, states[i].dim(0), states[i].dim(1)});

@@ -1,9 +1,11 @@
 // Runs a cell over a whole sequence from user-facing tensors: checks every shape the user gave
 // (naming the tensor, its expected and actual shape), infers the sizes, binds the weights and
-// runs the reference interpreter. One layer, one direction.
+// runs it on the JIT or the reference interpreter. The JIT runs inference; dropout in training
+// mode runs on the interpreter. One layer, one direction.
 #pragma once
 
 #include "ir/Cell.h"
+#include "runtime/CompiledCell.h"
 #include "runtime/Interpreter.h"
 #include "runtime/SafeTensors.h"
 
@@ -13,6 +15,9 @@
 
 namespace rnnc {
 
+// Which executor runs the cell: native code from the JIT, or the reference interpreter.
+enum class Engine { Jit, Interpreter };
+
 struct SequenceRequest {
   std::map<std::string, Tensor> inputs;        // cell input name -> [T, B, F]
   std::map<std::string, Tensor> initialStates; // cell state name -> [1, B, F]; absent = zeros
@@ -20,12 +25,15 @@ struct SequenceRequest {
   std::string weightsSource = "weights"; // file name for error messages
   ir::SizeMap sizes;                     // sizes given explicitly (--size)
   ExecutionOptions options;
+  Engine engine = Engine::Jit;
+  CompileOptions compile; // for the JIT
 };
 
 struct SequenceResult {
   Tensor output;                             // [T, B, H]
   std::map<std::string, Tensor> finalStates; // state name -> [1, B, F]
   std::shared_ptr<ir::Cell> boundCell;       // the cell with its sizes bound
+  Engine engine = Engine::Jit;               // what actually ran it
 };
 
 SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request);

@@ -1,0 +1,424 @@
+#include "codegen/CellEmitter.h"
+
+#include "codegen/LLVMHeaders.h"
+#include "codegen/RunArgs.h"
+#include "codegen/VectorMath.h"
+#include "ir/Error.h"
+#include "ir/ShapeInference.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+namespace rnnc::codegen {
+namespace {
+
+using ir::Op;
+
+// Where a memory-resident value is: element [r, c] is at base + r * rowStride + c. A zero row
+// stride broadcasts one row (a bias vector read in a [B, F] kernel).
+struct View {
+  llvm::Value* base = nullptr;
+  llvm::Value* rowStride = nullptr;
+};
+
+class Emitter {
+public:
+  Emitter(llvm::LLVMContext& context, const ir::Cell& cell, const StoragePlan& plan,
+          const Target& target, const std::string& name)
+      : context_(context), cell_(cell), plan_(plan), target_(target),
+        module_(std::make_unique<llvm::Module>("rnnc_" + cell.name, context)), b_(context) {
+    module_->setTargetTriple(target.triple);
+    f32_ = llvm::Type::getFloatTy(context);
+    i64_ = llvm::Type::getInt64Ty(context);
+    ptr_ = llvm::PointerType::get(context, 0);
+    auto* fnType = llvm::FunctionType::get(llvm::Type::getVoidTy(context), {ptr_}, false);
+    fn_ = llvm::Function::Create(fnType, llvm::Function::ExternalLinkage, name, *module_);
+    fn_->addFnAttr("target-cpu", target.cpu);
+    fn_->addFnAttr("target-features", target.features);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    gemm_ = module_->getOrInsertFunction(
+        kGemmSymbol, llvm::FunctionType::get(
+                         llvm::Type::getVoidTy(context),
+                         {i64_, i64_, i64_, i64_, ptr_, i64_, ptr_, i64_, ptr_, i64_}, false));
+    layerNorm_ = module_->getOrInsertFunction(
+        kLayerNormSymbol,
+        llvm::FunctionType::get(llvm::Type::getVoidTy(context),
+                                {i64_, i64_, ptr_, i64_, ptr_, i64_, f32_}, false));
+  }
+
+  std::unique_ptr<llvm::Module> emit() {
+    b_.SetInsertPoint(llvm::BasicBlock::Create(context_, "entry", fn_));
+    loadArguments();
+
+    // The pre block: inputs and pre values are whole sequences, [T*B, F].
+    resetViews();
+    for (size_t i = 0; i < cell_.inputs.size(); ++i)
+      views_[cell_.inputs[i].get()] = {inputs_[i], constant(columnsOf(cell_.inputs[i].get()))};
+    for (const BufferSpec& spec : plan_.buffers)
+      if (spec.rows == Rows::Sequence)
+        views_[spec.value] = {buffers_[index(spec)], constant(spec.cols)};
+    llvm::Value* sequenceRows = b_.CreateMul(steps_, batch_, "rows");
+    emitBlock(cell_.pre, sequenceRows);
+
+    forLoop(constant(0), steps_, constant(1), "step", [&](llvm::Value* t) { emitStep(t); });
+    b_.CreateRetVoid();
+    return std::move(module_);
+  }
+
+private:
+  // ---- Arguments and addressing ---------------------------------------------------------------
+
+  llvm::Value* constant(int64_t v) {
+    return llvm::ConstantInt::get(i64_, static_cast<uint64_t>(v));
+  }
+
+  size_t index(const BufferSpec& spec) const {
+    return static_cast<size_t>(&spec - plan_.buffers.data());
+  }
+
+  std::vector<llvm::Value*> loadPointerArray(llvm::Value* array, size_t count, const char* name) {
+    std::vector<llvm::Value*> pointers;
+    for (size_t i = 0; i < count; ++i) {
+      llvm::Value* slot = b_.CreateConstGEP1_64(ptr_, array, i);
+      pointers.push_back(b_.CreateLoad(ptr_, slot, std::string(name) + std::to_string(i)));
+    }
+    return pointers;
+  }
+
+  void loadArguments() {
+    llvm::StructType* argsType =
+        llvm::StructType::get(context_, {i64_, i64_, ptr_, ptr_, ptr_, ptr_, ptr_});
+    llvm::Value* args = fn_->getArg(0);
+    auto field = [&](unsigned i, llvm::Type* type, const char* name) {
+      return b_.CreateLoad(type, b_.CreateStructGEP(argsType, args, i), name);
+    };
+    steps_ = field(0, i64_, "steps");
+    batch_ = field(1, i64_, "batch");
+    params_ = loadPointerArray(field(2, ptr_, "params"), cell_.params.size(), "param");
+    inputs_ = loadPointerArray(field(3, ptr_, "inputs"), cell_.inputs.size(), "input");
+    states_ = loadPointerArray(field(4, ptr_, "states"), cell_.states.size(), "state");
+    output_ = field(5, ptr_, "output");
+    buffers_ = loadPointerArray(field(6, ptr_, "buffers"), plan_.buffers.size(), "buffer");
+  }
+
+  // Views valid everywhere: parameters and fixed-size buffers.
+  void resetViews() {
+    views_.clear();
+    for (size_t i = 0; i < cell_.params.size(); ++i) {
+      const ir::Value* p = cell_.params[i].get();
+      views_[p] = {params_[i], constant(p->shape.size() == 2 ? columnsOf(p) : 0)};
+    }
+    for (const BufferSpec& spec : plan_.buffers)
+      if (spec.rows == Rows::Fixed)
+        views_[spec.value] = {buffers_[index(spec)],
+                              constant(spec.value->shape.size() == 2 ? spec.cols : 0)};
+  }
+
+  View view(const ir::Value* value) {
+    if (auto it = views_.find(value); it != views_.end())
+      return it->second;
+    RNNC_INTERNAL_CHECK(!value->isArgument() && value->def->op == Op::Slice,
+                        "no storage for a value the generated code reads");
+    View source = view(value->def->operands[0]);
+    int64_t offset = value->def->attrs.offset.constantValue();
+    View sliced{b_.CreateConstGEP1_64(f32_, source.base, static_cast<uint64_t>(offset)),
+                source.rowStride};
+    views_[value] = sliced;
+    return sliced;
+  }
+
+  llvm::Value* elementPointer(const View& v, llvm::Value* row, llvm::Value* col) {
+    llvm::Value* offset = b_.CreateAdd(b_.CreateMul(row, v.rowStride), col);
+    return b_.CreateGEP(f32_, v.base, offset);
+  }
+
+  llvm::Value* rowsOf(const ir::Value* value, llvm::Value* batchRows) {
+    bool batched = !value->shape.empty() && value->shape[0].mentions(ir::kBatchSymbol);
+    return batched ? batchRows : constant(fixedRowsOf(value));
+  }
+
+  // ---- Control flow -----------------------------------------------------------------------
+
+  template <class Body>
+  void forLoop(llvm::Value* begin, llvm::Value* end, llvm::Value* stride, const std::string& name,
+               Body&& body) {
+    llvm::BasicBlock* before = b_.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(context_, name + ".header", fn_);
+    auto* loop = llvm::BasicBlock::Create(context_, name + ".body", fn_);
+    auto* exit = llvm::BasicBlock::Create(context_, name + ".exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode* i = b_.CreatePHI(i64_, 2, name);
+    i->addIncoming(begin, before);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, end), loop, exit);
+    b_.SetInsertPoint(loop);
+    body(i);
+    llvm::Value* next = b_.CreateAdd(i, stride, name + ".next");
+    i->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateBr(header);
+    b_.SetInsertPoint(exit);
+  }
+
+  void copyRows(const View& to, const View& from, llvm::Value* rows, int64_t cols) {
+    forLoop(constant(0), rows, constant(1), "copy", [&](llvm::Value* r) {
+      b_.CreateMemCpy(elementPointer(to, r, constant(0)), llvm::Align(4),
+                      elementPointer(from, r, constant(0)), llvm::Align(4),
+                      constant(cols * static_cast<int64_t>(sizeof(float))));
+    });
+  }
+
+  // ---- One time step ------------------------------------------------------------------------
+
+  void emitStep(llvm::Value* t) {
+    resetViews();
+    llvm::Value* firstRow = b_.CreateMul(t, batch_, "first_row");
+    auto rowsFrom = [&](llvm::Value* base, int64_t cols) {
+      return View{b_.CreateGEP(f32_, base, b_.CreateMul(firstRow, constant(cols))), constant(cols)};
+    };
+    for (size_t i = 0; i < cell_.inputs.size(); ++i)
+      views_[cell_.inputs[i].get()] = rowsFrom(inputs_[i], columnsOf(cell_.inputs[i].get()));
+    for (size_t i = 0; i < cell_.states.size(); ++i)
+      views_[cell_.states[i].get()] = {states_[i], constant(columnsOf(cell_.states[i].get()))};
+    for (const BufferSpec& spec : plan_.buffers)
+      if (spec.rows == Rows::Sequence)
+        views_[spec.value] = rowsFrom(buffers_[index(spec)], spec.cols);
+      else if (spec.rows == Rows::Step && !views_.count(spec.value))
+        views_[spec.value] = {buffers_[index(spec)], constant(spec.cols)};
+    const int64_t outCols = columnsOf(cell_.output);
+    View outputRows = rowsFrom(output_, outCols);
+    if (plan_.outputInPlace)
+      views_[cell_.output] = outputRows;
+
+    emitBlock(cell_.step, batch_);
+
+    if (!plan_.outputInPlace)
+      copyRows(outputRows, view(cell_.output), batch_, outCols);
+    // Stage next values that are read from states, then overwrite the states.
+    std::vector<View> sources;
+    for (size_t i = 0; i < cell_.updates.size(); ++i) {
+      const ir::Value* next = cell_.updates[i].next;
+      View source = view(next);
+      if (plan_.staging[i] >= 0) {
+        View staged{buffers_[static_cast<size_t>(plan_.staging[i])], constant(columnsOf(next))};
+        copyRows(staged, source, batch_, columnsOf(next));
+        source = staged;
+      }
+      sources.push_back(source);
+    }
+    for (size_t i = 0; i < cell_.updates.size(); ++i)
+      if (cell_.updates[i].next != cell_.updates[i].state)
+        copyRows(views_.at(cell_.states[i].get()), sources[i], batch_,
+                 columnsOf(cell_.states[i].get()));
+  }
+
+  // ---- Blocks and instructions --------------------------------------------------------------
+
+  void emitBlock(const ir::Block& block, llvm::Value* batchRows) {
+    std::vector<KernelGroup> groups = kernelGroups(block);
+    size_t nextGroup = 0;
+    for (size_t i = 0; i < block.size();) {
+      if (nextGroup < groups.size() && groups[nextGroup].first == i) {
+        emitKernel(block, groups[nextGroup], batchRows);
+        i = groups[nextGroup++].last;
+        continue;
+      }
+      emitInstruction(*block[i++], batchRows);
+    }
+  }
+
+  void emitInstruction(const ir::Instr& instr, llvm::Value* batchRows) {
+    switch (instr.op) {
+    case Op::Const:
+    case Op::Slice:
+      return; // immediates and views cost nothing until read
+    case Op::Linear:
+    case Op::MatMul: {
+      const ir::Value* x = instr.operands[0];
+      View a = view(x), w = view(instr.operands[1]), c = view(&instr.result);
+      b_.CreateCall(gemm_, {constant(instr.op == Op::Linear ? 1 : 0), rowsOf(x, batchRows),
+                            constant(columnsOf(&instr.result)), constant(columnsOf(x)), a.base,
+                            a.rowStride, w.base, w.rowStride, c.base, c.rowStride});
+      return;
+    }
+    case Op::LayerNorm: {
+      const ir::Value* x = instr.operands[0];
+      View in = view(x), out = view(&instr.result);
+      b_.CreateCall(layerNorm_,
+                    {rowsOf(x, batchRows), constant(columnsOf(x)), in.base, in.rowStride, out.base,
+                     out.rowStride, llvm::ConstantFP::get(f32_, instr.attrs.value)});
+      return;
+    }
+    case Op::Concat: {
+      View out = view(&instr.result);
+      int64_t col = 0;
+      for (const ir::Value* part : instr.operands) {
+        View to{b_.CreateConstGEP1_64(f32_, out.base, static_cast<uint64_t>(col)), out.rowStride};
+        copyRows(to, view(part), rowsOf(&instr.result, batchRows), columnsOf(part));
+        col += columnsOf(part);
+      }
+      return;
+    }
+    default:
+      RNNC_INTERNAL_CHECK(false,
+                          "no code for " + std::string(ir::opName(instr.op)) + " outside a kernel");
+    }
+  }
+
+  // ---- Fused kernels ------------------------------------------------------------------------
+
+  // One loop nest over the kernel's iteration space [R, F]: rows outside, columns inside in
+  // vectors of the target's width, then the remaining columns one at a time.
+  void emitKernel(const ir::Block& block, const KernelGroup& group, llvm::Value* batchRows) {
+    ir::Shape space;
+    for (size_t i = group.first; i < group.last; ++i) {
+      auto widened = ir::broadcastShapes(space, block[i]->result.shape);
+      RNNC_INTERNAL_CHECK(widened.has_value(), "kernel members do not share an iteration space");
+      space = *widened;
+    }
+    bool batched = !space.empty() && space[0].mentions(ir::kBatchSymbol);
+    int64_t rowsFixed = 1;
+    for (size_t d = 0; d + 1 < space.size(); ++d)
+      if (!batched)
+        rowsFixed *= space[d].constantValue();
+    llvm::Value* rows = batched ? batchRows : constant(rowsFixed);
+    const int64_t cols = space.empty() ? 1 : space.back().constantValue();
+    const int64_t width = target_.vectorWidth;
+    const int64_t vectorCols = cols - cols % width;
+
+    // Views are computed before the loops so that their address arithmetic is not repeated.
+    for (size_t i = group.first; i < group.last; ++i) {
+      for (const ir::Value* operand : block[i]->operands)
+        if (!definedIn(block, group, operand) && !isImmediate(operand))
+          view(operand);
+      if (block[i]->op == Op::Slice)
+        view(&block[i]->result);
+    }
+    forLoop(constant(0), rows, constant(1), "row", [&](llvm::Value* r) {
+      if (vectorCols > 0)
+        forLoop(constant(0), constant(vectorCols), constant(width), "col",
+                [&](llvm::Value* j) { emitKernelBody(block, group, r, j, width); });
+      if (vectorCols < cols)
+        forLoop(constant(vectorCols), constant(cols), constant(1), "tail",
+                [&](llvm::Value* j) { emitKernelBody(block, group, r, j, 1); });
+    });
+  }
+
+  static bool isImmediate(const ir::Value* v) {
+    return !v->isArgument() && v->def->op == Op::Const;
+  }
+
+  static bool definedIn(const ir::Block& block, const KernelGroup& group, const ir::Value* v) {
+    for (size_t i = group.first; i < group.last; ++i)
+      if (&block[i]->result == v)
+        return true;
+    return false;
+  }
+
+  void emitKernelBody(const ir::Block& block, const KernelGroup& group, llvm::Value* r,
+                      llvm::Value* j, int64_t width) {
+    llvm::Type* vec = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(width));
+    std::unordered_map<const ir::Value*, llvm::Value*> values;
+    auto splat = [&](double v) { return llvm::ConstantFP::get(vec, v); };
+    auto load = [&](const ir::Value* v) -> llvm::Value* {
+      View at = view(v);
+      if (v->shape.empty()) // a scalar in memory: one float for every lane
+        return b_.CreateVectorSplat(static_cast<unsigned>(width),
+                                    b_.CreateAlignedLoad(f32_, at.base, llvm::Align(4)));
+      return b_.CreateAlignedLoad(vec, elementPointer(at, r, j), llvm::Align(4));
+    };
+    auto get = [&](const ir::Value* v) -> llvm::Value* {
+      if (auto it = values.find(v); it != values.end())
+        return it->second;
+      llvm::Value* loaded = isImmediate(v) ? splat(v->def->attrs.value) : load(v);
+      values[v] = loaded;
+      return loaded;
+    };
+    for (size_t i = group.first; i < group.last; ++i) {
+      const ir::Instr& instr = *block[i];
+      llvm::Value* result = instr.op == Op::Slice ? load(&instr.result) : compute(instr, get, vec);
+      values[&instr.result] = result;
+      if (views_.count(&instr.result) && instr.op != Op::Slice) {
+        View out = views_.at(&instr.result);
+        llvm::Value* at = instr.result.shape.empty() ? out.base : elementPointer(out, r, j);
+        llvm::Value* stored = result;
+        if (instr.result.shape.empty())
+          stored = b_.CreateExtractElement(result, uint64_t{0});
+        b_.CreateAlignedStore(stored, at, llvm::Align(4));
+      }
+    }
+  }
+
+  template <class Get> llvm::Value* compute(const ir::Instr& instr, Get& get, llvm::Type* vec) {
+    auto operand = [&](size_t k) { return get(instr.operands[k]); };
+    auto intrinsic2 = [&](llvm::Intrinsic::ID id, llvm::Value* x, llvm::Value* y) {
+      return b_.CreateIntrinsic(id, {vec}, {x, y});
+    };
+    const ir::Attrs& a = instr.attrs;
+    switch (instr.op) {
+    case Op::Const:
+      return llvm::ConstantFP::get(vec, a.value);
+    case Op::Add:
+      return b_.CreateFAdd(operand(0), operand(1));
+    case Op::Sub:
+      return b_.CreateFSub(operand(0), operand(1));
+    case Op::Mul:
+      return b_.CreateFMul(operand(0), operand(1));
+    case Op::Div:
+      return b_.CreateFDiv(operand(0), operand(1));
+    case Op::Min: // llvm.minimum/maximum propagate NaN, as torch.minimum/maximum do
+      return intrinsic2(llvm::Intrinsic::minimum, operand(0), operand(1));
+    case Op::Max:
+      return intrinsic2(llvm::Intrinsic::maximum, operand(0), operand(1));
+    case Op::Neg:
+      return b_.CreateFNeg(operand(0));
+    case Op::Relu:
+      return intrinsic2(llvm::Intrinsic::maximum, operand(0), llvm::ConstantFP::get(vec, 0.0));
+    case Op::Clamp:
+      return intrinsic2(
+          llvm::Intrinsic::minimum,
+          intrinsic2(llvm::Intrinsic::maximum, operand(0), llvm::ConstantFP::get(vec, a.lo)),
+          llvm::ConstantFP::get(vec, a.hi));
+    case Op::Sqrt:
+      return b_.CreateIntrinsic(llvm::Intrinsic::sqrt, {vec}, {operand(0)});
+    case Op::Exp:
+      return emitExp(b_, operand(0));
+    case Op::Log:
+      return emitLog(b_, operand(0));
+    case Op::Sigmoid:
+      return emitSigmoid(b_, operand(0));
+    case Op::Tanh:
+      return emitTanh(b_, operand(0));
+    case Op::Dropout:
+      return operand(0); // inference: identity (training runs on the interpreter)
+    default:
+      RNNC_INTERNAL_CHECK(false, "no kernel code for " + std::string(ir::opName(instr.op)));
+    }
+  }
+
+  llvm::LLVMContext& context_;
+  const ir::Cell& cell_;
+  const StoragePlan& plan_;
+  const Target& target_;
+  std::unique_ptr<llvm::Module> module_;
+  Builder b_;
+  llvm::Function* fn_ = nullptr;
+  llvm::Type* f32_ = nullptr;
+  llvm::Type* i64_ = nullptr;
+  llvm::PointerType* ptr_ = nullptr;
+  llvm::FunctionCallee gemm_, layerNorm_;
+  llvm::Value* steps_ = nullptr;
+  llvm::Value* batch_ = nullptr;
+  llvm::Value* output_ = nullptr;
+  std::vector<llvm::Value*> params_, inputs_, states_, buffers_;
+  std::unordered_map<const ir::Value*, View> views_;
+};
+
+} // namespace
+
+std::unique_ptr<llvm::Module> emitCell(llvm::LLVMContext& context, const ir::Cell& cell,
+                                       const StoragePlan& plan, const Target& target,
+                                       const std::string& functionName) {
+  return Emitter(context, cell, plan, target, functionName).emit();
+}
+
+} // namespace rnnc::codegen

@@ -1,0 +1,89 @@
+#include "codegen/Compiler.h"
+
+#include "codegen/CellEmitter.h"
+#include "codegen/LLVMError.h"
+#include "codegen/LLVMHeaders.h"
+
+#include <mutex>
+
+namespace rnnc::codegen {
+namespace {
+
+void initialiseLLVM() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+  });
+}
+
+std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const Target& target) {
+  llvm::orc::JITTargetMachineBuilder builder{llvm::Triple(target.triple)};
+  builder.setCPU(target.cpu);
+  llvm::SubtargetFeatures features(target.features);
+  builder.addFeatures(features.getFeatures());
+  builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  builder.setRelocationModel(llvm::Reloc::PIC_);
+  return unwrap(builder.createTargetMachine(), "creating the target machine");
+}
+
+void optimise(llvm::Module& module, llvm::TargetMachine& machine) {
+  llvm::LoopAnalysisManager loops;
+  llvm::FunctionAnalysisManager functions;
+  llvm::CGSCCAnalysisManager cgscc;
+  llvm::ModuleAnalysisManager modules;
+  llvm::PassBuilder passes(&machine);
+  passes.registerModuleAnalyses(modules);
+  passes.registerCGSCCAnalyses(cgscc);
+  passes.registerFunctionAnalyses(functions);
+  passes.registerLoopAnalyses(loops);
+  passes.crossRegisterProxies(loops, functions, cgscc, modules);
+  passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(module, modules);
+}
+
+std::string emitMachineCode(llvm::Module& module, llvm::TargetMachine& machine,
+                            llvm::CodeGenFileType type) {
+  llvm::SmallString<0> bytes;
+  llvm::raw_svector_ostream out(bytes);
+  llvm::legacy::PassManager passes;
+  if (machine.addPassesToEmitFile(passes, out, nullptr, type))
+    throw InternalError("the target cannot emit this file type");
+  passes.run(module);
+  return std::string(bytes.str());
+}
+
+std::string printModule(const llvm::Module& module) {
+  std::string text;
+  llvm::raw_string_ostream out(text);
+  module.print(out, nullptr);
+  return text;
+}
+
+} // namespace
+
+std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
+                     Stage stage, const std::string& functionName) {
+  initialiseLLVM();
+  llvm::LLVMContext context;
+  std::unique_ptr<llvm::Module> module = emitCell(context, cell, plan, target, functionName);
+  std::string problems;
+  llvm::raw_string_ostream problemStream(problems);
+  if (llvm::verifyModule(*module, &problemStream))
+    throw InternalError("generated LLVM IR is invalid: " + problems + "\n" + printModule(*module));
+  if (stage == Stage::LLVM)
+    return printModule(*module);
+
+  std::unique_ptr<llvm::TargetMachine> machine = makeTargetMachine(target);
+  module->setDataLayout(machine->createDataLayout());
+  optimise(*module, *machine);
+  switch (stage) {
+  case Stage::OptimisedLLVM:
+    return printModule(*module);
+  case Stage::Assembly:
+    return emitMachineCode(*module, *machine, llvm::CodeGenFileType::AssemblyFile);
+  default:
+    return emitMachineCode(*module, *machine, llvm::CodeGenFileType::ObjectFile);
+  }
+}
+
+} // namespace rnnc::codegen

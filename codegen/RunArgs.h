@@ -1,0 +1,36 @@
+// The C ABI between generated code and the runtime: `void rnnc_run(const RnncRunArgs*)` runs a
+// whole sequence, and the generated code calls the helpers below, which the runtime provides to
+// the JIT as absolute symbols. Plain C types only: both sides must agree without LLVM.
+#pragma once
+
+#include <cstdint>
+
+extern "C" {
+
+struct RnncRunArgs {
+  int64_t steps;              // T
+  int64_t batch;              // B
+  const float* const* params; // cell.params order, dense row-major
+  const float* const* inputs; // cell.inputs order, [T*B, F] each
+  float* const* states;       // cell.states order, [B, F] each: initial in, final out
+  float* output;              // [T*B, H]
+  float* const* buffers;      // StoragePlan::buffers order, sized as the plan says
+};
+
+using RnncRunFunction = void (*)(const RnncRunArgs*);
+
+// C[M, N] = A[M, K] @ (transposeB ? B[N, K]^T : B[K, N]); leading dimensions in elements.
+using RnncGemmFunction = void (*)(int64_t transposeB, int64_t m, int64_t n, int64_t k,
+                                  const float* a, int64_t lda, const float* b, int64_t ldb,
+                                  float* c, int64_t ldc);
+// Per row: y = (x - mean) / sqrt(var + eps).
+using RnncLayerNormFunction = void (*)(int64_t rows, int64_t cols, const float* x, int64_t ldx,
+                                       float* y, int64_t ldy, float eps);
+}
+
+namespace rnnc::codegen {
+// The names the generated code calls the helpers by.
+inline constexpr const char* kRunFunctionName = "rnnc_run";
+inline constexpr const char* kGemmSymbol = "rnnc_gemm";
+inline constexpr const char* kLayerNormSymbol = "rnnc_layernorm";
+} // namespace rnnc::codegen

@@ -1,0 +1,22 @@
+#include "codegen/Target.h"
+
+#include "codegen/HostTarget.h"
+
+namespace rnnc::codegen {
+
+std::string Target::describe() const {
+  return triple + " " + cpu + " w" + std::to_string(vectorWidth) + " " + features;
+}
+
+Target hostTarget() {
+  HostTarget host = detectHostTarget();
+  Target target;
+  target.triple = host.triple;
+  target.cpu = host.cpu;
+  for (const auto& feature : host.features)
+    target.features += (target.features.empty() ? "+" : ",+") + feature;
+  target.vectorWidth = host.has("avx512f") ? 16 : host.has("avx") ? 8 : 4;
+  return target;
+}
+
+} // namespace rnnc::codegen

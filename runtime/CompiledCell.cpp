@@ -1,0 +1,95 @@
+#include "runtime/CompiledCell.h"
+
+#include "codegen/Compiler.h"
+#include "codegen/Jit.h"
+#include "codegen/RunArgs.h"
+#include "ir/Error.h"
+#include "runtime/Kernels.h"
+
+#include <atomic>
+#include <chrono>
+#include <sstream>
+
+namespace rnnc {
+namespace {
+
+// One JIT per process, like a code cache: every compiled cell is loaded into it.
+codegen::Jit& processJit() {
+  static codegen::Jit jit({{codegen::kGemmSymbol, reinterpret_cast<void*>(&rnnc_gemm)},
+                           {codegen::kLayerNormSymbol, reinterpret_cast<void*>(&rnnc_layernorm)}});
+  return jit;
+}
+
+std::string uniqueFunctionName() {
+  static std::atomic<int> counter{0};
+  return "rnnc_run_" + std::to_string(counter++);
+}
+
+int64_t rowsFor(const codegen::BufferSpec& spec, int64_t steps, int64_t batch) {
+  switch (spec.rows) {
+  case codegen::Rows::Sequence:
+    return steps * batch;
+  case codegen::Rows::Step:
+    return batch;
+  case codegen::Rows::Fixed:
+    return spec.fixedRows;
+  }
+  return 0;
+}
+
+} // namespace
+
+std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
+                                                    const CompileOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  auto compiled = std::make_shared<CompiledCell>();
+  compiled->cell_ = cell.clone();
+  std::ostringstream log;
+  passes::runPipeline(*compiled->cell_, options.pipeline, log);
+  compiled->plan_ = codegen::planStorage(*compiled->cell_);
+  std::string name = uniqueFunctionName();
+  std::string object = codegen::generate(*compiled->cell_, compiled->plan_, codegen::hostTarget(),
+                                         codegen::Stage::Object, name);
+  codegen::Jit::Loaded loaded = processJit().load(object, name);
+  compiled->function_ = reinterpret_cast<void (*)(const void*)>(loaded.address);
+  compiled->lifetime_ = std::move(loaded.lifetime);
+  compiled->compileMs_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return compiled;
+}
+
+Tensor CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                         std::vector<Tensor>& states) const {
+  const ir::Cell& cell = *cell_;
+  RNNC_INTERNAL_CHECK(params.size() == cell.params.size(), "wrong number of parameters");
+  RNNC_INTERNAL_CHECK(inputs.size() == cell.inputs.size(), "wrong number of inputs");
+  RNNC_INTERNAL_CHECK(states.size() == cell.states.size(), "wrong number of states");
+  const int64_t steps = inputs.at(0).dim(0), batch = inputs.at(0).dim(1);
+
+  std::vector<Tensor> buffers;
+  for (const codegen::BufferSpec& spec : plan_.buffers)
+    buffers.emplace_back(TensorShape{rowsFor(spec, steps, batch), spec.cols});
+  Tensor output({steps, batch, codegen::columnsOf(cell.output)});
+
+  std::vector<const float*> paramPtrs, inputPtrs;
+  std::vector<float*> statePtrs, bufferPtrs;
+  for (const Tensor& p : params)
+    paramPtrs.push_back(p.data());
+  for (const Tensor& in : inputs)
+    inputPtrs.push_back(in.data());
+  for (Tensor& s : states)
+    statePtrs.push_back(s.data());
+  for (Tensor& buffer : buffers)
+    bufferPtrs.push_back(buffer.data());
+  RnncRunArgs args{steps,
+                   batch,
+                   paramPtrs.data(),
+                   inputPtrs.data(),
+                   statePtrs.data(),
+                   output.data(),
+                   bufferPtrs.data()};
+  function_(&args);
+  return output;
+}
+
+} // namespace rnnc

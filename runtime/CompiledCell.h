@@ -1,0 +1,43 @@
+// A cell compiled to native code: the optimised IR, its storage plan and the JIT-loaded
+// `rnnc_run` function. run() has the interpreter's interface, so the two are interchangeable and
+// the interpreter is the oracle for it. Thread-safe: run() allocates its own buffers.
+#pragma once
+
+#include "codegen/StoragePlan.h"
+#include "codegen/Target.h"
+#include "ir/Cell.h"
+#include "passes/PassManager.h"
+#include "runtime/Tensor.h"
+
+#include <memory>
+#include <vector>
+
+namespace rnnc {
+
+struct CompileOptions {
+  passes::PipelineOptions pipeline;
+};
+
+class CompiledCell {
+public:
+  // `cell` must have all its sizes bound. Runs the pass pipeline on a copy, then LLVM.
+  static std::shared_ptr<CompiledCell> compile(const ir::Cell& cell,
+                                               const CompileOptions& options = {});
+
+  // As Interpreter::run: inputs [T, B, F] in cell order, states [B, F] (updated to the final
+  // states), returns the outputs [T, B, H]. `params` in cell.params order.
+  Tensor run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+             std::vector<Tensor>& states) const;
+
+  const ir::Cell& optimisedCell() const { return *cell_; }
+  double compileMilliseconds() const { return compileMs_; }
+
+private:
+  std::shared_ptr<ir::Cell> cell_;
+  codegen::StoragePlan plan_;
+  void (*function_)(const void*) = nullptr;
+  std::shared_ptr<void> lifetime_;
+  double compileMs_ = 0;
+};
+
+} // namespace rnnc

@@ -1,0 +1,35 @@
+#include "runtime/Kernels.h"
+
+#include <Eigen/Core>
+
+#include <cmath>
+
+namespace {
+
+using Matrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using Stride = Eigen::OuterStride<>;
+using ConstView = Eigen::Map<const Matrix, 0, Stride>;
+using View = Eigen::Map<Matrix, 0, Stride>;
+
+} // namespace
+
+extern "C" void rnnc_gemm(int64_t transposeB, int64_t m, int64_t n, int64_t k, const float* a,
+                          int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
+  ConstView A(a, m, k, Stride(lda));
+  View C(c, m, n, Stride(ldc));
+  if (transposeB)
+    C.noalias() = A * ConstView(b, n, k, Stride(ldb)).transpose();
+  else
+    C.noalias() = A * ConstView(b, k, n, Stride(ldb));
+}
+
+extern "C" void rnnc_layernorm(int64_t rows, int64_t cols, const float* x, int64_t ldx, float* y,
+                               int64_t ldy, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    Eigen::Map<const Eigen::ArrayXf> in(x + r * ldx, cols);
+    Eigen::Map<Eigen::ArrayXf> out(y + r * ldy, cols);
+    float mean = in.mean();
+    float variance = (in - mean).square().mean(); // biased, as torch.nn.LayerNorm
+    out = (in - mean) / std::sqrt(variance + eps);
+  }
+}

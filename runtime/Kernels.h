@@ -1,0 +1,12 @@
+// The helpers generated code calls (codegen/RunArgs.h): a GEMM (Eigen's) and a row-wise layer
+// norm. Given to the JIT as absolute symbols.
+#pragma once
+
+#include <cstdint>
+
+extern "C" {
+void rnnc_gemm(int64_t transposeB, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float* c, int64_t ldc);
+void rnnc_layernorm(int64_t rows, int64_t cols, const float* x, int64_t ldx, float* y, int64_t ldy,
+                    float eps);
+}
