@@ -1,6 +1,7 @@
 #include "runtime/CompiledCell.h"
 
 #include "codegen/Compiler.h"
+#include "codegen/HostTarget.h"
 #include "codegen/Jit.h"
 #include "codegen/RunArgs.h"
 #include "ir/Error.h"
@@ -8,7 +9,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <optional>
 #include <sstream>
+#include <unordered_map>
 
 namespace rnnc {
 namespace {
@@ -20,9 +24,24 @@ codegen::Jit& processJit() {
   return jit;
 }
 
-std::string uniqueFunctionName() {
-  static std::atomic<int> counter{0};
-  return "rnnc_run_" + std::to_string(counter++);
+// Everything the object file depends on besides the LLVM IR text: the target, LLVM, and how
+// rnnc drives LLVM (bump the revision when the optimisation or code generation settings change).
+constexpr int kCodegenRevision = 1;
+
+std::string cacheKey(const std::string& llvmText, const codegen::Target& target) {
+  return "rnnc " RNNC_VERSION " codegen " + std::to_string(kCodegenRevision) + "\nLLVM " +
+         codegen::llvmVersion() + "\ntarget " + target.describe() + "\n" + llvmText;
+}
+
+// Code compiled in this process, by cache key.
+struct MemoryCache {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::weak_ptr<CompiledCell>> cells;
+};
+
+MemoryCache& memoryCache() {
+  static MemoryCache cache;
+  return cache;
 }
 
 int64_t rowsFor(const codegen::BufferSpec& spec, int64_t steps, int64_t batch) {
@@ -44,17 +63,48 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
   auto start = std::chrono::steady_clock::now();
   auto compiled = std::make_shared<CompiledCell>();
   compiled->cell_ = cell.clone();
-  std::ostringstream log;
-  passes::runPipeline(*compiled->cell_, options.pipeline, log);
+  std::ostringstream discarded;
+  passes::runPipeline(*compiled->cell_, options.pipeline, options.log ? *options.log : discarded);
   compiled->plan_ = codegen::planStorage(*compiled->cell_);
-  std::string name = uniqueFunctionName();
-  std::string object = codegen::generate(*compiled->cell_, compiled->plan_, codegen::hostTarget(),
-                                         codegen::Stage::Object, name);
-  codegen::Jit::Loaded loaded = processJit().load(object, name);
+  codegen::Target target = codegen::hostTarget();
+  codegen::GeneratedModule module(*compiled->cell_, compiled->plan_, target);
+  std::string key = cacheKey(module.text(), target);
+  auto elapsed = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+
+  MemoryCache& memory = memoryCache();
+  if (options.memoryCache) {
+    std::lock_guard<std::mutex> lock(memory.mutex);
+    if (auto it = memory.cells.find(key); it != memory.cells.end())
+      if (std::shared_ptr<CompiledCell> earlier = it->second.lock()) {
+        compiled->function_ = earlier->function_;
+        compiled->lifetime_ = earlier->lifetime_;
+        compiled->source_ = CodeSource::MemoryCache;
+        compiled->compileMs_ = elapsed();
+        return compiled;
+      }
+  }
+
+  std::optional<std::string> object;
+  DiskCache disk(options.cache.directory);
+  if (options.cache.disk)
+    object = disk.load(key);
+  compiled->source_ = object ? CodeSource::DiskCache : CodeSource::Compiled;
+  if (!object) {
+    object = module.finish(codegen::Stage::Object);
+    if (options.cache.disk)
+      disk.store(key, *object);
+  }
+  codegen::Jit::Loaded loaded = processJit().load(*object, codegen::kRunFunctionName);
   compiled->function_ = reinterpret_cast<void (*)(const void*)>(loaded.address);
   compiled->lifetime_ = std::move(loaded.lifetime);
-  compiled->compileMs_ =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  compiled->compileMs_ = elapsed();
+  if (options.memoryCache) {
+    std::lock_guard<std::mutex> lock(memory.mutex);
+    memory.cells[key] = compiled;
+  }
   return compiled;
 }
 

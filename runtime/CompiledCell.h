@@ -7,16 +7,24 @@
 #include "codegen/Target.h"
 #include "ir/Cell.h"
 #include "passes/PassManager.h"
+#include "runtime/CompileCache.h"
 #include "runtime/Tensor.h"
 
 #include <memory>
+#include <ostream>
 #include <vector>
 
 namespace rnnc {
 
 struct CompileOptions {
   passes::PipelineOptions pipeline;
+  std::ostream* log = nullptr; // where --print-after-all and --print-after write; null: nowhere
+  CacheOptions cache = CacheOptions::fromEnvironment();
+  bool memoryCache = true; // reuse code compiled earlier in this process
 };
+
+// Where compiled code came from.
+enum class CodeSource { Compiled, MemoryCache, DiskCache };
 
 class CompiledCell {
 public:
@@ -30,7 +38,9 @@ public:
              std::vector<Tensor>& states) const;
 
   const ir::Cell& optimisedCell() const { return *cell_; }
+  // The time compile() took, and whether LLVM ran or a cache answered.
   double compileMilliseconds() const { return compileMs_; }
+  CodeSource source() const { return source_; }
 
 private:
   std::shared_ptr<ir::Cell> cell_;
@@ -38,6 +48,7 @@ private:
   void (*function_)(const void*) = nullptr;
   std::shared_ptr<void> lifetime_;
   double compileMs_ = 0;
+  CodeSource source_ = CodeSource::Compiled;
 };
 
 } // namespace rnnc

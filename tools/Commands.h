@@ -15,4 +15,9 @@ CommandAction addBenchCommand(CLI::App& app);
 CommandAction addCompileCommand(CLI::App& app);
 CommandAction addVersionCommand(CLI::App& app);
 
+// The optimisation pipeline's options, shared by `compile`, `run` and `bench`.
+void addPipelineOptions(CLI::App& cmd, std::vector<std::string>& printAfter,
+                        std::vector<std::string>& disabled, bool& printAfterAll, bool& noPremul,
+                        bool& noFuse);
+
 } // namespace rnnc::tools

@@ -1,5 +1,7 @@
 // `rnnc compile`: runs the optimisation pipeline on a cell and shows any stage of it.
+#include "codegen/Compiler.h"
 #include "frontend/BuiltinCells.h"
+#include "ir/Error.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
 #include "passes/PassManager.h"
@@ -38,23 +40,32 @@ int compile(const CompileOptions& o) {
   pipeline.disabled = {o.disabled.begin(), o.disabled.end()};
   // The per-pass log goes to stderr so that stdout stays the requested stage, as with opt.
   passes::runPipeline(*cell, pipeline, std::cerr);
-  std::cout << *cell;
+  if (o.emit == "ir-opt") {
+    std::cout << *cell;
+    return 0;
+  }
+  for (const auto& name : cell->sizeNames)
+    if (!cell->sizes.count(name))
+      throw UserError("--emit=" + o.emit + " generates code for concrete sizes; give size '" +
+                      name + "' with --size " + name + "=VALUE");
+  codegen::Stage stage = o.emit == "llvm"       ? codegen::Stage::LLVM
+                         : o.emit == "llvm-opt" ? codegen::Stage::OptimisedLLVM
+                                                : codegen::Stage::Assembly;
+  std::cout << codegen::generate(*cell, codegen::planStorage(*cell), codegen::hostTarget(), stage);
   return 0;
 }
 
 } // namespace
-
-void addPipelineOptions(CLI::App& cmd, std::vector<std::string>& printAfter,
-                        std::vector<std::string>& disabled, bool& printAfterAll, bool& noPremul,
-                        bool& noFuse);
 
 CommandAction addCompileCommand(CLI::App& app) {
   auto o = std::make_shared<CompileOptions>();
   CLI::App* cmd = app.add_subcommand("compile", "Optimise a cell and print a stage of it");
   cmd->add_option("cell", o->cell, "Built-in cell name or .cell file")->required();
   cmd->add_option("--size", o->sizes, "Bind a named size: NAME=VALUE (repeatable)");
-  cmd->add_option("--emit", o->emit, "Stage to print: ir (as parsed) or ir-opt (optimised)")
-      ->check(CLI::IsMember({"ir", "ir-opt"}))
+  cmd->add_option("--emit", o->emit,
+                  "Stage to print: ir (as parsed), ir-opt (optimised), llvm, llvm-opt (after "
+                  "LLVM's O2), asm (host assembly)")
+      ->check(CLI::IsMember({"ir", "ir-opt", "llvm", "llvm-opt", "asm"}))
       ->default_val("ir-opt");
   addPipelineOptions(*cmd, o->printAfter, o->disabled, o->printAfterAll, o->noPremul, o->noFuse);
   return [o] { return compile(*o); };

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <iostream>
 #include <memory>
 
 namespace rnnc::tools {
@@ -17,8 +18,10 @@ struct RunOptions {
   std::string cell, weights, output;
   std::vector<std::string> inputs, states, finals, sizes;
   std::string h0, c0, hn, cn;
-  bool train = false;
+  bool train = false, interpret = false;
   uint64_t seed = 0;
+  std::vector<std::string> printAfter, disabled;
+  bool printAfterAll = false, noPremul = false, noFuse = false;
 };
 
 std::string stateNames(const ir::Cell& cell) {
@@ -90,6 +93,14 @@ int run(const RunOptions& o) {
   request.sizes = parseSizes(o.sizes);
   request.options.training = o.train;
   request.options.seed = o.seed;
+  request.engine = o.interpret ? Engine::Interpreter : Engine::Jit;
+  passes::PipelineOptions& pipeline = request.compile.pipeline;
+  pipeline.premultiply = !o.noPremul;
+  pipeline.fuse = !o.noFuse;
+  pipeline.printAfterAll = o.printAfterAll;
+  pipeline.printAfter = {o.printAfter.begin(), o.printAfter.end()};
+  pipeline.disabled = {o.disabled.begin(), o.disabled.end()};
+  request.compile.log = &std::cerr;
   for (const auto& [name, file] : inputFiles(*cell, o.inputs))
     request.inputs[name] = readNpyFloat32(file);
   for (const auto& [name, file] :
@@ -128,6 +139,10 @@ CommandAction addRunCommand(CLI::App& app) {
                   "from the tensors otherwise");
   cmd->add_flag("--train", o->train, "Training mode: dropout in the cell is active");
   cmd->add_option("--seed", o->seed, "Seed of the dropout masks")->default_val(0);
+  cmd->add_flag("--interpret", o->interpret,
+                "Run on the reference interpreter instead of the JIT (training mode with dropout "
+                "always does)");
+  addPipelineOptions(*cmd, o->printAfter, o->disabled, o->printAfterAll, o->noPremul, o->noFuse);
   return [o] { return run(*o); };
 }
 
