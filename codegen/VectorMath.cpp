@@ -34,17 +34,21 @@ llvm::Value* polynomial(Builder& b, llvm::Value* x, std::initializer_list<float>
   return acc;
 }
 
-} // namespace
-
 // exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2] (Cody-Waite
 // split of ln 2), exp(r) by a degree-6 polynomial (Cephes expf), 2^n built in the exponent bits.
-llvm::Value* emitExp(Builder& b, llvm::Value* x) {
+// The clamps are compare-and-select, not minnum/maxnum, so a NaN argument stays NaN all the way
+// through at no cost.
+//
+// `exactLimits` (the exp op): the whole float range. x is clamped to [-103.97, 88.72], 2^n is
+// applied as two factors 2^(n/2) 2^(n - n/2) so that n = 128 and denormal results work, and
+// past the clamps the result is exactly inf or 0. Without it (inside sigmoid and tanh, whose
+// results saturate long before): x is clamped to [-87.3, 88.3], one factor, nothing else.
+llvm::Value* emitExpCore(Builder& b, llvm::Value* x, bool exactLimits) {
   llvm::Type* ivec = intVectorLike(x);
-  // Past these, exp overflows to inf or underflows to 0; the selects below make that exact.
-  llvm::Value* clamped = b.CreateIntrinsic(
-      llvm::Intrinsic::minnum, {x->getType()},
-      {b.CreateIntrinsic(llvm::Intrinsic::maxnum, {x->getType()}, {x, splat(b, x, -87.3f)}),
-       splat(b, x, 88.3f)});
+  llvm::Value* lo = splat(b, x, exactLimits ? -103.972084045410f : -87.3f);
+  llvm::Value* hi = splat(b, x, exactLimits ? 88.72283935546875f : 88.3f);
+  llvm::Value* clamped = b.CreateSelect(b.CreateFCmpOLT(x, lo), lo, x);
+  clamped = b.CreateSelect(b.CreateFCmpOGT(clamped, hi), hi, clamped);
   llvm::Value* n = b.CreateIntrinsic(llvm::Intrinsic::rint, {x->getType()},
                                      {b.CreateFMul(clamped, splat(b, x, 1.44269504088896341f))});
   llvm::Value* r = fma(b, n, splat(b, x, -0.693359375f), clamped);
@@ -54,14 +58,25 @@ llvm::Value* emitExp(Builder& b, llvm::Value* x) {
                                4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f});
   llvm::Value* r2 = b.CreateFMul(r, r);
   llvm::Value* expR = b.CreateFAdd(fma(b, p, r2, r), splat(b, x, 1.0f));
-  llvm::Value* bits = b.CreateShl(b.CreateAdd(b.CreateFPToSI(n, ivec), splatInt(b, ivec, 127)), 23);
-  llvm::Value* result = b.CreateFMul(expR, b.CreateBitCast(bits, x->getType()));
+  auto powerOfTwo = [&](llvm::Value* exponent) { // 2^e for e in [-126, 127]
+    return b.CreateBitCast(b.CreateShl(b.CreateAdd(exponent, splatInt(b, ivec, 127)), 23),
+                           x->getType());
+  };
+  llvm::Value* ni = b.CreateFPToSI(n, ivec);
+  if (!exactLimits)
+    return b.CreateFMul(expR, powerOfTwo(ni));
+  llvm::Value* half = b.CreateAShr(ni, 1);
+  llvm::Value* result =
+      b.CreateFMul(b.CreateFMul(expR, powerOfTwo(half)), powerOfTwo(b.CreateSub(ni, half)));
   float inf = std::numeric_limits<float>::infinity();
-  result =
-      b.CreateSelect(b.CreateFCmpOGT(x, splat(b, x, 88.72283935546875f)), splat(b, x, inf), result);
-  result = b.CreateSelect(b.CreateFCmpOLT(x, splat(b, x, -103.972084045410f)), splat(b, x, 0.0f),
-                          result);
-  return b.CreateSelect(b.CreateFCmpUNO(x, x), x, result); // NaN stays NaN
+  result = b.CreateSelect(b.CreateFCmpOGT(x, hi), splat(b, x, inf), result);
+  return b.CreateSelect(b.CreateFCmpOLT(x, lo), splat(b, x, 0.0f), result);
+}
+
+} // namespace
+
+llvm::Value* emitExp(Builder& b, llvm::Value* x) {
+  return emitExpCore(b, x, true);
 }
 
 // log(x) = e ln 2 + log(m), x = m 2^e with m in [sqrt(1/2), sqrt(2)) (Cephes logf). Denormals
@@ -100,26 +115,22 @@ llvm::Value* emitLog(Builder& b, llvm::Value* x) {
   return b.CreateSelect(b.CreateFCmpULT(x, splat(b, x, 0.0f)), splat(b, x, nan), result);
 }
 
-// sigmoid(x) = 1 / (1 + exp(-x)): exp(-x) overflows to inf for x < -88.7, giving exactly 0.
+// sigmoid(x) = 1 / (1 + exp(-x)): for large x exp(-x) is about 0 and the result 1; below -87.3
+// the true value is under 1.2e-38 and we return 0.
 llvm::Value* emitSigmoid(Builder& b, llvm::Value* x) {
-  llvm::Value* e = emitExp(b, b.CreateFNeg(x));
-  return b.CreateFDiv(splat(b, x, 1.0f), b.CreateFAdd(splat(b, x, 1.0f), e));
+  llvm::Value* e = emitExpCore(b, b.CreateFNeg(x), false);
+  llvm::Value* result = b.CreateFDiv(splat(b, x, 1.0f), b.CreateFAdd(splat(b, x, 1.0f), e));
+  // Exactly 0 where the true value is below the smallest normal float, as PyTorch gives.
+  return b.CreateSelect(b.CreateFCmpOLT(x, splat(b, x, -87.3f)), splat(b, x, 0.0f), result);
 }
 
-// tanh: an odd polynomial near zero (Cephes tanhf, |x| < 0.625), keeping the relative error
-// small there; elsewhere sign(x) (1 - 2 / (exp(2|x|) + 1)), which reaches +-1 for large |x|.
+// tanh(x) = 1 - 2 / (exp(2x) + 1): one exp and one division, -1 and +1 at the far ends. The
+// absolute error stays below 2e-7 everywhere (near 0 the subtraction cancels, but only to the
+// size of float rounding of 1); a relative-accuracy polynomial near 0 is not worth its cost here.
 llvm::Value* emitTanh(Builder& b, llvm::Value* x) {
-  llvm::Value* ax = b.CreateIntrinsic(llvm::Intrinsic::fabs, {x->getType()}, {x});
-  llvm::Value* z = b.CreateFMul(x, x);
-  llvm::Value* p = polynomial(b, z,
-                              {-5.70498872745E-3f, 2.06390887954E-2f, -5.37397155531E-2f,
-                               1.33314422036E-1f, -3.33332819422E-1f});
-  llvm::Value* nearZero = fma(b, b.CreateFMul(p, z), x, x);
-  llvm::Value* e = emitExp(b, b.CreateFAdd(ax, ax));
-  llvm::Value* far = b.CreateFSub(
-      splat(b, x, 1.0f), b.CreateFDiv(splat(b, x, 2.0f), b.CreateFAdd(e, splat(b, x, 1.0f))));
-  far = b.CreateIntrinsic(llvm::Intrinsic::copysign, {x->getType()}, {far, x});
-  return b.CreateSelect(b.CreateFCmpOLT(ax, splat(b, x, 0.625f)), nearZero, far);
+  llvm::Value* e = emitExpCore(b, b.CreateFAdd(x, x), false);
+  return b.CreateFSub(splat(b, x, 1.0f),
+                      b.CreateFDiv(splat(b, x, 2.0f), b.CreateFAdd(e, splat(b, x, 1.0f))));
 }
 
 } // namespace rnnc::codegen

@@ -110,16 +110,30 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
 
 Tensor CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
                          std::vector<Tensor>& states) const {
+  Tensor output;
+  Workspace workspace;
+  run(params, inputs, states, output, workspace);
+  return output;
+}
+
+void CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                       std::vector<Tensor>& states, Tensor& output, Workspace& workspace) const {
   const ir::Cell& cell = *cell_;
   RNNC_INTERNAL_CHECK(params.size() == cell.params.size(), "wrong number of parameters");
   RNNC_INTERNAL_CHECK(inputs.size() == cell.inputs.size(), "wrong number of inputs");
   RNNC_INTERNAL_CHECK(states.size() == cell.states.size(), "wrong number of states");
   const int64_t steps = inputs.at(0).dim(0), batch = inputs.at(0).dim(1);
 
-  std::vector<Tensor> buffers;
-  for (const codegen::BufferSpec& spec : plan_.buffers)
-    buffers.emplace_back(TensorShape{rowsFor(spec, steps, batch), spec.cols});
-  Tensor output({steps, batch, codegen::columnsOf(cell.output)});
+  // Every buffer is fully written before it is read, so reused memory needs no clearing.
+  workspace.buffers.resize(plan_.buffers.size());
+  for (size_t i = 0; i < plan_.buffers.size(); ++i) {
+    TensorShape shape{rowsFor(plan_.buffers[i], steps, batch), plan_.buffers[i].cols};
+    if (workspace.buffers[i].shape() != shape)
+      workspace.buffers[i] = Tensor(shape);
+  }
+  TensorShape outputShape{steps, batch, codegen::columnsOf(cell.output)};
+  if (output.shape() != outputShape)
+    output = Tensor(outputShape);
 
   std::vector<const float*> paramPtrs, inputPtrs;
   std::vector<float*> statePtrs, bufferPtrs;
@@ -129,7 +143,7 @@ Tensor CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Te
     inputPtrs.push_back(in.data());
   for (Tensor& s : states)
     statePtrs.push_back(s.data());
-  for (Tensor& buffer : buffers)
+  for (Tensor& buffer : workspace.buffers)
     bufferPtrs.push_back(buffer.data());
   RnncRunArgs args{steps,
                    batch,
@@ -139,7 +153,6 @@ Tensor CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Te
                    output.data(),
                    bufferPtrs.data()};
   function_(&args);
-  return output;
 }
 
 } // namespace rnnc

@@ -32,10 +32,21 @@ public:
   static std::shared_ptr<CompiledCell> compile(const ir::Cell& cell,
                                                const CompileOptions& options = {});
 
+  // Scratch memory for run(); reusing one across calls makes a run allocate nothing. One per
+  // thread: run() writes into it.
+  class Workspace {
+  private:
+    friend class CompiledCell;
+    std::vector<Tensor> buffers;
+  };
+
   // As Interpreter::run: inputs [T, B, F] in cell order, states [B, F] (updated to the final
   // states), returns the outputs [T, B, H]. `params` in cell.params order.
   Tensor run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
              std::vector<Tensor>& states) const;
+  // The same into a caller's output tensor (resized if needed) and workspace.
+  void run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+           std::vector<Tensor>& states, Tensor& output, Workspace& workspace) const;
 
   const ir::Cell& optimisedCell() const { return *cell_; }
   // The time compile() took, and whether LLVM ran or a cache answered.

@@ -40,6 +40,7 @@ TEST(Interpreter, RnnTanhMatchesTheClosedForm) {
                        {"bias_ih", tensor({1}, {0.1f})},
                        {"bias_hh", tensor({1}, {0.2f})}};
   SequenceRequest request;
+  request.engine = Engine::Interpreter;
   request.weights = &weights;
   request.inputs["x"] = tensor({2, 1, 1}, {1.0f, 2.0f});
   request.initialStates["h"] = tensor({1, 1, 1}, {0.3f});
@@ -78,6 +79,7 @@ TEST(Interpreter, EveryOpMatchesPlainLoops) {
                        {"lnw", tensor({n}, lnw)},
                        {"lnb", tensor({n}, lnb)}};
   SequenceRequest request;
+  request.engine = Engine::Interpreter;
   request.weights = &weights;
   request.inputs["x"] = tensor({1, batch, n}, x);
   request.initialStates["s"] = tensor({1, batch, n}, s);
@@ -110,6 +112,7 @@ Tensor runElementwise(const std::string& body, std::vector<float> x) {
   auto cell = cellFrom("cell f(n) {\n input x[n]\n y = " + body + "\n return; output y\n}");
   TensorMap none;
   SequenceRequest request;
+  request.engine = Engine::Interpreter;
   request.weights = &none;
   int64_t n = static_cast<int64_t>(x.size());
   request.inputs["x"] = tensor({1, 1, n}, std::move(x));
@@ -136,6 +139,7 @@ TEST(Interpreter, DropoutIsIdentityInInferenceAndSeededInTraining) {
   auto cell = cellFrom("cell d(n) {\n input x[n]\n y = dropout(x, 0.25)\n return; output y\n}");
   TensorMap none;
   SequenceRequest request;
+  request.engine = Engine::Interpreter;
   request.weights = &none;
   request.inputs["x"] = Tensor({4, 8, 256}, 1.0f);
   Tensor inference = runSequence(*cell, request).output;
@@ -179,6 +183,7 @@ TEST(Weights, WrongShapeNamesTheTensorAndBothShapes) {
   auto cell = cellFrom(kTwoSizeCell);
   TensorMap weights = {{"weight_ih_l0", Tensor({6, 4})}, {"weight_hh_l0", Tensor({6, 2})}};
   SequenceRequest request;
+  request.engine = Engine::Interpreter;
   request.weights = &weights;
   request.weightsSource = "w.safetensors";
   request.inputs["x"] = Tensor({2, 1, 4});
@@ -192,6 +197,7 @@ TEST(Weights, InputFeatureMismatchNamesTheInput) {
   auto cell = cellFrom(kTwoSizeCell);
   TensorMap weights = {{"weight_ih", Tensor({6, 4})}, {"weight_hh", Tensor({6, 3})}};
   SequenceRequest request;
+  request.engine = Engine::Interpreter;
   request.weights = &weights;
   request.inputs["x"] = Tensor({2, 1, 5});
   EXPECT_EQ(errorOf([&] { runSequence(*cell, request); }),
@@ -203,6 +209,7 @@ TEST(Weights, MissingTensorListsWhatTheFileHas) {
   auto cell = cellFrom(kTwoSizeCell);
   TensorMap weights = {{"weight_ih_l0", Tensor({6, 4})}};
   SequenceRequest request;
+  request.engine = Engine::Interpreter;
   request.weights = &weights;
   request.weightsSource = "w.safetensors";
   request.inputs["x"] = Tensor({2, 1, 4});
@@ -215,6 +222,7 @@ TEST(Weights, OddSizedWeightCannotSolveAMultiple) {
   auto cell = cellFrom(kTwoSizeCell);
   TensorMap weights = {{"weight_ih", Tensor({5, 4})}, {"weight_hh", Tensor({6, 3})}};
   SequenceRequest request;
+  request.engine = Engine::Interpreter;
   request.weights = &weights;
   request.inputs["x"] = Tensor({2, 1, 4});
   EXPECT_NE(errorOf([&] {
@@ -231,6 +239,7 @@ TEST(Weights, SizeOnlyInAStateNeedsExplicitSize) {
   })");
   TensorMap none;
   SequenceRequest request;
+  request.engine = Engine::Interpreter;
   request.weights = &none;
   request.inputs["x"] = Tensor({1, 1, 2});
   EXPECT_EQ(errorOf([&] { runSequence(*cell, request); }),
@@ -267,6 +276,7 @@ TEST_P(PyTorchFixture, InterpreterMatchesPyTorchWithin1e5) {
   auto cell = frontend::loadCell(meta["cell"].get<std::string>());
   TensorMap weights = readSafeTensors(dir + "weights.safetensors");
   SequenceRequest request;
+  request.engine = Engine::Interpreter;
   request.weights = &weights;
   request.inputs["x"] = readNpyFloat32(dir + "input.npy");
   request.initialStates["h"] = readNpyFloat32(dir + "h0.npy");

@@ -4,17 +4,21 @@
 #include "frontend/BuiltinCells.h"
 #include "ir/Error.h"
 #include "ir/Verifier.h"
+#include "runtime/CompiledCell.h"
 #include "runtime/Interpreter.h"
 #include "tools/CommandLine.h"
 #include "tools/Commands.h"
+#include "tools/EltwiseBench.h"
+#include "tools/Timing.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <random>
+#include <unistd.h>
 
 namespace rnnc::tools {
 namespace {
@@ -23,6 +27,7 @@ struct BenchOptions {
   std::string cell = "lstm";
   int64_t seq = 100, batch = 64, input = 512, hidden = 512;
   int repeat = 5, warmup = 1;
+  bool eltwise = false;
   std::vector<std::string> sizes;
 };
 
@@ -43,6 +48,35 @@ TensorShape concrete(const ir::Shape& shape, const ir::SizeMap& sizes) {
 
 // Multiply-add work of one sequence: 2*M*N*K per matrix product, M = B per step in the loop and
 // M = T*B once for the pre block.
+struct CompileTimes {
+  double cold = 0, cached = 0; // milliseconds
+};
+
+// Compile time with every cache off, and from a warm disk cache (a fresh directory, filled once)
+// without the in-process cache: what a second process pays.
+CompileTimes measureCompileTimes(const ir::Cell& cell, int repeat) {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("rnnc-bench-cache-" + std::to_string(getpid()));
+  CompileOptions cold;
+  cold.cache.disk = false;
+  cold.memoryCache = false;
+  CompileOptions cached = cold;
+  cached.cache.disk = true;
+  cached.cache.directory = dir.string();
+  CompiledCell::compile(cell, cached); // fills the cache
+  auto median = [&](const CompileOptions& options) {
+    std::vector<double> ms;
+    for (int i = 0; i < std::max(repeat, 3); ++i)
+      ms.push_back(CompiledCell::compile(cell, options)->compileMilliseconds());
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  CompileTimes times{median(cold), median(cached)};
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return times;
+}
+
 double matmulFlops(const ir::Cell& cell, int64_t steps, int64_t batch) {
   ir::SizeMap sizes = cell.sizes;
   sizes[ir::kBatchSymbol] = batch;
@@ -59,27 +93,9 @@ double matmulFlops(const ir::Cell& cell, int64_t steps, int64_t batch) {
   return flops;
 }
 
-struct Timing {
-  double median, min, max;
-};
-
-template <class F> Timing timeRepeats(int warmup, int repeat, F&& body) {
-  for (int i = 0; i < warmup; ++i)
-    body();
-  std::vector<double> ms;
-  for (int i = 0; i < repeat; ++i) {
-    auto start = std::chrono::steady_clock::now();
-    body();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                     .count());
-  }
-  std::sort(ms.begin(), ms.end());
-  size_t n = ms.size();
-  double median = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
-  return {median, ms.front(), ms.back()};
-}
-
 int bench(const BenchOptions& o) {
+  if (o.eltwise)
+    return benchEltwise(o.batch, o.hidden, o.repeat);
   if (o.seq < 1 || o.batch < 1 || o.input < 1 || o.hidden < 1 || o.repeat < 1 || o.warmup < 0)
     throw UserError("--seq, --batch, --input, --hidden and --repeat must be positive");
   auto cell = frontend::loadCell(o.cell);
@@ -117,6 +133,24 @@ int bench(const BenchOptions& o) {
     interpreter.run(inputs, states);
   });
 
+  auto jitTiming = [&](bool premultiply, std::shared_ptr<CompiledCell>* keep) {
+    CompileOptions options;
+    options.pipeline.premultiply = premultiply;
+    options.cache.disk = false;
+    auto compiled = CompiledCell::compile(*cell, options);
+    *keep = compiled;
+    Tensor output;
+    CompiledCell::Workspace workspace;
+    return timeRepeats(o.warmup, o.repeat, [&] {
+      std::vector<Tensor> states = initialStates;
+      compiled->run(params, inputs, states, output, workspace);
+    });
+  };
+  std::shared_ptr<CompiledCell> loopCell, fullCell;
+  Timing noPremul = jitTiming(false, &loopCell);
+  Timing full = jitTiming(true, &fullCell);
+  CompileTimes compileTimes = measureCompileTimes(*cell, o.repeat);
+
   double gflop = matmulFlops(*cell, o.seq, o.batch) * 1e-9;
   std::string sizeText;
   for (const auto& [name, value] : cell->sizes)
@@ -124,13 +158,18 @@ int bench(const BenchOptions& o) {
   fmt::print("rnnc bench: cell {}, T={} B={}{}, 1 thread, {} repeats (median, min, max)\n",
              cell->name, o.seq, o.batch, sizeText, o.repeat);
   fmt::print("matrix-product work: {:.3f} GFLOP per sequence\n\n", gflop);
-  fmt::print("{:<24}{:>12}{:>10}{:>10}{:>10}{:>9}\n", "path", "median ms", "min ms", "max ms",
+  fmt::print("{:<30}{:>12}{:>10}{:>10}{:>10}{:>9}\n", "path", "median ms", "min ms", "max ms",
              "GFLOP/s", "speedup");
   auto row = [&](const char* name, const Timing& t) {
-    fmt::print("{:<24}{:>12.3f}{:>10.3f}{:>10.3f}{:>10.1f}{:>8.2f}x\n", name, t.median, t.min,
+    fmt::print("{:<30}{:>12.3f}{:>10.3f}{:>10.3f}{:>10.1f}{:>8.2f}x\n", name, t.median, t.min,
                t.max, gflop / (t.median * 1e-3), unfused.median / t.median);
   };
   row("interpreter (unfused)", unfused);
+  row("jit, no premultiply", noPremul);
+  row("jit, premultiply + fusion", full);
+  fmt::print("\ncompile (passes + LLVM + load), median of {}: cold {:.2f} ms, from the disk "
+             "cache {:.2f} ms\n",
+             o.repeat, compileTimes.cold, compileTimes.cached);
   return 0;
 }
 
@@ -148,6 +187,9 @@ CommandAction addBenchCommand(CLI::App& app) {
   cmd->add_option("--size", o->sizes, "Bind any other named size: NAME=VALUE (repeatable)");
   cmd->add_option("--repeat", o->repeat, "Timed repeats; the median is reported")->default_val(5);
   cmd->add_option("--warmup", o->warmup, "Untimed runs before timing")->default_val(1);
+  cmd->add_flag("--eltwise", o->eltwise,
+                "Instead: PyTorch's rnn_eltwise step (fused vs unfused, GB/s against a STREAM "
+                "triad); uses --batch and --hidden");
   return [o] { return bench(*o); };
 }
 

@@ -3,9 +3,15 @@
 #include "tools/Commands.h"
 
 #include <iostream>
+#include <malloc.h>
 #include <map>
 
 int main(int argc, char** argv) {
+  // glibc returns freed blocks over 128 KB to the OS, so every [B, H] tensor would page-fault
+  // in fresh zeroed memory: keep them in the heap, as PyTorch's caching allocator does, so that
+  // timings measure computation.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   CLI::App app{"rnnc: a JIT compiler for recurrent neural network cells"};
   app.require_subcommand(1);
   std::map<std::string, rnnc::tools::CommandAction> actions = {
