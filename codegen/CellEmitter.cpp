@@ -258,6 +258,18 @@ private:
       }
       return;
     }
+    case Op::Stack: {
+      View out = view(&instr.result);
+      int64_t row = 0;
+      for (const ir::Value* part : instr.operands) {
+        int64_t rows = fixedRowsOf(part);
+        View to{b_.CreateGEP(f32_, out.base, b_.CreateMul(constant(row), out.rowStride)),
+                out.rowStride};
+        copyRows(to, view(part), constant(rows), columnsOf(part));
+        row += rows;
+      }
+      return;
+    }
     default:
       RNNC_INTERNAL_CHECK(false,
                           "no code for " + std::string(ir::opName(instr.op)) + " outside a kernel");

@@ -58,6 +58,22 @@ Shape inferConcat(const std::vector<const Shape*>& operands) {
   return result;
 }
 
+// Stacks the rows of weights (no batch dimension): [R1, C], [R2, C], ... -> [R1 + R2 + ..., C].
+Shape inferStack(const std::vector<const Shape*>& operands) {
+  Dim rows;
+  for (const Shape* s : operands) {
+    if (s->size() != 2 || s->at(1) != operands[0]->at(1))
+      fail(fmt::format("stack: operands {} must be matrices with equal column counts",
+                       operandList(operands)));
+    for (const Dim& d : *s)
+      if (d.mentions(kBatchSymbol))
+        fail(fmt::format("stack: operand {} has the batch dimension B; stack stacks weights",
+                         shapeStr(*s)));
+    rows = rows + s->at(0);
+  }
+  return {rows, operands[0]->at(1)};
+}
+
 Shape inferSlice(const Shape& x, const Attrs& attrs, const Dim* size) {
   if (x.empty())
     fail("slice: cannot slice a scalar");
@@ -103,6 +119,8 @@ Shape inferShape(Op op, const std::vector<const Shape*>& operands, const Attrs& 
     return inferSlice(*operands[0], attrs, sliceSize);
   case Op::Concat:
     return inferConcat(operands);
+  case Op::Stack:
+    return inferStack(operands);
   case Op::Linear:
   case Op::MatMul:
     return inferMatrixProduct(op, *operands[0], *operands[1]);

@@ -6,6 +6,7 @@
 #include "passes/CommonSubexpressionElimination.h"
 #include "passes/DeadCodeElimination.h"
 #include "passes/Fuse.h"
+#include "passes/MergeGates.h"
 #include "passes/Premultiply.h"
 #include "passes/Simplify.h"
 #include "passes/SinkSlices.h"
@@ -37,6 +38,7 @@ std::vector<Pass> allPasses() {
        premultiply},
       {"cleanup-cse", "common subexpression elimination after the rewrites",
        eliminateCommonSubexpressions},
+      {"merge-gates", "one matrix product per operand, by the stacked weights", mergeGates},
       {"sink-slices", "push slices through elementwise ops towards what they read", sinkSlices},
       {"cleanup-cse", "common subexpression elimination after the rewrites",
        eliminateCommonSubexpressions},

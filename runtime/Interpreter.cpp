@@ -120,6 +120,12 @@ void evaluate(const ir::Instr& instr, const std::vector<const Tensor*>& in, Tens
     }
     return;
   }
+  case Op::Stack: {
+    float* to = out.data();
+    for (const Tensor* part : in)
+      to = std::copy(part->data(), part->data() + part->numel(), to);
+    return;
+  }
   case Op::Linear:
   case Op::MatMul: {
     Eigen::Map<const MatrixR> x(in[0]->data(), rowsOf(*in[0]), colsOf(*in[0]));

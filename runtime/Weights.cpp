@@ -127,9 +127,12 @@ ir::SizeMap inferSizes(const ir::Cell& cell, const std::vector<ShapeObservation>
     }
   }
   if (!pending.empty()) {
+    // The first unsolved dimension names the sizes that are missing. (Keep the Dim alive: its
+    // terms are iterated.)
+    const ir::Dim unsolved =
+        pending.front().obs->value->shape[pending.front().dim].substitute(sizes);
     std::string unknown;
-    for (const auto& [name, coeff] :
-         pending.front().obs->value->shape[pending.front().dim].substitute(sizes).terms())
+    for (const auto& [name, coeff] : unsolved.terms())
       unknown += (unknown.empty() ? "" : ", ") + name;
     throw UserError(fmt::format("cannot infer the sizes {} of cell '{}' from the shapes given; "
                                 "pass them with --size NAME=VALUE",

@@ -248,6 +248,26 @@ TEST(Weights, SizeOnlyInAStateNeedsExplicitSize) {
   EXPECT_EQ(runSequence(*cell, request).finalStates.at("s").shape(), (TensorShape{1, 1, 5}));
 }
 
+TEST(Weights, TwoUnknownSizesInOneDimensionNeedExplicitSizes) {
+  auto cell = cellFrom(R"(cell k(a, b) {
+    input x[a + b]
+    param w[a + b]
+    return; output x * w
+  })");
+  TensorMap weights = {{"w", Tensor({5}, 2.0f)}};
+  SequenceRequest request;
+  request.engine = Engine::Interpreter;
+  request.weights = &weights;
+  request.inputs["x"] = Tensor({1, 1, 5}, 1.0f);
+  EXPECT_EQ(errorOf([&] { runSequence(*cell, request); }),
+            "cannot infer the sizes a, b of cell 'k' from the shapes given; pass them with "
+            "--size NAME=VALUE");
+  request.sizes["a"] = 2;
+  SequenceResult result = runSequence(*cell, request);
+  EXPECT_EQ(result.boundCell->sizes, (ir::SizeMap{{"a", 2}, {"b", 3}}));
+  EXPECT_EQ(result.output.values(), std::vector<float>(5, 2.0f));
+}
+
 // ---- PyTorch fixtures through the library --------------------------------------------------
 
 std::vector<std::string> fixtureCases() {

@@ -9,6 +9,7 @@
 #include "passes/CommonSubexpressionElimination.h"
 #include "passes/DeadCodeElimination.h"
 #include "passes/Fuse.h"
+#include "passes/MergeGates.h"
 #include "passes/PassManager.h"
 #include "passes/Premultiply.h"
 #include "passes/Simplify.h"
@@ -494,17 +495,47 @@ std::vector<NumericCase> numericCases() {
 INSTANTIATE_TEST_SUITE_P(Cells, PipelineNumerics, testing::ValuesIn(numericCases()),
                          [](const auto& info) { return info.param.name; });
 
-TEST(Premultiply, HoistsAllFourGateProjectionsOfASeparateGateLstm) {
+TEST(MergeGates, ASeparateGateLstmRunsOneProductPerOperand) {
   auto cell = frontend::parseCell(kFourGateLstm, "lstm4.cell");
   std::ostringstream log;
   passes::runPipeline(*cell, {}, log);
-  int hoisted = 0, inLoop = 0;
-  for (const auto& instr : cell->pre)
-    hoisted += instr->op == ir::Op::Linear;
-  for (const auto& instr : cell->step)
-    inLoop += instr->op == ir::Op::Linear;
-  EXPECT_EQ(hoisted, 4) << ir::toString(*cell);
-  EXPECT_EQ(inLoop, 4) << ir::toString(*cell);
+  auto count = [](const ir::Block& block, ir::Op op) {
+    return std::count_if(block.begin(), block.end(),
+                         [&](const auto& instr) { return instr->op == op; });
+  };
+  EXPECT_EQ(count(cell->pre, ir::Op::Linear), 1) << ir::toString(*cell);
+  EXPECT_EQ(count(cell->pre, ir::Op::Stack), 2) << ir::toString(*cell);
+  EXPECT_EQ(count(cell->step, ir::Op::Linear), 1) << ir::toString(*cell);
+  EXPECT_EQ(count(cell->step, ir::Op::Stack), 0) << ir::toString(*cell);
+}
+
+TEST(MergeGates, StacksWeightsAndSlicesTheMergedProduct) {
+  checkPass(passes::mergeGates, cell(R"(  step {
+    %0 = linear %h, %w : [B, n]
+    %1 = tanh %0 : [B, n]
+    %2 = linear %h, %u : [B, n]
+    %3 = linear %x, %w : [B, n]
+    %4 = add %1, %2 : [B, n]
+    %5 = add %4, %3 : [B, n]
+  }
+  yield %h = %5
+  output %5
+)"),
+            cell(R"(  pre {
+    %0 = stack %w, %u : [2*n, n]
+  }
+  step {
+    %1 = linear %h, %0 : [B, 2*n]
+    %2 = slice %1 {offset = 0} : [B, n]
+    %3 = slice %1 {offset = n} : [B, n]
+    %4 = tanh %2 : [B, n]
+    %5 = linear %x, %w : [B, n]
+    %6 = add %4, %3 : [B, n]
+    %7 = add %6, %5 : [B, n]
+  }
+  yield %h = %7
+  output %7
+)"));
 }
 
 } // namespace
