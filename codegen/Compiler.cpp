@@ -39,7 +39,7 @@ void optimise(llvm::Module& module, llvm::TargetMachine& machine) {
   passes.registerFunctionAnalyses(functions);
   passes.registerLoopAnalyses(loops);
   passes.crossRegisterProxies(loops, functions, cgscc, modules);
-  passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(module, modules);
+  passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O1).run(module, modules);
 }
 
 std::string emitMachineCode(llvm::Module& module, llvm::TargetMachine& machine,
@@ -62,51 +62,28 @@ std::string printModule(const llvm::Module& module) {
 
 } // namespace
 
-struct GeneratedModule::Impl {
-  llvm::LLVMContext context;
-  std::unique_ptr<llvm::Module> module;
-  Target target;
-};
-
-GeneratedModule::GeneratedModule(const ir::Cell& cell, const StoragePlan& plan,
-                                 const Target& target)
-    : impl_(std::make_unique<Impl>()) {
-  initialiseLLVM();
-  impl_->target = target;
-  impl_->module = emitCell(impl_->context, cell, plan, target, kRunFunctionName);
-  std::string problems;
-  llvm::raw_string_ostream problemStream(problems);
-  if (llvm::verifyModule(*impl_->module, &problemStream))
-    throw InternalError("generated LLVM IR is invalid: " + problems + "\n" +
-                        printModule(*impl_->module));
-}
-
-GeneratedModule::~GeneratedModule() = default;
-
-std::string GeneratedModule::text() const {
-  return printModule(*impl_->module);
-}
-
-std::string GeneratedModule::finish(Stage stage) {
-  llvm::Module& module = *impl_->module;
-  if (stage == Stage::LLVM)
-    return printModule(module);
-  std::unique_ptr<llvm::TargetMachine> machine = makeTargetMachine(impl_->target);
-  module.setDataLayout(machine->createDataLayout());
-  optimise(module, *machine);
-  switch (stage) {
-  case Stage::OptimisedLLVM:
-    return printModule(module);
-  case Stage::Assembly:
-    return emitMachineCode(module, *machine, llvm::CodeGenFileType::AssemblyFile);
-  default:
-    return emitMachineCode(module, *machine, llvm::CodeGenFileType::ObjectFile);
-  }
-}
-
 std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
                      Stage stage) {
-  return GeneratedModule(cell, plan, target).finish(stage);
+  initialiseLLVM();
+  llvm::LLVMContext context;
+  std::unique_ptr<llvm::Module> module = emitCell(context, cell, plan, target, kRunFunctionName);
+  std::string problems;
+  llvm::raw_string_ostream problemStream(problems);
+  if (llvm::verifyModule(*module, &problemStream))
+    throw InternalError("generated LLVM IR is invalid: " + problems + "\n" + printModule(*module));
+  if (stage == Stage::LLVM)
+    return printModule(*module);
+  std::unique_ptr<llvm::TargetMachine> machine = makeTargetMachine(target);
+  module->setDataLayout(machine->createDataLayout());
+  optimise(*module, *machine);
+  switch (stage) {
+  case Stage::OptimisedLLVM:
+    return printModule(*module);
+  case Stage::Assembly:
+    return emitMachineCode(*module, *machine, llvm::CodeGenFileType::AssemblyFile);
+  default:
+    return emitMachineCode(*module, *machine, llvm::CodeGenFileType::ObjectFile);
+  }
 }
 
 } // namespace rnnc::codegen

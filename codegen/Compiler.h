@@ -7,36 +7,16 @@
 #include "codegen/Target.h"
 #include "ir/Cell.h"
 
-#include <memory>
 #include <string>
 
 namespace rnnc::codegen {
 
 enum class Stage { LLVM, OptimisedLLVM, Assembly, Object };
 
-// One cell lowered to an LLVM module, kept so that its text can key a cache before the costly
-// part (optimisation and machine code) runs. The run function is always `rnnc_run`: each loaded
-// object lives in its own JIT dylib.
-class GeneratedModule {
-public:
-  // `cell` must be verified and have all its sizes bound.
-  GeneratedModule(const ir::Cell& cell, const StoragePlan& plan, const Target& target);
-  ~GeneratedModule();
-  GeneratedModule(const GeneratedModule&) = delete;
-  GeneratedModule& operator=(const GeneratedModule&) = delete;
-
-  // The module as emitted, before any LLVM optimisation.
-  std::string text() const;
-  // Optimises and produces a later stage (LLVM text after O2, assembly, or an object file).
-  // Call once.
-  std::string finish(Stage stage);
-
-private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
-// Shorthand: emit and finish in one go.
+// Lowers `cell` (verified, every size bound) to LLVM IR, verifies it, and unless `stage` is
+// LLVM optimises it for the target (LLVM's O1: the kernels are vectorised by construction, so
+// O2's loop vectoriser has nothing to add but compile time) and produces the stage. The run
+// function is always `rnnc_run`: each loaded object lives in its own JIT dylib.
 std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
                      Stage stage);
 

@@ -4,7 +4,9 @@
 #include "codegen/HostTarget.h"
 #include "codegen/Jit.h"
 #include "codegen/RunArgs.h"
+#include "codegen/SourceDigest.h"
 #include "ir/Error.h"
+#include "ir/Printer.h"
 #include "runtime/Kernels.h"
 
 #include <atomic>
@@ -24,13 +26,12 @@ codegen::Jit& processJit() {
   return jit;
 }
 
-// Everything the object file depends on besides the LLVM IR text: the target, LLVM, and how
-// rnnc drives LLVM (bump the revision when the optimisation or code generation settings change).
-constexpr int kCodegenRevision = 1;
-
-std::string cacheKey(const std::string& llvmText, const codegen::Target& target) {
-  return "rnnc " RNNC_VERSION " codegen " + std::to_string(kCodegenRevision) + "\nLLVM " +
-         codegen::llvmVersion() + "\ntarget " + target.describe() + "\n" + llvmText;
+// Everything the object file depends on: the optimised IR (sizes included), the code
+// generator's sources, LLVM and the target. No LLVM runs to build it, so a cache hit costs only
+// the passes, a file read and the JIT's link.
+std::string cacheKey(const ir::Cell& optimised, const codegen::Target& target) {
+  return "rnnc " RNNC_VERSION " codegen " + std::string(codegen::sourceDigest()) + "\nLLVM " +
+         codegen::llvmVersion() + "\ntarget " + target.describe() + "\n" + ir::toString(optimised);
 }
 
 // Code compiled in this process, by cache key.
@@ -67,8 +68,7 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
   passes::runPipeline(*compiled->cell_, options.pipeline, options.log ? *options.log : discarded);
   compiled->plan_ = codegen::planStorage(*compiled->cell_);
   codegen::Target target = codegen::hostTarget();
-  codegen::GeneratedModule module(*compiled->cell_, compiled->plan_, target);
-  std::string key = cacheKey(module.text(), target);
+  std::string key = cacheKey(*compiled->cell_, target);
   auto elapsed = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
         .count();
@@ -93,7 +93,7 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
     object = disk.load(key);
   compiled->source_ = object ? CodeSource::DiskCache : CodeSource::Compiled;
   if (!object) {
-    object = module.finish(codegen::Stage::Object);
+    object = codegen::generate(*compiled->cell_, compiled->plan_, target, codegen::Stage::Object);
     if (options.cache.disk)
       disk.store(key, *object);
   }

@@ -64,7 +64,7 @@ CommandAction addCompileCommand(CLI::App& app) {
   cmd->add_option("--size", o->sizes, "Bind a named size: NAME=VALUE (repeatable)");
   cmd->add_option("--emit", o->emit,
                   "Stage to print: ir (as parsed), ir-opt (optimised), llvm, llvm-opt (after "
-                  "LLVM's O2), asm (host assembly)")
+                  "LLVM's optimiser), asm (host assembly)")
       ->check(CLI::IsMember({"ir", "ir-opt", "llvm", "llvm-opt", "asm"}))
       ->default_val("ir-opt");
   addPipelineOptions(*cmd, o->printAfter, o->disabled, o->printAfterAll, o->noPremul, o->noFuse);
