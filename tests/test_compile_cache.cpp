@@ -4,6 +4,7 @@
 #include "runtime/CompileCache.h"
 #include "runtime/CompiledCell.h"
 #include "runtime/FileIO.h"
+#include "tests/TestSupport.h"
 
 #include <gtest/gtest.h>
 
@@ -14,18 +15,14 @@ using namespace rnnc;
 
 namespace {
 
-class CompileCacheTest : public testing::Test {
+class CompileCacheTest : public test::ScratchDirTest {
 protected:
   void SetUp() override {
-    directory_ = std::filesystem::path(testing::TempDir()) /
-                 ("rnnc_cache_" +
-                  std::string(testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
-                  std::to_string(getpid()));
-    std::filesystem::remove_all(directory_);
+    ScratchDirTest::SetUp();
+    directory_ = dir_ / "cache";
     cell_ = frontend::loadCell("gru");
     cell_->bindSizes({{"input_size", 3}, {"hidden_size", 5}});
   }
-  void TearDown() override { std::filesystem::remove_all(directory_); }
 
   CompileOptions options(bool memory = false) const {
     CompileOptions o;

@@ -3,6 +3,7 @@
 #include "frontend/BuiltinCells.h"
 #include "frontend/CellParser.h"
 #include "runtime/SequenceRunner.h"
+#include "tests/TestSupport.h"
 
 #include <gtest/gtest.h>
 
@@ -12,23 +13,6 @@
 using namespace rnnc;
 
 namespace {
-
-const char* kFourGateLstm = R"(cell lstm4(input_size, hidden_size) {
-  input x[input_size]
-  state h[hidden_size], c[hidden_size]
-  param w_ii[hidden_size, input_size], w_if[hidden_size, input_size]
-  param w_ig[hidden_size, input_size], w_io[hidden_size, input_size]
-  param w_hi[hidden_size, hidden_size], w_hf[hidden_size, hidden_size]
-  param w_hg[hidden_size, hidden_size], w_ho[hidden_size, hidden_size]
-  param b_i[hidden_size], b_f[hidden_size], b_g[hidden_size], b_o[hidden_size]
-  i = sigmoid(linear(x, w_ii) + linear(h, w_hi) + b_i)
-  f = sigmoid(linear(x, w_if, b_f) + linear(h, w_hf))
-  g = tanh(b_g + x @ w_ig^T + h @ w_hg^T)
-  o = sigmoid(linear(h, w_ho) + (linear(x, w_io) + b_o))
-  c2 = f * c + i * g
-  h2 = o * tanh(c2)
-  return h = h2, c = c2; output h2
-})";
 
 // Every op the language has, including ones that need care in generated code: NaN-propagating
 // min/max, log and sqrt of positive values, concat feeding a product, a state swap.
@@ -58,36 +42,17 @@ TEST_P(JitMatchesInterpreter, OnOddAndTypicalSizes) {
   auto cell = param.source.empty() ? frontend::loadCell(param.name)
                                    : frontend::parseCell(param.source, param.name + ".cell");
   std::mt19937 rng(7);
-  std::uniform_real_distribution<float> dist(-0.4f, 0.4f);
-  auto random = [&](TensorShape shape) {
-    Tensor t(std::move(shape));
-    for (float& v : t.values())
-      v = dist(rng);
-    return t;
-  };
   struct Size {
     int64_t steps, batch, input, hidden;
   };
   for (Size s : {Size{1, 1, 1, 1}, Size{100, 5, 3, 3}, Size{7, 64, 5, 17}, Size{2, 5, 7, 1000}}) {
     ir::SizeMap sizes = {{"input_size", s.input}, {"hidden_size", s.hidden}, {"B", s.batch}};
-    // Matrices scaled by 1/sqrt(fan-in), as PyTorch initialises them, so that activations stay
-    // of order one at every size and the comparison measures rounding, not amplification.
-    TensorMap weights;
-    for (const auto& p : cell->params) {
-      TensorShape shape;
-      for (const ir::Dim& d : p->shape)
-        shape.push_back(*d.evaluate(sizes));
-      Tensor w = random(shape);
-      if (shape.size() == 2)
-        for (float& v : w.values())
-          v /= std::sqrt(static_cast<float>(shape[1]) * 0.16f);
-      weights[p->name] = std::move(w);
-    }
+    TensorMap weights = test::randomWeights(*cell, sizes, rng);
     SequenceRequest request;
     request.weights = &weights;
-    request.inputs["x"] = random({s.steps, s.batch, s.input});
+    request.inputs["x"] = test::randomTensor({s.steps, s.batch, s.input}, rng);
     for (const auto& st : cell->states)
-      request.initialStates[st->name] = random({1, s.batch, s.hidden});
+      request.initialStates[st->name] = test::randomTensor({1, s.batch, s.hidden}, rng);
     request.engine = Engine::Interpreter;
     SequenceResult expected = runSequence(*cell, request);
     request.engine = Engine::Jit;
@@ -110,7 +75,7 @@ std::vector<JitCase> jitCases() {
   std::vector<JitCase> cases;
   for (const auto& name : frontend::builtinCellNames())
     cases.push_back({name, ""});
-  cases.push_back({"four_gate_lstm", kFourGateLstm});
+  cases.push_back({"four_gate_lstm", test::kFourGateLstm});
   cases.push_back({"everything", kEverything});
   return cases;
 }

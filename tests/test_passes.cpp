@@ -15,6 +15,7 @@
 #include "passes/Simplify.h"
 #include "passes/SinkSlices.h"
 #include "runtime/SequenceRunner.h"
+#include "tests/TestSupport.h"
 
 #include <gtest/gtest.h>
 
@@ -409,23 +410,6 @@ TEST(PassManager, NoPremulKeepsEverythingInTheLoop) {
 
 // ---- Numerics: the optimised cell computes what the original computes ----------------------
 
-const char* kFourGateLstm = R"(cell lstm4(input_size, hidden_size) {
-  input x[input_size]
-  state h[hidden_size], c[hidden_size]
-  param w_ii[hidden_size, input_size], w_if[hidden_size, input_size]
-  param w_ig[hidden_size, input_size], w_io[hidden_size, input_size]
-  param w_hi[hidden_size, hidden_size], w_hf[hidden_size, hidden_size]
-  param w_hg[hidden_size, hidden_size], w_ho[hidden_size, hidden_size]
-  param b_i[hidden_size], b_f[hidden_size], b_g[hidden_size], b_o[hidden_size]
-  i = sigmoid(linear(x, w_ii) + linear(h, w_hi) + b_i)
-  f = sigmoid(linear(x, w_if, b_f) + linear(h, w_hf))
-  g = tanh(b_g + x @ w_ig^T + h @ w_hg^T)
-  o = sigmoid(linear(h, w_ho) + (linear(x, w_io) + b_o))
-  c2 = f * c + i * g
-  h2 = o * tanh(c2)
-  return h = h2, c = c2; output h2
-})";
-
 const char* kLayerNormCell = R"(cell ln(input_size, hidden_size) {
   input x[input_size]
   state h[hidden_size]
@@ -450,28 +434,15 @@ TEST_P(PipelineNumerics, OptimisedEqualsUnoptimisedOnRandomSizes) {
   passes::runPipeline(*optimised, {}, log);
 
   std::mt19937 rng(std::hash<std::string>()(param.name));
-  std::uniform_real_distribution<float> dist(-0.5f, 0.5f);
-  auto random = [&](TensorShape shape) {
-    Tensor t(std::move(shape));
-    for (float& v : t.values())
-      v = dist(rng);
-    return t;
-  };
   for (auto [steps, batch, inputSize, hidden] :
        {std::tuple{1, 1, 1, 1}, std::tuple{5, 3, 2, 17}, std::tuple{7, 5, 9, 3}}) {
     ir::SizeMap sizes = {{"input_size", inputSize}, {"hidden_size", hidden}, {"B", batch}};
-    TensorMap weights;
-    for (const auto& p : original->params) {
-      TensorShape shape;
-      for (const ir::Dim& d : p->shape)
-        shape.push_back(*d.evaluate(sizes));
-      weights[p->name] = random(shape);
-    }
+    TensorMap weights = test::randomWeights(*original, sizes, rng);
     SequenceRequest request;
     request.weights = &weights;
-    request.inputs["x"] = random({steps, batch, inputSize});
+    request.inputs["x"] = test::randomTensor({steps, batch, inputSize}, rng);
     for (const auto& s : original->states)
-      request.initialStates[s->name] = random({1, batch, hidden});
+      request.initialStates[s->name] = test::randomTensor({1, batch, hidden}, rng);
     SequenceResult expected = runSequence(*original, request);
     SequenceResult actual = runSequence(*optimised, request);
     for (int64_t i = 0; i < expected.output.numel(); ++i)
@@ -487,7 +458,7 @@ std::vector<NumericCase> numericCases() {
   std::vector<NumericCase> cases;
   for (const auto& name : frontend::builtinCellNames())
     cases.push_back({name, ""});
-  cases.push_back({"four_gate_lstm", kFourGateLstm});
+  cases.push_back({"four_gate_lstm", test::kFourGateLstm});
   cases.push_back({"layernorm_cell", kLayerNormCell});
   return cases;
 }
@@ -496,7 +467,7 @@ INSTANTIATE_TEST_SUITE_P(Cells, PipelineNumerics, testing::ValuesIn(numericCases
                          [](const auto& info) { return info.param.name; });
 
 TEST(MergeGates, ASeparateGateLstmRunsOneProductPerOperand) {
-  auto cell = frontend::parseCell(kFourGateLstm, "lstm4.cell");
+  auto cell = frontend::parseCell(test::kFourGateLstm, "lstm4.cell");
   std::ostringstream log;
   passes::runPipeline(*cell, {}, log);
   auto count = [](const ir::Block& block, ir::Op op) {

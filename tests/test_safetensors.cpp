@@ -16,6 +16,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "tests/TestSupport.h"
 #include <unistd.h>
 
 namespace rnnc {
@@ -25,21 +27,8 @@ namespace fs = std::filesystem;
 using testing::HasSubstr;
 using testing::StartsWith;
 
-class SafeTensorsTest : public testing::Test {
+class SafeTensorsTest : public test::ScratchDirTest {
 protected:
-  void SetUp() override {
-    // One directory per test and process, so parallel runs (ctest -j, two build trees) never
-    // share files.
-    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::path(testing::TempDir()) / (std::string("rnnc_st_") + info->test_suite_name() + "_" +
-                                           info->name() + "_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
   std::string writeBytes(const std::string& bytes) const {
     std::string p = path("weights.safetensors");
     std::ofstream(p, std::ios::binary) << bytes;
@@ -88,8 +77,6 @@ protected:
       json += ' ';
     return u64(json.size()) + json + data;
   }
-
-  fs::path dir_;
 };
 
 std::string floatBytes(std::initializer_list<float> values) {

@@ -1,0 +1,79 @@
+// Helpers shared by the test files: a scratch directory per test, random tensors and weights,
+// and cells more than one test file uses.
+#pragma once
+
+#include "ir/Cell.h"
+#include "runtime/SafeTensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <unistd.h>
+
+namespace rnnc::test {
+
+// A fixture with an empty directory of its own, per test and process, so that parallel runs
+// (ctest -j, two build trees) never share files.
+class ScratchDirTest : public testing::Test {
+protected:
+  void SetUp() override {
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::path(testing::TempDir()) /
+           (std::string("rnnc_") + info->test_suite_name() + "_" + info->name() + "_" +
+            std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  std::filesystem::path dir_;
+};
+
+// Uniform in [-bound, bound].
+inline Tensor randomTensor(TensorShape shape, std::mt19937& rng, float bound = 0.4f) {
+  std::uniform_real_distribution<float> dist(-bound, bound);
+  Tensor t(std::move(shape));
+  for (float& v : t.values())
+    v = dist(rng);
+  return t;
+}
+
+// Random values for every parameter of `cell` at `sizes`. Matrices are scaled by
+// 1/sqrt(fan-in), as PyTorch initialises them, so activations stay of order one at every size.
+inline TensorMap randomWeights(const ir::Cell& cell, const ir::SizeMap& sizes, std::mt19937& rng) {
+  TensorMap weights;
+  for (const auto& p : cell.params) {
+    TensorShape shape;
+    for (const ir::Dim& d : p->shape)
+      shape.push_back(*d.evaluate(sizes));
+    float bound = shape.size() == 2 ? 1.0f / std::sqrt(static_cast<float>(shape[1])) : 0.4f;
+    weights[p->name] = randomTensor(shape, rng, bound);
+  }
+  return weights;
+}
+
+// An LSTM written with a separate linear per gate, in varied styles: the passes must turn it
+// into one product per operand.
+inline const char* kFourGateLstm = R"(cell lstm4(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size], c[hidden_size]
+  param w_ii[hidden_size, input_size], w_if[hidden_size, input_size]
+  param w_ig[hidden_size, input_size], w_io[hidden_size, input_size]
+  param w_hi[hidden_size, hidden_size], w_hf[hidden_size, hidden_size]
+  param w_hg[hidden_size, hidden_size], w_ho[hidden_size, hidden_size]
+  param b_i[hidden_size], b_f[hidden_size], b_g[hidden_size], b_o[hidden_size]
+  i = sigmoid(linear(x, w_ii) + linear(h, w_hi) + b_i)
+  f = sigmoid(linear(x, w_if, b_f) + linear(h, w_hf))
+  g = tanh(b_g + x @ w_ig^T + h @ w_hg^T)
+  o = sigmoid(linear(h, w_ho) + (linear(x, w_io) + b_o))
+  c2 = f * c + i * g
+  h2 = o * tanh(c2)
+  return h = h2, c = c2; output h2
+})";
+
+} // namespace rnnc::test
