@@ -3,12 +3,16 @@
 #pragma once
 
 #include "ir/Cell.h"
+#include "ir/Error.h"
 #include "runtime/SafeTensors.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <random>
 #include <string>
 #include <unistd.h>
@@ -30,6 +34,33 @@ protected:
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  // Writes `bytes` to the file `name` in the directory; returns its path.
+  std::string writeBytes(const std::string& name, const std::string& bytes) const {
+    std::string p = path(name);
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+
+  static std::string readBytes(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  // Runs `action` and checks it throws a UserError that starts with the path `p` and contains
+  // every fragment.
+  static void expectError(const std::string& p, const std::function<void()>& action,
+                          std::initializer_list<std::string> fragments) {
+    try {
+      action();
+      ADD_FAILURE() << "expected a UserError for " << p;
+    } catch (const UserError& e) {
+      std::string message = e.what();
+      EXPECT_THAT(message, testing::StartsWith(p + ": "));
+      for (const std::string& fragment : fragments)
+        EXPECT_THAT(message, testing::HasSubstr(fragment));
+    }
+  }
 
   std::filesystem::path dir_;
 };

@@ -29,32 +29,6 @@ using testing::StartsWith;
 
 class NpyTest : public test::ScratchDirTest {
 protected:
-  std::string writeBytes(const std::string& name, const std::string& bytes) const {
-    std::string p = path(name);
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p;
-  }
-
-  static std::string readBytes(const std::string& p) {
-    std::ifstream in(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-
-  // Runs `read` and checks it throws a UserError that starts with the path and contains every
-  // fragment.
-  static void expectError(const std::string& p, const std::function<void()>& read,
-                          std::initializer_list<std::string> fragments) {
-    try {
-      read();
-      ADD_FAILURE() << "expected a UserError for " << p;
-    } catch (const UserError& e) {
-      std::string message = e.what();
-      EXPECT_THAT(message, StartsWith(p + ": "));
-      for (const std::string& fragment : fragments)
-        EXPECT_THAT(message, HasSubstr(fragment));
-    }
-  }
-
   void expectFloatError(const std::string& p, std::initializer_list<std::string> fragments) {
     expectError(
         p, [&] { readNpyFloat32(p); }, fragments);

@@ -30,29 +30,7 @@ using testing::StartsWith;
 class SafeTensorsTest : public test::ScratchDirTest {
 protected:
   std::string writeBytes(const std::string& bytes) const {
-    std::string p = path("weights.safetensors");
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p;
-  }
-
-  static std::string readBytes(const std::string& p) {
-    std::ifstream in(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-
-  // Runs `action` and checks it throws a UserError that starts with the path and contains every
-  // fragment.
-  static void expectError(const std::string& p, const std::function<void()>& action,
-                          std::initializer_list<std::string> fragments) {
-    try {
-      action();
-      ADD_FAILURE() << "expected a UserError for " << p;
-    } catch (const UserError& e) {
-      std::string message = e.what();
-      EXPECT_THAT(message, StartsWith(p + ": "));
-      for (const std::string& fragment : fragments)
-        EXPECT_THAT(message, HasSubstr(fragment));
-    }
+    return ScratchDirTest::writeBytes("weights.safetensors", bytes);
   }
 
   // Writes a file with the given JSON header and data, and expects reading it to fail.
