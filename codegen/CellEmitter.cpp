@@ -283,6 +283,8 @@ private:
   void emitKernel(const ir::Block& block, const KernelGroup& group, llvm::Value* batchRows) {
     ir::Shape space;
     for (size_t i = group.first; i < group.last; ++i) {
+      if (block[i]->op == Op::LayerNorm)
+        continue; // normalised on the fly: it does not set the iteration space
       auto widened = ir::broadcastShapes(space, block[i]->result.shape);
       RNNC_INTERNAL_CHECK(widened.has_value(), "kernel members do not share an iteration space");
       space = *widened;
@@ -302,10 +304,13 @@ private:
       for (const ir::Value* operand : block[i]->operands)
         if (!definedIn(block, group, operand) && !isImmediate(operand))
           view(operand);
-      if (block[i]->op == Op::Slice)
+      if (block[i]->op == Op::Slice && !isNormalised(block[i]->operands[0]))
         view(&block[i]->result);
     }
     forLoop(constant(0), rows, constant(1), "row", [&](llvm::Value* r) {
+      for (size_t i = group.first; i < group.last; ++i)
+        if (block[i]->op == Op::LayerNorm)
+          rowStatistics_[&block[i]->result] = emitRowStatistics(*block[i], r);
       if (vectorCols > 0)
         forLoop(constant(0), constant(vectorCols), constant(width), "col",
                 [&](llvm::Value* j) { emitKernelBody(block, group, r, j, width); });
@@ -317,6 +322,79 @@ private:
 
   static bool isImmediate(const ir::Value* v) {
     return !v->isArgument() && v->def->op == Op::Const;
+  }
+
+  // A layer norm fused into a kernel: its values are computed where they are read.
+  static bool isNormalised(const ir::Value* v) {
+    return !v->isArgument() && v->def->op == Op::LayerNorm && v->def->kernel >= 0;
+  }
+
+  // Sum over columns [0, n) of row r of `x`, each element mapped by `f`: vector lanes, then the
+  // rest one at a time, accumulated in stack slots that LLVM promotes to registers.
+  template <class F> llvm::Value* rowSum(const View& x, llvm::Value* r, int64_t n, F&& f) {
+    const int64_t width = target_.vectorWidth;
+    llvm::Type* vec = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(width));
+    llvm::IRBuilder<> entry(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    llvm::AllocaInst* lanes = entry.CreateAlloca(vec);
+    llvm::AllocaInst* rest = entry.CreateAlloca(f32_);
+    b_.CreateStore(llvm::ConstantFP::get(vec, 0.0), lanes);
+    b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), rest);
+    const int64_t vectorCols = n - n % width;
+    if (vectorCols > 0)
+      forLoop(constant(0), constant(vectorCols), constant(width), "sum", [&](llvm::Value* j) {
+        llvm::Value* v = f(b_.CreateAlignedLoad(vec, elementPointer(x, r, j), llvm::Align(4)));
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(vec, lanes), v), lanes);
+      });
+    if (vectorCols < n)
+      forLoop(constant(vectorCols), constant(n), constant(1), "sumtail", [&](llvm::Value* j) {
+        llvm::Value* v = f(b_.CreateAlignedLoad(f32_, elementPointer(x, r, j), llvm::Align(4)));
+        b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f32_, rest), v), rest);
+      });
+    llvm::Value* reduced =
+        b_.CreateFAddReduce(llvm::ConstantFP::get(f32_, 0.0), b_.CreateLoad(vec, lanes));
+    llvm::cast<llvm::Instruction>(reduced)->setHasAllowReassoc(true);
+    return b_.CreateFAdd(reduced, b_.CreateLoad(f32_, rest));
+  }
+
+  struct RowStatistics {
+    llvm::Value* mean = nullptr;
+    llvm::Value* inverseStd = nullptr;
+  };
+
+  // Mean and 1/sqrt(var + eps) of row r, in two passes (one pass of sum and sum of squares
+  // cancels badly when the mean is large; PyTorch is careful here too).
+  RowStatistics emitRowStatistics(const ir::Instr& norm, llvm::Value* r) {
+    const ir::Value* x = norm.operands[0];
+    const int64_t n = columnsOf(x);
+    View in = view(x);
+    llvm::Value* count = llvm::ConstantFP::get(f32_, static_cast<double>(n));
+    llvm::Value* mean = b_.CreateFDiv(rowSum(in, r, n, [](llvm::Value* v) { return v; }), count);
+    auto squaredDeviation = [&](llvm::Value* v) {
+      llvm::Value* m = mean;
+      if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(v->getType()))
+        m = b_.CreateVectorSplat(vt->getNumElements(), mean);
+      llvm::Value* d = b_.CreateFSub(v, m);
+      return b_.CreateFMul(d, d);
+    };
+    llvm::Value* variance = b_.CreateFDiv(rowSum(in, r, n, squaredDeviation), count);
+    llvm::Value* std = b_.CreateIntrinsic(
+        llvm::Intrinsic::sqrt, {f32_},
+        {b_.CreateFAdd(variance, llvm::ConstantFP::get(f32_, norm.attrs.value))});
+    return {mean, b_.CreateFDiv(llvm::ConstantFP::get(f32_, 1.0), std)};
+  }
+
+  // The normalised values of `norm` (a fused layer norm) at columns offset + j onwards.
+  llvm::Value* normalised(const ir::Value* norm, llvm::Value* r, llvm::Value* j, int64_t offset,
+                          int64_t width) {
+    const RowStatistics& stats = rowStatistics_.at(norm);
+    llvm::Type* vec = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(width));
+    llvm::Value* column = b_.CreateAdd(j, constant(offset));
+    llvm::Value* x = b_.CreateAlignedLoad(
+        vec, elementPointer(view(norm->def->operands[0]), r, column), llvm::Align(4));
+    auto splat = [&](llvm::Value* s) {
+      return b_.CreateVectorSplat(static_cast<unsigned>(width), s);
+    };
+    return b_.CreateFMul(b_.CreateFSub(x, splat(stats.mean)), splat(stats.inverseStd));
   }
 
   static bool definedIn(const ir::Block& block, const KernelGroup& group, const ir::Value* v) {
@@ -347,7 +425,15 @@ private:
     };
     for (size_t i = group.first; i < group.last; ++i) {
       const ir::Instr& instr = *block[i];
-      llvm::Value* result = instr.op == Op::Slice ? load(&instr.result) : compute(instr, get, vec);
+      llvm::Value* result = nullptr;
+      if (instr.op == Op::LayerNorm)
+        result = normalised(&instr.result, r, j, 0, width);
+      else if (instr.op == Op::Slice && isNormalised(instr.operands[0]))
+        result = normalised(instr.operands[0], r, j, instr.attrs.offset.constantValue(), width);
+      else if (instr.op == Op::Slice)
+        result = load(&instr.result);
+      else
+        result = compute(instr, get, vec);
       values[&instr.result] = result;
       if (views_.count(&instr.result) && instr.op != Op::Slice) {
         View out = views_.at(&instr.result);
@@ -423,6 +509,7 @@ private:
   llvm::Value* output_ = nullptr;
   std::vector<llvm::Value*> params_, inputs_, states_, buffers_;
   std::unordered_map<const ir::Value*, View> views_;
+  std::unordered_map<const ir::Value*, RowStatistics> rowStatistics_; // of the current row
 };
 
 } // namespace

@@ -26,7 +26,7 @@ Instr::Instr(Op op, std::vector<Value*> operands, Attrs attrs, Shape shape)
 }
 
 bool isFusible(Op op) {
-  return isElementwise(op) || isView(op);
+  return isElementwise(op) || isView(op) || op == Op::LayerNorm;
 }
 
 const std::vector<std::unique_ptr<Value>>& Cell::arguments(ArgKind kind) const {

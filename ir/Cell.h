@@ -61,7 +61,8 @@ public:
   int kernel = -1;
 };
 
-// Whether an op may be part of a fused elementwise kernel.
+// Whether an op may be part of a fused kernel: elementwise ops, views, and layer norm (the
+// kernel then computes each row's statistics before its elementwise work).
 bool isFusible(Op op);
 
 using Block = std::vector<std::unique_ptr<Instr>>;

@@ -66,6 +66,9 @@ private:
         fail(fmt::format("{} is in a fused kernel but cannot be fused", opName(instr->op)));
       if (kernel != previous && !kernelsSeen_.insert(kernel).second)
         fail(fmt::format("the instructions of fused kernel {} are not contiguous", kernel));
+      if (instr->op == Op::LayerNorm && !instr->operands[0]->isArgument() &&
+          instr->operands[0]->def->kernel == kernel)
+        fail("a fused layernorm must read its operand from outside its kernel");
       previous = kernel;
     }
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace rnnc::passes {
 namespace {
@@ -44,31 +45,54 @@ bool scheduleBarriersEarly(ir::Block& block) {
 // Assigns kernel numbers to maximal runs of fusible instructions whose shapes broadcast to one
 // iteration space: [F] members (bias slices) are computed per element of a [B, F] kernel.
 // Constants join a kernel but do not start one; they are immediates wherever they are used.
-bool formKernels(ir::Block& block, int& nextKernel) {
+// A layer norm joins when its operand comes from outside the kernel and its rows match: the
+// kernel normalises each row on the fly, so its consumers may even be slices of it (the gates
+// of lnlstm), and it does not set the iteration space.
+bool formKernels(ir::Block& block, int& nextKernel,
+                 const std::unordered_set<const ir::Instr*>& excluded) {
   bool changed = false;
   int current = -1;
-  ir::Shape space;
+  std::optional<ir::Shape> space; // unset until a member that is not a layer norm joins
   std::unordered_map<const ir::Value*, int> kernelOf;
+  auto inCurrent = [&](const ir::Value* v) {
+    auto it = kernelOf.find(v);
+    return current >= 0 && it != kernelOf.end() && it->second == current;
+  };
+  auto rowsOf = [](const ir::Shape& s) {
+    return ir::Shape(s.begin(), s.end() - (s.empty() ? 0 : 1));
+  };
   for (auto& instr : block) {
     int before = instr->kernel;
     const ir::Shape& shape = instr->result.shape;
-    std::optional<ir::Shape> widened =
-        current >= 0 ? ir::broadcastShapes(space, shape) : std::optional<ir::Shape>(shape);
-    bool fits = joinsKernels(instr->op) && widened.has_value();
-    // A slice of a value made in the same kernel would need a second iteration space.
-    if (fits && instr->op == ir::Op::Slice && current >= 0) {
-      auto it = kernelOf.find(instr->operands[0]);
-      fits = it == kernelOf.end() || it->second != current;
+    bool fits = false;
+    std::optional<ir::Shape> widened = space;
+    if (excluded.count(instr.get())) {
+      fits = false;
+    } else if (instr->op == ir::Op::LayerNorm) {
+      fits = !inCurrent(instr->operands[0]) &&
+             (current < 0 || !space || rowsOf(*space) == rowsOf(shape));
+    } else if (joinsKernels(instr->op)) {
+      widened = space ? ir::broadcastShapes(*space, shape) : std::optional<ir::Shape>(shape);
+      fits = widened.has_value();
+      // A slice of a value made in the same kernel would need a second iteration space, unless
+      // it is a layer norm, which can be computed at any column.
+      if (fits && instr->op == ir::Op::Slice && inCurrent(instr->operands[0]))
+        fits = instr->operands[0]->def->op == ir::Op::LayerNorm;
     }
     if (!fits)
       current = -1;
-    if (fits && current < 0 && instr->op != ir::Op::Const) {
-      current = nextKernel++;
-      widened = shape;
+    if (fits && current < 0) {
+      if (instr->op == ir::Op::Const) {
+        fits = false;
+      } else {
+        current = nextKernel++;
+        space.reset();
+        widened = instr->op == ir::Op::LayerNorm ? std::nullopt : std::optional<ir::Shape>(shape);
+      }
     }
     instr->kernel = fits ? current : -1;
     if (instr->kernel >= 0) {
-      space = *widened;
+      space = widened;
       kernelOf[&instr->result] = current;
     }
     changed |= instr->kernel != before;
@@ -78,12 +102,46 @@ bool formKernels(ir::Block& block, int& nextKernel) {
 
 } // namespace
 
+// A fused layer norm has no storage: its values are computed where the kernel reads them. So
+// the norm, and any slice of it, must be read only inside its own kernel.
+const ir::Instr* escapingNorm(const ir::Cell& cell, const ir::Block& block) {
+  for (const auto& instr : block) {
+    if (instr->op != ir::Op::LayerNorm || instr->kernel < 0)
+      continue;
+    std::vector<const ir::Value*> values = {&instr->result};
+    for (const auto& user : block)
+      if (user->op == ir::Op::Slice && user->operands[0] == &instr->result)
+        values.push_back(&user->result);
+    for (const ir::Value* v : values) {
+      int inside = 0;
+      for (const auto& user : block)
+        for (const ir::Value* operand : user->operands)
+          inside += operand == v && user->kernel == instr->kernel;
+      if (ir::countUses(cell, v) != inside)
+        return instr.get();
+    }
+  }
+  return nullptr;
+}
+
 bool fuseElementwise(ir::Cell& cell) {
   bool changed = false;
   int nextKernel = 0;
   for (ir::Block* block : {&cell.pre, &cell.step}) {
     changed |= scheduleBarriersEarly(*block);
-    changed |= formKernels(*block, nextKernel);
+    std::unordered_set<const ir::Instr*> excluded;
+    int firstKernel = nextKernel;
+    for (;;) {
+      nextKernel = firstKernel;
+      bool formed = formKernels(*block, nextKernel, excluded);
+      const ir::Instr* escaping = escapingNorm(cell, *block);
+      if (!escaping) {
+        changed |= formed;
+        break;
+      }
+      excluded.insert(escaping); // a plain row-wise call instead
+      changed = true;
+    }
   }
   return changed;
 }

@@ -361,6 +361,79 @@ TEST(Fuse, GroupsElementwiseRunsAroundMatrixProducts) {
 )"));
 }
 
+TEST(Fuse, ALayerNormOfAProductJoinsTheKernelThatSlicesIt) {
+  checkPass(passes::fuseElementwise, R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %u : [2*n, n]
+  param %g : [2*n]
+  step {
+    %0 = linear %h, %u : [B, 2*n]
+    %1 = layernorm %0 {eps = 1e-05} : [B, 2*n]
+    %2 = slice %1 {offset = 0} : [B, n]
+    %3 = slice %1 {offset = n} : [B, n]
+    %4 = slice %g {offset = n} : [n]
+    %5 = mul %3, %4 : [B, n]
+    %6 = sigmoid %2 : [B, n]
+    %7 = add %5, %6 : [B, n]
+    %8 = add %7, %x : [B, n]
+  }
+  yield %h = %8
+  output %8
+}
+)",
+            R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %u : [2*n, n]
+  param %g : [2*n]
+  step {
+    %0 = linear %h, %u : [B, 2*n]
+    fused {
+      %1 = layernorm %0 {eps = 1e-05} : [B, 2*n]
+      %2 = slice %1 {offset = 0} : [B, n]
+      %3 = slice %1 {offset = n} : [B, n]
+      %4 = slice %g {offset = n} : [n]
+      %5 = mul %3, %4 : [B, n]
+      %6 = sigmoid %2 : [B, n]
+      %7 = add %5, %6 : [B, n]
+      %8 = add %7, %x : [B, n]
+    }
+  }
+  yield %h = %8
+  output %8
+}
+)");
+}
+
+TEST(Fuse, ALayerNormWhoseValuesEscapeStaysARowWiseCall) {
+  // %2 is the output: a fused norm has no storage, so this one is computed on its own.
+  checkPass(passes::fuseElementwise, cell(R"(  step {
+    %0 = add %x, %h : [B, n]
+    %1 = linear %h, %u : [B, n]
+    %2 = layernorm %1 {eps = 1e-05} : [B, n]
+    %3 = tanh %2 : [B, n]
+    %4 = layernorm %0 {eps = 1e-05} : [B, n]
+  }
+  yield %h = %3
+  output %2
+)"),
+            cell(R"(  step {
+    %0 = linear %h, %u : [B, n]
+    %1 = layernorm %0 {eps = 1e-05} : [B, n]
+    fused {
+      %2 = add %x, %h : [B, n]
+    }
+    %3 = layernorm %2 {eps = 1e-05} : [B, n]
+    fused {
+      %4 = tanh %1 : [B, n]
+    }
+  }
+  yield %h = %4
+  output %1
+)"));
+}
+
 TEST(Fuse, TheLstmStepIsOneProductAndOneKernel) {
   auto lstm = frontend::loadCell("lstm");
   std::ostringstream log;
