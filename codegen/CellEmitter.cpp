@@ -197,6 +197,10 @@ private:
     std::vector<View> sources;
     for (size_t i = 0; i < cell_.updates.size(); ++i) {
       const ir::Value* next = cell_.updates[i].next;
+      if (plan_.updatedInKernel[i]) { // already stored over the state by its kernel
+        sources.emplace_back();
+        continue;
+      }
       View source = view(next);
       if (plan_.staging[i] >= 0) {
         View staged{buffers_[static_cast<size_t>(plan_.staging[i])], constant(columnsOf(next))};
@@ -206,7 +210,7 @@ private:
       sources.push_back(source);
     }
     for (size_t i = 0; i < cell_.updates.size(); ++i)
-      if (cell_.updates[i].next != cell_.updates[i].state)
+      if (cell_.updates[i].next != cell_.updates[i].state && !plan_.updatedInKernel[i])
         copyRows(views_.at(cell_.states[i].get()), sources[i], batch_,
                  columnsOf(cell_.states[i].get()));
   }
@@ -435,6 +439,10 @@ private:
       else
         result = compute(instr, get, vec);
       values[&instr.result] = result;
+      for (size_t u = 0; u < cell_.updates.size(); ++u)
+        if (plan_.updatedInKernel[u] && cell_.updates[u].next == &instr.result)
+          b_.CreateAlignedStore(result, elementPointer(views_.at(cell_.states[u].get()), r, j),
+                                llvm::Align(4));
       if (views_.count(&instr.result) && instr.op != Op::Slice) {
         View out = views_.at(&instr.result);
         llvm::Value* at = instr.result.shape.empty() ? out.base : elementPointer(out, r, j);

@@ -10,6 +10,17 @@ bool isBatched(const ir::Value* value) {
 }
 
 // Whether an instruction's result is read by anything outside its own kernel.
+bool usedOutsideKernelExceptUpdates(const ir::Cell& cell, const ir::Instr& instr) {
+  if (cell.output == &instr.result)
+    return true;
+  for (const ir::Block* block : {&cell.pre, &cell.step})
+    for (const auto& user : *block)
+      for (const ir::Value* operand : user->operands)
+        if (operand == &instr.result && (instr.kernel < 0 || user->kernel != instr.kernel))
+          return true;
+  return false;
+}
+
 bool usedOutsideKernel(const ir::Cell& cell, const ir::Instr& instr) {
   if (cell.output == &instr.result)
     return true;
@@ -56,6 +67,41 @@ const ir::Value* viewedArgument(const ir::Value* value) {
   return value->isArgument() ? value : nullptr;
 }
 
+// Whether update `u` can be stored over its state by the kernel that computes it (see
+// StoragePlan::updatedInKernel).
+bool canUpdateInKernel(const ir::Cell& cell, const ir::StateUpdate& u) {
+  const ir::Value* next = u.next;
+  if (next->isArgument() || next->def->kernel < 0 || next->shape != u.state->shape)
+    return false;
+  const int kernel = next->def->kernel;
+  // Position of the kernel's first instruction in the step block.
+  size_t start = cell.step.size();
+  for (size_t i = 0; i < cell.step.size(); ++i)
+    if (cell.step[i]->kernel == kernel) {
+      start = i;
+      break;
+    }
+  if (start == cell.step.size())
+    return false; // a pre-block kernel
+  // The kernel loads an operand where it is first needed and stores the next value where it is
+  // computed, so every read of the state must come no later than that store.
+  size_t store = start;
+  while (&cell.step[store]->result != next)
+    ++store;
+  for (size_t i = start; i < cell.step.size(); ++i)
+    for (const ir::Value* operand : cell.step[i]->operands)
+      if (operand == u.state &&
+          (cell.step[i]->kernel != kernel || !ir::isElementwise(cell.step[i]->op) || i > store))
+        return false; // read after the kernel, after the store, or at another column (slice)
+  // The end of the step must not read the old state either: as the output or another update.
+  if (viewedArgument(cell.output) == u.state)
+    return false;
+  for (const ir::StateUpdate& other : cell.updates)
+    if (&other != &u && viewedArgument(other.next) == u.state)
+      return false;
+  return true;
+}
+
 std::vector<KernelGroup> kernelGroups(const ir::Block& block) {
   std::vector<KernelGroup> groups;
   for (size_t i = 0; i < block.size();) {
@@ -82,6 +128,12 @@ StoragePlan planStorage(const ir::Cell& cell) {
       if (isViewOrImmediate(value))
         continue;
       bool kernelInternal = ir::isFusible(instr->op) && !usedOutsideKernel(cell, *instr);
+      // A next state stored over the state by its kernel needs no buffer of its own, unless
+      // something besides the update reads it outside the kernel.
+      for (const ir::StateUpdate& update : cell.updates)
+        if (update.next == value && canUpdateInKernel(cell, update) &&
+            !usedOutsideKernelExceptUpdates(cell, *instr))
+          kernelInternal = true;
       if (kernelInternal)
         continue;
       if (!inPre && value == cell.output) {
@@ -98,6 +150,7 @@ StoragePlan planStorage(const ir::Cell& cell) {
     const ir::Value* source = viewedArgument(update.next);
     bool readsState = source && source->argKind == ir::ArgKind::State && source != update.state;
     plan.staging.push_back(readsState ? static_cast<int>(plan.buffers.size()) : -1);
+    plan.updatedInKernel.push_back(canUpdateInKernel(cell, update));
     if (readsState)
       plan.buffers.push_back({update.next, Rows::Step, 1, columnsOf(update.next)});
   }

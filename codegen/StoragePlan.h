@@ -37,6 +37,10 @@ struct StoragePlan {
   // Per state update: a buffer to stage the next value in before states are overwritten, when
   // the next value is read from a state (return h = c, c = h); -1 otherwise.
   std::vector<int> staging;
+  // Per state update: the kernel that computes the next value also stores it over the state
+  // itself, so no buffer or end-of-step copy is needed. Safe when, from that kernel on, only
+  // the kernel reads the state, element by element (c in c' = f * c + i * g).
+  std::vector<bool> updatedInKernel;
 };
 
 // `cell` must be optimised (or at least verified) and have every size bound.
