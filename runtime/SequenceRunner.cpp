@@ -80,6 +80,12 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
 
   // Infer the sizes from everything the user gave, weights first so their names show in errors.
   std::vector<ShapeObservation> observations;
+  WeightLayout layout = inferWeightLayout(cell, *request.weights, request.weightsSource);
+  if (layout.numLayers != 1 || layout.bidirectional)
+    throw UserError(fmt::format("{}: holds {} layer(s){}; a single cell runs one layer in one "
+                                "direction (layers run through runLayers, or rnnc run)",
+                                request.weightsSource, layout.numLayers,
+                                layout.bidirectional ? " in both directions" : ""));
   auto params = collectParameters(cell, *request.weights, request.weightsSource);
   for (size_t i = 0; i < params.size(); ++i)
     observations.push_back(

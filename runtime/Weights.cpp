@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 #include <optional>
@@ -38,16 +39,17 @@ std::string actualShape(const ShapeObservation& obs) {
   return shapeToString(full);
 }
 
-struct LayerSuffix {
+// A state_dict name split into the parameter and PyTorch's `_l{k}` / `_l{k}_reverse` suffix.
+struct LayerName {
+  std::string base;
   int layer = 0;
   bool reverse = false;
 };
 
-// Parses PyTorch's `_l{k}` / `_l{k}_reverse` suffix of a state_dict name.
-std::optional<LayerSuffix> layerSuffix(std::string_view key) {
-  LayerSuffix suffix;
+std::optional<LayerName> parseLayerName(std::string_view key) {
+  LayerName name;
   if (key.ends_with("_reverse")) {
-    suffix.reverse = true;
+    name.reverse = true;
     key.remove_suffix(8);
   }
   size_t digits = key.size();
@@ -56,8 +58,9 @@ std::optional<LayerSuffix> layerSuffix(std::string_view key) {
   if (digits == key.size() || key.size() - digits > 6 || digits < 2 ||
       key.substr(digits - 2, 2) != "_l")
     return std::nullopt;
-  suffix.layer = std::stoi(std::string(key.substr(digits)));
-  return suffix;
+  name.layer = std::stoi(std::string(key.substr(digits)));
+  name.base = std::string(key.substr(0, digits - 2));
+  return name;
 }
 
 struct Pending {
@@ -149,31 +152,53 @@ std::string findParameterName(const TensorMap& weights, const std::string& param
   return suffixed;
 }
 
-std::vector<std::pair<std::string, const Tensor*>>
-collectParameters(const ir::Cell& cell, const TensorMap& weights, const std::string& source) {
+WeightLayout inferWeightLayout(const ir::Cell& cell, const TensorMap& weights,
+                               const std::string& source) {
+  WeightLayout layout;
+  std::string params;
+  for (const auto& p : cell.params)
+    params += (params.empty() ? "" : ", ") + p->name;
+  for (const auto& [key, tensor] : weights) {
+    if (cell.findArgument(key)) {
+      layout.numLayers = std::max(layout.numLayers, 1);
+      continue;
+    }
+    auto name = parseLayerName(key);
+    const ir::Value* param = name ? cell.findArgument(name->base) : nullptr;
+    if (!param || param->argKind != ir::ArgKind::Param)
+      throw UserError(fmt::format("{}: tensor '{}' is not a parameter of cell '{}' (its "
+                                  "parameters, optionally with PyTorch's _l<k> and _reverse "
+                                  "suffixes: {})",
+                                  source, key, cell.name, params));
+    layout.numLayers = std::max(layout.numLayers, name->layer + 1);
+    layout.bidirectional |= name->reverse;
+  }
+  if (layout.numLayers == 0 && !cell.params.empty())
+    throw UserError(source + ": holds no parameters of cell '" + cell.name + "' (" + params + ")");
+  layout.numLayers = std::max(layout.numLayers, 1); // a cell without parameters: one layer
+  return layout;
+}
+
+std::vector<std::pair<std::string, const Tensor*>> collectParameters(const ir::Cell& cell,
+                                                                     const TensorMap& weights,
+                                                                     const std::string& source,
+                                                                     int layer, bool reverse) {
   std::vector<std::pair<std::string, const Tensor*>> found;
   for (const auto& param : cell.params) {
-    std::string name = findParameterName(weights, param->name, 0, false);
+    std::string name = findParameterName(weights, param->name, layer, reverse);
     auto it = weights.find(name);
     if (it == weights.end()) {
       std::string have;
       for (const auto& [key, tensor] : weights)
         have += (have.empty() ? "" : ", ") + key;
+      std::string alternatives =
+          layer == 0 && !reverse ? "'" + param->name + "' and '" + name + "'" : "'" + name + "'";
       throw UserError(fmt::format("{}: no tensor for parameter '{}' of cell '{}' (looked for "
-                                  "'{}' and '{}'); the file has: {}",
-                                  source, param->name, cell.name, param->name, param->name + "_l0",
+                                  "{}); the file has: {}",
+                                  source, param->name, cell.name, alternatives,
                                   have.empty() ? "nothing" : have));
     }
     found.emplace_back(name, &it->second);
-  }
-  // A file with more layers or a reverse direction would be silently truncated to layer 0.
-  for (const auto& [key, tensor] : weights) {
-    auto suffix = layerSuffix(key);
-    if (suffix && (suffix->layer != 0 || suffix->reverse))
-      throw UserError(fmt::format("{}: tensor '{}' belongs to layer {}{}; this run uses one "
-                                  "layer in one direction",
-                                  source, key, suffix->layer,
-                                  suffix->reverse ? " (reverse direction)" : ""));
   }
   return found;
 }

@@ -33,10 +33,20 @@ ir::SizeMap inferSizes(const ir::Cell& cell, const std::vector<ShapeObservation>
 std::string findParameterName(const TensorMap& weights, const std::string& param, int layer,
                               bool reverse);
 
-// The parameters of `cell`, in the cell's order, from a weights file (one layer, one direction).
-// Throws UserError for a missing tensor (listing what the file has), or a file that holds more
-// layers or directions than this run uses.
+// How many layers and directions a weights file holds, from its PyTorch state_dict names
+// (weight_ih_l2, bias_hh_l0_reverse, ...); plain parameter names are one layer, one direction.
+// Throws UserError for a tensor that is no parameter of the cell.
+struct WeightLayout {
+  int numLayers = 0;
+  bool bidirectional = false;
+};
+WeightLayout inferWeightLayout(const ir::Cell& cell, const TensorMap& weights,
+                               const std::string& source);
+
+// The parameters of `cell` for one layer and direction, in the cell's order. Throws UserError
+// for a missing tensor, listing what the file has.
 std::vector<std::pair<std::string, const Tensor*>>
-collectParameters(const ir::Cell& cell, const TensorMap& weights, const std::string& source);
+collectParameters(const ir::Cell& cell, const TensorMap& weights, const std::string& source,
+                  int layer = 0, bool reverse = false);
 
 } // namespace rnnc

@@ -274,7 +274,7 @@ std::vector<std::string> fixtureCases() {
   std::vector<std::string> cases;
   for (const auto& entry :
        std::filesystem::directory_iterator(std::string(RNNC_SOURCE_DIR) + "/tests/fixtures"))
-    if (entry.is_directory())
+    if (std::filesystem::exists(entry.path() / "meta.json")) // not the layers/ folder
       cases.push_back(entry.path().filename().string());
   std::sort(cases.begin(), cases.end());
   return cases;

@@ -56,9 +56,9 @@ INSTANTIATE_TEST_SUITE_P(AllBuiltins, BuiltinRoundTrip,
                          [](const auto& info) { return info.param; });
 
 TEST(Builtins, AreTheDocumentedSet) {
-  EXPECT_EQ(
-      frontend::builtinCellNames(),
-      (std::vector<std::string>{"gru", "lnlstm", "lstm", "peephole_lstm", "rnn_relu", "rnn_tanh"}));
+  EXPECT_EQ(frontend::builtinCellNames(),
+            (std::vector<std::string>{"gru", "lnlstm", "lstm", "lstm_proj", "peephole_lstm",
+                                      "rnn_relu", "rnn_tanh"}));
 }
 
 // A small cell in IR text with a pre block, used as the base for malformed variants.

@@ -46,13 +46,17 @@ TEST_P(JitMatchesInterpreter, OnOddAndTypicalSizes) {
     int64_t steps, batch, input, hidden;
   };
   for (Size s : {Size{1, 1, 1, 1}, Size{100, 5, 3, 3}, Size{7, 64, 5, 17}, Size{2, 5, 7, 1000}}) {
-    ir::SizeMap sizes = {{"input_size", s.input}, {"hidden_size", s.hidden}, {"B", s.batch}};
+    ir::SizeMap sizes = {{"input_size", s.input},
+                         {"hidden_size", s.hidden},
+                         {"proj_size", std::max<int64_t>(1, s.hidden / 2)},
+                         {"B", s.batch}};
     TensorMap weights = test::randomWeights(*cell, sizes, rng);
     SequenceRequest request;
     request.weights = &weights;
     request.inputs["x"] = test::randomTensor({s.steps, s.batch, s.input}, rng);
     for (const auto& st : cell->states)
-      request.initialStates[st->name] = test::randomTensor({1, s.batch, s.hidden}, rng);
+      request.initialStates[st->name] =
+          test::randomTensor({1, s.batch, *st->shape[1].evaluate(sizes)}, rng);
     request.engine = Engine::Interpreter;
     SequenceResult expected = runSequence(*cell, request);
     request.engine = Engine::Jit;

@@ -509,13 +509,17 @@ TEST_P(PipelineNumerics, OptimisedEqualsUnoptimisedOnRandomSizes) {
   std::mt19937 rng(std::hash<std::string>()(param.name));
   for (auto [steps, batch, inputSize, hidden] :
        {std::tuple{1, 1, 1, 1}, std::tuple{5, 3, 2, 17}, std::tuple{7, 5, 9, 3}}) {
-    ir::SizeMap sizes = {{"input_size", inputSize}, {"hidden_size", hidden}, {"B", batch}};
+    ir::SizeMap sizes = {{"input_size", inputSize},
+                         {"hidden_size", hidden},
+                         {"proj_size", std::max(1, hidden / 2)},
+                         {"B", batch}};
     TensorMap weights = test::randomWeights(*original, sizes, rng);
     SequenceRequest request;
     request.weights = &weights;
     request.inputs["x"] = test::randomTensor({steps, batch, inputSize}, rng);
     for (const auto& s : original->states)
-      request.initialStates[s->name] = test::randomTensor({1, batch, hidden}, rng);
+      request.initialStates[s->name] =
+          test::randomTensor({1, batch, *s->shape[1].evaluate(sizes)}, rng);
     SequenceResult expected = runSequence(*original, request);
     SequenceResult actual = runSequence(*optimised, request);
     for (int64_t i = 0; i < expected.output.numel(); ++i)

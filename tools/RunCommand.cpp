@@ -1,8 +1,8 @@
 #include "frontend/BuiltinCells.h"
 #include "ir/Error.h"
+#include "runtime/LayerRunner.h"
 #include "runtime/Npy.h"
 #include "runtime/SafeTensors.h"
-#include "runtime/SequenceRunner.h"
 #include "tools/CommandLine.h"
 #include "tools/Commands.h"
 
@@ -18,7 +18,11 @@ struct RunOptions {
   std::string cell, weights, output;
   std::vector<std::string> inputs, states, finals, sizes;
   std::string h0, c0, hn, cn;
-  bool train = false, interpret = false;
+  bool train = false, interpret = false, bidirectional = false, batchFirst = false;
+  int numLayers = 0;
+  int64_t projSize = 0;
+  double dropout = 0;
+  std::string lengths;
   uint64_t seed = 0;
   std::vector<std::string> printAfter, disabled;
   bool printAfterAll = false, noPremul = false, noFuse = false;
@@ -83,32 +87,66 @@ std::map<std::string, std::string> inputFiles(const ir::Cell& cell,
   return files;
 }
 
-int run(const RunOptions& o) {
-  auto cell = frontend::loadCell(o.cell);
-  TensorMap weights = readSafeTensors(o.weights);
+// torch.nn.LSTM(proj_size > 0) weights are the built-in lstm_proj cell's.
+std::unique_ptr<ir::Cell> cellFor(const RunOptions& o, const TensorMap& weights) {
+  bool projected = weights.count("weight_hr_l0") || weights.count("weight_hr");
+  if (o.cell == "lstm" && (projected || o.projSize > 0))
+    return frontend::loadCell("lstm_proj");
+  return frontend::loadCell(o.cell);
+}
 
-  SequenceRequest request;
+int run(const RunOptions& o) {
+  auto cell = frontend::loadCell(o.cell); // a bad cell name or file is reported first
+  TensorMap weights = readSafeTensors(o.weights);
+  if (o.cell == "lstm")
+    cell = cellFor(o, weights);
+  if (o.projSize > 0) {
+    auto it = weights.find("weight_hr_l0");
+    if (it == weights.end() || it->second.dim(0) != o.projSize)
+      throw UserError(fmt::format("--proj-size {} is given but {} {}", o.projSize, o.weights,
+                                  it == weights.end()
+                                      ? std::string("has no projection weight 'weight_hr_l0'")
+                                      : "has 'weight_hr_l0' of shape " + it->second.shapeString() +
+                                            ", expected [" + std::to_string(o.projSize) +
+                                            ", hidden_size]"));
+  }
+
+  LayerRequest request;
   request.weights = &weights;
   request.weightsSource = o.weights;
-  request.sizes = parseSizes(o.sizes);
-  request.options.training = o.train;
-  request.options.seed = o.seed;
-  request.engine = o.interpret ? Engine::Interpreter : Engine::Jit;
-  passes::PipelineOptions& pipeline = request.compile.pipeline;
+  std::map<std::string, std::string> inputs = inputFiles(*cell, o.inputs);
+  if (inputs.size() != 1)
+    throw UserError("give the input sequence with --input FILE");
+  request.input = readNpyFloat32(inputs.begin()->second);
+  for (const auto& [name, file] :
+       stateFiles(*cell, o.h0, "--h0", o.c0, "--c0", o.states, "--state"))
+    request.initialStates[name] = readNpyFloat32(file);
+  if (!o.lengths.empty())
+    request.lengths = readNpyInt64(o.lengths);
+  auto finals = stateFiles(*cell, o.hn, "--hn", o.cn, "--cn", o.finals, "--final");
+
+  LayerOptions options;
+  if (o.numLayers > 0)
+    options.numLayers = o.numLayers;
+  if (o.bidirectional)
+    options.bidirectional = true;
+  options.batchFirst = o.batchFirst;
+  if (o.dropout < 0 || o.dropout >= 1)
+    throw UserError(fmt::format("--dropout must be in [0, 1), got {}", o.dropout));
+  options.dropout = o.dropout;
+  options.training = o.train;
+  options.seed = o.seed;
+  options.sizes = parseSizes(o.sizes);
+  options.engine = o.interpret ? Engine::Interpreter : Engine::Jit;
+  passes::PipelineOptions& pipeline = options.compile.pipeline;
   pipeline.premultiply = !o.noPremul;
   pipeline.fuse = !o.noFuse;
   pipeline.printAfterAll = o.printAfterAll;
   pipeline.printAfter = {o.printAfter.begin(), o.printAfter.end()};
   pipeline.disabled = {o.disabled.begin(), o.disabled.end()};
-  request.compile.log = &std::cerr;
-  for (const auto& [name, file] : inputFiles(*cell, o.inputs))
-    request.inputs[name] = readNpyFloat32(file);
-  for (const auto& [name, file] :
-       stateFiles(*cell, o.h0, "--h0", o.c0, "--c0", o.states, "--state"))
-    request.initialStates[name] = readNpyFloat32(file);
-  auto finals = stateFiles(*cell, o.hn, "--hn", o.cn, "--cn", o.finals, "--final");
+  options.compile.log = &std::cerr;
 
-  SequenceResult result = runSequence(*cell, request);
+  LayerResult result = runLayers(*cell, request, options);
   writeNpy(o.output, result.output);
   for (const auto& [name, file] : finals)
     writeNpy(file, result.finalStates.at(name));
@@ -128,16 +166,31 @@ CommandAction addRunCommand(CLI::App& app) {
                   "with several inputs")
       ->required();
   cmd->add_option("--output", o->output, "Where to write the outputs [T, B, H] (.npy)")->required();
-  cmd->add_option("--h0", o->h0, "Initial hidden state h [1, B, H] (.npy); zeros if absent");
-  cmd->add_option("--c0", o->c0, "Initial cell state c [1, B, H] (.npy); zeros if absent");
+  cmd->add_option("--h0", o->h0,
+                  "Initial hidden state h [num_layers * num_directions, B, H_out] (.npy); zeros "
+                  "if absent");
+  cmd->add_option("--c0", o->c0,
+                  "Initial cell state c [num_layers * num_directions, B, H] (.npy); zeros if "
+                  "absent");
   cmd->add_option("--state", o->states, "Initial value of any state: NAME=FILE (repeatable)");
-  cmd->add_option("--hn", o->hn, "Where to write the final hidden state [1, B, H]");
-  cmd->add_option("--cn", o->cn, "Where to write the final cell state [1, B, H]");
+  cmd->add_option("--hn", o->hn, "Where to write the final hidden states [L*D, B, H_out]");
+  cmd->add_option("--cn", o->cn, "Where to write the final cell states [L*D, B, H]");
   cmd->add_option("--final", o->finals, "Where to write any final state: NAME=FILE (repeatable)");
   cmd->add_option("--size", o->sizes,
                   "Bind a named size: NAME=VALUE (repeatable); inferred "
                   "from the tensors otherwise");
-  cmd->add_flag("--train", o->train, "Training mode: dropout in the cell is active");
+  cmd->add_option("--num-layers", o->numLayers,
+                  "Layers (checked against the weights: weight_ih_l0, weight_ih_l1, ...)");
+  cmd->add_flag("--bidirectional", o->bidirectional,
+                "Both directions (checked against the weights' _reverse tensors)");
+  cmd->add_flag("--batch-first", o->batchFirst, "Input and output are [B, T, F]");
+  cmd->add_option("--proj-size", o->projSize,
+                  "LSTM projection size (checked against weight_hr_l0; inferred from it)");
+  cmd->add_option("--lengths", o->lengths,
+                  "Sequence lengths, int64 [B] (.npy), any order, each in [1, T]: outputs are "
+                  "zero past them, final states taken at each sequence's last step");
+  cmd->add_option("--dropout", o->dropout, "Dropout between layers, in training only");
+  cmd->add_flag("--train", o->train, "Training mode: dropout between layers and in the cell");
   cmd->add_option("--seed", o->seed, "Seed of the dropout masks")->default_val(0);
   cmd->add_flag("--interpret", o->interpret,
                 "Run on the reference interpreter instead of the JIT (training mode with dropout "

@@ -1,0 +1,52 @@
+// Whole RNN layers as torch.nn.LSTM/GRU/RNN and cuDNN run them: a cell stacked num_layers deep
+// (layer k > 0 reads layer k-1's output), optionally in both directions (outputs concatenated,
+// final states ordered layer-major, direction-minor), batch_first, and variable-length batches.
+//
+// Variable length follows cuDNN's packed layout: sequences sorted by length, so the batch active
+// at each step is a prefix that only shrinks. Each run of steps with the same active batch is
+// one call of the compiled cell on contiguous data, so no compute is spent on padding, and a
+// finished sequence's state rows are left alone: they hold its state at its last valid step.
+// The reverse direction runs each sequence backwards from its own last valid step.
+#pragma once
+
+#include "ir/Cell.h"
+#include "runtime/SequenceRunner.h"
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace rnnc {
+
+struct LayerOptions {
+  std::optional<int> numLayers;      // checked against the weights; inferred when absent
+  std::optional<bool> bidirectional; // likewise
+  bool batchFirst = false;           // input and output are [B, T, F]
+  double dropout = 0;                // between layers, in training only
+  bool training = false;
+  uint64_t seed = 0;
+  Engine engine = Engine::Jit;
+  CompileOptions compile;
+  ir::SizeMap sizes; // sizes given explicitly
+};
+
+struct LayerRequest {
+  const TensorMap* weights = nullptr;
+  std::string weightsSource = "weights";
+  Tensor input;                                // [T, B, I] (or [B, T, I] with batchFirst)
+  std::map<std::string, Tensor> initialStates; // state name -> [L*D, B, F]; absent = zeros
+  std::optional<Int64Array> lengths;           // [B], any order, each in [1, T]
+};
+
+struct LayerResult {
+  Tensor output;                             // [T, B, D*H] (or [B, T, D*H]), zero past lengths
+  std::map<std::string, Tensor> finalStates; // state name -> [L*D, B, F]
+  int numLayers = 1;
+  bool bidirectional = false;
+};
+
+// `cell` has one input and its sizes unbound; each layer and direction binds its own.
+LayerResult runLayers(const ir::Cell& cell, const LayerRequest& request,
+                      const LayerOptions& options);
+
+} // namespace rnnc

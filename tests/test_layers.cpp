@@ -1,0 +1,175 @@
+// Whole layers (stacks, directions, batch_first, projections, variable lengths) against
+// torch.nn.LSTM/GRU/RNN: the fixtures in tests/fixtures/layers, through the JIT and the
+// interpreter.
+#include "frontend/BuiltinCells.h"
+#include "ir/Error.h"
+#include "runtime/LayerRunner.h"
+#include "runtime/Npy.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+using namespace rnnc;
+
+namespace {
+
+const std::string kLayerFixtures = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/layers/";
+
+std::vector<std::string> layerCases() {
+  std::vector<std::string> cases;
+  for (const auto& entry : std::filesystem::directory_iterator(kLayerFixtures))
+    if (entry.is_directory())
+      cases.push_back(entry.path().filename().string());
+  std::sort(cases.begin(), cases.end());
+  return cases;
+}
+
+float maxAbsDiff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  float worst = 0;
+  for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i)
+    worst = std::max(worst, std::abs(a.data()[i] - b.data()[i]));
+  return worst;
+}
+
+struct LayerCase {
+  std::string name;
+  Engine engine;
+};
+
+void PrintTo(const LayerCase& c, std::ostream* os) {
+  *os << c.name << (c.engine == Engine::Jit ? " (jit)" : " (interpreter)");
+}
+
+class PyTorchLayer : public testing::TestWithParam<LayerCase> {};
+
+TEST_P(PyTorchLayer, MatchesWithin1e5) {
+  const std::string dir = kLayerFixtures + GetParam().name + "/";
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir + "meta.json"));
+  std::string mode = meta["mode"];
+  bool projected = meta["proj_size"].get<int>() > 0;
+  auto cell = frontend::loadCell(projected ? "lstm_proj" : mode);
+  TensorMap weights = readSafeTensors(dir + "weights.safetensors");
+
+  LayerRequest request;
+  request.weights = &weights;
+  request.input = readNpyFloat32(dir + "input.npy");
+  request.initialStates["h"] = readNpyFloat32(dir + "h0.npy");
+  bool hasC = mode == "lstm";
+  if (hasC)
+    request.initialStates["c"] = readNpyFloat32(dir + "c0.npy");
+  if (meta["has_lengths"].get<bool>())
+    request.lengths = readNpyInt64(dir + "lengths.npy");
+  LayerOptions options;
+  options.numLayers = meta["num_layers"].get<int>();
+  options.bidirectional = meta["bidirectional"].get<bool>();
+  options.batchFirst = meta["batch_first"].get<bool>();
+  options.engine = GetParam().engine;
+
+  LayerResult result = runLayers(*cell, request, options);
+  EXPECT_LE(maxAbsDiff(result.output, readNpyFloat32(dir + "output.npy")), 1e-5f);
+  EXPECT_LE(maxAbsDiff(result.finalStates.at("h"), readNpyFloat32(dir + "hn.npy")), 1e-5f);
+  if (hasC) {
+    EXPECT_LE(maxAbsDiff(result.finalStates.at("c"), readNpyFloat32(dir + "cn.npy")), 1e-5f);
+  }
+}
+
+std::vector<LayerCase> allLayerCases() {
+  std::vector<LayerCase> cases;
+  for (const auto& name : layerCases())
+    for (Engine engine : {Engine::Jit, Engine::Interpreter})
+      cases.push_back({name, engine});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchLayer, testing::ValuesIn(allLayerCases()),
+                         [](const auto& info) {
+                           return info.param.name +
+                                  (info.param.engine == Engine::Jit ? "_jit" : "_interpreter");
+                         });
+
+// ---- Bad input: each error names the tensor with its expected and actual shape ------------
+
+class LayerErrors : public testing::Test {
+protected:
+  void SetUp() override {
+    weights_ = readSafeTensors(kLayerFixtures + "lstm_l2_bi_bf/weights.safetensors");
+    cell_ = frontend::loadCell("lstm");
+    request_.weights = &weights_;
+    request_.weightsSource = "w.safetensors";
+    request_.input = readNpyFloat32(kLayerFixtures + "lstm_l2_bi_bf/input.npy");
+    options_.batchFirst = true;
+  }
+  std::string error() {
+    try {
+      runLayers(*cell_, request_, options_);
+    } catch (const UserError& e) {
+      return e.what();
+    }
+    return "(no error)";
+  }
+  TensorMap weights_;
+  std::unique_ptr<ir::Cell> cell_;
+  LayerRequest request_;
+  LayerOptions options_;
+};
+
+TEST_F(LayerErrors, ValidInputRunsAndInfersTheLayout) {
+  LayerResult result = runLayers(*cell_, request_, options_);
+  EXPECT_EQ(result.numLayers, 2);
+  EXPECT_TRUE(result.bidirectional);
+}
+
+TEST_F(LayerErrors, LayoutOptionsAreCheckedAgainstTheWeights) {
+  options_.numLayers = 3;
+  EXPECT_EQ(error(), "w.safetensors holds 2 layer(s) of cell 'lstm', but 3 were asked for");
+  options_.numLayers.reset();
+  options_.bidirectional = false;
+  EXPECT_EQ(error(), "w.safetensors holds bidirectional (_reverse) weights, but a one-direction "
+                     "layer was asked for");
+}
+
+TEST_F(LayerErrors, InputRankAndFeatureSize) {
+  request_.input = Tensor({3, 4});
+  EXPECT_EQ(error(), "input has shape [3, 4], expected [B, T, input_size] (rank 3)");
+  int64_t b = readNpyFloat32(kLayerFixtures + "lstm_l2_bi_bf/input.npy").dim(0);
+  request_.input = Tensor({b, 2, 9});
+  EXPECT_NE(error().find("input has shape [2, " + std::to_string(b) +
+                         ", 9], expected [T, B, input_size]"),
+            std::string::npos)
+      << error();
+}
+
+TEST_F(LayerErrors, InitialStatesMustCoverEveryLayerAndDirection) {
+  int64_t b = request_.input.dim(0);
+  request_.initialStates["h"] = Tensor({1, b, 3});
+  EXPECT_NE(error().find("initial state 'h' has shape [1, " + std::to_string(b) +
+                         ", 3], expected [num_layers * num_directions, B, hidden_size] = [4, "),
+            std::string::npos)
+      << error();
+}
+
+TEST_F(LayerErrors, CellStateForACellWithoutOne) {
+  cell_ = frontend::loadCell("gru");
+  request_.initialStates["c"] = Tensor({4, request_.input.dim(0), 3});
+  EXPECT_EQ(error(), "an initial value is given for 'c', but cell 'gru' has no state of that name");
+}
+
+TEST_F(LayerErrors, LengthsOutOfRangeOrOfTheWrongCount) {
+  int64_t b = request_.input.dim(0), t = request_.input.dim(1);
+  request_.lengths = Int64Array{{b + 1}, std::vector<int64_t>(static_cast<size_t>(b + 1), 1)};
+  EXPECT_EQ(error(), "lengths has shape [" + std::to_string(b + 1) + "], expected [B] = [" +
+                         std::to_string(b) + "] (one length per sequence of the batch)");
+  request_.lengths = Int64Array{{b}, std::vector<int64_t>(static_cast<size_t>(b), 1)};
+  request_.lengths->values[0] = t + 1;
+  EXPECT_EQ(error(), "lengths[0] = " + std::to_string(t + 1) +
+                         " is out of range: lengths must be in [1, T] = [1, " + std::to_string(t) +
+                         "]");
+  request_.lengths->values[0] = 0;
+  EXPECT_NE(error().find("lengths[0] = 0 is out of range"), std::string::npos);
+}
+
+} // namespace
