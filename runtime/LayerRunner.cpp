@@ -220,7 +220,8 @@ LayerResult runLayers(const ir::Cell& cell, const LayerRequest& request,
                                 fmt::format("initial state '{}'", state->name),
                                 {{"num_layers * num_directions", slots}}});
       }
-      ir::SizeMap given = options.sizes;
+      ir::SizeMap given = cell.sizes; // a cell may come with sizes bound already
+      given.insert(options.sizes.begin(), options.sizes.end());
       given[ir::kBatchSymbol] = batch;
       ir::SizeMap sizes = inferSizes(cell, observations, given);
       sizes.erase(ir::kBatchSymbol);

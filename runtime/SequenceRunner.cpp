@@ -102,7 +102,8 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
                               {it->second.dim(1), it->second.dim(2)},
                               describeState(state->name),
                               {{"1", 1}}});
-  ir::SizeMap given = request.sizes;
+  ir::SizeMap given = cell.sizes; // a cell may come with sizes bound already
+  given.insert(request.sizes.begin(), request.sizes.end());
   given[ir::kBatchSymbol] = batch;
   ir::SizeMap sizes = inferSizes(cell, observations, given);
   sizes.erase(ir::kBatchSymbol);

@@ -173,3 +173,23 @@ TEST_F(LayerErrors, LengthsOutOfRangeOrOfTheWrongCount) {
 }
 
 } // namespace
+
+namespace {
+
+// A cell whose sizes are bound already (as `rnnc bench` makes them) runs like an unbound one.
+TEST(Layers, ACellWithBoundSizesRuns) {
+  const std::string dir = kLayerFixtures + "lstm_l1_uni/";
+  TensorMap weights = readSafeTensors(dir + "weights.safetensors");
+  auto cell = frontend::loadCell("lstm");
+  LayerRequest request;
+  request.weights = &weights;
+  request.input = readNpyFloat32(dir + "input.npy");
+  request.initialStates["h"] = readNpyFloat32(dir + "h0.npy");
+  request.initialStates["c"] = readNpyFloat32(dir + "c0.npy");
+  Tensor expected = runLayers(*cell, request, {}).output;
+  cell->bindSizes({{"input_size", weights.at("weight_ih_l0").dim(1)},
+                   {"hidden_size", weights.at("weight_hh_l0").dim(1)}});
+  EXPECT_EQ(runLayers(*cell, request, {}).output.values(), expected.values());
+}
+
+} // namespace
