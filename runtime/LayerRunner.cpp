@@ -1,5 +1,6 @@
 #include "runtime/LayerRunner.h"
 
+#include "codegen/StoragePlan.h"
 #include "ir/Error.h"
 #include "runtime/Weights.h"
 
@@ -123,10 +124,11 @@ void dropoutBetweenLayers(Tensor& t, double p, uint64_t seed, int layer) {
   }
 }
 
-std::vector<int64_t> checkedLengths(const LayerRequest& request, int64_t steps, int64_t batch) {
-  if (!request.lengths)
+std::vector<int64_t> checkedLengths(const std::optional<Int64Array>& given, int64_t steps,
+                                    int64_t batch) {
+  if (!given)
     return std::vector<int64_t>(static_cast<size_t>(batch), steps);
-  const Int64Array& lengths = *request.lengths;
+  const Int64Array& lengths = *given;
   if (lengths.shape != TensorShape{batch})
     throw UserError(fmt::format("lengths has shape {}, expected [B] = [{}] (one length per "
                                 "sequence of the batch)",
@@ -139,39 +141,131 @@ std::vector<int64_t> checkedLengths(const LayerRequest& request, int64_t steps, 
   return lengths.values;
 }
 
+// The shape observations of one layer and direction: its parameters, its input and the
+// initial states given for it. inferSizes over them gives every size, or an error naming the
+// tensor, both shapes and where each size came from.
+std::vector<ShapeObservation> observe(const ir::Cell& cell, const LayerProgram::Slot& slot,
+                                      const std::string& weightsSource, const Tensor* layerInput,
+                                      int64_t batch, int layer,
+                                      const std::map<std::string, Tensor>& initialStates,
+                                      int64_t slots, int64_t slotIndex) {
+  std::vector<ShapeObservation> observations;
+  for (size_t i = 0; i < slot.params.size(); ++i)
+    observations.push_back({cell.params[i].get(), slot.params[i].shape(),
+                            fmt::format("{}: tensor '{}'", weightsSource, slot.paramNames[i])});
+  if (layerInput)
+    observations.push_back(
+        {cell.inputs[0].get(),
+         {batch, layerInput->dim(2)},
+         layer == 0
+             ? std::string("input")
+             : fmt::format("the input of layer {} (the output of layer {})", layer, layer - 1),
+         {{"T", layerInput->dim(0)}}});
+  for (const auto& state : cell.states) {
+    auto it = initialStates.find(state->name);
+    if (it != initialStates.end())
+      observations.push_back({state.get(),
+                              {batch, it->second.dim(2)},
+                              fmt::format("initial state '{}'", state->name),
+                              {{"num_layers * num_directions", slots}}});
+  }
+  (void)slotIndex;
+  return observations;
+}
+
+ir::SizeMap solveSizes(const ir::Cell& cell, const std::vector<ShapeObservation>& observations,
+                       const LayerOptions& options, int64_t batch) {
+  ir::SizeMap given = cell.sizes; // a cell may come with sizes bound already
+  given.insert(options.sizes.begin(), options.sizes.end());
+  given[ir::kBatchSymbol] = batch;
+  ir::SizeMap sizes = inferSizes(cell, observations, given);
+  sizes.erase(ir::kBatchSymbol);
+  for (const auto& name : cell.sizeNames)
+    if (!sizes.count(name))
+      throw UserError(fmt::format("size '{}' of cell '{}' appears in no tensor given; pass it "
+                                  "with --size {}=VALUE",
+                                  name, cell.name, name));
+  return sizes;
+}
+
 } // namespace
 
-LayerResult runLayers(const ir::Cell& cell, const LayerRequest& request,
-                      const LayerOptions& options) {
-  RNNC_INTERNAL_CHECK(request.weights, "no weights given");
+std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
+                                                        const TensorMap& weights,
+                                                        const std::string& weightsSource,
+                                                        const LayerOptions& options) {
   if (cell.inputs.size() != 1)
     throw UserError(fmt::format("cell '{}' has {} inputs; layers stack cells with one input",
                                 cell.name, cell.inputs.size()));
-  const std::string inputLayout = options.batchFirst ? "[B, T, input_size]" : "[T, B, input_size]";
-  if (request.input.rank() != 3)
-    throw UserError(fmt::format("input has shape {}, expected {} (rank 3)",
-                                request.input.shapeString(), inputLayout));
-  Tensor input = options.batchFirst ? swapLeadingDims(request.input) : request.input;
+  WeightLayout layout = inferWeightLayout(cell, weights, weightsSource);
+  if (options.numLayers && *options.numLayers != layout.numLayers)
+    throw UserError(fmt::format("{} holds {} layer(s) of cell '{}', but {} were asked for",
+                                weightsSource, layout.numLayers, cell.name, *options.numLayers));
+  if (options.bidirectional && *options.bidirectional != layout.bidirectional)
+    throw UserError(fmt::format("{} holds {} weights, but a {} layer was asked for", weightsSource,
+                                layout.bidirectional ? "bidirectional (_reverse)" : "one-direction",
+                                *options.bidirectional ? "bidirectional" : "one-direction"));
+  auto program = std::shared_ptr<LayerProgram>(new LayerProgram);
+  program->cell_ = cell.clone();
+  program->weightsSource_ = weightsSource;
+  program->options_ = options;
+  program->numLayers_ = layout.numLayers;
+  program->directions_ = layout.bidirectional ? 2 : 1;
+
+  int64_t previousOutput = 0; // features of the previous layer's output
+  for (int layer = 0; layer < layout.numLayers; ++layer) {
+    int64_t layerOutput = 0;
+    for (int direction = 0; direction < program->directions_; ++direction) {
+      Slot slot;
+      for (const auto& [name, tensor] :
+           collectParameters(cell, weights, weightsSource, layer, direction == 1)) {
+        slot.paramNames.push_back(name);
+        slot.params.push_back(*tensor);
+      }
+      // Sizes from the weights (and, past layer 0, the previous layer's width).
+      Tensor previous;
+      if (layer > 0)
+        previous = Tensor({1, 1, previousOutput});
+      ir::SizeMap sizes = solveSizes(
+          cell,
+          observe(cell, slot, weightsSource, layer > 0 ? &previous : nullptr, 1, layer, {}, 0, 0),
+          options, 1);
+      slot.bound = cell.clone();
+      slot.bound->bindSizes(sizes);
+      bool dropoutInCell = false;
+      for (const ir::Block* block : {&slot.bound->pre, &slot.bound->step})
+        for (const auto& instr : *block)
+          dropoutInCell |= instr->op == ir::Op::Dropout;
+      bool interpret = options.engine == Engine::Interpreter || (options.training && dropoutInCell);
+      if (!interpret)
+        slot.compiled = CompiledCell::compile(*slot.bound, options.compile);
+      layerOutput += codegen::columnsOf(slot.bound->output);
+      if (layer == 0 && direction == 0)
+        program->inputSize_ = codegen::columnsOf(slot.bound->inputs[0].get());
+      program->slots_.push_back(std::move(slot));
+    }
+    previousOutput = layerOutput;
+  }
+  program->outputSize_ = previousOutput;
+  return program;
+}
+
+LayerResult LayerProgram::run(const Tensor& rawInput,
+                              const std::map<std::string, Tensor>& initialStates,
+                              const std::optional<Int64Array>& lengthsGiven) const {
+  const ir::Cell& cell = *cell_;
+  const std::string inputLayout = options_.batchFirst ? "[B, T, input_size]" : "[T, B, input_size]";
+  if (rawInput.rank() != 3)
+    throw UserError(fmt::format("input has shape {}, expected {} (rank 3)", rawInput.shapeString(),
+                                inputLayout));
+  Tensor input = options_.batchFirst ? swapLeadingDims(rawInput) : rawInput;
   const int64_t steps = input.dim(0), batch = input.dim(1);
   if (steps < 1 || batch < 1)
     throw UserError(
-        fmt::format("input has shape {}: T and B must be at least 1", request.input.shapeString()));
-
-  WeightLayout layout = inferWeightLayout(cell, *request.weights, request.weightsSource);
-  if (options.numLayers && *options.numLayers != layout.numLayers)
-    throw UserError(fmt::format("{} holds {} layer(s) of cell '{}', but {} were asked for",
-                                request.weightsSource, layout.numLayers, cell.name,
-                                *options.numLayers));
-  if (options.bidirectional && *options.bidirectional != layout.bidirectional)
-    throw UserError(fmt::format("{} holds {} weights, but a {} layer was asked for",
-                                request.weightsSource,
-                                layout.bidirectional ? "bidirectional (_reverse)" : "one-direction",
-                                *options.bidirectional ? "bidirectional" : "one-direction"));
-  const int directions = layout.bidirectional ? 2 : 1;
-  const int64_t slots = static_cast<int64_t>(layout.numLayers) * directions;
-  std::vector<int64_t> lengths = checkedLengths(request, steps, batch);
-
-  for (const auto& [name, tensor] : request.initialStates) {
+        fmt::format("input has shape {}: T and B must be at least 1", rawInput.shapeString()));
+  const int64_t slots = static_cast<int64_t>(slots_.size());
+  std::vector<int64_t> lengths = checkedLengths(lengthsGiven, steps, batch);
+  for (const auto& [name, tensor] : initialStates) {
     const ir::Value* state = cell.findArgument(name);
     if (!state || state->argKind != ir::ArgKind::State)
       throw UserError(fmt::format("an initial value is given for '{}', but cell '{}' has no "
@@ -185,81 +279,40 @@ LayerResult runLayers(const ir::Cell& cell, const LayerRequest& request,
   }
 
   LayerResult result;
-  result.numLayers = layout.numLayers;
-  result.bidirectional = layout.bidirectional;
+  result.numLayers = numLayers_;
+  result.bidirectional = directions_ == 2;
   std::vector<std::vector<Tensor>> finals(cell.states.size()); // per state, per slot
   Tensor layerInput = std::move(input);
-  for (int layer = 0; layer < layout.numLayers; ++layer) {
+  for (int layer = 0; layer < numLayers_; ++layer) {
     std::vector<Tensor> directionOutputs;
-    for (int direction = 0; direction < directions; ++direction) {
-      const int64_t slot = layer * directions + direction;
-      std::string where = fmt::format("layer {}{}", layer, direction ? " (reverse)" : "");
-      auto params =
-          collectParameters(cell, *request.weights, request.weightsSource, layer, direction == 1);
-      std::vector<ShapeObservation> observations;
-      for (size_t i = 0; i < params.size(); ++i)
-        observations.push_back(
-            {cell.params[i].get(), params[i].second->shape(),
-             fmt::format("{}: tensor '{}'", request.weightsSource, params[i].first)});
-      observations.push_back(
-          {cell.inputs[0].get(),
-           {batch, layerInput.dim(2)},
-           layer == 0 ? std::string("input")
-                      : fmt::format("the input of {} (the output of layer {})", where, layer - 1),
-           {{"T", steps}}});
+    for (int direction = 0; direction < directions_; ++direction) {
+      const int64_t index = layer * directions_ + direction;
+      const Slot& slot = slots_[static_cast<size_t>(index)];
+      // Every tensor the caller gave, checked against the weights with full explanations.
+      solveSizes(cell,
+                 observe(cell, slot, weightsSource_, &layerInput, batch, layer, initialStates,
+                         slots, index),
+                 options_, batch);
       std::vector<Tensor> states;
-      for (const auto& state : cell.states) {
-        auto it = request.initialStates.find(state->name);
-        if (it == request.initialStates.end())
-          continue;
-        const Tensor& all = it->second;
-        Tensor slice({batch, all.dim(2)},
-                     std::vector<float>(row(all, slot * batch), row(all, (slot + 1) * batch)));
-        observations.push_back({state.get(),
-                                slice.shape(),
-                                fmt::format("initial state '{}'", state->name),
-                                {{"num_layers * num_directions", slots}}});
-      }
-      ir::SizeMap given = cell.sizes; // a cell may come with sizes bound already
-      given.insert(options.sizes.begin(), options.sizes.end());
-      given[ir::kBatchSymbol] = batch;
-      ir::SizeMap sizes = inferSizes(cell, observations, given);
-      sizes.erase(ir::kBatchSymbol);
-      for (const auto& name : cell.sizeNames)
-        if (!sizes.count(name))
-          throw UserError(fmt::format("size '{}' of cell '{}' appears in no tensor given; pass "
-                                      "it with --size {}=VALUE",
-                                      name, cell.name, name));
-      std::shared_ptr<ir::Cell> bound = cell.clone();
-      bound->bindSizes(sizes);
-
-      for (const auto& state : bound->states) {
-        auto it = request.initialStates.find(state->name);
-        int64_t features = *state->shape[1].evaluate(sizes);
-        states.push_back(it == request.initialStates.end()
+      for (const auto& state : slot.bound->states) {
+        auto it = initialStates.find(state->name);
+        int64_t features = codegen::columnsOf(state.get());
+        states.push_back(it == initialStates.end()
                              ? Tensor({batch, features})
                              : Tensor({batch, features},
-                                      std::vector<float>(row(it->second, slot * batch),
-                                                         row(it->second, (slot + 1) * batch))));
+                                      std::vector<float>(row(it->second, index * batch),
+                                                         row(it->second, (index + 1) * batch))));
       }
-      std::vector<Tensor> paramTensors;
-      for (const auto& [name, tensor] : params)
-        paramTensors.push_back(*tensor);
       Executor run;
-      ExecutionOptions execution{options.training, options.seed + static_cast<uint64_t>(slot)};
-      bool interpret = options.engine == Engine::Interpreter;
-      for (const ir::Block* block : {&bound->pre, &bound->step})
-        for (const auto& instr : *block)
-          interpret |= options.training && instr->op == ir::Op::Dropout;
-      if (interpret) {
-        auto interpreter = std::make_shared<Interpreter>(*bound, paramTensors, execution);
-        run = [interpreter, bound](const std::vector<Tensor>& in, std::vector<Tensor>& st) {
-          return interpreter->run(in, st);
+      if (slot.compiled) {
+        run = [&slot](const std::vector<Tensor>& in, std::vector<Tensor>& st) {
+          return slot.compiled->run(slot.params, in, st);
         };
       } else {
-        auto compiled = CompiledCell::compile(*bound, options.compile);
-        run = [compiled, paramTensors](const std::vector<Tensor>& in, std::vector<Tensor>& st) {
-          return compiled->run(paramTensors, in, st);
+        ExecutionOptions execution{options_.training, options_.seed + static_cast<uint64_t>(index)};
+        auto interpreter = std::make_shared<Interpreter>(*slot.bound, slot.params, execution);
+        run = [interpreter](const std::vector<Tensor>& in, std::vector<Tensor>& st) {
+          return interpreter->run(in, st);
         };
       }
       DirectionRun out = runDirection(run, layerInput, std::move(states), lengths, direction == 1);
@@ -269,7 +322,7 @@ LayerResult runLayers(const ir::Cell& cell, const LayerRequest& request,
     }
     // Directions side by side: [T, B, H] + [T, B, H] -> [T, B, 2H].
     Tensor layerOutput = directionOutputs[0];
-    if (directions == 2) {
+    if (directions_ == 2) {
       const int64_t h = directionOutputs[0].dim(2);
       layerOutput = Tensor({steps, batch, 2 * h});
       for (int64_t r = 0; r < steps * batch; ++r)
@@ -277,21 +330,34 @@ LayerResult runLayers(const ir::Cell& cell, const LayerRequest& request,
           std::memcpy(row(layerOutput, r) + d * h, row(directionOutputs[d], r),
                       static_cast<size_t>(h) * sizeof(float));
     }
-    if (options.training && options.dropout > 0 && layer + 1 < layout.numLayers)
-      dropoutBetweenLayers(layerOutput, options.dropout, options.seed, layer);
+    if (options_.training && options_.dropout > 0 && layer + 1 < numLayers_)
+      dropoutBetweenLayers(layerOutput, options_.dropout, options_.seed, layer);
     layerInput = std::move(layerOutput);
   }
 
-  result.output = options.batchFirst ? swapLeadingDims(layerInput) : std::move(layerInput);
+  result.output = options_.batchFirst ? swapLeadingDims(layerInput) : std::move(layerInput);
   for (size_t s = 0; s < cell.states.size(); ++s) {
     const int64_t features = finals[s][0].dim(1);
     Tensor all({slots, batch, features});
-    for (int64_t slot = 0; slot < slots; ++slot)
-      std::copy(finals[s][slot].data(), finals[s][slot].data() + finals[s][slot].numel(),
-                row(all, slot * batch));
+    for (int64_t index = 0; index < slots; ++index)
+      std::copy(finals[s][index].data(), finals[s][index].data() + finals[s][index].numel(),
+                row(all, index * batch));
     result.finalStates[cell.states[s]->name] = std::move(all);
   }
   return result;
+}
+
+int64_t LayerProgram::stateSize(const std::string& state) const {
+  const ir::Value* value = slots_.at(0).bound->findArgument(state);
+  RNNC_INTERNAL_CHECK(value && value->argKind == ir::ArgKind::State, "no state " + state);
+  return codegen::columnsOf(value);
+}
+
+LayerResult runLayers(const ir::Cell& cell, const LayerRequest& request,
+                      const LayerOptions& options) {
+  RNNC_INTERNAL_CHECK(request.weights, "no weights given");
+  return LayerProgram::build(cell, *request.weights, request.weightsSource, options)
+      ->run(request.input, request.initialStates, request.lengths);
 }
 
 } // namespace rnnc

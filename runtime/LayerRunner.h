@@ -13,6 +13,7 @@
 #include "runtime/SequenceRunner.h"
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -45,7 +46,47 @@ struct LayerResult {
   bool bidirectional = false;
 };
 
-// `cell` has one input and its sizes unbound; each layer and direction binds its own.
+// A layer built once: the weights bound and every layer and direction compiled (or prepared
+// for the interpreter). run() is thread-safe, each call using its own buffers, so one program
+// can serve concurrent forward calls.
+class LayerProgram {
+public:
+  // `cell` has one input; each layer and direction binds its own sizes from `weights`. Throws
+  // UserError for weights that do not fit the cell or the options.
+  static std::shared_ptr<const LayerProgram> build(const ir::Cell& cell, const TensorMap& weights,
+                                                   const std::string& weightsSource,
+                                                   const LayerOptions& options);
+
+  LayerResult run(const Tensor& input, const std::map<std::string, Tensor>& initialStates,
+                  const std::optional<Int64Array>& lengths) const;
+
+  int numLayers() const { return numLayers_; }
+  int numDirections() const { return directions_; }
+  int64_t inputSize() const { return inputSize_; }
+  int64_t outputSize() const { return outputSize_; } // num_directions * H_out
+  // Features of one slot of a state, as bound by the weights.
+  int64_t stateSize(const std::string& state) const;
+  const ir::Cell& cell() const { return *cell_; }
+
+  // One layer in one direction.
+  struct Slot {
+    std::vector<std::string> paramNames; // as in the weights, for messages
+    std::vector<Tensor> params;
+    std::shared_ptr<ir::Cell> bound;
+    std::shared_ptr<CompiledCell> compiled; // null: run on the interpreter
+  };
+
+private:
+  LayerProgram() = default;
+  std::unique_ptr<ir::Cell> cell_;
+  std::string weightsSource_;
+  LayerOptions options_;
+  int numLayers_ = 0, directions_ = 1;
+  int64_t inputSize_ = 0, outputSize_ = 0;
+  std::vector<Slot> slots_; // layer-major, direction-minor, as PyTorch orders h_n
+};
+
+// Builds and runs in one go.
 LayerResult runLayers(const ir::Cell& cell, const LayerRequest& request,
                       const LayerOptions& options);
 

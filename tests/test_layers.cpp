@@ -153,7 +153,9 @@ TEST_F(LayerErrors, InitialStatesMustCoverEveryLayerAndDirection) {
 }
 
 TEST_F(LayerErrors, CellStateForACellWithoutOne) {
+  weights_ = readSafeTensors(kLayerFixtures + "gru_l2_bi_bf_len/weights.safetensors");
   cell_ = frontend::loadCell("gru");
+  request_.input = readNpyFloat32(kLayerFixtures + "gru_l2_bi_bf_len/input.npy");
   request_.initialStates["c"] = Tensor({4, request_.input.dim(0), 3});
   EXPECT_EQ(error(), "an initial value is given for 'c', but cell 'gru' has no state of that name");
 }

@@ -75,8 +75,9 @@ TEST(VectorMath, ExpAndLogWithinAFewUlpRelative) {
   std::vector<float> y = jitElementwise("exp(x)", x);
   for (size_t i = 0; i < x.size(); ++i) {
     double expected = std::exp(static_cast<double>(x[i]));
-    if (expected > 1.2e-38 && expected < 3.4e38)
+    if (expected > 1.2e-38 && expected < 3.4e38) {
       ASSERT_NEAR(y[i] / expected, 1.0, 3e-7) << "exp(" << x[i] << ")";
+    }
   }
   std::vector<float> positive;
   for (float v : x)

@@ -1,0 +1,117 @@
+// The public C++ API (include/rnnc/rnnc.h) over the layer runner.
+#include "rnnc/rnnc.h"
+
+#include "frontend/BuiltinCells.h"
+#include "ir/Error.h"
+#include "runtime/LayerRunner.h"
+#include "runtime/SafeTensors.h"
+
+#include <cstring>
+
+namespace rnnc {
+
+struct Layer::Impl {
+  std::shared_ptr<const LayerProgram> program;
+  bool batchFirst = false;
+};
+
+namespace {
+
+std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const TensorMap& weights,
+                                              const std::string& source) {
+  auto cell = frontend::loadCell(spec.cell);
+  // torch.nn.LSTM(proj_size > 0) weights are the lstm_proj cell's.
+  if (spec.cell == "lstm" && weights.count("weight_hr_l0"))
+    cell = frontend::loadCell("lstm_proj");
+  LayerOptions options;
+  options.numLayers = spec.numLayers;
+  options.bidirectional = spec.bidirectional;
+  options.batchFirst = spec.batchFirst;
+  options.engine = spec.jit ? Engine::Jit : Engine::Interpreter;
+  options.sizes = {spec.sizes.begin(), spec.sizes.end()};
+  auto impl = std::make_shared<Layer::Impl>();
+  impl->program = LayerProgram::build(*cell, weights, source, options);
+  impl->batchFirst = spec.batchFirst;
+  return impl;
+}
+
+Tensor copyIn(const float* data, TensorShape shape) {
+  Tensor t(std::move(shape));
+  std::memcpy(t.data(), data, static_cast<size_t>(t.numel()) * sizeof(float));
+  return t;
+}
+
+void copyOut(const Tensor& t, float* to) {
+  if (to)
+    std::memcpy(to, t.data(), static_cast<size_t>(t.numel()) * sizeof(float));
+}
+
+} // namespace
+
+Layer Layer::fromFile(const LayerSpec& spec, const std::string& safetensorsPath) {
+  return Layer(buildLayer(spec, readSafeTensors(safetensorsPath), safetensorsPath));
+}
+
+Layer Layer::fromWeights(const LayerSpec& spec,
+                         const std::map<std::string, WeightTensor>& weights) {
+  TensorMap tensors;
+  for (const auto& [name, w] : weights) {
+    if (numElements(w.shape) != static_cast<int64_t>(w.values.size()))
+      throw UserError("weight '" + name + "' has shape " + shapeToString(w.shape) + " but " +
+                      std::to_string(w.values.size()) + " values");
+    tensors[name] = Tensor(w.shape, w.values);
+  }
+  return Layer(buildLayer(spec, tensors, "weights"));
+}
+
+int Layer::numLayers() const {
+  return impl_->program->numLayers();
+}
+int Layer::numDirections() const {
+  return impl_->program->numDirections();
+}
+int64_t Layer::inputSize() const {
+  return impl_->program->inputSize();
+}
+int64_t Layer::outputSize() const {
+  return impl_->program->outputSize();
+}
+
+int64_t Layer::stateSize(const std::string& state) const {
+  const ir::Value* value = impl_->program->cell().findArgument(state);
+  if (!value || value->argKind != ir::ArgKind::State)
+    throw UserError("cell '" + impl_->program->cell().name + "' has no state '" + state + "'");
+  return impl_->program->stateSize(state);
+}
+
+void Layer::forward(const float* input, int64_t steps, int64_t batch, const float* h0,
+                    const float* c0, const int64_t* lengths, float* output, float* hn,
+                    float* cn) const {
+  const LayerProgram& program = *impl_->program;
+  if (!input || !output || steps < 1 || batch < 1)
+    throw UserError("forward needs an input, an output, and T and B of at least 1");
+  const int64_t slots = program.numLayers() * program.numDirections();
+  TensorShape inputShape = impl_->batchFirst ? TensorShape{batch, steps, program.inputSize()}
+                                             : TensorShape{steps, batch, program.inputSize()};
+  std::map<std::string, Tensor> initial;
+  const float* given[] = {h0, c0};
+  const char* names[] = {"h", "c"};
+  for (int i = 0; i < 2; ++i)
+    if (given[i]) {
+      if (!program.cell().findArgument(names[i]))
+        throw UserError(std::string(names[i]) + "0 is given but cell '" + program.cell().name +
+                        "' has no state '" + names[i] + "'");
+      initial[names[i]] = copyIn(given[i], {slots, batch, program.stateSize(names[i])});
+    }
+  std::optional<Int64Array> lengthArray;
+  if (lengths)
+    lengthArray = Int64Array{{batch}, std::vector<int64_t>(lengths, lengths + batch)};
+  LayerResult result = program.run(copyIn(input, inputShape), initial, lengthArray);
+  copyOut(result.output, output);
+  if (hn)
+    copyOut(result.finalStates.at("h"), hn);
+  if (cn && result.finalStates.count("c"))
+    copyOut(result.finalStates.at("c"), cn);
+}
+
+} // namespace rnnc

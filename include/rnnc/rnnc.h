@@ -1,0 +1,62 @@
+// rnnc's C++ API: build an RNN layer from a cell and PyTorch weights once, then run forward
+// passes on your own buffers. A Layer is immutable after construction and forward() is safe to
+// call from several threads at once. Errors are thrown as std::runtime_error (std::logic_error
+// for a bug in rnnc) with a message naming the tensor and its expected and actual shapes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace rnnc {
+
+struct LayerSpec {
+  std::string cell = "lstm";            // a built-in cell name or the path of a .cell file
+  std::optional<int> numLayers;         // checked against the weights; inferred when absent
+  std::optional<bool> bidirectional;    // likewise
+  bool batchFirst = false;              // input and output are [B, T, F]
+  bool jit = true;                      // false: the reference interpreter
+  std::map<std::string, int64_t> sizes; // sizes the weights do not determine
+};
+
+// A named float32 tensor in C order, for weights given from memory.
+struct WeightTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+class Layer {
+public:
+  // Weights from a safetensors file with PyTorch state_dict names (weight_ih_l0, ...).
+  static Layer fromFile(const LayerSpec& spec, const std::string& safetensorsPath);
+  // Weights from memory, under the same names.
+  static Layer fromWeights(const LayerSpec& spec,
+                           const std::map<std::string, WeightTensor>& weights);
+
+  int numLayers() const;
+  int numDirections() const;
+  int64_t inputSize() const;
+  int64_t outputSize() const; // num_directions * hidden (or proj) size: output features
+  // The features of one slot of a state ("h", "c", ...), as in h0 [L*D, B, stateSize].
+  int64_t stateSize(const std::string& state) const;
+
+  // Runs a batch. All pointers are caller-owned float32 (lengths int64) buffers in C order:
+  //   input   [T, B, inputSize()]              ([B, T, ...] with batchFirst)
+  //   output  [T, B, outputSize()]             ([B, T, ...] with batchFirst), zero past lengths
+  //   h0, c0  [L*D, B, stateSize("h"/"c")]     or null for zeros (c0 only for cells with c)
+  //   hn, cn  [L*D, B, stateSize("h"/"c")]     or null when not wanted
+  //   lengths [B], each in [1, T], any order   or null when every sequence has T steps
+  void forward(const float* input, int64_t steps, int64_t batch, const float* h0, const float* c0,
+               const int64_t* lengths, float* output, float* hn, float* cn) const;
+
+  struct Impl;
+
+private:
+  explicit Layer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+} // namespace rnnc

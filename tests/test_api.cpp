@@ -1,0 +1,100 @@
+// The public C++ API (include/rnnc/rnnc.h): PyTorch numerics through caller-owned buffers,
+// concurrent forward calls on one layer, and its errors.
+#include "rnnc/rnnc.h"
+#include "runtime/Npy.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <thread>
+
+namespace {
+
+const std::string kDir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/layers/";
+
+rnnc::LayerSpec spec(const std::string& cell) {
+  rnnc::LayerSpec s;
+  s.cell = cell;
+  return s;
+}
+
+float maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+TEST(Api, ABidirectionalBatchFirstLstmWithLengthsMatchesPyTorch) {
+  const std::string dir = kDir + "lstm_l1_bi_bf_len/";
+  rnnc::LayerSpec spec;
+  spec.batchFirst = true;
+  rnnc::Layer layer = rnnc::Layer::fromFile(spec, dir + "weights.safetensors");
+  EXPECT_EQ(layer.numDirections(), 2);
+  rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy"); // [B, T, I]
+  rnnc::Tensor h0 = rnnc::readNpyFloat32(dir + "h0.npy"), c0 = rnnc::readNpyFloat32(dir + "c0.npy");
+  rnnc::Int64Array lengths = rnnc::readNpyInt64(dir + "lengths.npy");
+  const int64_t batch = x.dim(0), steps = x.dim(1);
+  ASSERT_EQ(layer.inputSize(), x.dim(2));
+  std::vector<float> y(static_cast<size_t>(steps * batch * layer.outputSize()));
+  std::vector<float> hn(h0.values().size()), cn(c0.values().size());
+  layer.forward(x.data(), steps, batch, h0.data(), c0.data(), lengths.values.data(), y.data(),
+                hn.data(), cn.data());
+  EXPECT_LE(maxAbsDiff(y, rnnc::readNpyFloat32(dir + "output.npy").values()), 1e-5f);
+  EXPECT_LE(maxAbsDiff(hn, rnnc::readNpyFloat32(dir + "hn.npy").values()), 1e-5f);
+  EXPECT_LE(maxAbsDiff(cn, rnnc::readNpyFloat32(dir + "cn.npy").values()), 1e-5f);
+}
+
+TEST(Api, ConcurrentForwardCallsOnOneLayerAgree) {
+  const std::string dir = kDir + "gru_l3_uni_len/";
+  rnnc::Layer layer = rnnc::Layer::fromFile(spec("gru"), dir + "weights.safetensors");
+  rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy");
+  const int64_t steps = x.dim(0), batch = x.dim(1);
+  auto forward = [&] {
+    std::vector<float> y(static_cast<size_t>(steps * batch * layer.outputSize()));
+    layer.forward(x.data(), steps, batch, nullptr, nullptr, nullptr, y.data(), nullptr, nullptr);
+    return y;
+  };
+  std::vector<float> reference = forward();
+  std::vector<std::vector<float>> results(4);
+  std::vector<std::thread> threads;
+  for (auto& r : results)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 5; ++i)
+        r = forward();
+    });
+  for (auto& t : threads)
+    t.join();
+  for (const auto& r : results)
+    EXPECT_EQ(r, reference);
+}
+
+TEST(Api, WeightsFromMemoryAndClearErrors) {
+  std::map<std::string, rnnc::WeightTensor> weights = {
+      {"weight_ih_l0", {{2, 3}, std::vector<float>(6, 0.1f)}},
+      {"weight_hh_l0", {{2, 2}, std::vector<float>(4, -0.1f)}},
+      {"bias_ih_l0", {{2}, {0.0f, 0.5f}}},
+      {"bias_hh_l0", {{2}, {0.25f, 0.0f}}}};
+  rnnc::Layer layer = rnnc::Layer::fromWeights(spec("rnn_tanh"), weights);
+  EXPECT_EQ(layer.inputSize(), 3);
+  EXPECT_EQ(layer.outputSize(), 2);
+  std::vector<float> x = {1, 2, 3}, y(2);
+  layer.forward(x.data(), 1, 1, nullptr, nullptr, nullptr, y.data(), nullptr, nullptr);
+  EXPECT_NEAR(y[0], std::tanh(0.6 + 0.25), 1e-6);
+  EXPECT_NEAR(y[1], std::tanh(0.6 + 0.5), 1e-6);
+
+  std::vector<float> c0(2);
+  EXPECT_THROW(
+      layer.forward(x.data(), 1, 1, nullptr, c0.data(), nullptr, y.data(), nullptr, nullptr),
+      std::runtime_error);
+  weights["weight_hh_l0"].values.pop_back();
+  try {
+    rnnc::Layer::fromWeights(spec("rnn_tanh"), weights);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "weight 'weight_hh_l0' has shape [2, 2] but 3 values");
+  }
+}
+
+} // namespace
