@@ -195,3 +195,54 @@ TEST(Layers, ACellWithBoundSizesRuns) {
 }
 
 } // namespace
+
+namespace {
+
+LayerResult runFixture(const std::string& name, const LayerOptions& options) {
+  const std::string dir = kLayerFixtures + name + "/";
+  TensorMap weights = readSafeTensors(dir + "weights.safetensors");
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir + "meta.json"));
+  auto cell = frontend::loadCell(meta["mode"].get<std::string>());
+  LayerRequest request;
+  request.weights = &weights;
+  request.input = readNpyFloat32(dir + "input.npy");
+  LayerOptions o = options;
+  o.batchFirst = meta["batch_first"].get<bool>();
+  return runLayers(*cell, request, o);
+}
+
+TEST(Layers, DropoutBetweenLayersIsSeededAndOnlyInTraining) {
+  LayerOptions options;
+  options.dropout = 0.5;
+  Tensor inference = runFixture("gru_l3_uni_len", options).output;
+  options.dropout = 0;
+  EXPECT_EQ(runFixture("gru_l3_uni_len", options).output.values(), inference.values())
+      << "inference ignores dropout";
+
+  options.dropout = 0.5;
+  options.training = true;
+  options.seed = 1;
+  Tensor first = runFixture("gru_l3_uni_len", options).output;
+  EXPECT_EQ(runFixture("gru_l3_uni_len", options).output.values(), first.values())
+      << "the same seed gives the same masks";
+  EXPECT_NE(first.values(), inference.values());
+  options.seed = 2;
+  EXPECT_NE(runFixture("gru_l3_uni_len", options).output.values(), first.values());
+}
+
+TEST(Layers, NoDropoutAfterTheLastLayer) {
+  LayerOptions options;
+  Tensor inference = runFixture("gru_l2_uni", options).output;
+  options.training = true;
+  options.dropout = 0.9;
+  options.numLayers = 2;
+  LayerResult trained = runFixture("gru_l2_uni", options);
+  // Layer 0's output is dropped before layer 1, so the output differs...
+  EXPECT_NE(trained.output.values(), inference.values());
+  // ...but a single layer has no layer after it to drop for.
+  Tensor single = runFixture("gru_l1_uni_len", LayerOptions{}).output;
+  options.numLayers = 1;
+  EXPECT_EQ(runFixture("gru_l1_uni_len", options).output.values(), single.values());
+}
+
+} // namespace
