@@ -3,6 +3,7 @@
 #include "runtime/LayerRunner.h"
 #include "runtime/Npy.h"
 #include "runtime/SafeTensors.h"
+#include "runtime/WeightLayouts.h"
 #include "tools/CommandLine.h"
 #include "tools/Commands.h"
 
@@ -22,7 +23,7 @@ struct RunOptions {
   int numLayers = 0;
   int64_t projSize = 0;
   double dropout = 0;
-  std::string lengths;
+  std::string lengths, flatWeights, weightLayout = "pytorch";
   uint64_t seed = 0;
   std::vector<std::string> printAfter, disabled;
   bool printAfterAll = false, noPremul = false, noFuse = false;
@@ -95,9 +96,37 @@ std::unique_ptr<ir::Cell> cellFor(const RunOptions& o, const TensorMap& weights)
   return frontend::loadCell(o.cell);
 }
 
+// The weights as a PyTorch state_dict, from a safetensors file or a flat buffer, in PyTorch's or
+// MIOpen's gate order.
+TensorMap loadWeights(const RunOptions& o, const std::string& mode) {
+  if (o.weights.empty() == o.flatWeights.empty())
+    throw UserError("give the weights with exactly one of --weights and --flat-weights");
+  TensorMap weights;
+  if (!o.weights.empty()) {
+    weights = readSafeTensors(o.weights);
+  } else {
+    ir::SizeMap sizes = parseSizes(o.sizes);
+    for (const char* needed : {"input_size", "hidden_size"})
+      if (!sizes.count(needed))
+        throw UserError(std::string("--flat-weights needs the layout: give --size ") + needed +
+                        "=VALUE (and --num-layers, --bidirectional, --proj-size as they apply)");
+    FlatLayout layout{mode,
+                      sizes.at("input_size"),
+                      sizes.at("hidden_size"),
+                      o.projSize,
+                      o.numLayers > 0 ? o.numLayers : 1,
+                      o.bidirectional};
+    weights = unflattenWeights(readNpyFloat32(o.flatWeights), layout, o.flatWeights);
+  }
+  if (o.weightLayout == "miopen")
+    weights = swapMIOpenGateOrder(weights, mode);
+  return weights;
+}
+
 int run(const RunOptions& o) {
   auto cell = frontend::loadCell(o.cell); // a bad cell name or file is reported first
-  TensorMap weights = readSafeTensors(o.weights);
+  std::string mode = o.cell == "lstm" && o.projSize > 0 ? "lstm_proj" : o.cell;
+  TensorMap weights = loadWeights(o, mode);
   if (o.cell == "lstm")
     cell = cellFor(o, weights);
   if (o.projSize > 0) {
@@ -113,7 +142,7 @@ int run(const RunOptions& o) {
 
   LayerRequest request;
   request.weights = &weights;
-  request.weightsSource = o.weights;
+  request.weightsSource = o.weights.empty() ? o.flatWeights : o.weights;
   std::map<std::string, std::string> inputs = inputFiles(*cell, o.inputs);
   if (inputs.size() != 1)
     throw UserError("give the input sequence with --input FILE");
@@ -137,6 +166,12 @@ int run(const RunOptions& o) {
   options.training = o.train;
   options.seed = o.seed;
   options.sizes = parseSizes(o.sizes);
+  if (!o.flatWeights.empty()) {
+    // Those laid out the flat buffer; the weights carry them now, and input_size differs past
+    // layer 0.
+    options.sizes.erase("input_size");
+    options.sizes.erase("hidden_size");
+  }
   options.engine = o.interpret ? Engine::Interpreter : Engine::Jit;
   passes::PipelineOptions& pipeline = options.compile.pipeline;
   pipeline.premultiply = !o.noPremul;
@@ -159,8 +194,16 @@ CommandAction addRunCommand(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run a cell over a sequence");
   cmd->add_option("--cell", o->cell, "Built-in cell name or .cell file")->required();
-  cmd->add_option("--weights", o->weights, "Parameters (.safetensors, PyTorch state_dict names)")
-      ->required();
+  cmd->add_option("--weights", o->weights, "Parameters (.safetensors, PyTorch state_dict names)");
+  cmd->add_option("--flat-weights", o->flatWeights,
+                  "Instead: one flat float32 buffer (.npy) in cuDNN/PyTorch order (per layer and "
+                  "direction: weight_ih, weight_hh, bias_ih, bias_hh[, weight_hr]); needs --size "
+                  "input_size=, --size hidden_size= and the layer options");
+  cmd->add_option("--weight-layout", o->weightLayout,
+                  "Gate order of the weights: pytorch (i,f,g,o / r,z,n) or miopen (i,f,o,g / "
+                  "z,r,n)")
+      ->check(CLI::IsMember({"pytorch", "miopen"}))
+      ->default_val("pytorch");
   cmd->add_option("--input", o->inputs,
                   "Input sequence [T, B, I] (.npy); NAME=FILE for cells "
                   "with several inputs")

@@ -1,0 +1,99 @@
+// `rnnc run` on whole layers: the layer flags, flat and MIOpen-ordered weights, through the real
+// binary, against the PyTorch layer fixtures.
+#include "runtime/Npy.h"
+#include "runtime/WeightLayouts.h"
+#include "tests/TestSupport.h"
+#include "tests/ToolRunner.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+using namespace rnnc;
+
+namespace {
+
+const std::string kDir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/layers/";
+
+class ToolLayers : public test::ScratchDirTest {
+protected:
+  // rnnc run on fixture `name` with `extra` arguments (weights included); returns max |diff|
+  // of the output against PyTorch's.
+  float runAndCompare(const std::string& name, std::vector<std::string> extra) {
+    const std::string dir = kDir + name + "/";
+    nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir + "meta.json"));
+    std::vector<std::string> args = {"run",          "--cell",          meta["mode"],
+                                     "--input",      dir + "input.npy", "--h0",
+                                     dir + "h0.npy", "--output",        path("out.npy")};
+    if (meta["mode"] == "lstm")
+      args.insert(args.end(), {"--c0", dir + "c0.npy"});
+    if (meta["batch_first"].get<bool>())
+      args.push_back("--batch-first");
+    if (meta["has_lengths"].get<bool>())
+      args.insert(args.end(), {"--lengths", dir + "lengths.npy"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    test::ToolResult r = test::ToolRunner(dir_).run(args);
+    EXPECT_EQ(r.exitCode, 0) << r;
+    if (r.exitCode != 0)
+      return 1e9f;
+    Tensor got = readNpyFloat32(path("out.npy")), want = readNpyFloat32(dir + "output.npy");
+    EXPECT_EQ(got.shape(), want.shape());
+    float worst = 0;
+    for (int64_t i = 0; i < std::min(got.numel(), want.numel()); ++i)
+      worst = std::max(worst, std::abs(got.data()[i] - want.data()[i]));
+    return worst;
+  }
+};
+
+TEST_F(ToolLayers, LayerFlagsMatchPyTorch) {
+  EXPECT_LE(
+      runAndCompare("lstm_l3_bi_len", {"--weights", kDir + "lstm_l3_bi_len/weights.safetensors",
+                                       "--num-layers", "3", "--bidirectional"}),
+      1e-5f);
+  EXPECT_LE(runAndCompare("lstm_proj_l2_bi_bf_len",
+                          {"--weights", kDir + "lstm_proj_l2_bi_bf_len/weights.safetensors",
+                           "--proj-size", "2"}),
+            1e-5f);
+}
+
+TEST_F(ToolLayers, FlatWeightsMatchPyTorch) {
+  const std::string name = "gru_l2_bi_bf_len";
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(kDir + name + "/meta.json"));
+  FlatLayout layout{"gru", meta["input_size"], meta["hidden_size"], 0, 2, true};
+  writeNpy(path("flat.npy"),
+           flattenWeights(readSafeTensors(kDir + name + "/weights.safetensors"), layout));
+  EXPECT_LE(
+      runAndCompare(name, {"--flat-weights", path("flat.npy"), "--size",
+                           "input_size=" + std::to_string(meta["input_size"].get<int>()), "--size",
+                           "hidden_size=" + std::to_string(meta["hidden_size"].get<int>()),
+                           "--num-layers", "2", "--bidirectional"}),
+      1e-5f);
+}
+
+TEST_F(ToolLayers, MIOpenGateOrderMatchesPyTorch) {
+  const std::string name = "lstm_l2_uni_len";
+  writeSafeTensors(
+      path("miopen.safetensors"),
+      swapMIOpenGateOrder(readSafeTensors(kDir + name + "/weights.safetensors"), "lstm"));
+  EXPECT_LE(
+      runAndCompare(name, {"--weights", path("miopen.safetensors"), "--weight-layout", "miopen"}),
+      1e-5f);
+}
+
+TEST_F(ToolLayers, BadLayerInputIsACleanError) {
+  const std::string dir = kDir + "lstm_l2_bi_bf/";
+  test::ToolRunner tool(dir_);
+  test::ToolResult r = tool.run({"run", "--cell", "lstm", "--weights", dir + "weights.safetensors",
+                                 "--input", dir + "input.npy", "--batch-first", "--num-layers", "3",
+                                 "--output", path("out.npy")});
+  EXPECT_EQ(r.exitCode, 1) << r;
+  EXPECT_NE(r.err.find("holds 2 layer(s) of cell 'lstm', but 3 were asked for"), std::string::npos)
+      << r;
+  r = tool.run({"run", "--cell", "lstm", "--flat-weights", path("missing.npy"), "--input",
+                dir + "input.npy", "--output", path("out.npy")});
+  EXPECT_EQ(r.exitCode, 1) << r;
+  EXPECT_NE(r.err.find("--flat-weights needs the layout"), std::string::npos) << r;
+}
+
+} // namespace
