@@ -7,6 +7,7 @@
 #include "runtime/SafeTensors.h"
 
 #include <cstring>
+#include <vector>
 
 namespace rnnc {
 
@@ -112,6 +113,37 @@ void Layer::forward(const float* input, int64_t steps, int64_t batch, const floa
     copyOut(result.finalStates.at("h"), hn);
   if (cn && result.finalStates.count("c"))
     copyOut(result.finalStates.at("c"), cn);
+}
+
+CellStep CellStep::fromFile(const std::string& cell, const std::string& safetensorsPath) {
+  LayerSpec spec;
+  spec.cell = cell;
+  spec.numLayers = 1;
+  spec.bidirectional = false;
+  return CellStep(Layer::fromFile(spec, safetensorsPath));
+}
+
+CellStep CellStep::fromWeights(const std::string& cell,
+                               const std::map<std::string, WeightTensor>& weights) {
+  LayerSpec spec;
+  spec.cell = cell;
+  spec.numLayers = 1;
+  spec.bidirectional = false;
+  return CellStep(Layer::fromWeights(spec, weights));
+}
+
+int64_t CellStep::inputSize() const {
+  return layer_.inputSize();
+}
+int64_t CellStep::stateSize(const std::string& state) const {
+  return layer_.stateSize(state);
+}
+
+void CellStep::step(const float* x, int64_t batch, const float* h, const float* c, float* hNext,
+                    float* cNext) const {
+  // A sequence of one step: the output is the new h.
+  std::vector<float> output(static_cast<size_t>(batch * layer_.outputSize()));
+  layer_.forward(x, 1, batch, h, c, nullptr, output.data(), hNext, cNext);
 }
 
 } // namespace rnnc

@@ -98,3 +98,33 @@ TEST(Api, WeightsFromMemoryAndClearErrors) {
 }
 
 } // namespace
+
+namespace {
+
+// LSTMCell/GRUCell/RNNCell: one step equals the first step of the matching one-layer fixture.
+class CellStepTest : public testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(CellStepTest, MatchesTheFirstStepOfTheLayer) {
+  const auto& [cell, fixture] = GetParam();
+  const std::string dir = kDir + fixture + "/";
+  rnnc::CellStep step = rnnc::CellStep::fromFile(cell, dir + "weights.safetensors");
+  rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy"); // [T, B, I], not batch_first
+  rnnc::Tensor h0 = rnnc::readNpyFloat32(dir + "h0.npy");   // [1, B, H]
+  const int64_t batch = x.dim(1), hidden = step.stateSize("h");
+  bool hasC = cell == "lstm";
+  rnnc::Tensor c0 = hasC ? rnnc::readNpyFloat32(dir + "c0.npy") : rnnc::Tensor();
+  std::vector<float> h1(static_cast<size_t>(batch * hidden)), c1(h1.size());
+  step.step(x.data(), batch, h0.data(), hasC ? c0.data() : nullptr, h1.data(),
+            hasC ? c1.data() : nullptr);
+  rnnc::Tensor output = rnnc::readNpyFloat32(dir + "output.npy"); // step 0 is h1
+  std::vector<float> expected(output.data(), output.data() + batch * hidden);
+  EXPECT_LE(maxAbsDiff(h1, expected), 1e-5f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cells, CellStepTest,
+                         testing::Values(std::pair{"lstm", "lstm_l1_uni"},
+                                         std::pair{"gru", "gru_l1_uni_len"},
+                                         std::pair{"rnn_relu", "rnn_relu_l1_uni"}),
+                         [](const auto& info) { return info.param.first; });
+
+} // namespace

@@ -59,4 +59,25 @@ private:
   std::shared_ptr<const Impl> impl_;
 };
 
+// One step of a cell, as torch.nn.RNNCell, LSTMCell and GRUCell: weights named weight_ih,
+// weight_hh, bias_ih, bias_hh (a cell's state_dict; layer names such as weight_ih_l0 work too).
+class CellStep {
+public:
+  static CellStep fromFile(const std::string& cell, const std::string& safetensorsPath);
+  static CellStep fromWeights(const std::string& cell,
+                              const std::map<std::string, WeightTensor>& weights);
+
+  int64_t inputSize() const;
+  int64_t stateSize(const std::string& state) const; // "h", "c"
+
+  // One step for a batch: x [B, inputSize()], h and c [B, stateSize] (null for zeros; c only for
+  // cells with c), written to hNext and cNext (cNext may be null). Thread-safe.
+  void step(const float* x, int64_t batch, const float* h, const float* c, float* hNext,
+            float* cNext) const;
+
+private:
+  explicit CellStep(Layer layer) : layer_(std::move(layer)) {}
+  Layer layer_;
+};
+
 } // namespace rnnc
