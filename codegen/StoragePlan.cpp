@@ -9,24 +9,15 @@ bool isBatched(const ir::Value* value) {
   return !value->shape.empty() && value->shape[0].mentions(ir::kBatchSymbol);
 }
 
-// Whether an instruction's result is read by anything outside its own kernel.
-bool usedOutsideKernelExceptUpdates(const ir::Cell& cell, const ir::Instr& instr) {
+// Whether an instruction's result is read by anything outside its own kernel: an instruction
+// elsewhere, the output, or (with `countUpdates`) a state update.
+bool usedOutsideKernel(const ir::Cell& cell, const ir::Instr& instr, bool countUpdates = true) {
   if (cell.output == &instr.result)
     return true;
-  for (const ir::Block* block : {&cell.pre, &cell.step})
-    for (const auto& user : *block)
-      for (const ir::Value* operand : user->operands)
-        if (operand == &instr.result && (instr.kernel < 0 || user->kernel != instr.kernel))
-          return true;
-  return false;
-}
-
-bool usedOutsideKernel(const ir::Cell& cell, const ir::Instr& instr) {
-  if (cell.output == &instr.result)
-    return true;
-  for (const ir::StateUpdate& update : cell.updates)
-    if (update.next == &instr.result)
-      return true;
+  if (countUpdates)
+    for (const ir::StateUpdate& update : cell.updates)
+      if (update.next == &instr.result)
+        return true;
   for (const ir::Block* block : {&cell.pre, &cell.step})
     for (const auto& user : *block)
       for (const ir::Value* operand : user->operands)
@@ -132,7 +123,7 @@ StoragePlan planStorage(const ir::Cell& cell) {
       // something besides the update reads it outside the kernel.
       for (const ir::StateUpdate& update : cell.updates)
         if (update.next == value && canUpdateInKernel(cell, update) &&
-            !usedOutsideKernelExceptUpdates(cell, *instr))
+            !usedOutsideKernel(cell, *instr, /*countUpdates=*/false))
           kernelInternal = true;
       if (kernelInternal)
         continue;

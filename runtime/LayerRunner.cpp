@@ -148,7 +148,7 @@ std::vector<ShapeObservation> observe(const ir::Cell& cell, const LayerProgram::
                                       const std::string& weightsSource, const Tensor* layerInput,
                                       int64_t batch, int layer,
                                       const std::map<std::string, Tensor>& initialStates,
-                                      int64_t slots, int64_t slotIndex) {
+                                      int64_t slots) {
   std::vector<ShapeObservation> observations;
   for (size_t i = 0; i < slot.params.size(); ++i)
     observations.push_back({cell.params[i].get(), slot.params[i].shape(),
@@ -169,23 +169,7 @@ std::vector<ShapeObservation> observe(const ir::Cell& cell, const LayerProgram::
                               fmt::format("initial state '{}'", state->name),
                               {{"num_layers * num_directions", slots}}});
   }
-  (void)slotIndex;
   return observations;
-}
-
-ir::SizeMap solveSizes(const ir::Cell& cell, const std::vector<ShapeObservation>& observations,
-                       const LayerOptions& options, int64_t batch) {
-  ir::SizeMap given = cell.sizes; // a cell may come with sizes bound already
-  given.insert(options.sizes.begin(), options.sizes.end());
-  given[ir::kBatchSymbol] = batch;
-  ir::SizeMap sizes = inferSizes(cell, observations, given);
-  sizes.erase(ir::kBatchSymbol);
-  for (const auto& name : cell.sizeNames)
-    if (!sizes.count(name))
-      throw UserError(fmt::format("size '{}' of cell '{}' appears in no tensor given; pass it "
-                                  "with --size {}=VALUE",
-                                  name, cell.name, name));
-  return sizes;
 }
 
 } // namespace
@@ -226,10 +210,10 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
       Tensor previous;
       if (layer > 0)
         previous = Tensor({1, 1, previousOutput});
-      ir::SizeMap sizes = solveSizes(
+      ir::SizeMap sizes = solveCellSizes(
           cell,
-          observe(cell, slot, weightsSource, layer > 0 ? &previous : nullptr, 1, layer, {}, 0, 0),
-          options, 1);
+          observe(cell, slot, weightsSource, layer > 0 ? &previous : nullptr, 1, layer, {}, 0),
+          options.sizes, 1);
       slot.bound = cell.clone();
       slot.bound->bindSizes(sizes);
       bool dropoutInCell = false;
@@ -289,10 +273,10 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
       const int64_t index = layer * directions_ + direction;
       const Slot& slot = slots_[static_cast<size_t>(index)];
       // Every tensor the caller gave, checked against the weights with full explanations.
-      solveSizes(cell,
-                 observe(cell, slot, weightsSource_, &layerInput, batch, layer, initialStates,
-                         slots, index),
-                 options_, batch);
+      solveCellSizes(
+          cell,
+          observe(cell, slot, weightsSource_, &layerInput, batch, layer, initialStates, slots),
+          options_.sizes, batch);
       std::vector<Tensor> states;
       for (const auto& state : slot.bound->states) {
         auto it = initialStates.find(state->name);

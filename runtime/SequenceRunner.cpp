@@ -102,16 +102,7 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
                               {it->second.dim(1), it->second.dim(2)},
                               describeState(state->name),
                               {{"1", 1}}});
-  ir::SizeMap given = cell.sizes; // a cell may come with sizes bound already
-  given.insert(request.sizes.begin(), request.sizes.end());
-  given[ir::kBatchSymbol] = batch;
-  ir::SizeMap sizes = inferSizes(cell, observations, given);
-  sizes.erase(ir::kBatchSymbol);
-  for (const auto& name : cell.sizeNames)
-    if (!sizes.count(name))
-      throw UserError(fmt::format("size '{}' of cell '{}' appears in no tensor given; pass it "
-                                  "with --size {}=VALUE",
-                                  name, cell.name, name));
+  ir::SizeMap sizes = solveCellSizes(cell, observations, request.sizes, batch);
 
   std::shared_ptr<ir::Cell> bound = cell.clone();
   bound->bindSizes(sizes);

@@ -144,6 +144,21 @@ ir::SizeMap inferSizes(const ir::Cell& cell, const std::vector<ShapeObservation>
   return sizes;
 }
 
+ir::SizeMap solveCellSizes(const ir::Cell& cell, const std::vector<ShapeObservation>& observations,
+                           const ir::SizeMap& given, int64_t batch) {
+  ir::SizeMap known = cell.sizes; // a cell may come with sizes bound already
+  known.insert(given.begin(), given.end());
+  known[ir::kBatchSymbol] = batch;
+  ir::SizeMap sizes = inferSizes(cell, observations, known);
+  sizes.erase(ir::kBatchSymbol);
+  for (const auto& name : cell.sizeNames)
+    if (!sizes.count(name))
+      throw UserError(fmt::format("size '{}' of cell '{}' appears in no tensor given; pass it "
+                                  "with --size {}=VALUE",
+                                  name, cell.name, name));
+  return sizes;
+}
+
 std::string findParameterName(const TensorMap& weights, const std::string& param, int layer,
                               bool reverse) {
   std::string suffixed = fmt::format("{}_l{}{}", param, layer, reverse ? "_reverse" : "");

@@ -28,6 +28,12 @@ struct ShapeObservation {
 ir::SizeMap inferSizes(const ir::Cell& cell, const std::vector<ShapeObservation>& observations,
                        const ir::SizeMap& given = {});
 
+// Every named size of `cell` for one run: those already bound in the cell, then `given`
+// (--size), then what `observations` imply, with B = `batch`. Throws UserError for a size that
+// nothing determines. B is not in the result.
+ir::SizeMap solveCellSizes(const ir::Cell& cell, const std::vector<ShapeObservation>& observations,
+                           const ir::SizeMap& given, int64_t batch);
+
 // The tensor name that holds parameter `param` for a layer and direction: the exact name if the
 // file has it, else PyTorch's `NAME_l{layer}` (`NAME_l{layer}_reverse`).
 std::string findParameterName(const TensorMap& weights, const std::string& param, int layer,

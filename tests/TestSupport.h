@@ -88,6 +88,15 @@ inline TensorMap randomWeights(const ir::Cell& cell, const ir::SizeMap& sizes, s
   return weights;
 }
 
+// The largest |a[i] - b[i]|, after checking the shapes agree.
+inline float maxAbsDiff(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  float worst = 0;
+  for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i)
+    worst = std::max(worst, std::abs(a.data()[i] - b.data()[i]));
+  return worst;
+}
+
 // An LSTM written with a separate linear per gate, in varied styles: the passes must turn it
 // into one product per operand.
 inline const char* kFourGateLstm = R"(cell lstm4(input_size, hidden_size) {

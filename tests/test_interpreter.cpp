@@ -7,6 +7,8 @@
 #include "runtime/SafeTensors.h"
 #include "runtime/SequenceRunner.h"
 
+#include "tests/TestSupport.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -280,13 +282,7 @@ std::vector<std::string> fixtureCases() {
   return cases;
 }
 
-float maxAbsDiff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  float worst = 0;
-  for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i)
-    worst = std::max(worst, std::abs(a.data()[i] - b.data()[i]));
-  return worst;
-}
+using test::maxAbsDiff;
 
 class PyTorchFixture : public testing::TestWithParam<std::string> {};
 

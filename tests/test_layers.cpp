@@ -6,6 +6,8 @@
 #include "runtime/LayerRunner.h"
 #include "runtime/Npy.h"
 
+#include "tests/TestSupport.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -27,13 +29,7 @@ std::vector<std::string> layerCases() {
   return cases;
 }
 
-float maxAbsDiff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  float worst = 0;
-  for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i)
-    worst = std::max(worst, std::abs(a.data()[i] - b.data()[i]));
-  return worst;
-}
+using test::maxAbsDiff;
 
 struct LayerCase {
   std::string name;

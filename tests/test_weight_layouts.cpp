@@ -6,6 +6,8 @@
 #include "runtime/Npy.h"
 #include "runtime/WeightLayouts.h"
 
+#include "tests/TestSupport.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -38,13 +40,7 @@ Fixture load(const std::string& name) {
           readSafeTensors(kDir + name + "/weights.safetensors")};
 }
 
-float maxAbsDiff(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  float worst = 0;
-  for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i)
-    worst = std::max(worst, std::abs(a.data()[i] - b.data()[i]));
-  return worst;
-}
+using test::maxAbsDiff;
 
 // Runs the fixture with `weights` in place of its own and compares with PyTorch's output.
 void expectFixtureOutput(const std::string& name, const TensorMap& weights) {

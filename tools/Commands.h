@@ -3,7 +3,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "passes/PassManager.h"
+
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace rnnc::tools {
 
@@ -15,9 +19,13 @@ CommandAction addBenchCommand(CLI::App& app);
 CommandAction addCompileCommand(CLI::App& app);
 CommandAction addVersionCommand(CLI::App& app);
 
-// The optimisation pipeline's options, shared by `compile`, `run` and `bench`.
-void addPipelineOptions(CLI::App& cmd, std::vector<std::string>& printAfter,
-                        std::vector<std::string>& disabled, bool& printAfterAll, bool& noPremul,
-                        bool& noFuse);
+// The optimisation pipeline's flags, shared by `compile` and `run`.
+struct PipelineFlags {
+  std::vector<std::string> printAfter, disabled;
+  bool printAfterAll = false, noPremul = false, noFuse = false;
+
+  void addTo(CLI::App& cmd);
+  passes::PipelineOptions options() const;
+};
 
 } // namespace rnnc::tools

@@ -16,9 +16,9 @@ namespace {
 
 struct CompileOptions {
   std::string cell;
-  std::vector<std::string> sizes, printAfter, disabled;
+  std::vector<std::string> sizes;
   std::string emit = "ir-opt";
-  bool printAfterAll = false, noPremul = false, noFuse = false;
+  PipelineFlags pipeline;
 };
 
 int compile(const CompileOptions& o) {
@@ -32,14 +32,8 @@ int compile(const CompileOptions& o) {
     std::cout << *cell;
     return 0;
   }
-  passes::PipelineOptions pipeline;
-  pipeline.premultiply = !o.noPremul;
-  pipeline.fuse = !o.noFuse;
-  pipeline.printAfterAll = o.printAfterAll;
-  pipeline.printAfter = {o.printAfter.begin(), o.printAfter.end()};
-  pipeline.disabled = {o.disabled.begin(), o.disabled.end()};
   // The per-pass log goes to stderr so that stdout stays the requested stage, as with opt.
-  passes::runPipeline(*cell, pipeline, std::cerr);
+  passes::runPipeline(*cell, o.pipeline.options(), std::cerr);
   if (o.emit == "ir-opt") {
     std::cout << *cell;
     return 0;
@@ -67,18 +61,26 @@ CommandAction addCompileCommand(CLI::App& app) {
                   "LLVM's optimiser), asm (host assembly)")
       ->check(CLI::IsMember({"ir", "ir-opt", "llvm", "llvm-opt", "asm"}))
       ->default_val("ir-opt");
-  addPipelineOptions(*cmd, o->printAfter, o->disabled, o->printAfterAll, o->noPremul, o->noFuse);
+  o->pipeline.addTo(*cmd);
   return [o] { return compile(*o); };
 }
 
-void addPipelineOptions(CLI::App& cmd, std::vector<std::string>& printAfter,
-                        std::vector<std::string>& disabled, bool& printAfterAll, bool& noPremul,
-                        bool& noFuse) {
+void PipelineFlags::addTo(CLI::App& cmd) {
   cmd.add_flag("--print-after-all", printAfterAll, "Print the IR after every pass (to stderr)");
   cmd.add_option("--print-after", printAfter, "Print the IR after the named pass (repeatable)");
   cmd.add_option("--disable-pass", disabled, "Skip the named pass (repeatable)");
   cmd.add_flag("--no-premul", noPremul, "Keep the input projection inside the time loop");
   cmd.add_flag("--no-fuse", noFuse, "Do not fuse elementwise ops");
+}
+
+passes::PipelineOptions PipelineFlags::options() const {
+  passes::PipelineOptions options;
+  options.premultiply = !noPremul;
+  options.fuse = !noFuse;
+  options.printAfterAll = printAfterAll;
+  options.printAfter = {printAfter.begin(), printAfter.end()};
+  options.disabled = {disabled.begin(), disabled.end()};
+  return options;
 }
 
 } // namespace rnnc::tools

@@ -25,8 +25,7 @@ struct RunOptions {
   double dropout = 0;
   std::string lengths, flatWeights, weightLayout = "pytorch";
   uint64_t seed = 0;
-  std::vector<std::string> printAfter, disabled;
-  bool printAfterAll = false, noPremul = false, noFuse = false;
+  PipelineFlags pipeline;
 };
 
 std::string stateNames(const ir::Cell& cell) {
@@ -173,12 +172,7 @@ int run(const RunOptions& o) {
     options.sizes.erase("hidden_size");
   }
   options.engine = o.interpret ? Engine::Interpreter : Engine::Jit;
-  passes::PipelineOptions& pipeline = options.compile.pipeline;
-  pipeline.premultiply = !o.noPremul;
-  pipeline.fuse = !o.noFuse;
-  pipeline.printAfterAll = o.printAfterAll;
-  pipeline.printAfter = {o.printAfter.begin(), o.printAfter.end()};
-  pipeline.disabled = {o.disabled.begin(), o.disabled.end()};
+  options.compile.pipeline = o.pipeline.options();
   options.compile.log = &std::cerr;
 
   LayerResult result = runLayers(*cell, request, options);
@@ -238,7 +232,7 @@ CommandAction addRunCommand(CLI::App& app) {
   cmd->add_flag("--interpret", o->interpret,
                 "Run on the reference interpreter instead of the JIT (training mode with dropout "
                 "always does)");
-  addPipelineOptions(*cmd, o->printAfter, o->disabled, o->printAfterAll, o->noPremul, o->noFuse);
+  o->pipeline.addTo(*cmd);
   return [o] { return run(*o); };
 }
 
