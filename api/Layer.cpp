@@ -115,6 +115,47 @@ void Layer::forward(const float* input, int64_t steps, int64_t batch, const floa
     copyOut(result.finalStates.at("c"), cn);
 }
 
+void Layer::forwardPacked(const float* data, const int64_t* batchSizes, int64_t steps,
+                          const int64_t* sortedIndices, const float* h0, const float* c0,
+                          float* outputData, float* hn, float* cn) const {
+  if (impl_->batchFirst)
+    throw UserError("forwardPacked takes no batchFirst layer: packed data has no batch axis");
+  if (!data || !batchSizes || !outputData || steps < 1 || batchSizes[0] < 1)
+    throw UserError("forwardPacked needs data, batch sizes, an output, and at least one step");
+  const int64_t batch = batchSizes[0];
+  for (int64_t t = 1; t < steps; ++t)
+    if (batchSizes[t] > batchSizes[t - 1] || batchSizes[t] < 1)
+      throw UserError("batchSizes must be positive and non-increasing; batchSizes[" +
+                      std::to_string(t) + "] = " + std::to_string(batchSizes[t]) + " after " +
+                      std::to_string(batchSizes[t - 1]));
+  std::vector<int64_t> original(static_cast<size_t>(batch));
+  std::vector<bool> seen(static_cast<size_t>(batch), false);
+  for (int64_t i = 0; i < batch; ++i) {
+    original[i] = sortedIndices ? sortedIndices[i] : i;
+    if (original[i] < 0 || original[i] >= batch || seen[original[i]])
+      throw UserError("sortedIndices must be a permutation of [0, " + std::to_string(batch) + ")");
+    seen[original[i]] = true;
+  }
+  // Unpack into padded [T, B, F] with lengths, in the caller's batch order.
+  const int64_t in = inputSize(), out = outputSize();
+  std::vector<int64_t> lengths(static_cast<size_t>(batch), 0);
+  std::vector<float> padded(static_cast<size_t>(steps * batch * in), 0.0f);
+  int64_t row = 0;
+  for (int64_t t = 0; t < steps; ++t)
+    for (int64_t i = 0; i < batchSizes[t]; ++i, ++row) {
+      lengths[original[i]] = t + 1;
+      std::memcpy(&padded[(t * batch + original[i]) * in], data + row * in,
+                  static_cast<size_t>(in) * sizeof(float));
+    }
+  std::vector<float> paddedOut(static_cast<size_t>(steps * batch * out));
+  forward(padded.data(), steps, batch, h0, c0, lengths.data(), paddedOut.data(), hn, cn);
+  row = 0;
+  for (int64_t t = 0; t < steps; ++t)
+    for (int64_t i = 0; i < batchSizes[t]; ++i, ++row)
+      std::memcpy(outputData + row * out, &paddedOut[(t * batch + original[i]) * out],
+                  static_cast<size_t>(out) * sizeof(float));
+}
+
 CellStep CellStep::fromFile(const std::string& cell, const std::string& safetensorsPath) {
   LayerSpec spec;
   spec.cell = cell;

@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <thread>
 
 namespace {
@@ -126,5 +128,56 @@ INSTANTIATE_TEST_SUITE_P(Cells, CellStepTest,
                                          std::pair{"gru", "gru_l1_uni_len"},
                                          std::pair{"rnn_relu", "rnn_relu_l1_uni"}),
                          [](const auto& info) { return info.param.first; });
+
+} // namespace
+
+namespace {
+
+// PyTorch's packed form, built from a padded fixture the way pack_padded_sequence(
+// enforce_sorted=False) builds it.
+TEST(Api, PackedSequencesMatchPyTorch) {
+  const std::string dir = kDir + "lstm_l2_uni_len/";
+  rnnc::Layer layer = rnnc::Layer::fromFile(rnnc::LayerSpec{}, dir + "weights.safetensors");
+  rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy"); // [T, B, I]
+  rnnc::Tensor y = rnnc::readNpyFloat32(dir + "output.npy");
+  std::vector<int64_t> lengths = rnnc::readNpyInt64(dir + "lengths.npy").values;
+  const int64_t steps = x.dim(0), batch = x.dim(1), in = x.dim(2), out = y.dim(2);
+  std::vector<int64_t> sorted(static_cast<size_t>(batch));
+  std::iota(sorted.begin(), sorted.end(), 0);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
+  std::vector<int64_t> batchSizes;
+  std::vector<float> data, expected;
+  for (int64_t t = 0; t < steps; ++t) {
+    int64_t active = 0;
+    for (int64_t b : sorted)
+      if (lengths[b] > t) {
+        ++active;
+        data.insert(data.end(), x.data() + (t * batch + b) * in,
+                    x.data() + (t * batch + b + 1) * in);
+        expected.insert(expected.end(), y.data() + (t * batch + b) * out,
+                        y.data() + (t * batch + b + 1) * out);
+      }
+    if (active > 0)
+      batchSizes.push_back(active);
+  }
+  rnnc::Tensor h0 = rnnc::readNpyFloat32(dir + "h0.npy"), c0 = rnnc::readNpyFloat32(dir + "c0.npy");
+  std::vector<float> packedOut(expected.size()), hn(h0.values().size()), cn(c0.values().size());
+  layer.forwardPacked(data.data(), batchSizes.data(), static_cast<int64_t>(batchSizes.size()),
+                      sorted.data(), h0.data(), c0.data(), packedOut.data(), hn.data(), cn.data());
+  EXPECT_LE(maxAbsDiff(packedOut, expected), 1e-5f);
+  EXPECT_LE(maxAbsDiff(hn, rnnc::readNpyFloat32(dir + "hn.npy").values()), 1e-5f);
+  EXPECT_LE(maxAbsDiff(cn, rnnc::readNpyFloat32(dir + "cn.npy").values()), 1e-5f);
+
+  std::vector<int64_t> growing = {1, 2};
+  EXPECT_THROW(layer.forwardPacked(data.data(), growing.data(), 2, nullptr, nullptr, nullptr,
+                                   packedOut.data(), nullptr, nullptr),
+               std::runtime_error);
+  std::vector<int64_t> notAPermutation(static_cast<size_t>(batch), 0);
+  EXPECT_THROW(layer.forwardPacked(data.data(), batchSizes.data(),
+                                   static_cast<int64_t>(batchSizes.size()), notAPermutation.data(),
+                                   nullptr, nullptr, packedOut.data(), nullptr, nullptr),
+               std::runtime_error);
+}
 
 } // namespace

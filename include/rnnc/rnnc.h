@@ -52,6 +52,17 @@ public:
   void forward(const float* input, int64_t steps, int64_t batch, const float* h0, const float* c0,
                const int64_t* lengths, float* output, float* hn, float* cn) const;
 
+  // The same on PyTorch's packed form (torch.nn.utils.rnn.PackedSequence):
+  //   data         [sum(batchSizes), inputSize()]: step 0's rows, then step 1's, ...; within a
+  //                step, sequences in sorted (longest first) order
+  //   batchSizes   [steps], non-increasing: sequences still running at each step
+  //   sortedIndices [batch]: the caller's batch index of each sorted position (null: identity);
+  //                h0/c0/hn/cn are in the caller's order, as PyTorch's are
+  //   outputData   [sum(batchSizes), outputSize()], packed like data
+  void forwardPacked(const float* data, const int64_t* batchSizes, int64_t steps,
+                     const int64_t* sortedIndices, const float* h0, const float* c0,
+                     float* outputData, float* hn, float* cn) const;
+
   struct Impl;
 
 private:
