@@ -5,6 +5,7 @@
 #include "ir/Error.h"
 #include "runtime/LayerRunner.h"
 #include "runtime/SafeTensors.h"
+#include "runtime/WeightLayouts.h"
 
 #include <cstring>
 #include <vector>
@@ -20,10 +21,7 @@ namespace {
 
 std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const TensorMap& weights,
                                               const std::string& source) {
-  auto cell = frontend::loadCell(spec.cell);
-  // torch.nn.LSTM(proj_size > 0) weights are the lstm_proj cell's.
-  if (spec.cell == "lstm" && weights.count("weight_hr_l0"))
-    cell = frontend::loadCell("lstm_proj");
+  auto cell = frontend::loadCell(projectedCell(spec.cell, holdsProjection(weights)));
   LayerOptions options;
   options.numLayers = spec.numLayers;
   options.bidirectional = spec.bidirectional;

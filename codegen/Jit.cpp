@@ -3,7 +3,6 @@
 #include "codegen/LLVMError.h"
 #include "codegen/LLVMHeaders.h"
 
-#include <atomic>
 #include <mutex>
 
 namespace rnnc::codegen {

@@ -174,7 +174,7 @@ private:
     lexer_.expect("=", "after the name(s) being assigned");
 
     if (lexer_.peek().isWord("chunk") && lexer_.peek(1).is("(")) {
-      std::vector<Value*> parts = parseChunk(static_cast<int64_t>(targets.size()), targets);
+      std::vector<Value*> parts = parseChunk(static_cast<int64_t>(targets.size()));
       for (size_t i = 0; i < targets.size(); ++i)
         define(targets[i], parts[i]);
       return;
@@ -188,7 +188,7 @@ private:
 
   void define(const Token& name, Value* value) { names_[name.text] = NameInfo{value, name}; }
 
-  std::vector<Value*> parseChunk(int64_t count, const std::vector<Token>& targets) {
+  std::vector<Value*> parseChunk(int64_t count) {
     Token fn = lexer_.next();
     lexer_.expect("(", "after 'chunk'");
     Operand x = parseExpression();
@@ -211,12 +211,11 @@ private:
     std::vector<Value*> parts;
     for (int64_t i = 0; i < n; ++i)
       parts.push_back(withLocation(fn, [&] { return builder_.slice(value, *part * i, *part); }));
-    (void)targets;
     return parts;
   }
 
   void parseReturn() {
-    Token ret = lexer_.expectWord("return", "");
+    lexer_.expectWord("return", "");
     std::vector<std::pair<Value*, Value*>> updates;
     if (!lexer_.peek().isWord("output") && !lexer_.peek().is(";")) {
       do {
@@ -267,7 +266,6 @@ private:
                            state->name + " = ...)");
       cell_->updates.push_back({state.get(), next});
     }
-    (void)ret;
   }
 
   void checkEverythingUsed() {

@@ -133,6 +133,14 @@ void replaceAllUses(Cell& cell, Value* from, Value* to) {
     cell.output = to;
 }
 
+bool containsOp(const Cell& cell, Op op) {
+  for (const Block* block : {&cell.pre, &cell.step})
+    for (const auto& instr : *block)
+      if (instr->op == op)
+        return true;
+  return false;
+}
+
 int countUses(const Cell& cell, const Value* value) {
   int uses = 0;
   for (const Block* block : {&cell.pre, &cell.step})

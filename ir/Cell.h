@@ -102,6 +102,9 @@ public:
 
 // Replaces every use of `from` (operands, updates, output) by `to`.
 void replaceAllUses(Cell& cell, Value* from, Value* to);
+// Whether any instruction of the cell (pre or step block) is an `op`.
+bool containsOp(const Cell& cell, Op op);
+
 // The number of uses of `value` (operands, updates, output).
 int countUses(const Cell& cell, const Value* value);
 

@@ -9,7 +9,6 @@
 #include "ir/Printer.h"
 #include "runtime/Kernels.h"
 
-#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <optional>

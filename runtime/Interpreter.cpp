@@ -1,6 +1,7 @@
 #include "runtime/Interpreter.h"
 
 #include "ir/Error.h"
+#include "runtime/Hash.h"
 
 #include <Eigen/Core>
 
@@ -56,13 +57,6 @@ float nanMax(float a, float b) {
   return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b);
 }
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Everything one instruction needs to run besides its operands.
 struct EvalContext {
   const ExecutionOptions& options;
@@ -83,7 +77,7 @@ void dropout(const Tensor& x, Tensor& out, double p, const EvalContext& ctx) {
       h = splitmix64(h ^ static_cast<uint64_t>(ctx.dropoutIndex));
       h = splitmix64(h ^ static_cast<uint64_t>(ctx.firstRow + r));
       h = splitmix64(h ^ static_cast<uint64_t>(c));
-      double u = static_cast<double>(h >> 11) * 0x1.0p-53;
+      double u = unitInterval(h);
       out.data()[r * cols + c] = u < p ? 0.0f : x.data()[r * cols + c] * scale;
     }
 }

@@ -2,6 +2,7 @@
 
 #include "codegen/StoragePlan.h"
 #include "ir/Error.h"
+#include "runtime/Hash.h"
 #include "runtime/Weights.h"
 
 #include <fmt/format.h>
@@ -105,13 +106,6 @@ DirectionRun runDirection(const Executor& run, const Tensor& input, std::vector<
   return result;
 }
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Dropout on a layer's output before the next layer: zero with probability p, else scaled by
 // 1 / (1 - p); the mask is a pure function of (seed, layer, element).
 void dropoutBetweenLayers(Tensor& t, double p, uint64_t seed, int layer) {
@@ -119,7 +113,7 @@ void dropoutBetweenLayers(Tensor& t, double p, uint64_t seed, int layer) {
   for (int64_t i = 0; i < t.numel(); ++i) {
     uint64_t h = splitmix64(splitmix64(seed ^ (static_cast<uint64_t>(layer) << 40)) ^
                             static_cast<uint64_t>(i));
-    double u = static_cast<double>(h >> 11) * 0x1.0p-53;
+    double u = unitInterval(h);
     t.data()[i] = u < p ? 0.0f : t.data()[i] * scale;
   }
 }
@@ -216,11 +210,9 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
           options.sizes, 1);
       slot.bound = cell.clone();
       slot.bound->bindSizes(sizes);
-      bool dropoutInCell = false;
-      for (const ir::Block* block : {&slot.bound->pre, &slot.bound->step})
-        for (const auto& instr : *block)
-          dropoutInCell |= instr->op == ir::Op::Dropout;
-      bool interpret = options.engine == Engine::Interpreter || (options.training && dropoutInCell);
+      // The generated code implements inference dropout only.
+      bool interpret = options.engine == Engine::Interpreter ||
+                       (options.training && ir::containsOp(*slot.bound, ir::Op::Dropout));
       if (!interpret)
         slot.compiled = CompiledCell::compile(*slot.bound, options.compile);
       layerOutput += codegen::columnsOf(slot.bound->output);

@@ -51,14 +51,6 @@ std::pair<int64_t, int64_t> checkInputs(const ir::Cell& cell, const SequenceRequ
   return {steps, batch};
 }
 
-bool hasDropout(const ir::Cell& cell) {
-  for (const ir::Block* block : {&cell.pre, &cell.step})
-    for (const auto& instr : *block)
-      if (instr->op == ir::Op::Dropout)
-        return true;
-  return false;
-}
-
 } // namespace
 
 SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request) {
@@ -124,7 +116,7 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
 
   SequenceResult result;
   result.engine = request.engine;
-  if (request.options.training && hasDropout(*bound))
+  if (request.options.training && ir::containsOp(*bound, ir::Op::Dropout))
     result.engine = Engine::Interpreter; // the generated code implements inference dropout only
   if (result.engine == Engine::Jit) {
     result.output =

@@ -51,6 +51,14 @@ std::vector<std::pair<std::string, TensorShape>> flatEntries(const FlatLayout& l
 
 } // namespace
 
+std::string projectedCell(const std::string& cell, bool projected) {
+  return cell == "lstm" && projected ? "lstm_proj" : cell;
+}
+
+bool holdsProjection(const TensorMap& weights) {
+  return weights.count("weight_hr_l0") || weights.count("weight_hr");
+}
+
 TensorMap swapMIOpenGateOrder(const TensorMap& weights, const std::string& mode) {
   const int gates = gatesOf(mode);
   // The two gate blocks that trade places: LSTM g and o, GRU r and z.

@@ -12,6 +12,12 @@
 
 namespace rnnc {
 
+// torch.nn.LSTM(proj_size > 0) weights are the built-in lstm_proj cell's: the cell to load for
+// `cell` when the weights (or the options) have projections.
+std::string projectedCell(const std::string& cell, bool projected);
+// Whether a state_dict has LSTM projections (weight_hr, weight_hr_l0).
+bool holdsProjection(const TensorMap& weights);
+
 // Swaps the gate blocks of every weight_ih/weight_hh/bias_ih/bias_hh tensor between PyTorch's
 // and MIOpen's order. `mode` is lstm, lstm_proj or gru; the RNN cells have one gate and no order.
 TensorMap swapMIOpenGateOrder(const TensorMap& weights, const std::string& mode);

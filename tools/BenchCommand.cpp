@@ -169,12 +169,11 @@ int bench(const BenchOptions& o) {
     interpreter.run(inputs, states);
   });
 
-  auto jitTiming = [&](bool premultiply, std::shared_ptr<CompiledCell>* keep) {
+  auto jitTiming = [&](bool premultiply) {
     CompileOptions options;
     options.pipeline.premultiply = premultiply;
     options.cache.disk = false;
     auto compiled = CompiledCell::compile(*cell, options);
-    *keep = compiled;
     Tensor output;
     CompiledCell::Workspace workspace;
     return timeRepeats(o.warmup, o.repeat, [&] {
@@ -182,9 +181,8 @@ int bench(const BenchOptions& o) {
       compiled->run(params, inputs, states, output, workspace);
     });
   };
-  std::shared_ptr<CompiledCell> loopCell, fullCell;
-  Timing noPremul = jitTiming(false, &loopCell);
-  Timing full = jitTiming(true, &fullCell);
+  Timing noPremul = jitTiming(false);
+  Timing full = jitTiming(true);
   CompileTimes compileTimes = measureCompileTimes(*cell, o.repeat);
   VariableLength varlen = measureVariableLength(*cell, params, inputs, initialStates, o, rng);
 

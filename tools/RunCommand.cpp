@@ -87,14 +87,6 @@ std::map<std::string, std::string> inputFiles(const ir::Cell& cell,
   return files;
 }
 
-// torch.nn.LSTM(proj_size > 0) weights are the built-in lstm_proj cell's.
-std::unique_ptr<ir::Cell> cellFor(const RunOptions& o, const TensorMap& weights) {
-  bool projected = weights.count("weight_hr_l0") || weights.count("weight_hr");
-  if (o.cell == "lstm" && (projected || o.projSize > 0))
-    return frontend::loadCell("lstm_proj");
-  return frontend::loadCell(o.cell);
-}
-
 // The weights as a PyTorch state_dict, from a safetensors file or a flat buffer, in PyTorch's or
 // MIOpen's gate order.
 TensorMap loadWeights(const RunOptions& o, const std::string& mode) {
@@ -124,10 +116,11 @@ TensorMap loadWeights(const RunOptions& o, const std::string& mode) {
 
 int run(const RunOptions& o) {
   auto cell = frontend::loadCell(o.cell); // a bad cell name or file is reported first
-  std::string mode = o.cell == "lstm" && o.projSize > 0 ? "lstm_proj" : o.cell;
-  TensorMap weights = loadWeights(o, mode);
-  if (o.cell == "lstm")
-    cell = cellFor(o, weights);
+  // Flat weights are laid out before there are weights to look at: --proj-size decides.
+  TensorMap weights = loadWeights(o, projectedCell(o.cell, o.projSize > 0));
+  if (std::string name = projectedCell(o.cell, o.projSize > 0 || holdsProjection(weights));
+      name != o.cell)
+    cell = frontend::loadCell(name);
   if (o.projSize > 0) {
     auto it = weights.find("weight_hr_l0");
     if (it == weights.end() || it->second.dim(0) != o.projSize)
