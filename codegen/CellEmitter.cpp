@@ -57,10 +57,13 @@ public:
     for (const BufferSpec& spec : plan_.buffers)
       if (spec.rows == Rows::Sequence)
         views_[spec.value] = {buffers_[index(spec)], constant(spec.cols)};
-    llvm::Value* sequenceRows = b_.CreateMul(steps_, batch_, "rows");
-    emitBlock(cell_.pre, sequenceRows);
-
-    forLoop(constant(0), steps_, constant(1), "step", [&](llvm::Value* t) { emitStep(t); });
+    ifPhase(RNNC_PHASE_PRE, "pre", [&] {
+      llvm::Value* sequenceRows = b_.CreateMul(steps_, batch_, "rows");
+      emitBlock(cell_.pre, sequenceRows);
+    });
+    ifPhase(RNNC_PHASE_LOOP, "loop", [&] {
+      forLoop(constant(0), steps_, constant(1), "step", [&](llvm::Value* t) { emitStep(t); });
+    });
     b_.CreateRetVoid();
     return std::move(module_);
   }
@@ -87,7 +90,7 @@ private:
 
   void loadArguments() {
     llvm::StructType* argsType =
-        llvm::StructType::get(context_, {i64_, i64_, ptr_, ptr_, ptr_, ptr_, ptr_});
+        llvm::StructType::get(context_, {i64_, i64_, ptr_, ptr_, ptr_, ptr_, ptr_, i64_});
     llvm::Value* args = fn_->getArg(0);
     auto field = [&](unsigned i, llvm::Type* type, const char* name) {
       return b_.CreateLoad(type, b_.CreateStructGEP(argsType, args, i), name);
@@ -99,6 +102,7 @@ private:
     states_ = loadPointerArray(field(4, ptr_, "states"), cell_.states.size(), "state");
     output_ = field(5, ptr_, "output");
     buffers_ = loadPointerArray(field(6, ptr_, "buffers"), plan_.buffers.size(), "buffer");
+    phases_ = field(7, i64_, "phases");
   }
 
   // Views valid everywhere: parameters and fixed-size buffers.
@@ -157,6 +161,18 @@ private:
     i->addIncoming(next, b_.GetInsertBlock());
     b_.CreateBr(header);
     b_.SetInsertPoint(exit);
+  }
+
+  // Emits `body` to run only when the call asks for `phase`.
+  template <class Body> void ifPhase(RnncPhase phase, const std::string& name, Body&& body) {
+    auto* run = llvm::BasicBlock::Create(context_, name, fn_);
+    auto* after = llvm::BasicBlock::Create(context_, name + ".done", fn_);
+    llvm::Value* wanted = b_.CreateAnd(phases_, constant(phase));
+    b_.CreateCondBr(b_.CreateICmpNE(wanted, constant(0)), run, after);
+    b_.SetInsertPoint(run);
+    body();
+    b_.CreateBr(after);
+    b_.SetInsertPoint(after);
   }
 
   void copyRows(const View& to, const View& from, llvm::Value* rows, int64_t cols) {
@@ -513,6 +529,7 @@ private:
   llvm::PointerType* ptr_ = nullptr;
   llvm::FunctionCallee gemm_, layerNorm_;
   llvm::Value* steps_ = nullptr;
+  llvm::Value* phases_ = nullptr;
   llvm::Value* batch_ = nullptr;
   llvm::Value* output_ = nullptr;
   std::vector<llvm::Value*> params_, inputs_, states_, buffers_;

@@ -15,6 +15,16 @@ struct RnncRunArgs {
   float* const* states;       // cell.states order, [B, F] each: initial in, final out
   float* output;              // [T*B, H]
   float* const* buffers;      // StoragePlan::buffers order, sized as the plan says
+  int64_t phases;             // RnncPhase bits: which parts of the sequence to run
+};
+
+// A whole run is both phases. Run apart, the pre phase can cover rows of several calls of the
+// loop: variable-length batches premultiply all their packed rows at once, then run each
+// stretch of steps with the same active batch on its rows of the pre buffers.
+enum RnncPhase : int64_t {
+  RNNC_PHASE_PRE = 1,  // the pre block over steps * batch rows (and the parameter-only work)
+  RNNC_PHASE_LOOP = 2, // the time loop, reading pre buffers at row t * batch
+  RNNC_PHASE_ALL = 3,
 };
 
 using RnncRunFunction = void (*)(const RnncRunArgs*);

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <sstream>
 #include <unordered_map>
@@ -42,18 +43,6 @@ struct MemoryCache {
 MemoryCache& memoryCache() {
   static MemoryCache cache;
   return cache;
-}
-
-int64_t rowsFor(const codegen::BufferSpec& spec, int64_t steps, int64_t batch) {
-  switch (spec.rows) {
-  case codegen::Rows::Sequence:
-    return steps * batch;
-  case codegen::Rows::Step:
-    return batch;
-  case codegen::Rows::Fixed:
-    return spec.fixedRows;
-  }
-  return 0;
 }
 
 } // namespace
@@ -115,43 +104,120 @@ Tensor CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Te
   return output;
 }
 
+namespace {
+
+// Pointers into the caller's tensors, in the order RnncRunArgs wants them.
+struct ArgumentPointers {
+  std::vector<const float*> params, inputs;
+  std::vector<float*> states, buffers;
+};
+
+void sizeWorkspace(const codegen::StoragePlan& plan, int64_t sequenceRows, int64_t stepRows,
+                   std::vector<Tensor>& buffers) {
+  // Every buffer is fully written before it is read, so reused memory needs no clearing.
+  buffers.resize(plan.buffers.size());
+  for (size_t i = 0; i < plan.buffers.size(); ++i) {
+    const codegen::BufferSpec& spec = plan.buffers[i];
+    int64_t rows = spec.rows == codegen::Rows::Sequence ? sequenceRows
+                   : spec.rows == codegen::Rows::Step   ? stepRows
+                                                        : spec.fixedRows;
+    TensorShape shape{rows, spec.cols};
+    if (buffers[i].shape() != shape)
+      buffers[i] = Tensor(shape);
+  }
+}
+
+ArgumentPointers pointersTo(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                            std::vector<Tensor>& states, std::vector<Tensor>& buffers) {
+  ArgumentPointers p;
+  for (const Tensor& t : params)
+    p.params.push_back(t.data());
+  for (const Tensor& t : inputs)
+    p.inputs.push_back(t.data());
+  for (Tensor& t : states)
+    p.states.push_back(t.data());
+  for (Tensor& t : buffers)
+    p.buffers.push_back(t.data());
+  return p;
+}
+
+} // namespace
+
+void CompiledCell::checkArity(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                              const std::vector<Tensor>& states) const {
+  RNNC_INTERNAL_CHECK(params.size() == cell_->params.size(), "wrong number of parameters");
+  RNNC_INTERNAL_CHECK(inputs.size() == cell_->inputs.size(), "wrong number of inputs");
+  RNNC_INTERNAL_CHECK(states.size() == cell_->states.size(), "wrong number of states");
+}
+
 void CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
                        std::vector<Tensor>& states, Tensor& output, Workspace& workspace) const {
-  const ir::Cell& cell = *cell_;
-  RNNC_INTERNAL_CHECK(params.size() == cell.params.size(), "wrong number of parameters");
-  RNNC_INTERNAL_CHECK(inputs.size() == cell.inputs.size(), "wrong number of inputs");
-  RNNC_INTERNAL_CHECK(states.size() == cell.states.size(), "wrong number of states");
+  checkArity(params, inputs, states);
   const int64_t steps = inputs.at(0).dim(0), batch = inputs.at(0).dim(1);
-
-  // Every buffer is fully written before it is read, so reused memory needs no clearing.
-  workspace.buffers.resize(plan_.buffers.size());
-  for (size_t i = 0; i < plan_.buffers.size(); ++i) {
-    TensorShape shape{rowsFor(plan_.buffers[i], steps, batch), plan_.buffers[i].cols};
-    if (workspace.buffers[i].shape() != shape)
-      workspace.buffers[i] = Tensor(shape);
-  }
-  TensorShape outputShape{steps, batch, codegen::columnsOf(cell.output)};
+  sizeWorkspace(plan_, steps * batch, batch, workspace.buffers);
+  TensorShape outputShape{steps, batch, codegen::columnsOf(cell_->output)};
   if (output.shape() != outputShape)
     output = Tensor(outputShape);
-
-  std::vector<const float*> paramPtrs, inputPtrs;
-  std::vector<float*> statePtrs, bufferPtrs;
-  for (const Tensor& p : params)
-    paramPtrs.push_back(p.data());
-  for (const Tensor& in : inputs)
-    inputPtrs.push_back(in.data());
-  for (Tensor& s : states)
-    statePtrs.push_back(s.data());
-  for (Tensor& buffer : workspace.buffers)
-    bufferPtrs.push_back(buffer.data());
-  RnncRunArgs args{steps,
-                   batch,
-                   paramPtrs.data(),
-                   inputPtrs.data(),
-                   statePtrs.data(),
-                   output.data(),
-                   bufferPtrs.data()};
+  ArgumentPointers p = pointersTo(params, inputs, states, workspace.buffers);
+  RnncRunArgs args{steps,           batch,         p.params.data(),  p.inputs.data(),
+                   p.states.data(), output.data(), p.buffers.data(), RNNC_PHASE_ALL};
   function_(&args);
+}
+
+void CompiledCell::runPacked(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                             const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
+                             Tensor& output, Workspace& workspace) const {
+  checkArity(params, inputs, states);
+  RNNC_INTERNAL_CHECK(!batchSizes.empty() && batchSizes[0] > 0, "empty packed batch");
+  const int64_t rows = std::accumulate(batchSizes.begin(), batchSizes.end(), int64_t{0});
+  for (size_t t = 1; t < batchSizes.size(); ++t)
+    RNNC_INTERNAL_CHECK(batchSizes[t] <= batchSizes[t - 1], "batch sizes must not increase");
+  for (const Tensor& input : inputs)
+    RNNC_INTERNAL_CHECK(input.rank() == 2 && input.dim(0) == rows, "packed input has wrong rows");
+  for (const Tensor& state : states)
+    RNNC_INTERNAL_CHECK(state.rank() == 2 && state.dim(0) == batchSizes[0],
+                        "state rows differ from the first batch size");
+  const int64_t outCols = codegen::columnsOf(cell_->output);
+  if (output.shape() != TensorShape{rows, outCols})
+    output = Tensor({rows, outCols});
+  sizeWorkspace(plan_, rows, batchSizes[0], workspace.buffers);
+  ArgumentPointers p = pointersTo(params, inputs, states, workspace.buffers);
+
+  // Every packed row at once: one big input GEMM.
+  RnncRunArgs pre{1,
+                  rows,
+                  p.params.data(),
+                  p.inputs.data(),
+                  p.states.data(),
+                  output.data(),
+                  p.buffers.data(),
+                  RNNC_PHASE_PRE};
+  function_(&pre);
+
+  // Each stretch of steps with one active batch reads and writes its own rows.
+  std::vector<const float*> segmentInputs(p.inputs.size());
+  std::vector<float*> segmentBuffers(p.buffers);
+  int64_t firstRow = 0;
+  for (size_t t0 = 0; t0 < batchSizes.size();) {
+    const int64_t active = batchSizes[t0];
+    size_t t1 = t0;
+    while (t1 < batchSizes.size() && batchSizes[t1] == active)
+      ++t1;
+    if (active == 0)
+      break;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      segmentInputs[i] = p.inputs[i] + firstRow * inputs[i].dim(1);
+    for (size_t i = 0; i < plan_.buffers.size(); ++i)
+      if (plan_.buffers[i].rows == codegen::Rows::Sequence)
+        segmentBuffers[i] = p.buffers[i] + firstRow * plan_.buffers[i].cols;
+    RnncRunArgs loop{
+        static_cast<int64_t>(t1 - t0), active,          p.params.data(),
+        segmentInputs.data(),          p.states.data(), output.data() + firstRow * outCols,
+        segmentBuffers.data(),         RNNC_PHASE_LOOP};
+    function_(&loop);
+    firstRow += static_cast<int64_t>(t1 - t0) * active;
+    t0 = t1;
+  }
 }
 
 } // namespace rnnc

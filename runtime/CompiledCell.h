@@ -48,12 +48,25 @@ public:
   void run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
            std::vector<Tensor>& states, Tensor& output, Workspace& workspace) const;
 
+  // Variable length, in cuDNN's and PyTorch's packed layout: `batchSizes[t]` (non-increasing)
+  // sequences are active at step t, and `inputs` hold, step after step, the rows of the active
+  // ones, [sum(batchSizes), F]. States are [batchSizes[0], F], in the same sequence order; a
+  // finished sequence's rows keep its state from its last step. `output` gets the packed
+  // outputs, [sum(batchSizes), H]. The pre block (the input GEMM) runs once over every packed
+  // row, then the loop runs each stretch of steps with the same active batch.
+  void runPacked(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                 const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
+                 Tensor& output, Workspace& workspace) const;
+
   const ir::Cell& optimisedCell() const { return *cell_; }
   // The time compile() took, and whether LLVM ran or a cache answered.
   double compileMilliseconds() const { return compileMs_; }
   CodeSource source() const { return source_; }
 
 private:
+  void checkArity(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                  const std::vector<Tensor>& states) const;
+
   std::shared_ptr<ir::Cell> cell_;
   codegen::StoragePlan plan_;
   void (*function_)(const void*) = nullptr;

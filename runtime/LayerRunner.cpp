@@ -15,9 +15,15 @@
 namespace rnnc {
 namespace {
 
-// Runs a bound cell over [T, B, F] inputs, updating [B, F] states: the JIT or the interpreter.
-using Executor =
-    std::function<Tensor(const std::vector<Tensor>& inputs, std::vector<Tensor>& states)>;
+// Runs a bound cell, the JIT or the interpreter. `padded`: inputs [T, B, F], states [B, F]
+// updated, returns outputs [T, B, H]. `packed`: the same over a packed batch (see
+// CompiledCell::runPacked), input [N, F], returns outputs [N, H].
+struct Executor {
+  std::function<Tensor(const Tensor& input, std::vector<Tensor>& states)> padded;
+  std::function<Tensor(const Tensor& input, const std::vector<int64_t>& batchSizes,
+                       std::vector<Tensor>& states)>
+      packed;
+};
 
 // Row `index` of a [N, F] or [A, B, F] tensor viewed as rows of its last dimension.
 float* row(Tensor& t, int64_t index) {
@@ -37,6 +43,39 @@ Tensor swapLeadingDims(const Tensor& t) {
   return out;
 }
 
+// A packed batch run one stretch of steps with the same active batch at a time, each stretch a
+// padded run of its rows: for an executor with no packed entry of its own (the interpreter).
+Tensor
+runPackedByStretches(const std::function<Tensor(const Tensor&, std::vector<Tensor>&)>& padded,
+                     const Tensor& input, const std::vector<int64_t>& batchSizes,
+                     std::vector<Tensor>& states) {
+  Tensor output;
+  int64_t firstRow = 0;
+  for (size_t t0 = 0; t0 < batchSizes.size() && batchSizes[t0] > 0;) {
+    const int64_t active = batchSizes[t0];
+    size_t t1 = t0;
+    while (t1 < batchSizes.size() && batchSizes[t1] == active)
+      ++t1;
+    const int64_t stretch = static_cast<int64_t>(t1 - t0), rows = stretch * active;
+    Tensor segment({stretch, active, input.dim(1)},
+                   std::vector<float>(row(input, firstRow), row(input, firstRow + rows)));
+    std::vector<Tensor> activeStates;
+    for (const Tensor& state : states)
+      activeStates.emplace_back(TensorShape{active, state.dim(1)},
+                                std::vector<float>(state.data(), row(state, active)));
+    Tensor out = padded(segment, activeStates);
+    for (size_t s = 0; s < states.size(); ++s)
+      std::copy(activeStates[s].data(), activeStates[s].data() + activeStates[s].numel(),
+                states[s].data());
+    if (output.numel() == 0)
+      output = Tensor({input.dim(0), out.dim(2)});
+    std::copy(out.data(), out.data() + out.numel(), row(output, firstRow));
+    firstRow += rows;
+    t0 = t1;
+  }
+  return output;
+}
+
 // One direction of one layer over the whole batch. `lengths` empty: every sequence has T steps.
 struct DirectionRun {
   Tensor output;             // [T, B, H], zero past each length
@@ -46,6 +85,14 @@ struct DirectionRun {
 DirectionRun runDirection(const Executor& run, const Tensor& input, std::vector<Tensor> states,
                           const std::vector<int64_t>& lengths, bool reverse) {
   const int64_t steps = input.dim(0), batch = input.dim(1), features = input.dim(2);
+  DirectionRun result;
+  bool padded = std::all_of(lengths.begin(), lengths.end(), [&](int64_t l) { return l == steps; });
+  if (padded && !reverse) { // nothing to pack
+    result.output = run.padded(input, states);
+    result.final = std::move(states);
+    return result;
+  }
+
   // Sequences longest first (stable, so equal lengths keep their order): the active batch at
   // step t is then the prefix of the first batchSizes[t] sequences.
   std::vector<int64_t> order(static_cast<size_t>(batch));
@@ -57,6 +104,12 @@ DirectionRun runDirection(const Executor& run, const Tensor& input, std::vector<
     batchSizes[t] = std::count_if(lengths.begin(), lengths.end(), [&](int64_t l) { return l > t; });
   // Where step t of sorted sequence i lives in the padded tensors: reversed within its length.
   auto sourceStep = [&](int64_t t, int64_t i) { return reverse ? lengths[order[i]] - 1 - t : t; };
+  // Packed row r <-> padded row: step after step, the active sequences of each.
+  std::vector<int64_t> paddedRow;
+  for (int64_t t = 0; t < steps; ++t)
+    for (int64_t i = 0; i < batchSizes[t]; ++i)
+      paddedRow.push_back(sourceStep(t, i) * batch + order[i]);
+  const int64_t packedRows = static_cast<int64_t>(paddedRow.size());
 
   for (Tensor& state : states) { // into sorted order
     Tensor sorted(state.shape());
@@ -65,37 +118,18 @@ DirectionRun runDirection(const Executor& run, const Tensor& input, std::vector<
                   static_cast<size_t>(state.dim(1)) * sizeof(float));
     state = std::move(sorted);
   }
+  Tensor packed({packedRows, features});
+  for (int64_t r = 0; r < packedRows; ++r)
+    std::memcpy(row(packed, r), row(input, paddedRow[r]),
+                static_cast<size_t>(features) * sizeof(float));
 
-  DirectionRun result;
-  for (int64_t t0 = 0; t0 < steps && batchSizes[t0] > 0;) {
-    const int64_t active = batchSizes[t0];
-    int64_t t1 = t0;
-    while (t1 < steps && batchSizes[t1] == active)
-      ++t1;
-    // This segment's inputs and the active rows of the states, contiguous.
-    Tensor segment({t1 - t0, active, features});
-    for (int64_t t = t0; t < t1; ++t)
-      for (int64_t i = 0; i < active; ++i)
-        std::memcpy(row(segment, (t - t0) * active + i),
-                    row(input, sourceStep(t, i) * batch + order[i]),
-                    static_cast<size_t>(features) * sizeof(float));
-    std::vector<Tensor> activeStates;
-    for (const Tensor& state : states)
-      activeStates.emplace_back(TensorShape{active, state.dim(1)},
-                                std::vector<float>(state.data(), row(state, active)));
-    Tensor out = run({segment}, activeStates);
-    for (size_t s = 0; s < states.size(); ++s)
-      std::copy(activeStates[s].data(), activeStates[s].data() + activeStates[s].numel(),
-                states[s].data());
-    if (result.output.numel() == 0)
-      result.output = Tensor({steps, batch, out.dim(2)});
-    for (int64_t t = t0; t < t1; ++t)
-      for (int64_t i = 0; i < active; ++i)
-        std::memcpy(row(result.output, sourceStep(t, i) * batch + order[i]),
-                    row(out, (t - t0) * active + i),
-                    static_cast<size_t>(out.dim(2)) * sizeof(float));
-    t0 = t1;
-  }
+  Tensor out = run.packed ? run.packed(packed, batchSizes, states)
+                          : runPackedByStretches(run.padded, packed, batchSizes, states);
+
+  result.output = Tensor({steps, batch, out.dim(1)}); // zero past each length
+  for (int64_t r = 0; r < packedRows; ++r)
+    std::memcpy(row(result.output, paddedRow[r]), row(out, r),
+                static_cast<size_t>(out.dim(1)) * sizeof(float));
   for (Tensor& state : states) { // back to the caller's order
     Tensor unsorted(state.shape());
     for (int64_t i = 0; i < batch; ++i)
@@ -281,14 +315,21 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
       }
       Executor run;
       if (slot.compiled) {
-        run = [&slot](const std::vector<Tensor>& in, std::vector<Tensor>& st) {
-          return slot.compiled->run(slot.params, in, st);
+        run.padded = [&slot](const Tensor& in, std::vector<Tensor>& st) {
+          return slot.compiled->run(slot.params, {in}, st);
+        };
+        run.packed = [&slot](const Tensor& in, const std::vector<int64_t>& batchSizes,
+                             std::vector<Tensor>& st) {
+          Tensor output;
+          CompiledCell::Workspace workspace;
+          slot.compiled->runPacked(slot.params, {in}, batchSizes, st, output, workspace);
+          return output;
         };
       } else {
         ExecutionOptions execution{options_.training, options_.seed + static_cast<uint64_t>(index)};
         auto interpreter = std::make_shared<Interpreter>(*slot.bound, slot.params, execution);
-        run = [interpreter](const std::vector<Tensor>& in, std::vector<Tensor>& st) {
-          return interpreter->run(in, st);
+        run.padded = [interpreter](const Tensor& in, std::vector<Tensor>& st) {
+          return interpreter->run({in}, st);
         };
       }
       DirectionRun out = runDirection(run, layerInput, std::move(states), lengths, direction == 1);
