@@ -23,10 +23,17 @@ std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const Target& target) {
   builder.setCPU(target.cpu);
   llvm::SubtargetFeatures features(target.features);
   builder.addFeatures(features.getFeatures());
-  builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Aggressive);
+  builder.setCodeGenOptLevel(llvm::CodeGenOptLevel::Default);
   builder.setRelocationModel(llvm::Reloc::PIC_);
   return unwrap(builder.createTargetMachine(), "creating the target machine");
 }
+
+// The emitter writes vector code and unrolls what needs unrolling itself, so the generic -O1
+// pipeline (inlining, loop rotation and unrolling, vectorisers) mostly costs compile time. What
+// the generated code does need: stack slots promoted to registers, redundant loads and address
+// arithmetic merged, and loop-invariant work hoisted out of the kernels' loops.
+constexpr const char* kPipeline =
+    "function(sroa,early-cse,simplifycfg,instcombine,loop-mssa(licm),simplifycfg)";
 
 void optimise(llvm::Module& module, llvm::TargetMachine& machine) {
   llvm::LoopAnalysisManager loops;
@@ -39,7 +46,9 @@ void optimise(llvm::Module& module, llvm::TargetMachine& machine) {
   passes.registerFunctionAnalyses(functions);
   passes.registerLoopAnalyses(loops);
   passes.crossRegisterProxies(loops, functions, cgscc, modules);
-  passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O1).run(module, modules);
+  llvm::ModulePassManager pipeline;
+  check(passes.parsePassPipeline(pipeline, kPipeline), "parsing the optimisation pipeline");
+  pipeline.run(module, modules);
 }
 
 std::string emitMachineCode(llvm::Module& module, llvm::TargetMachine& machine,

@@ -2,6 +2,8 @@
 
 #include "ir/Error.h"
 
+#include <algorithm>
+
 namespace rnnc::codegen {
 namespace {
 
@@ -110,7 +112,52 @@ std::vector<KernelGroup> kernelGroups(const ir::Block& block) {
   return groups;
 }
 
-StoragePlan planStorage(const ir::Cell& cell) {
+const PackedProduct* StoragePlan::packedProductOf(const ir::Instr* product) const {
+  for (const PackedProduct& packed : packedProducts)
+    if (packed.product == product)
+      return &packed;
+  return nullptr;
+}
+
+namespace {
+
+PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Instr& product,
+                                const Target& target) {
+  const int64_t vectorWidth = target.vectorWidth;
+  PackedProduct packed;
+  packed.product = &product;
+  for (const auto& user : cell.step)
+    if (user->op == ir::Op::Slice && user->operands[0] == &product.result) {
+      int64_t offset = user->attrs.offset.constantValue();
+      if (std::find(packed.offsets.begin(), packed.offsets.end(), offset) == packed.offsets.end())
+        packed.offsets.push_back(offset);
+      packed.columns = columnsOf(&user->result);
+    }
+  RNNC_INTERNAL_CHECK(!packed.offsets.empty(), "a fused product that no slice reads");
+  packed.width = vectorWidth;
+  packed.blocks = (packed.columns + vectorWidth - 1) / vectorWidth;
+  packed.depth = columnsOf(product.operands[0]);
+  // Accumulators: every vector register but one for the broadcast input and a few for the
+  // weights (AVX2: 12 of 16, the classic 6x16 SGEMM tile; AVX-512: 28 of 32).
+  const int64_t accumulators = target.vectorRegisters - 4;
+  packed.panelSlices = std::min<int64_t>(2, packed.slices());
+  packed.tileRows = accumulators / packed.panelSlices;
+  return packed;
+}
+
+} // namespace
+
+int64_t PackedProduct::panelWidth(int64_t slice) const {
+  int64_t first = slice / panelSlices * panelSlices;
+  return std::min(panelSlices, slices() - first) * width;
+}
+
+int64_t PackedProduct::sliceStart(int64_t slice) const {
+  int64_t first = slice / panelSlices * panelSlices;
+  return first * depth * width + (slice - first) * width;
+}
+
+StoragePlan planStorage(const ir::Cell& cell, const Target& target) {
   StoragePlan plan;
   for (const ir::Block* block : {&cell.pre, &cell.step}) {
     bool inPre = block == &cell.pre;
@@ -118,7 +165,16 @@ StoragePlan planStorage(const ir::Cell& cell) {
       const ir::Value* value = &instr->result;
       if (isViewOrImmediate(value))
         continue;
-      bool kernelInternal = ir::isFusible(instr->op) && !usedOutsideKernel(cell, *instr);
+      bool kernelInternal =
+          (ir::isFusible(instr->op) || instr->kernel >= 0) && !usedOutsideKernel(cell, *instr);
+      if (instr->kernel >= 0 && (instr->op == ir::Op::Linear || instr->op == ir::Op::MatMul)) {
+        PackedProduct packed = planPackedProduct(cell, *instr, target);
+        packed.buffer = plan.buffers.size();
+        plan.buffers.push_back({value, Rows::Fixed, packed.blocks * packed.depth,
+                                static_cast<int64_t>(packed.offsets.size()) * packed.width,
+                                /*packedWeights=*/true});
+        plan.packedProducts.push_back(std::move(packed));
+      }
       // A next state stored over the state by its kernel needs no buffer of its own, unless
       // something besides the update reads it outside the kernel.
       for (const ir::StateUpdate& update : cell.updates)

@@ -8,6 +8,7 @@
 // No LLVM here: the runtime reads the plan to allocate, the emitter to address.
 #pragma once
 
+#include "codegen/Target.h"
 #include "ir/Cell.h"
 
 #include <unordered_map>
@@ -22,6 +23,31 @@ struct BufferSpec {
   Rows rows;
   int64_t fixedRows; // the row count when rows == Fixed (1 for a vector)
   int64_t cols;
+  bool packedWeights = false; // a fused product's packed weights, not `value` itself
+};
+
+// A matrix product fused into its kernel (passes/FuseMatMul.h) is computed in tiles of
+// `tileRows` rows by one block of `width` columns of each slice the kernel reads, the slices
+// accumulated `panelSlices` at a time (as many as fit in registers for a full tile). Its
+// weights are packed by the pre phase so that each such pass reads one contiguous panel:
+// block after block, panel after panel, depth after depth, `width` weights of each of the
+// panel's slices (zero past the kernel's columns).
+struct PackedProduct {
+  const ir::Instr* product;
+  size_t buffer;                  // index into StoragePlan::buffers
+  std::vector<int64_t> offsets;   // the column offset of each slice the kernel reads
+  int64_t width = 0;              // columns per block
+  int64_t blocks = 0;             // ceil(kernel columns / width)
+  int64_t columns = 0;            // the kernel's columns
+  int64_t depth = 0;              // K, the product's inner dimension
+  int64_t tileRows = 1;
+  int64_t panelSlices = 1;
+
+  int64_t slices() const { return static_cast<int64_t>(offsets.size()); }
+  // Where the weights of (slice, depth 0) of block 0 start, in floats; depth k adds
+  // k * panelWidth(slice), block b adds b * depth * slices() * width.
+  int64_t sliceStart(int64_t slice) const;
+  int64_t panelWidth(int64_t slice) const; // floats per depth in the slice's panel
 };
 
 // A group of instructions the emitter turns into one loop nest: a fused kernel, or a single
@@ -41,10 +67,14 @@ struct StoragePlan {
   // itself, so no buffer or end-of-step copy is needed. Safe when, from that kernel on, only
   // the kernel reads the state, element by element (c in c' = f * c + i * g).
   std::vector<bool> updatedInKernel;
+  std::vector<PackedProduct> packedProducts;
+
+  const PackedProduct* packedProductOf(const ir::Instr* product) const;
 };
 
-// `cell` must be optimised (or at least verified) and have every size bound.
-StoragePlan planStorage(const ir::Cell& cell);
+// `cell` must be optimised (or at least verified) and have every size bound. The target's
+// vector width and registers shape the tiles of fused matrix products.
+StoragePlan planStorage(const ir::Cell& cell, const Target& target);
 
 // The loop nests of a block: each entry is a run of instructions emitted as one kernel.
 std::vector<KernelGroup> kernelGroups(const ir::Block& block);

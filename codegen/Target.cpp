@@ -5,7 +5,8 @@
 namespace rnnc::codegen {
 
 std::string Target::describe() const {
-  return triple + " " + cpu + " w" + std::to_string(vectorWidth) + " " + features;
+  return triple + " " + cpu + " w" + std::to_string(vectorWidth) + " r" +
+         std::to_string(vectorRegisters) + " " + features;
 }
 
 Target hostTarget() {
@@ -16,6 +17,7 @@ Target hostTarget() {
   for (const auto& feature : host.features)
     target.features += (target.features.empty() ? "+" : ",+") + feature;
   target.vectorWidth = host.has("avx512f") ? 16 : host.has("avx") ? 8 : 4;
+  target.vectorRegisters = host.has("avx512f") ? 32 : 16;
   return target;
 }
 

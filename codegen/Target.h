@@ -12,6 +12,7 @@ struct Target {
   std::string cpu;
   std::string features; // LLVM feature string: "+avx2,+fma,..."
   int vectorWidth = 4;  // floats per vector in generated kernels
+  int vectorRegisters = 16; // architectural vector registers (32 with AVX-512)
 
   std::string describe() const; // for cache keys and `rnnc version`
 };

@@ -235,9 +235,12 @@ private:
         while (!lexer_.peek().is("}") && lexer_.peek().kind != TokenKind::End) {
           Token at = lexer_.peek();
           parseInstr(block, inPre);
-          if (!isFusible(block.back()->op))
-            lexer_.errorAt(at, std::string(opName(block.back()->op)) +
-                                   " cannot be part of a fused kernel");
+          // A matrix product may lead its kernel (passes/FuseMatMul.h); the verifier checks
+          // that it comes first and that only slices in the kernel read it.
+          Op op = block.back()->op;
+          bool leadingProduct = (op == Op::Linear || op == Op::MatMul) && block.size() == first + 1;
+          if (!isFusible(op) && !leadingProduct)
+            lexer_.errorAt(at, std::string(opName(op)) + " cannot be part of a fused kernel");
         }
         lexer_.expect("}", "to close the fused kernel");
         if (block.size() == first)

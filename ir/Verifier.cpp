@@ -62,8 +62,14 @@ private:
         previous = -1;
         continue;
       }
-      if (!isFusible(instr->op))
+      bool product = instr->op == Op::Linear || instr->op == Op::MatMul;
+      if (product && kernel == previous)
+        fail(fmt::format("{} in fused kernel {} is not the kernel's first member",
+                         opName(instr->op), kernel));
+      if (!isFusible(instr->op) && !product)
         fail(fmt::format("{} is in a fused kernel but cannot be fused", opName(instr->op)));
+      if (product)
+        checkFusedProduct(block, *instr);
       if (kernel != previous && !kernelsSeen_.insert(kernel).second)
         fail(fmt::format("the instructions of fused kernel {} are not contiguous", kernel));
       if (instr->op == Op::LayerNorm && !instr->operands[0]->isArgument() &&
@@ -71,6 +77,22 @@ private:
         fail("a fused layernorm must read its operand from outside its kernel");
       previous = kernel;
     }
+  }
+
+  // A matrix product leading a kernel (passes/FuseMatMul.h) is read only by slices inside it.
+  void checkFusedProduct(const Block& block, const Instr& product) {
+    for (const auto& user : block)
+      for (const Value* operand : user->operands)
+        if (operand == &product.result &&
+            (user->kernel != product.kernel || user->op != Op::Slice))
+          fail(fmt::format("the {} fused into kernel {} is read by a {} {}", opName(product.op),
+                           product.kernel, opName(user->op),
+                           user->kernel == product.kernel ? "in the kernel (only slices may read "
+                                                            "it)"
+                                                          : "outside the kernel"));
+    if (cell_.output == &product.result)
+      fail(fmt::format("the {} fused into kernel {} is the cell's output", opName(product.op),
+                       product.kernel));
   }
 
   void checkBlock(const Block& block, bool inPre) {

@@ -6,6 +6,7 @@
 #include "passes/CommonSubexpressionElimination.h"
 #include "passes/DeadCodeElimination.h"
 #include "passes/Fuse.h"
+#include "passes/FuseMatMul.h"
 #include "passes/MergeGates.h"
 #include "passes/Premultiply.h"
 #include "passes/Simplify.h"
@@ -44,6 +45,8 @@ std::vector<Pass> allPasses() {
        eliminateCommonSubexpressions},
       {"cleanup-dce", "dead code elimination after the rewrites", eliminateDeadCode},
       {"fuse", "group elementwise ops into fused kernels", fuseElementwise},
+      {"fuse-matmul", "compute the recurrent matrix product tile by tile inside its kernel",
+       fuseMatMul},
   };
 }
 
@@ -53,7 +56,8 @@ std::vector<Pass> buildPipeline(const PipelineOptions& options) {
   std::vector<Pass> pipeline;
   for (Pass& pass : allPasses()) {
     if (options.disabled.count(pass.name) || (pass.name == "premultiply" && !options.premultiply) ||
-        ((pass.name == "fuse" || pass.name == "sink-slices") && !options.fuse))
+        ((pass.name == "fuse" || pass.name == "sink-slices" || pass.name == "fuse-matmul") &&
+         !options.fuse))
       continue;
     pipeline.push_back(std::move(pass));
   }

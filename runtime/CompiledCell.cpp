@@ -54,8 +54,8 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
   compiled->cell_ = cell.clone();
   std::ostringstream discarded;
   passes::runPipeline(*compiled->cell_, options.pipeline, options.log ? *options.log : discarded);
-  compiled->plan_ = codegen::planStorage(*compiled->cell_);
   codegen::Target target = codegen::hostTarget();
+  compiled->plan_ = codegen::planStorage(*compiled->cell_, target);
   std::string key = cacheKey(*compiled->cell_, target);
   auto elapsed = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)

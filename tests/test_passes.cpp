@@ -9,6 +9,7 @@
 #include "passes/CommonSubexpressionElimination.h"
 #include "passes/DeadCodeElimination.h"
 #include "passes/Fuse.h"
+#include "passes/FuseMatMul.h"
 #include "passes/MergeGates.h"
 #include "passes/PassManager.h"
 #include "passes/Premultiply.h"
@@ -444,6 +445,113 @@ TEST(Fuse, TheLstmStepIsOneProductAndOneKernel) {
   for (size_t i = 1; i < lstm->step.size(); ++i)
     EXPECT_EQ(lstm->step[i]->kernel, lstm->step[1]->kernel) << ir::toString(*lstm);
   EXPECT_GE(lstm->step[1]->kernel, 0);
+  // fuse-matmul: the product computes its tiles inside the same kernel.
+  EXPECT_EQ(lstm->step[0]->kernel, lstm->step[1]->kernel);
+}
+
+TEST(FuseMatMul, TheProductJoinsTheKernelThatSlicesIt) {
+  checkPass(passes::fuseMatMul, R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %u : [2*n, n]
+  param %b : [n]
+  step {
+    %0 = linear %h, %u : [B, 2*n]
+    %1 = linear %x, %u : [B, 2*n]
+    fused {
+      %2 = slice %0 {offset = 0} : [B, n]
+      %3 = slice %0 {offset = n} : [B, n]
+      %4 = slice %1 {offset = n} : [B, n]
+      %5 = sigmoid %2 : [B, n]
+      %6 = mul %5, %3 : [B, n]
+      %7 = add %6, %4 : [B, n]
+      %8 = add %7, %b : [B, n]
+    }
+  }
+  yield %h = %8
+  output %8
+}
+)",
+            R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %u : [2*n, n]
+  param %b : [n]
+  step {
+    %0 = linear %x, %u : [B, 2*n]
+    fused {
+      %1 = linear %h, %u : [B, 2*n]
+      %2 = slice %1 {offset = 0} : [B, n]
+      %3 = slice %1 {offset = n} : [B, n]
+      %4 = slice %0 {offset = n} : [B, n]
+      %5 = sigmoid %2 : [B, n]
+      %6 = mul %5, %3 : [B, n]
+      %7 = add %6, %4 : [B, n]
+      %8 = add %7, %b : [B, n]
+    }
+  }
+  yield %h = %8
+  output %8
+}
+)");
+}
+
+TEST(FuseMatMul, LeavesProductsTheKernelCannotTile) {
+  // A product the output reads whole; one read at a width other than the kernel's; one whose
+  // kernel normalises rows (its statistics need whole rows first).
+  const char* escapes = R"(cell @t(n) {
+  state %h : [B, n]
+  param %u : [n, n]
+  step {
+    %0 = linear %h, %u : [B, n]
+    fused {
+      %1 = slice %0 {offset = 0} : [B, n]
+      %2 = tanh %1 : [B, n]
+    }
+  }
+  yield %h = %2
+  output %0
+}
+)";
+  checkPass(passes::fuseMatMul, escapes, escapes, /*expectChanged=*/false);
+  const char* otherWidth = R"(cell @t(n) {
+  state %h : [B, 2*n]
+  param %u : [2*n, 2*n]
+  param %g : [n]
+  step {
+    %0 = linear %h, %u : [B, 2*n]
+    fused {
+      %1 = slice %0 {offset = 0} : [B, n]
+      %2 = slice %0 {offset = 0} : [B, 2*n]
+      %3 = mul %1, %g : [B, n]
+    }
+    %4 = concat %3, %3 : [B, 2*n]
+    fused {
+      %5 = add %4, %2 : [B, 2*n]
+    }
+  }
+  yield %h = %5
+  output %5
+}
+)";
+  checkPass(passes::fuseMatMul, otherWidth, otherWidth, /*expectChanged=*/false);
+  const char* normalised = R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %u : [2*n, n]
+  step {
+    %0 = linear %h, %u : [B, 2*n]
+    fused {
+      %1 = layernorm %x {eps = 1e-05} : [B, n]
+      %2 = slice %0 {offset = n} : [B, n]
+      %3 = add %1, %2 : [B, n]
+    }
+  }
+  yield %h = %3
+  output %3
+}
+)";
+  checkPass(passes::fuseMatMul, normalised, normalised, /*expectChanged=*/false);
 }
 
 TEST(IRParser, ReadsFusedRegionsBack) {

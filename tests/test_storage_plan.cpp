@@ -13,16 +13,26 @@ using namespace rnnc;
 
 namespace {
 
-std::unique_ptr<ir::Cell> optimised(std::unique_ptr<ir::Cell> cell, ir::SizeMap sizes) {
+const codegen::Target kAvx2{"x86_64-unknown-linux-gnu", "znver3", "+avx2,+fma", 8, 16};
+
+std::unique_ptr<ir::Cell> optimised(std::unique_ptr<ir::Cell> cell, ir::SizeMap sizes,
+                                    passes::PipelineOptions options = {}) {
   cell->bindSizes(sizes);
   std::ostringstream log;
-  passes::runPipeline(*cell, {}, log);
+  passes::runPipeline(*cell, options, log);
   return cell;
 }
 
+passes::PipelineOptions withoutMatMulFusion() {
+  passes::PipelineOptions options;
+  options.disabled.insert("fuse-matmul");
+  return options;
+}
+
 TEST(StoragePlan, TheLstmKernelStoresBothStatesAndTheOutputDirectly) {
-  auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 3}, {"hidden_size", 4}});
-  codegen::StoragePlan plan = codegen::planStorage(*lstm);
+  auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 3}, {"hidden_size", 4}},
+                        withoutMatMulFusion());
+  codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx2);
   EXPECT_EQ(plan.updatedInKernel, (std::vector<bool>{true, true}));
   EXPECT_TRUE(plan.outputInPlace);
   // Left to buffers: the pre block's input GEMM and the gates with the folded bias (both T*B
@@ -34,6 +44,34 @@ TEST(StoragePlan, TheLstmKernelStoresBothStatesAndTheOutputDirectly) {
   EXPECT_EQ(plan.buffers[2].cols, 16);
 }
 
+TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
+  auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 3}, {"hidden_size", 20}});
+  codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx2);
+  // h is read whole by the product in the kernel, so only c is stored over by the kernel; h'
+  // goes straight into the output sequence and is copied to h after the step.
+  EXPECT_EQ(plan.updatedInKernel, (std::vector<bool>{false, true}));
+  EXPECT_TRUE(plan.outputInPlace);
+  // The pre block's two sequences, then the packed weights: 20 columns in blocks of 8 is 3
+  // blocks, each 20 deep, each depth 4 slices of 8; no buffer for the [B, 80] gates.
+  ASSERT_EQ(plan.buffers.size(), 3u);
+  ASSERT_EQ(plan.packedProducts.size(), 1u);
+  const codegen::PackedProduct& packed = plan.packedProducts[0];
+  EXPECT_EQ(packed.buffer, 2u);
+  EXPECT_TRUE(plan.buffers[2].packedWeights);
+  EXPECT_EQ(plan.buffers[2].rows, codegen::Rows::Fixed);
+  EXPECT_EQ(plan.buffers[2].fixedRows * plan.buffers[2].cols, 3 * 20 * 4 * 8);
+  EXPECT_EQ(packed.offsets, (std::vector<int64_t>{0, 20, 40, 60}));
+  EXPECT_EQ(packed.blocks, 3);
+  EXPECT_EQ(packed.depth, 20);
+  // AVX2: 12 accumulators, two slices per panel, so tiles of 6 rows; each panel holds two
+  // slices side by side for every depth.
+  EXPECT_EQ(packed.panelSlices, 2);
+  EXPECT_EQ(packed.tileRows, 6);
+  EXPECT_EQ(packed.sliceStart(1), 8);
+  EXPECT_EQ(packed.sliceStart(2), 2 * 20 * 8);
+  EXPECT_EQ(packed.panelWidth(3), 16);
+}
+
 TEST(StoragePlan, AStateReadAfterItsNewValueIsCopiedAtTheEndOfTheStep) {
   auto cell = optimised(frontend::parseCell(R"(cell c(n) {
     input x[n]
@@ -43,7 +81,7 @@ TEST(StoragePlan, AStateReadAfterItsNewValueIsCopiedAtTheEndOfTheStep) {
   })",
                                             "c.cell"),
                         {{"n", 5}});
-  codegen::StoragePlan plan = codegen::planStorage(*cell);
+  codegen::StoragePlan plan = codegen::planStorage(*cell, kAvx2);
   EXPECT_EQ(plan.updatedInKernel, std::vector<bool>{false});
 }
 
@@ -55,7 +93,7 @@ TEST(StoragePlan, SwappedStatesAreStagedBeforeBeingOverwritten) {
   })",
                                             "s.cell"),
                         {{"n", 5}});
-  codegen::StoragePlan plan = codegen::planStorage(*cell);
+  codegen::StoragePlan plan = codegen::planStorage(*cell, kAvx2);
   EXPECT_EQ(plan.updatedInKernel, (std::vector<bool>{false, false}));
   EXPECT_GE(plan.staging[0], 0);
   EXPECT_GE(plan.staging[1], 0);

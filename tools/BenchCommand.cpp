@@ -13,12 +13,14 @@
 #include "tools/Timing.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <unistd.h>
 
@@ -30,6 +32,8 @@ struct BenchOptions {
   int64_t seq = 100, batch = 64, input = 512, hidden = 512;
   int repeat = 5, warmup = 1;
   bool eltwise = false;
+  bool jitOnly = false; // only the fully optimised JIT: for bench/compare
+  bool json = false;
   std::vector<std::string> sizes;
 };
 
@@ -163,15 +167,16 @@ int bench(const BenchOptions& o) {
   for (const auto& state : cell->states)
     initialStates.push_back(randomTensor(concrete(state->shape, withBatch), 1.0f, rng));
 
-  Interpreter interpreter(*cell, params);
-  Timing unfused = timeRepeats(o.warmup, o.repeat, [&] {
-    std::vector<Tensor> states = initialStates;
-    interpreter.run(inputs, states);
-  });
-
-  auto jitTiming = [&](bool premultiply) {
+  // Each path on the same inputs; the fully optimised JIT last in the table.
+  struct Path {
+    const char* key;  // for --json
+    const char* name; // for the table
+    Timing timing;
+  };
+  std::vector<Path> paths;
+  auto jitTiming = [&](passes::PipelineOptions pipeline) {
     CompileOptions options;
-    options.pipeline.premultiply = premultiply;
+    options.pipeline = pipeline;
     options.cache.disk = false;
     auto compiled = CompiledCell::compile(*cell, options);
     Tensor output;
@@ -181,34 +186,68 @@ int bench(const BenchOptions& o) {
       compiled->run(params, inputs, states, output, workspace);
     });
   };
-  Timing noPremul = jitTiming(false);
-  Timing full = jitTiming(true);
-  CompileTimes compileTimes = measureCompileTimes(*cell, o.repeat);
-  VariableLength varlen = measureVariableLength(*cell, params, inputs, initialStates, o, rng);
+  if (!o.jitOnly) {
+    Interpreter interpreter(*cell, params);
+    paths.push_back({"interpreter", "interpreter (unfused)", timeRepeats(o.warmup, o.repeat, [&] {
+                       std::vector<Tensor> states = initialStates;
+                       interpreter.run(inputs, states);
+                     })});
+    passes::PipelineOptions noPremul;
+    noPremul.premultiply = false;
+    paths.push_back({"jit_no_premul", "jit, no premultiply", jitTiming(noPremul)});
+    passes::PipelineOptions noMatMulFusion;
+    noMatMulFusion.disabled.insert("fuse-matmul");
+    paths.push_back(
+        {"jit_no_fuse_matmul", "jit, GEMM call + fused kernel", jitTiming(noMatMulFusion)});
+  }
+  paths.push_back({"jit", "jit, all passes", jitTiming({})});
+  std::optional<CompileTimes> compileTimes;
+  std::optional<VariableLength> varlen;
+  if (!o.jitOnly) {
+    compileTimes = measureCompileTimes(*cell, o.repeat);
+    varlen = measureVariableLength(*cell, params, inputs, initialStates, o, rng);
+  }
 
   double gflop = matmulFlops(*cell, o.seq, o.batch) * 1e-9;
+  if (o.json) {
+    nlohmann::json out = {{"cell", cell->name}, {"T", o.seq},           {"B", o.batch},
+                          {"sizes", cell->sizes}, {"threads", 1}, {"gflop_per_sequence", gflop},
+                          {"repeat", o.repeat}};
+    for (const Path& path : paths)
+      out["paths"][path.key] = {{"median_ms", path.timing.median},
+                                {"min_ms", path.timing.min},
+                                {"max_ms", path.timing.max}};
+    if (compileTimes)
+      out["compile_ms"] = {{"cold", compileTimes->cold}, {"disk_cache", compileTimes->cached}};
+    if (varlen)
+      out["variable_length"] = {{"padded_ms", varlen->padded.median},
+                                {"lengths_ms", varlen->withLengths.median},
+                                {"mean_length", varlen->meanLength}};
+    fmt::print("{}\n", out.dump());
+    return 0;
+  }
   std::string sizeText;
   for (const auto& [name, value] : cell->sizes)
     sizeText += fmt::format(" {}={}", name, value);
   fmt::print("rnnc bench: cell {}, T={} B={}{}, 1 thread, {} repeats (median, min, max)\n",
              cell->name, o.seq, o.batch, sizeText, o.repeat);
   fmt::print("matrix-product work: {:.3f} GFLOP per sequence\n\n", gflop);
-  fmt::print("{:<30}{:>12}{:>10}{:>10}{:>10}{:>9}\n", "path", "median ms", "min ms", "max ms",
+  fmt::print("{:<32}{:>12}{:>10}{:>10}{:>10}{:>9}\n", "path", "median ms", "min ms", "max ms",
              "GFLOP/s", "speedup");
-  auto row = [&](const char* name, const Timing& t) {
-    fmt::print("{:<30}{:>12.3f}{:>10.3f}{:>10.3f}{:>10.1f}{:>8.2f}x\n", name, t.median, t.min,
-               t.max, gflop / (t.median * 1e-3), unfused.median / t.median);
-  };
-  row("interpreter (unfused)", unfused);
-  row("jit, no premultiply", noPremul);
-  row("jit, premultiply + fusion", full);
-  fmt::print("\nvariable length (layer runner, JIT): lengths uniform in [1, {}] (mean {:.1f}) take "
-             "{:.3f} ms, {:.0f}% of the {:.3f} ms padded run\n",
-             o.seq, varlen.meanLength, varlen.withLengths.median,
-             100 * varlen.withLengths.median / varlen.padded.median, varlen.padded.median);
-  fmt::print("\ncompile (passes + LLVM + load), median of {}: cold {:.2f} ms, from the disk "
-             "cache {:.2f} ms\n",
-             o.repeat, compileTimes.cold, compileTimes.cached);
+  for (const Path& path : paths) {
+    const Timing& t = path.timing;
+    fmt::print("{:<32}{:>12.3f}{:>10.3f}{:>10.3f}{:>10.1f}{:>8.2f}x\n", path.name, t.median, t.min,
+               t.max, gflop / (t.median * 1e-3), paths.front().timing.median / t.median);
+  }
+  if (varlen)
+    fmt::print("\nvariable length (layer runner, JIT): lengths uniform in [1, {}] (mean {:.1f}) "
+               "take {:.3f} ms, {:.0f}% of the {:.3f} ms padded run\n",
+               o.seq, varlen->meanLength, varlen->withLengths.median,
+               100 * varlen->withLengths.median / varlen->padded.median, varlen->padded.median);
+  if (compileTimes)
+    fmt::print("\ncompile (passes + LLVM + load), median of {}: cold {:.2f} ms, from the disk "
+               "cache {:.2f} ms\n",
+               o.repeat, compileTimes->cold, compileTimes->cached);
   return 0;
 }
 
@@ -229,6 +268,10 @@ CommandAction addBenchCommand(CLI::App& app) {
   cmd->add_flag("--eltwise", o->eltwise,
                 "Instead: PyTorch's rnn_eltwise step (fused vs unfused, GB/s against a STREAM "
                 "triad); uses --batch and --hidden");
+  cmd->add_flag("--jit-only", o->jitOnly,
+                "Time only the fully optimised JIT (no interpreter, compile or variable-length "
+                "runs)");
+  cmd->add_flag("--json", o->json, "Print the results as one JSON object");
   return [o] { return bench(*o); };
 }
 

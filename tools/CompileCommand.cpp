@@ -45,7 +45,9 @@ int compile(const CompileOptions& o) {
   codegen::Stage stage = o.emit == "llvm"       ? codegen::Stage::LLVM
                          : o.emit == "llvm-opt" ? codegen::Stage::OptimisedLLVM
                                                 : codegen::Stage::Assembly;
-  std::cout << codegen::generate(*cell, codegen::planStorage(*cell), codegen::hostTarget(), stage);
+  codegen::Target target = codegen::hostTarget();
+  std::cout << codegen::generate(*cell, codegen::planStorage(*cell, target), target,
+                                 stage);
   return 0;
 }
 

@@ -1,0 +1,289 @@
+// onednn_rnn: times oneDNN's LSTM / linear-before-reset GRU forward inference on one shape and
+// prints one line of JSON, for bench/compare. Standalone (C++17, oneDNN 2.x C++ API):
+//
+//   c++ -std=c++17 -O2 bench/onednn_rnn.cpp -ldnnl -fopenmp -o onednn_rnn
+//   OMP_NUM_THREADS=2 ./onednn_rnn --cell lstm --seq 100 --batch 64 --input 512 --hidden 512
+//
+// fp32, one layer, one direction, forward_inference, PyTorch's semantics (lbr_gru is PyTorch's
+// GRU: n = tanh(W_in x + b_in + r * (W_hn h + b_hn))). The weights are created in the user layout
+// ldigo and reordered once, untimed, into the layout the primitive asks for (format_tag::any);
+// inputs, initial states and weights are random. Only the primitive's execution is timed.
+//
+// Threads: Debian's libdnnl is built with the OpenMP runtime (libgomp), so OMP_NUM_THREADS sets
+// them; "threads" in the output is omp_get_max_threads() when this program is built with OpenMP
+// (same libgomp as oneDNN's), else OMP_NUM_THREADS or the hardware's count.
+#include "oneapi/dnnl/dnnl.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+namespace {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+struct Options {
+  std::string cell = "lstm";
+  long seq = 100, batch = 64, input = 512, hidden = 512;
+  int repeat = 5, warmup = 1;
+};
+
+[[noreturn]] void usage(int code) {
+  std::fprintf(code ? stderr : stdout,
+               "usage: onednn_rnn [--cell lstm|gru] [--seq T] [--batch B] [--input I] "
+               "[--hidden H] [--repeat R] [--warmup W]\n"
+               "Times oneDNN's fp32 forward-inference LSTM (lstm_forward) or GRU "
+               "(lbr_gru_forward); threads from OMP_NUM_THREADS. Prints one line of JSON.\n");
+  std::exit(code);
+}
+
+long parsePositive(const char* flag, const char* text, long min) {
+  char* end = nullptr;
+  long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || v < min) {
+    std::fprintf(stderr, "onednn_rnn: %s wants an integer >= %ld, got '%s'\n", flag, min, text);
+    std::exit(2);
+  }
+  return v;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help")
+      usage(0);
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "onednn_rnn: unknown option or missing value: %s\n", a.c_str());
+      usage(2);
+    }
+    const char* v = argv[++i];
+    if (a == "--cell")
+      o.cell = v;
+    else if (a == "--seq")
+      o.seq = parsePositive("--seq", v, 1);
+    else if (a == "--batch")
+      o.batch = parsePositive("--batch", v, 1);
+    else if (a == "--input")
+      o.input = parsePositive("--input", v, 1);
+    else if (a == "--hidden")
+      o.hidden = parsePositive("--hidden", v, 1);
+    else if (a == "--repeat")
+      o.repeat = static_cast<int>(parsePositive("--repeat", v, 1));
+    else if (a == "--warmup")
+      o.warmup = static_cast<int>(parsePositive("--warmup", v, 0));
+    else {
+      std::fprintf(stderr, "onednn_rnn: unknown option %s\n", a.c_str());
+      usage(2);
+    }
+  }
+  if (o.cell != "lstm" && o.cell != "gru") {
+    std::fprintf(stderr, "onednn_rnn: --cell must be lstm or gru, got '%s'\n", o.cell.c_str());
+    std::exit(2);
+  }
+  return o;
+}
+
+int threadCount() {
+#ifdef _OPENMP
+  return omp_get_max_threads();
+#else
+  if (const char* env = std::getenv("OMP_NUM_THREADS"))
+    if (int n = std::atoi(env); n > 0)
+      return n;
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+#endif
+}
+
+const char* runtimeName() {
+#if DNNL_CPU_RUNTIME == DNNL_RUNTIME_OMP
+  return "omp";
+#elif DNNL_CPU_RUNTIME == DNNL_RUNTIME_TBB
+  return "tbb";
+#elif DNNL_CPU_RUNTIME == DNNL_RUNTIME_SEQ
+  return "seq";
+#else
+  return "other";
+#endif
+}
+
+const char* isaName(dnnl::cpu_isa isa) {
+  switch (isa) {
+  case dnnl::cpu_isa::sse41:
+    return "sse41";
+  case dnnl::cpu_isa::avx:
+    return "avx";
+  case dnnl::cpu_isa::avx2:
+    return "avx2";
+  case dnnl::cpu_isa::avx2_vnni:
+    return "avx2_vnni";
+  case dnnl::cpu_isa::avx512_core:
+    return "avx512_core";
+  case dnnl::cpu_isa::avx512_core_vnni:
+    return "avx512_core_vnni";
+  case dnnl::cpu_isa::avx512_core_bf16:
+    return "avx512_core_bf16";
+  case dnnl::cpu_isa::avx512_core_amx:
+    return "avx512_core_amx";
+  default:
+    return "other";
+  }
+}
+
+const char* formatKindName(const memory::desc& md) {
+  switch (md.data.format_kind) {
+  case dnnl_blocked:
+    return "blocked";
+  case dnnl_format_kind_rnn_packed:
+    return "rnn_packed";
+  default:
+    return "other";
+  }
+}
+
+// A memory object of `md` filled with uniform values in [-scale, scale].
+memory randomMemory(const memory::desc& md, const dnnl::engine& eng, std::mt19937& rng,
+                    float scale) {
+  memory m(md, eng);
+  std::uniform_real_distribution<float> dist(-scale, scale);
+  auto* p = static_cast<float*>(m.get_data_handle());
+  size_t n = md.get_size() / sizeof(float);
+  for (size_t i = 0; i < n; ++i)
+    p[i] = dist(rng);
+  return m;
+}
+
+// Weights as the primitive wants them: random ldigo, reordered once if the layouts differ.
+memory preferredWeights(const memory::desc& user, const memory::desc& wanted,
+                        const dnnl::engine& eng, dnnl::stream& s, std::mt19937& rng, float scale) {
+  memory src = randomMemory(user, eng, rng, scale);
+  if (wanted == user)
+    return src;
+  memory dst(wanted, eng);
+  dnnl::reorder(src, dst).execute(s, src, dst);
+  s.wait();
+  return dst;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  const bool lstm = o.cell == "lstm";
+  const memory::dim T = o.seq, B = o.batch, I = o.input, H = o.hidden;
+  const memory::dim L = 1, D = 1;
+  const memory::dim G = lstm ? 4 : 3; // gates in the weights
+  // LSTM: 4 gate biases; lbr_gru: 3, plus the candidate's hidden-side bias (PyTorch's b_hn)
+  const memory::dim biasG = 4;
+
+  try {
+    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    dnnl::stream s(eng);
+    std::mt19937 rng(12345);
+    const float w = 1.0f / std::sqrt(static_cast<float>(H)); // torch.nn.LSTM's init range
+
+    memory::desc srcLayer({T, B, I}, dt::f32, tag::tnc);
+    memory::desc dstLayer({T, B, H}, dt::f32, tag::tnc);
+    memory::desc iter({L, D, B, H}, dt::f32, tag::ldnc);
+    memory::desc wLayerUser({L, D, I, G, H}, dt::f32, tag::ldigo);
+    memory::desc wIterUser({L, D, H, G, H}, dt::f32, tag::ldigo);
+    memory::desc wLayerAny({L, D, I, G, H}, dt::f32, tag::any);
+    memory::desc wIterAny({L, D, H, G, H}, dt::f32, tag::any);
+    memory::desc bias({L, D, biasG, H}, dt::f32, tag::ldgo);
+
+    const auto prop = dnnl::prop_kind::forward_inference;
+    const auto dir = dnnl::rnn_direction::unidirectional_left2right;
+    dnnl::primitive prim;
+    memory::desc wLayerMd, wIterMd;
+    if (lstm) {
+      dnnl::lstm_forward::desc d(prop, dir, srcLayer, iter, iter, wLayerAny, wIterAny, bias,
+                                 dstLayer, iter, iter);
+      dnnl::lstm_forward::primitive_desc pd(d, eng);
+      wLayerMd = pd.weights_layer_desc();
+      wIterMd = pd.weights_iter_desc();
+      prim = dnnl::lstm_forward(pd);
+    } else {
+      dnnl::lbr_gru_forward::desc d(prop, dir, srcLayer, iter, wLayerAny, wIterAny, bias, dstLayer,
+                                    iter);
+      dnnl::lbr_gru_forward::primitive_desc pd(d, eng);
+      wLayerMd = pd.weights_layer_desc();
+      wIterMd = pd.weights_iter_desc();
+      prim = dnnl::lbr_gru_forward(pd);
+    }
+
+    memory wLayer = preferredWeights(wLayerUser, wLayerMd, eng, s, rng, w);
+    memory wIter = preferredWeights(wIterUser, wIterMd, eng, s, rng, w);
+    memory b = randomMemory(bias, eng, rng, w);
+    memory x = randomMemory(srcLayer, eng, rng, 1.0f);
+    memory h0 = randomMemory(iter, eng, rng, 1.0f);
+    memory c0 = randomMemory(iter, eng, rng, 1.0f);
+    memory y(dstLayer, eng), hn(iter, eng), cn(iter, eng);
+
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC_LAYER, x},        {DNNL_ARG_SRC_ITER, h0}, {DNNL_ARG_WEIGHTS_LAYER, wLayer},
+        {DNNL_ARG_WEIGHTS_ITER, wIter}, {DNNL_ARG_BIAS, b},      {DNNL_ARG_DST_LAYER, y},
+        {DNNL_ARG_DST_ITER, hn}};
+    if (lstm) {
+      args[DNNL_ARG_SRC_ITER_C] = c0;
+      args[DNNL_ARG_DST_ITER_C] = cn;
+    }
+
+    auto once = [&] {
+      prim.execute(s, args);
+      s.wait();
+    };
+    for (int i = 0; i < o.warmup; ++i)
+      once();
+    std::vector<double> ms;
+    for (int i = 0; i < o.repeat; ++i) {
+      auto start = std::chrono::steady_clock::now();
+      once();
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+    std::sort(ms.begin(), ms.end());
+    size_t n = ms.size();
+    double median = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+
+    // A checksum of the last output, so a broken run shows as NaN rather than a fast time.
+    const auto* yp = static_cast<const float*>(y.get_data_handle());
+    double checksum = 0;
+    for (memory::dim i = 0; i < T * B * H; ++i)
+      checksum += yp[i];
+    if (!std::isfinite(checksum)) {
+      std::fprintf(stderr, "onednn_rnn: the output is not finite\n");
+      return 1;
+    }
+
+    const dnnl::version_t* v = dnnl::version();
+    std::printf("{\"engine\":\"onednn\",\"cell\":\"%s\",\"T\":%ld,\"B\":%ld,\"I\":%ld,\"H\":%ld,"
+                "\"threads\":%d,\"median_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g,"
+                "\"repeat\":%d,\"warmup\":%d,\"runtime\":\"%s\",\"isa\":\"%s\","
+                "\"weights_format\":\"%s\",\"weights_reordered\":%s,\"version\":\"%d.%d.%d\","
+                "\"checksum\":%.6g}\n",
+                o.cell.c_str(), static_cast<long>(T), static_cast<long>(B), static_cast<long>(I),
+                static_cast<long>(H), threadCount(), median, ms.front(), ms.back(), o.repeat,
+                o.warmup, runtimeName(), isaName(dnnl::get_effective_cpu_isa()),
+                formatKindName(wLayerMd), wLayerMd == wLayerUser ? "false" : "true", v->major,
+                v->minor, v->patch, checksum);
+  } catch (const dnnl::error& e) {
+    std::fprintf(stderr, "onednn_rnn: oneDNN error %d: %s\n", static_cast<int>(e.status), e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env python3
+"""Times torch.nn.LSTM / torch.nn.GRU forward inference on one shape; prints one line of JSON.
+
+    /usr/bin/python3 bench/pytorch_rnn.py --cell lstm --seq 100 --batch 64 --input 512 \
+        --hidden 512 --threads 2 --repeat 5 --warmup 1
+
+One layer, one direction, fp32, eval mode under torch.no_grad(), random input and initial
+states; the median, min and max of --repeat timed calls (after --warmup untimed ones) are
+reported in milliseconds. Used by bench/compare; exits with status 3 when torch is missing.
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+
+
+def positive(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def non_negative(text):
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def loaded_blas():
+    """The BLAS libraries mapped into this process (PyTorch's fp32 GEMM runs on one of them)."""
+    names = set()
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split()[-1]
+                base = path.rsplit("/", 1)[-1]
+                if path.startswith("/") and any(k in base for k in ("blas", "blis", "mkl_")):
+                    names.add(path)
+    except OSError:
+        pass
+    return sorted(names)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cell", choices=["lstm", "gru"], default="lstm")
+    parser.add_argument("--seq", type=positive, default=100, help="sequence length T")
+    parser.add_argument("--batch", type=positive, default=64, help="batch size B")
+    parser.add_argument("--input", type=positive, default=512, help="input_size I")
+    parser.add_argument("--hidden", type=positive, default=512, help="hidden_size H")
+    parser.add_argument("--threads", type=positive, default=1, help="torch.set_num_threads")
+    parser.add_argument("--repeat", type=positive, default=5, help="timed runs")
+    parser.add_argument("--warmup", type=non_negative, default=1, help="untimed runs first")
+    args = parser.parse_args()
+
+    try:
+        import torch
+    except ImportError as e:
+        print(f"pytorch_rnn.py: cannot import torch ({e}); Debian: python3-torch", file=sys.stderr)
+        return 3
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(12345)
+    module_type = torch.nn.LSTM if args.cell == "lstm" else torch.nn.GRU
+    rnn = module_type(args.input, args.hidden).eval()
+    x = torch.rand(args.seq, args.batch, args.input) * 2 - 1
+    h0 = torch.rand(1, args.batch, args.hidden) * 2 - 1
+    state = (h0, torch.rand(1, args.batch, args.hidden) * 2 - 1) if args.cell == "lstm" else h0
+
+    times = []
+    with torch.no_grad():
+        for _ in range(args.warmup):
+            rnn(x, state)
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            y, _ = rnn(x, state)
+            times.append((time.perf_counter() - start) * 1e3)
+    checksum = float(y.sum())
+    if checksum != checksum:  # NaN
+        print("pytorch_rnn.py: the output is not finite", file=sys.stderr)
+        return 1
+
+    print(json.dumps({
+        "engine": "pytorch",
+        "cell": args.cell,
+        "T": args.seq,
+        "B": args.batch,
+        "I": args.input,
+        "H": args.hidden,
+        "threads": torch.get_num_threads(),
+        "median_ms": statistics.median(times),
+        "min_ms": min(times),
+        "max_ms": max(times),
+        "repeat": args.repeat,
+        "warmup": args.warmup,
+        "version": torch.__version__,
+        "mkldnn_enabled": bool(torch.backends.mkldnn.is_available()),
+        "blas": loaded_blas(),
+        "checksum": checksum,
+    }))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
