@@ -5,8 +5,8 @@
 #include "codegen/VectorMath.h"
 #include "ir/Error.h"
 
-#include <algorithm>
 #include "ir/ShapeInference.h"
+#include <algorithm>
 
 #include <unordered_map>
 #include <unordered_set>
@@ -42,6 +42,8 @@ public:
         kGemmSymbol, llvm::FunctionType::get(
                          llvm::Type::getVoidTy(context),
                          {i64_, i64_, i64_, i64_, ptr_, i64_, ptr_, i64_, ptr_, i64_}, false));
+    barrier_ = module_->getOrInsertFunction(
+        kBarrierSymbol, llvm::FunctionType::get(llvm::Type::getVoidTy(context), {ptr_}, false));
     layerNorm_ = module_->getOrInsertFunction(
         kLayerNormSymbol,
         llvm::FunctionType::get(llvm::Type::getVoidTy(context),
@@ -65,9 +67,15 @@ public:
       resetViews();
       for (const PackedProduct& packed : plan_.packedProducts)
         emitPacking(packed);
+      // The loop reads pre rows by its own split of the batch, not the pre block's split.
+      synced_ = false;
+      barrier();
     });
     ifPhase(RNNC_PHASE_LOOP, "loop", [&] {
-      forLoop(constant(0), steps_, constant(1), "step", [&](llvm::Value* t) { emitStep(t); });
+      forLoop(constant(0), steps_, constant(1), "step", [&](llvm::Value* t) {
+        synced_ = false; // the previous step's state copies
+        emitStep(t);
+      });
     });
     b_.CreateRetVoid();
     return std::move(module_);
@@ -94,8 +102,8 @@ private:
   }
 
   void loadArguments() {
-    llvm::StructType* argsType =
-        llvm::StructType::get(context_, {i64_, i64_, ptr_, ptr_, ptr_, ptr_, ptr_, i64_});
+    llvm::StructType* argsType = llvm::StructType::get(
+        context_, {i64_, i64_, ptr_, ptr_, ptr_, ptr_, ptr_, i64_, i64_, i64_, ptr_});
     llvm::Value* args = fn_->getArg(0);
     auto field = [&](unsigned i, llvm::Type* type, const char* name) {
       return b_.CreateLoad(type, b_.CreateStructGEP(argsType, args, i), name);
@@ -108,6 +116,9 @@ private:
     output_ = field(5, ptr_, "output");
     buffers_ = loadPointerArray(field(6, ptr_, "buffers"), plan_.buffers.size(), "buffer");
     phases_ = field(7, i64_, "phases");
+    thread_ = field(8, i64_, "thread");
+    threads_ = field(9, i64_, "threads");
+    team_ = field(10, ptr_, "team");
   }
 
   // Views valid everywhere: parameters and fixed-size buffers.
@@ -141,11 +152,6 @@ private:
     return b_.CreateGEP(f32_, v.base, offset);
   }
 
-  llvm::Value* rowsOf(const ir::Value* value, llvm::Value* batchRows) {
-    bool batched = !value->shape.empty() && value->shape[0].mentions(ir::kBatchSymbol);
-    return batched ? batchRows : constant(fixedRowsOf(value));
-  }
-
   // ---- Control flow -----------------------------------------------------------------------
 
   template <class Body>
@@ -176,20 +182,66 @@ private:
     b_.SetInsertPoint(exit);
   }
 
-  // Emits `body` to run only when the call asks for `phase`.
-  template <class Body> void ifPhase(RnncPhase phase, const std::string& name, Body&& body) {
+  template <class Body> void ifThen(llvm::Value* condition, const std::string& name, Body&& body) {
     auto* run = llvm::BasicBlock::Create(context_, name, fn_);
     auto* after = llvm::BasicBlock::Create(context_, name + ".done", fn_);
-    llvm::Value* wanted = b_.CreateAnd(phases_, constant(phase));
-    b_.CreateCondBr(b_.CreateICmpNE(wanted, constant(0)), run, after);
+    b_.CreateCondBr(condition, run, after);
     b_.SetInsertPoint(run);
     body();
     b_.CreateBr(after);
     b_.SetInsertPoint(after);
   }
 
-  void copyRows(const View& to, const View& from, llvm::Value* rows, int64_t cols) {
-    forLoop(constant(0), rows, constant(1), "copy", [&](llvm::Value* r) {
+  // Emits `body` to run only when the call asks for `phase`.
+  template <class Body> void ifPhase(RnncPhase phase, const std::string& name, Body&& body) {
+    llvm::Value* wanted = b_.CreateAnd(phases_, constant(phase));
+    ifThen(b_.CreateICmpNE(wanted, constant(0)), name, body);
+  }
+
+  // ---- Threads ------------------------------------------------------------------------------
+  // Every thread runs the same code on its share of the work: rows of batched values, blocks
+  // of columns of fused products (each thread keeps the same weights for the whole sequence),
+  // everything without a batch dimension on thread 0. Barriers separate work split one way
+  // from work that reads it split another way.
+
+  struct RowRange {
+    llvm::Value* begin;
+    llvm::Value* end;
+  };
+
+  // This thread's part of [0, total): contiguous, sizes differing by at most one.
+  RowRange share(llvm::Value* total) {
+    auto bound = [&](llvm::Value* thread) {
+      return b_.CreateSDiv(b_.CreateMul(total, thread), threads_);
+    };
+    return {bound(thread_), bound(b_.CreateAdd(thread_, constant(1)))};
+  }
+
+  RowRange firstThreadOnly(llvm::Value* total) {
+    return {constant(0),
+            b_.CreateSelect(b_.CreateICmpEQ(thread_, constant(0)), total, constant(0))};
+  }
+
+  // The rows of `value` this thread computes.
+  RowRange rowsFor(const ir::Value* value, llvm::Value* batchRows) {
+    return isBatchedValue(value) ? share(batchRows) : firstThreadOnly(constant(fixedRowsOf(value)));
+  }
+
+  static bool isBatchedValue(const ir::Value* value) {
+    return !value->shape.empty() && value->shape[0].mentions(ir::kBatchSymbol);
+  }
+
+  void barrier() {
+    if (synced_)
+      return;
+    ifThen(b_.CreateICmpSGT(threads_, constant(1)), "barrier",
+           [&] { b_.CreateCall(barrier_, {team_}); });
+    synced_ = true;
+  }
+
+  void copyRows(const View& to, const View& from, RowRange rows, int64_t cols) {
+    synced_ = false;
+    forLoop(rows.begin, rows.end, constant(1), "copy", [&](llvm::Value* r) {
       b_.CreateMemCpy(elementPointer(to, r, constant(0)), llvm::Align(4),
                       elementPointer(from, r, constant(0)), llvm::Align(4),
                       constant(cols * static_cast<int64_t>(sizeof(float))));
@@ -220,8 +272,12 @@ private:
 
     emitBlock(cell_.step, batch_);
 
+    // Every read of this step's states is done before any thread overwrites them. The copies
+    // below are split by rows like every kernel that wrote their sources.
+    barrier();
+    RowRange mine = share(batch_);
     if (!plan_.outputInPlace)
-      copyRows(outputRows, view(cell_.output), batch_, outCols);
+      copyRows(outputRows, view(cell_.output), mine, outCols);
     // Stage next values that are read from states, then overwrite the states.
     std::vector<View> sources;
     for (size_t i = 0; i < cell_.updates.size(); ++i) {
@@ -233,29 +289,50 @@ private:
       View source = view(next);
       if (plan_.staging[i] >= 0) {
         View staged{buffers_[static_cast<size_t>(plan_.staging[i])], constant(columnsOf(next))};
-        copyRows(staged, source, batch_, columnsOf(next));
+        copyRows(staged, source, mine, columnsOf(next));
         source = staged;
       }
       sources.push_back(source);
     }
     for (size_t i = 0; i < cell_.updates.size(); ++i)
       if (cell_.updates[i].next != cell_.updates[i].state && !plan_.updatedInKernel[i])
-        copyRows(views_.at(cell_.states[i].get()), sources[i], batch_,
+        copyRows(views_.at(cell_.states[i].get()), sources[i], mine,
                  columnsOf(cell_.states[i].get()));
   }
 
   // ---- Blocks and instructions --------------------------------------------------------------
 
+  // Work split by rows may follow work split by the same rows without a barrier; a fused
+  // product (split by columns, reading its input's rows whole) and work done on thread 0 alone
+  // are fenced on both sides.
   void emitBlock(const ir::Block& block, llvm::Value* batchRows) {
     std::vector<KernelGroup> groups = kernelGroups(block);
     size_t nextGroup = 0;
     for (size_t i = 0; i < block.size();) {
-      if (nextGroup < groups.size() && groups[nextGroup].first == i) {
-        emitKernel(block, groups[nextGroup], batchRows);
-        i = groups[nextGroup++].last;
+      size_t end = i + 1;
+      bool isGroup = nextGroup < groups.size() && groups[nextGroup].first == i;
+      if (isGroup)
+        end = groups[nextGroup].last;
+      if (!isGroup && (block[i]->op == Op::Const || block[i]->op == Op::Slice)) {
+        ++i; // no code
         continue;
       }
-      emitInstruction(*block[i++], batchRows);
+      bool product = plan_.packedProductOf(block[i].get()) != nullptr;
+      bool unbatched = true; // every value the work writes is without a batch dimension
+      for (size_t j = i; j < end; ++j)
+        if (block[j]->op != Op::Const && block[j]->op != Op::Slice)
+          unbatched &= !isBatchedValue(&block[j]->result);
+      unbatched &= !product;
+      if (product)
+        barrier();
+      synced_ = false;
+      if (isGroup)
+        emitKernel(block, groups[nextGroup++], batchRows);
+      else
+        emitInstruction(*block[i], batchRows);
+      if (product || unbatched)
+        barrier();
+      i = end;
     }
   }
 
@@ -268,17 +345,22 @@ private:
     case Op::MatMul: {
       const ir::Value* x = instr.operands[0];
       View a = view(x), w = view(instr.operands[1]), c = view(&instr.result);
-      b_.CreateCall(gemm_, {constant(instr.op == Op::Linear ? 1 : 0), rowsOf(x, batchRows),
-                            constant(columnsOf(&instr.result)), constant(columnsOf(x)), a.base,
-                            a.rowStride, w.base, w.rowStride, c.base, c.rowStride});
+      RowRange rows = rowsFor(x, batchRows);
+      b_.CreateCall(gemm_,
+                    {constant(instr.op == Op::Linear ? 1 : 0), b_.CreateSub(rows.end, rows.begin),
+                     constant(columnsOf(&instr.result)), constant(columnsOf(x)),
+                     elementPointer(a, rows.begin, constant(0)), a.rowStride, w.base, w.rowStride,
+                     elementPointer(c, rows.begin, constant(0)), c.rowStride});
       return;
     }
     case Op::LayerNorm: {
       const ir::Value* x = instr.operands[0];
       View in = view(x), out = view(&instr.result);
-      b_.CreateCall(layerNorm_,
-                    {rowsOf(x, batchRows), constant(columnsOf(x)), in.base, in.rowStride, out.base,
-                     out.rowStride, llvm::ConstantFP::get(f32_, instr.attrs.value)});
+      RowRange rows = rowsFor(x, batchRows);
+      b_.CreateCall(layerNorm_, {b_.CreateSub(rows.end, rows.begin), constant(columnsOf(x)),
+                                 elementPointer(in, rows.begin, constant(0)), in.rowStride,
+                                 elementPointer(out, rows.begin, constant(0)), out.rowStride,
+                                 llvm::ConstantFP::get(f32_, instr.attrs.value)});
       return;
     }
     case Op::Concat: {
@@ -286,7 +368,7 @@ private:
       int64_t col = 0;
       for (const ir::Value* part : instr.operands) {
         View to{b_.CreateConstGEP1_64(f32_, out.base, static_cast<uint64_t>(col)), out.rowStride};
-        copyRows(to, view(part), rowsOf(&instr.result, batchRows), columnsOf(part));
+        copyRows(to, view(part), rowsFor(&instr.result, batchRows), columnsOf(part));
         col += columnsOf(part);
       }
       return;
@@ -298,7 +380,7 @@ private:
         int64_t rows = fixedRowsOf(part);
         View to{b_.CreateGEP(f32_, out.base, b_.CreateMul(constant(row), out.rowStride)),
                 out.rowStride};
-        copyRows(to, view(part), constant(rows), columnsOf(part));
+        copyRows(to, view(part), firstThreadOnly(constant(rows)), columnsOf(part));
         row += rows;
       }
       return;
@@ -329,7 +411,7 @@ private:
     for (size_t d = 0; d + 1 < space.size(); ++d)
       if (!batched)
         rowsFixed *= space[d].constantValue();
-    llvm::Value* rows = batched ? batchRows : constant(rowsFixed);
+    RowRange rows = batched ? share(batchRows) : firstThreadOnly(constant(rowsFixed));
     const int64_t cols = space.empty() ? 1 : space.back().constantValue();
     const int64_t width = target_.vectorWidth;
     const int64_t vectorCols = cols - cols % width;
@@ -342,7 +424,7 @@ private:
       if (block[i]->op == Op::Slice && !isNormalised(block[i]->operands[0]))
         view(&block[i]->result);
     }
-    forLoop(constant(0), rows, constant(1), "row", [&](llvm::Value* r) {
+    forLoop(rows.begin, rows.end, constant(1), "row", [&](llvm::Value* r) {
       for (size_t i = group.first; i < group.last; ++i)
         if (block[i]->op == Op::LayerNorm)
           rowStatistics_[&block[i]->result] = emitRowStatistics(*block[i], r);
@@ -387,7 +469,8 @@ private:
     auto lookup = [&](llvm::Value* array, llvm::Value* s) {
       return b_.CreateLoad(i64_, b_.CreateGEP(i64_, array, s));
     };
-    forLoop(constant(0), constant(packed.blocks), constant(1), "pack", [&](llvm::Value* blk) {
+    RowRange blocks = share(constant(packed.blocks));
+    forLoop(blocks.begin, blocks.end, constant(1), "pack", [&](llvm::Value* blk) {
       llvm::Value* block = b_.CreateGEP(
           f32_, out.base, b_.CreateMul(blk, constant(packed.depth * slices * packed.width)));
       forLoop(constant(0), constant(slices), constant(1), "packs", [&](llvm::Value* s) {
@@ -450,7 +533,8 @@ private:
     llvm::IRBuilder<> entry(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
     llvm::Value* scratch = entry.CreateAlloca(vec, constant(tileRows * slices), "tile");
     auto stored = [&](llvm::Value* m, int64_t s) { // the tile's row m, slice s
-      return b_.CreateGEP(vec, scratch, b_.CreateAdd(b_.CreateMul(m, constant(slices)), constant(s)));
+      return b_.CreateGEP(vec, scratch,
+                          b_.CreateAdd(b_.CreateMul(m, constant(slices)), constant(s)));
     };
     // The kernel's elementwise work on rows [firstRow, firstRow + rows) of block blk.
     auto epilogue = [&](llvm::Value* blk, llvm::Value* firstRow, llvm::Value* rows) {
@@ -500,7 +584,8 @@ private:
     // rows then goes through the one epilogue.
     llvm::Value* tiledRows = b_.CreateMul(b_.CreateSDiv(batchRows, constant(tileRows)),
                                           constant(tileRows), "tiled_rows");
-    forLoop(constant(0), constant(packed.blocks), constant(1), "block", [&](llvm::Value* blk) {
+    RowRange blocks = share(constant(packed.blocks)); // this thread's columns, every step
+    forLoop(blocks.begin, blocks.end, constant(1), "block", [&](llvm::Value* blk) {
       forLoop(constant(0), batchRows, constant(tileRows), "tile", [&](llvm::Value* r) {
         auto* fullTile = llvm::BasicBlock::Create(context_, "full_tile", fn_);
         auto* lastRows = llvm::BasicBlock::Create(context_, "last_rows", fn_);
@@ -532,8 +617,8 @@ private:
   // Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights. The slices
   // are accumulated in passes of as many as the tile's accumulators allow for this many rows
   // (a panel for a full tile, all of them for one row); each pass is one walk over the depth.
-  Tile emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed,
-                llvm::Value* blk, llvm::Value* firstRow, int64_t rows) {
+  Tile emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed, llvm::Value* blk,
+                llvm::Value* firstRow, int64_t rows) {
     const int64_t slices = packed.slices();
     const int64_t accumulators = packed.tileRows * packed.panelSlices;
     const int64_t perPass = std::clamp<int64_t>(accumulators / rows, 1, slices);
@@ -786,9 +871,14 @@ private:
   llvm::Type* f32_ = nullptr;
   llvm::Type* i64_ = nullptr;
   llvm::PointerType* ptr_ = nullptr;
-  llvm::FunctionCallee gemm_, layerNorm_;
+  llvm::FunctionCallee gemm_, layerNorm_, barrier_;
   llvm::Value* steps_ = nullptr;
   llvm::Value* phases_ = nullptr;
+  llvm::Value* thread_ = nullptr;  // this thread's index in [0, threads)
+  llvm::Value* threads_ = nullptr; // how many threads run this call together
+  llvm::Value* team_ = nullptr;    // what rnnc_barrier synchronises
+  // No work emitted since the last barrier on this path: another barrier would be a no-op.
+  bool synced_ = true;
   llvm::Value* batch_ = nullptr;
   llvm::Value* output_ = nullptr;
   std::vector<llvm::Value*> params_, inputs_, states_, buffers_;

@@ -16,6 +16,11 @@ struct RnncRunArgs {
   float* output;              // [T*B, H]
   float* const* buffers;      // StoragePlan::buffers order, sized as the plan says
   int64_t phases;             // RnncPhase bits: which parts of the sequence to run
+  // `threads` threads run the same call at once, each with its own `thread` in [0, threads)
+  // and the same `team`, which the generated code passes to rnnc_barrier. One thread: 0, 1.
+  int64_t thread;
+  int64_t threads;
+  void* team;
 };
 
 // A whole run is both phases. Run apart, the pre phase can cover rows of several calls of the
@@ -33,6 +38,8 @@ using RnncRunFunction = void (*)(const RnncRunArgs*);
 using RnncGemmFunction = void (*)(int64_t transposeB, int64_t m, int64_t n, int64_t k,
                                   const float* a, int64_t lda, const float* b, int64_t ldb,
                                   float* c, int64_t ldc);
+// Returns when every thread of the team has called it (for this step's phase of the work).
+using RnncBarrierFunction = void (*)(void* team);
 // Per row: y = (x - mean) / sqrt(var + eps).
 using RnncLayerNormFunction = void (*)(int64_t rows, int64_t cols, const float* x, int64_t ldx,
                                        float* y, int64_t ldy, float eps);
@@ -43,4 +50,5 @@ namespace rnnc::codegen {
 inline constexpr const char* kRunFunctionName = "rnnc_run";
 inline constexpr const char* kGemmSymbol = "rnnc_gemm";
 inline constexpr const char* kLayerNormSymbol = "rnnc_layernorm";
+inline constexpr const char* kBarrierSymbol = "rnnc_barrier";
 } // namespace rnnc::codegen

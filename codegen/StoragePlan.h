@@ -34,12 +34,12 @@ struct BufferSpec {
 // panel's slices (zero past the kernel's columns).
 struct PackedProduct {
   const ir::Instr* product;
-  size_t buffer;                  // index into StoragePlan::buffers
-  std::vector<int64_t> offsets;   // the column offset of each slice the kernel reads
-  int64_t width = 0;              // columns per block
-  int64_t blocks = 0;             // ceil(kernel columns / width)
-  int64_t columns = 0;            // the kernel's columns
-  int64_t depth = 0;              // K, the product's inner dimension
+  size_t buffer;                // index into StoragePlan::buffers
+  std::vector<int64_t> offsets; // the column offset of each slice the kernel reads
+  int64_t width = 0;            // columns per block
+  int64_t blocks = 0;           // ceil(kernel columns / width)
+  int64_t columns = 0;          // the kernel's columns
+  int64_t depth = 0;            // K, the product's inner dimension
   int64_t tileRows = 1;
   int64_t panelSlices = 1;
 

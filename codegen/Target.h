@@ -10,8 +10,8 @@ namespace rnnc::codegen {
 struct Target {
   std::string triple;
   std::string cpu;
-  std::string features; // LLVM feature string: "+avx2,+fma,..."
-  int vectorWidth = 4;  // floats per vector in generated kernels
+  std::string features;     // LLVM feature string: "+avx2,+fma,..."
+  int vectorWidth = 4;      // floats per vector in generated kernels
   int vectorRegisters = 16; // architectural vector registers (32 with AVX-512)
 
   std::string describe() const; // for cache keys and `rnnc version`

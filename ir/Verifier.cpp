@@ -83,8 +83,7 @@ private:
   void checkFusedProduct(const Block& block, const Instr& product) {
     for (const auto& user : block)
       for (const Value* operand : user->operands)
-        if (operand == &product.result &&
-            (user->kernel != product.kernel || user->op != Op::Slice))
+        if (operand == &product.result && (user->kernel != product.kernel || user->op != Op::Slice))
           fail(fmt::format("the {} fused into kernel {} is read by a {} {}", opName(product.op),
                            product.kernel, opName(user->op),
                            user->kernel == product.kernel ? "in the kernel (only slices may read "

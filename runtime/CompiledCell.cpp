@@ -8,6 +8,7 @@
 #include "ir/Error.h"
 #include "ir/Printer.h"
 #include "runtime/Kernels.h"
+#include "runtime/ThreadTeam.h"
 
 #include <chrono>
 #include <mutex>
@@ -22,7 +23,8 @@ namespace {
 // One JIT per process, like a code cache: every compiled cell is loaded into it.
 codegen::Jit& processJit() {
   static codegen::Jit jit({{codegen::kGemmSymbol, reinterpret_cast<void*>(&rnnc_gemm)},
-                           {codegen::kLayerNormSymbol, reinterpret_cast<void*>(&rnnc_layernorm)}});
+                           {codegen::kLayerNormSymbol, reinterpret_cast<void*>(&rnnc_layernorm)},
+                           {codegen::kBarrierSymbol, reinterpret_cast<void*>(&rnnc_barrier)}});
   return jit;
 }
 
@@ -141,6 +143,30 @@ ArgumentPointers pointersTo(const std::vector<Tensor>& params, const std::vector
   return p;
 }
 
+// Calls `function` once per thread of `team` (or once, alone), each with its own index.
+void callOnTeam(void (*function)(const void*), RnncRunArgs args, ThreadTeam* team) {
+  if (!team || team->size() == 1) {
+    args.thread = 0;
+    args.threads = 1;
+    args.team = nullptr;
+    return function(&args);
+  }
+  team->run([&](int thread) {
+    RnncRunArgs mine = args;
+    mine.thread = thread;
+    mine.threads = team->size();
+    mine.team = &team->barrier();
+    function(&mine);
+  });
+}
+
+std::optional<TeamPool::Lease> teamFor(int threads) {
+  RNNC_INTERNAL_CHECK(threads >= 1, "a run needs at least one thread");
+  if (threads == 1)
+    return std::nullopt;
+  return TeamPool::shared().acquire(threads);
+}
+
 } // namespace
 
 void CompiledCell::checkArity(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
@@ -151,7 +177,8 @@ void CompiledCell::checkArity(const std::vector<Tensor>& params, const std::vect
 }
 
 void CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
-                       std::vector<Tensor>& states, Tensor& output, Workspace& workspace) const {
+                       std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
+                       int threads) const {
   checkArity(params, inputs, states);
   const int64_t steps = inputs.at(0).dim(0), batch = inputs.at(0).dim(1);
   sizeWorkspace(plan_, steps * batch, batch, workspace.buffers);
@@ -159,14 +186,24 @@ void CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tens
   if (output.shape() != outputShape)
     output = Tensor(outputShape);
   ArgumentPointers p = pointersTo(params, inputs, states, workspace.buffers);
-  RnncRunArgs args{steps,           batch,         p.params.data(),  p.inputs.data(),
-                   p.states.data(), output.data(), p.buffers.data(), RNNC_PHASE_ALL};
-  function_(&args);
+  RnncRunArgs args{steps,
+                   batch,
+                   p.params.data(),
+                   p.inputs.data(),
+                   p.states.data(),
+                   output.data(),
+                   p.buffers.data(),
+                   RNNC_PHASE_ALL,
+                   0,
+                   1,
+                   nullptr};
+  std::optional<TeamPool::Lease> lease = teamFor(threads);
+  callOnTeam(function_, args, lease ? lease->team.get() : nullptr);
 }
 
 void CompiledCell::runPacked(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
                              const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
-                             Tensor& output, Workspace& workspace) const {
+                             Tensor& output, Workspace& workspace, int threads) const {
   checkArity(params, inputs, states);
   RNNC_INTERNAL_CHECK(!batchSizes.empty() && batchSizes[0] > 0, "empty packed batch");
   const int64_t rows = std::accumulate(batchSizes.begin(), batchSizes.end(), int64_t{0});
@@ -191,8 +228,13 @@ void CompiledCell::runPacked(const std::vector<Tensor>& params, const std::vecto
                   p.states.data(),
                   output.data(),
                   p.buffers.data(),
-                  RNNC_PHASE_PRE};
-  function_(&pre);
+                  RNNC_PHASE_PRE,
+                  0,
+                  1,
+                  nullptr};
+  std::optional<TeamPool::Lease> lease = teamFor(threads);
+  ThreadTeam* team = lease ? lease->team.get() : nullptr;
+  callOnTeam(function_, pre, team);
 
   // Each stretch of steps with one active batch reads and writes its own rows.
   std::vector<const float*> segmentInputs(p.inputs.size());
@@ -210,11 +252,18 @@ void CompiledCell::runPacked(const std::vector<Tensor>& params, const std::vecto
     for (size_t i = 0; i < plan_.buffers.size(); ++i)
       if (plan_.buffers[i].rows == codegen::Rows::Sequence)
         segmentBuffers[i] = p.buffers[i] + firstRow * plan_.buffers[i].cols;
-    RnncRunArgs loop{
-        static_cast<int64_t>(t1 - t0), active,          p.params.data(),
-        segmentInputs.data(),          p.states.data(), output.data() + firstRow * outCols,
-        segmentBuffers.data(),         RNNC_PHASE_LOOP};
-    function_(&loop);
+    RnncRunArgs loop{static_cast<int64_t>(t1 - t0),
+                     active,
+                     p.params.data(),
+                     segmentInputs.data(),
+                     p.states.data(),
+                     output.data() + firstRow * outCols,
+                     segmentBuffers.data(),
+                     RNNC_PHASE_LOOP,
+                     0,
+                     1,
+                     nullptr};
+    callOnTeam(function_, loop, team);
     firstRow += static_cast<int64_t>(t1 - t0) * active;
     t0 = t1;
   }

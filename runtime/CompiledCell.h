@@ -44,9 +44,11 @@ public:
   // states), returns the outputs [T, B, H]. `params` in cell.params order.
   Tensor run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
              std::vector<Tensor>& states) const;
-  // The same into a caller's output tensor (resized if needed) and workspace.
+  // The same into a caller's output tensor (resized if needed) and workspace, on `threads`
+  // threads (each step split between them; see runtime/ThreadTeam.h).
   void run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
-           std::vector<Tensor>& states, Tensor& output, Workspace& workspace) const;
+           std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
+           int threads = 1) const;
 
   // Variable length, in cuDNN's and PyTorch's packed layout: `batchSizes[t]` (non-increasing)
   // sequences are active at step t, and `inputs` hold, step after step, the rows of the active
@@ -56,7 +58,7 @@ public:
   // row, then the loop runs each stretch of steps with the same active batch.
   void runPacked(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
                  const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
-                 Tensor& output, Workspace& workspace) const;
+                 Tensor& output, Workspace& workspace, int threads = 1) const;
 
   const ir::Cell& optimisedCell() const { return *cell_; }
   // The time compile() took, and whether LLVM ran or a cache answered.

@@ -3,6 +3,7 @@
 #include "codegen/StoragePlan.h"
 #include "ir/Error.h"
 #include "runtime/Hash.h"
+#include "runtime/ThreadTeam.h"
 #include "runtime/Weights.h"
 
 #include <fmt/format.h>
@@ -315,14 +316,18 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
       }
       Executor run;
       if (slot.compiled) {
-        run.padded = [&slot](const Tensor& in, std::vector<Tensor>& st) {
-          return slot.compiled->run(slot.params, {in}, st);
-        };
-        run.packed = [&slot](const Tensor& in, const std::vector<int64_t>& batchSizes,
-                             std::vector<Tensor>& st) {
+        const int threads = options_.threads > 0 ? options_.threads : defaultThreadCount();
+        run.padded = [&slot, threads](const Tensor& in, std::vector<Tensor>& st) {
           Tensor output;
           CompiledCell::Workspace workspace;
-          slot.compiled->runPacked(slot.params, {in}, batchSizes, st, output, workspace);
+          slot.compiled->run(slot.params, {in}, st, output, workspace, threads);
+          return output;
+        };
+        run.packed = [&slot, threads](const Tensor& in, const std::vector<int64_t>& batchSizes,
+                                      std::vector<Tensor>& st) {
+          Tensor output;
+          CompiledCell::Workspace workspace;
+          slot.compiled->runPacked(slot.params, {in}, batchSizes, st, output, workspace, threads);
           return output;
         };
       } else {

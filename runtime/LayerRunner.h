@@ -27,6 +27,7 @@ struct LayerOptions {
   bool training = false;
   uint64_t seed = 0;
   Engine engine = Engine::Jit;
+  int threads = 0; // JIT threads per direction; 0: every core this process may run on
   CompileOptions compile;
   ir::SizeMap sizes; // sizes given explicitly
 };

@@ -119,8 +119,13 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
   if (request.options.training && ir::containsOp(*bound, ir::Op::Dropout))
     result.engine = Engine::Interpreter; // the generated code implements inference dropout only
   if (result.engine == Engine::Jit) {
-    result.output =
-        CompiledCell::compile(*bound, request.compile)->run(paramTensors, inputs, states);
+    result.output = [&] {
+      Tensor output;
+      CompiledCell::Workspace workspace;
+      CompiledCell::compile(*bound, request.compile)
+          ->run(paramTensors, inputs, states, output, workspace, request.threads);
+      return output;
+    }();
   } else {
     Interpreter interpreter(*bound, std::move(paramTensors), request.options);
     result.output = interpreter.run(inputs, states);

@@ -27,6 +27,7 @@ struct SequenceRequest {
   ExecutionOptions options;
   Engine engine = Engine::Jit;
   CompileOptions compile; // for the JIT
+  int threads = 1;        // for the JIT: each step split between them
 };
 
 struct SequenceResult {

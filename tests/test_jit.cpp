@@ -1,5 +1,6 @@
 // The JIT against the reference interpreter: every built-in cell and several custom ones, over
-// sizes including the odd ones (hidden 1, 3, 17, 1000; batch 1, 5, 64; T 1 and 100).
+// sizes including the odd ones (hidden 1, 3, 17, 1000; batch 1, 5, 64; T 1 and 100), on one
+// thread and on several.
 #include "frontend/BuiltinCells.h"
 #include "frontend/CellParser.h"
 #include "runtime/SequenceRunner.h"
@@ -45,34 +46,39 @@ TEST_P(JitMatchesInterpreter, OnOddAndTypicalSizes) {
   struct Size {
     int64_t steps, batch, input, hidden;
   };
-  for (Size s : {Size{1, 1, 1, 1}, Size{100, 5, 3, 3}, Size{7, 64, 5, 17}, Size{2, 5, 7, 1000}}) {
-    ir::SizeMap sizes = {{"input_size", s.input},
-                         {"hidden_size", s.hidden},
-                         {"proj_size", std::max<int64_t>(1, s.hidden / 2)},
-                         {"B", s.batch}};
-    TensorMap weights = test::randomWeights(*cell, sizes, rng);
-    SequenceRequest request;
-    request.weights = &weights;
-    request.inputs["x"] = test::randomTensor({s.steps, s.batch, s.input}, rng);
-    for (const auto& st : cell->states)
-      request.initialStates[st->name] =
-          test::randomTensor({1, s.batch, *st->shape[1].evaluate(sizes)}, rng);
-    request.engine = Engine::Interpreter;
-    SequenceResult expected = runSequence(*cell, request);
-    request.engine = Engine::Jit;
-    SequenceResult actual = runSequence(*cell, request);
-    ASSERT_EQ(actual.engine, Engine::Jit);
-    std::string where = "T=" + std::to_string(s.steps) + " B=" + std::to_string(s.batch) +
-                        " I=" + std::to_string(s.input) + " H=" + std::to_string(s.hidden);
-    ASSERT_EQ(actual.output.shape(), expected.output.shape()) << where;
-    for (int64_t i = 0; i < expected.output.numel(); ++i)
-      ASSERT_NEAR(actual.output.data()[i], expected.output.data()[i], 1e-5)
-          << where << " output element " << i;
-    for (const auto& [name, state] : expected.finalStates)
-      for (int64_t i = 0; i < state.numel(); ++i)
-        ASSERT_NEAR(actual.finalStates.at(name).data()[i], state.data()[i], 1e-5)
-            << where << " final " << name << " element " << i;
-  }
+  for (int threads : {1, 3})
+    for (Size s : {Size{1, 1, 1, 1}, Size{100, 5, 3, 3}, Size{7, 64, 5, 17}, Size{2, 5, 7, 1000}}) {
+      ir::SizeMap sizes = {{"input_size", s.input},
+                           {"hidden_size", s.hidden},
+                           {"proj_size", std::max<int64_t>(1, s.hidden / 2)},
+                           {"B", s.batch}};
+      TensorMap weights = test::randomWeights(*cell, sizes, rng);
+      SequenceRequest request;
+      request.weights = &weights;
+      request.inputs["x"] = test::randomTensor({s.steps, s.batch, s.input}, rng);
+      for (const auto& st : cell->states)
+        request.initialStates[st->name] =
+            test::randomTensor({1, s.batch, *st->shape[1].evaluate(sizes)}, rng);
+      request.engine = Engine::Interpreter;
+      SequenceResult expected = runSequence(*cell, request);
+      request.engine = Engine::Jit;
+      // One thread, and three on this 2-core machine: splits that do not divide the batch or the
+      // column blocks evenly, some threads with nothing to do, and barriers that must sleep.
+      request.threads = threads;
+      SequenceResult actual = runSequence(*cell, request);
+      ASSERT_EQ(actual.engine, Engine::Jit);
+      std::string where = "T=" + std::to_string(s.steps) + " B=" + std::to_string(s.batch) +
+                          " I=" + std::to_string(s.input) + " H=" + std::to_string(s.hidden) +
+                          ", " + std::to_string(threads) + " threads";
+      ASSERT_EQ(actual.output.shape(), expected.output.shape()) << where;
+      for (int64_t i = 0; i < expected.output.numel(); ++i)
+        ASSERT_NEAR(actual.output.data()[i], expected.output.data()[i], 1e-5)
+            << where << " output element " << i;
+      for (const auto& [name, state] : expected.finalStates)
+        for (int64_t i = 0; i < state.numel(); ++i)
+          ASSERT_NEAR(actual.finalStates.at(name).data()[i], state.data()[i], 1e-5)
+              << where << " final " << name << " element " << i;
+    }
 }
 
 std::vector<JitCase> jitCases() {

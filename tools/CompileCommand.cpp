@@ -46,8 +46,7 @@ int compile(const CompileOptions& o) {
                          : o.emit == "llvm-opt" ? codegen::Stage::OptimisedLLVM
                                                 : codegen::Stage::Assembly;
   codegen::Target target = codegen::hostTarget();
-  std::cout << codegen::generate(*cell, codegen::planStorage(*cell, target), target,
-                                 stage);
+  std::cout << codegen::generate(*cell, codegen::planStorage(*cell, target), target, stage);
   return 0;
 }
 

@@ -25,6 +25,7 @@ struct RunOptions {
   double dropout = 0;
   std::string lengths, flatWeights, weightLayout = "pytorch";
   uint64_t seed = 0;
+  int threads = 0; // 0: every core
   PipelineFlags pipeline;
 };
 
@@ -157,6 +158,7 @@ int run(const RunOptions& o) {
   options.dropout = o.dropout;
   options.training = o.train;
   options.seed = o.seed;
+  options.threads = o.threads;
   options.sizes = parseSizes(o.sizes);
   if (!o.flatWeights.empty()) {
     // Those laid out the flat buffer; the weights carry them now, and input_size differs past
@@ -222,6 +224,10 @@ CommandAction addRunCommand(CLI::App& app) {
   cmd->add_option("--dropout", o->dropout, "Dropout between layers, in training only");
   cmd->add_flag("--train", o->train, "Training mode: dropout between layers and in the cell");
   cmd->add_option("--seed", o->seed, "Seed of the dropout masks")->default_val(0);
+  cmd->add_option("--threads", o->threads,
+                  "Threads for the JIT (each step split between them); 0: every core")
+      ->default_val(0)
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--interpret", o->interpret,
                 "Run on the reference interpreter instead of the JIT (training mode with dropout "
                 "always does)");

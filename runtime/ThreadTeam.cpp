@@ -1,0 +1,126 @@
+#include "runtime/ThreadTeam.h"
+
+#include <algorithm>
+
+#include <sched.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace rnnc {
+namespace {
+
+// About 20-50 microseconds of spinning before a waiter sleeps: longer than a step's imbalance
+// between threads on dedicated cores, much shorter than a scheduler time slice.
+constexpr int kSpins = 20000;
+
+inline void pause() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+// Waits until `word` differs from `seen`: spins, then sleeps.
+template <class T> void awaitChange(const std::atomic<T>& word, T seen) {
+  for (int i = 0; i < kSpins; ++i) {
+    if (word.load(std::memory_order_acquire) != seen)
+      return;
+    pause();
+  }
+  while (word.load(std::memory_order_acquire) == seen)
+    word.wait(seen, std::memory_order_acquire);
+}
+
+} // namespace
+
+void Barrier::arriveAndWait() {
+  if (threads_ == 1)
+    return;
+  uint32_t generation = generation_.load(std::memory_order_acquire);
+  if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
+    arrived_.store(0, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    generation_.notify_all();
+    return;
+  }
+  awaitChange(generation_, generation);
+}
+
+ThreadTeam::ThreadTeam(int threads) : size_(threads), barrier_(threads) {
+  for (int thread = 1; thread < threads; ++thread)
+    workers_.emplace_back([this, thread] { work(thread); });
+}
+
+ThreadTeam::~ThreadTeam() {
+  stopping_.store(true, std::memory_order_release);
+  started_.fetch_add(1, std::memory_order_acq_rel);
+  started_.notify_all();
+  for (std::thread& worker : workers_)
+    worker.join();
+}
+
+void ThreadTeam::work(int thread) {
+  uint32_t seen = 0;
+  for (;;) {
+    awaitChange(started_, seen);
+    seen = started_.load(std::memory_order_acquire);
+    if (stopping_.load(std::memory_order_acquire))
+      return;
+    (*job_)(thread);
+    if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == size_ - 1)
+      finished_.notify_one();
+  }
+}
+
+void ThreadTeam::run(const std::function<void(int)>& job) {
+  if (size_ == 1)
+    return job(0);
+  job_ = &job;
+  finished_.store(0, std::memory_order_relaxed);
+  started_.fetch_add(1, std::memory_order_acq_rel);
+  started_.notify_all();
+  job(0);
+  for (int done = finished_.load(std::memory_order_acquire); done != size_ - 1;
+       done = finished_.load(std::memory_order_acquire))
+    awaitChange(finished_, done);
+  job_ = nullptr;
+}
+
+TeamPool& TeamPool::shared() {
+  static TeamPool pool;
+  return pool;
+}
+
+TeamPool::Lease TeamPool::acquire(int threads) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = idle_.begin(); it != idle_.end(); ++it)
+      if ((*it)->size() == threads) {
+        std::unique_ptr<ThreadTeam> team = std::move(*it);
+        idle_.erase(it);
+        return Lease(this, std::move(team));
+      }
+  }
+  return Lease(this, std::make_unique<ThreadTeam>(threads));
+}
+
+TeamPool::Lease::~Lease() {
+  if (!team)
+    return;
+  std::lock_guard<std::mutex> lock(pool->mutex_);
+  pool->idle_.push_back(std::move(team));
+}
+
+int defaultThreadCount() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+} // namespace rnnc
+
+extern "C" void rnnc_barrier(void* team) {
+  static_cast<rnnc::Barrier*>(team)->arriveAndWait();
+}

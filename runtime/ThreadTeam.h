@@ -1,0 +1,86 @@
+// Threads that run one compiled sequence together. The generated code splits every step
+// between them and meets at rnnc_barrier once or twice a step, so the barrier must cost well
+// under a microsecond while every thread has a core; when another process takes a core, a
+// waiter stops spinning after a bounded time and sleeps on a futex (std::atomic::wait), so an
+// oversubscribed run slows down instead of burning its time slices.
+//
+// Teams are kept for reuse (starting threads costs tens of microseconds, a step of a batch-1
+// sequence about ten): TeamPool::acquire hands out an idle team of the requested size, or makes
+// one, so concurrent forward calls each get their own.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace rnnc {
+
+// A reusable barrier for a fixed number of threads.
+class Barrier {
+public:
+  explicit Barrier(int threads) : threads_(threads) {}
+  void arriveAndWait();
+
+private:
+  const int threads_;
+  std::atomic<int> arrived_{0};
+  std::atomic<uint32_t> generation_{0};
+};
+
+class ThreadTeam {
+public:
+  explicit ThreadTeam(int threads);
+  ~ThreadTeam();
+  ThreadTeam(const ThreadTeam&) = delete;
+  ThreadTeam& operator=(const ThreadTeam&) = delete;
+
+  int size() const { return size_; }
+  // Runs job(thread) on every thread of the team, the caller being thread 0, and returns when
+  // all are done. Not reentrant: one run at a time per team.
+  void run(const std::function<void(int thread)>& job);
+  Barrier& barrier() { return barrier_; }
+
+private:
+  void work(int thread);
+
+  const int size_;
+  Barrier barrier_;
+  const std::function<void(int)>* job_ = nullptr;
+  std::atomic<uint32_t> started_{0}; // generation of the current job
+  std::atomic<int> finished_{0};     // workers done with it
+  std::atomic<bool> stopping_{false};
+  std::vector<std::thread> workers_;
+};
+
+// Idle teams by size.
+class TeamPool {
+public:
+  static TeamPool& shared();
+
+  // A team lent to one run; back to the pool when the lease ends.
+  struct Lease {
+    Lease(TeamPool* pool, std::unique_ptr<ThreadTeam> team) : pool(pool), team(std::move(team)) {}
+    Lease(Lease&&) = default;
+    ~Lease();
+    TeamPool* pool;
+    std::unique_ptr<ThreadTeam> team;
+  };
+  Lease acquire(int threads);
+
+private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<ThreadTeam>> idle_;
+};
+
+// The threads a run uses by default: the cores this process may run on.
+int defaultThreadCount();
+
+} // namespace rnnc
+
+// The generated code's barrier: `team` is the ThreadTeam's Barrier.
+extern "C" void rnnc_barrier(void* team);
