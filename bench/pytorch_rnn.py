@@ -10,6 +10,7 @@ reported in milliseconds. Used by bench/compare; exits with status 3 when torch 
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -55,6 +56,11 @@ def main():
     parser.add_argument("--repeat", type=positive, default=5, help="timed runs")
     parser.add_argument("--warmup", type=non_negative, default=1, help="untimed runs first")
     args = parser.parse_args()
+    # torch.set_num_threads does not reach the BLAS library torch loads (Debian's torch uses
+    # the system libblas.so.3, OpenBLAS when installed, which starts one thread per core):
+    # limit it before torch loads it.
+    for variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[variable] = str(args.threads)
 
     try:
         import torch

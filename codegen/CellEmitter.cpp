@@ -580,34 +580,43 @@ private:
       b_.SetInsertPoint(done);
     };
 
-    // Full tiles of tileRows rows, and the last rows of the batch one at a time; each run of
-    // rows then goes through the one epilogue.
+    // Full tiles of tileRows rows; the batch's last rows in tiles of half that height, then
+    // single rows (three variants: one per height would cost compile time for little). Each
+    // tile's rows then go through the one epilogue.
+    const int64_t halfRows = std::max<int64_t>(1, tileRows / 2);
     llvm::Value* tiledRows = b_.CreateMul(b_.CreateSDiv(batchRows, constant(tileRows)),
                                           constant(tileRows), "tiled_rows");
+    auto storeTile = [&](const Tile& sums, llvm::Value* firstSlot) {
+      for (size_t m = 0; m < sums.size(); ++m)
+        for (int64_t s = 0; s < slices; ++s)
+          b_.CreateStore(sums[m][s],
+                         stored(b_.CreateAdd(firstSlot, constant(static_cast<int64_t>(m))), s));
+    };
     RowRange blocks = share(constant(packed.blocks)); // this thread's columns, every step
     forLoop(blocks.begin, blocks.end, constant(1), "block", [&](llvm::Value* blk) {
       forLoop(constant(0), batchRows, constant(tileRows), "tile", [&](llvm::Value* r) {
+        llvm::Value* full = b_.CreateICmpSLT(r, tiledRows);
+        llvm::Value* height = b_.CreateSelect(full, constant(tileRows), b_.CreateSub(batchRows, r));
         auto* fullTile = llvm::BasicBlock::Create(context_, "full_tile", fn_);
         auto* lastRows = llvm::BasicBlock::Create(context_, "last_rows", fn_);
         auto* computed = llvm::BasicBlock::Create(context_, "tile_computed", fn_);
-        b_.CreateCondBr(b_.CreateICmpSLT(r, tiledRows), fullTile, lastRows);
+        b_.CreateCondBr(full, fullTile, lastRows);
         b_.SetInsertPoint(fullTile);
-        Tile sums = emitTile(x, weights, packed, blk, r, tileRows);
-        for (int64_t m = 0; m < tileRows; ++m)
-          for (int64_t s = 0; s < slices; ++s)
-            b_.CreateStore(sums[m][s], stored(constant(m), s));
+        storeTile(emitTile(x, weights, packed, blk, r, tileRows), constant(0));
         b_.CreateBr(computed);
         b_.SetInsertPoint(lastRows);
-        forLoop(r, batchRows, constant(1), "lastrow", [&](llvm::Value* row) {
-          Tile one = emitTile(x, weights, packed, blk, row, 1);
-          for (int64_t s = 0; s < slices; ++s)
-            b_.CreateStore(one[0][s], stored(b_.CreateSub(row, r), s));
+        llvm::Value* halves =
+            b_.CreateMul(b_.CreateSDiv(height, constant(halfRows)), constant(halfRows));
+        forLoop(constant(0), halves, constant(halfRows), "halftile", [&](llvm::Value* m) {
+          storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), halfRows), m);
         });
+        if (halfRows > 1)
+          forLoop(halves, height, constant(1), "lastrow", [&](llvm::Value* m) {
+            storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), 1), m);
+          });
         b_.CreateBr(computed);
         b_.SetInsertPoint(computed);
-        llvm::Value* rows = b_.CreateSelect(b_.CreateICmpSLT(r, tiledRows), constant(tileRows),
-                                            b_.CreateSub(batchRows, r));
-        epilogue(blk, r, rows);
+        epilogue(blk, r, height);
       });
     });
   }
