@@ -61,12 +61,23 @@ public:
     for (const BufferSpec& spec : plan_.buffers)
       if (spec.rows == Rows::Sequence)
         views_[spec.value] = {buffers_[index(spec)], constant(spec.cols)};
-    ifPhase(RNNC_PHASE_PRE, "pre", [&] {
-      llvm::Value* sequenceRows = b_.CreateMul(steps_, batch_, "rows");
-      emitBlock(cell_.pre, sequenceRows);
+    ifPhase(RNNC_PHASE_PARAMS, "params", [&] {
+      emitBlock(cell_.pre, constant(0), Work::WithoutBatch);
       resetViews();
       for (const PackedProduct& packed : plan_.packedProducts)
         emitPacking(packed);
+      synced_ = false;
+      barrier();
+    });
+    resetViews();
+    for (size_t i = 0; i < cell_.inputs.size(); ++i)
+      views_[cell_.inputs[i].get()] = {inputs_[i], constant(columnsOf(cell_.inputs[i].get()))};
+    for (const BufferSpec& spec : plan_.buffers)
+      if (spec.rows == Rows::Sequence)
+        views_[spec.value] = {buffers_[index(spec)], constant(spec.cols)};
+    ifPhase(RNNC_PHASE_PRE, "pre", [&] {
+      llvm::Value* sequenceRows = b_.CreateMul(steps_, batch_, "rows");
+      emitBlock(cell_.pre, sequenceRows, Work::PerRow);
       // The loop reads pre rows by its own split of the batch, not the pre block's split.
       synced_ = false;
       barrier();
@@ -305,7 +316,9 @@ private:
   // Work split by rows may follow work split by the same rows without a barrier; a fused
   // product (split by columns, reading its input's rows whole) and work done on thread 0 alone
   // are fenced on both sides.
-  void emitBlock(const ir::Block& block, llvm::Value* batchRows) {
+  enum class Work { All, PerRow, WithoutBatch };
+
+  void emitBlock(const ir::Block& block, llvm::Value* batchRows, Work which = Work::All) {
     std::vector<KernelGroup> groups = kernelGroups(block);
     size_t nextGroup = 0;
     for (size_t i = 0; i < block.size();) {
@@ -323,6 +336,12 @@ private:
         if (block[j]->op != Op::Const && block[j]->op != Op::Slice)
           unbatched &= !isBatchedValue(&block[j]->result);
       unbatched &= !product;
+      if ((which == Work::PerRow && unbatched) || (which == Work::WithoutBatch && !unbatched)) {
+        if (isGroup)
+          ++nextGroup;
+        i = end;
+        continue;
+      }
       if (product)
         barrier();
       synced_ = false;

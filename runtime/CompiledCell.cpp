@@ -98,49 +98,20 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
   return compiled;
 }
 
-Tensor CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
-                         std::vector<Tensor>& states) const {
-  Tensor output;
-  Workspace workspace;
-  run(params, inputs, states, output, workspace);
-  return output;
-}
-
 namespace {
 
-// Pointers into the caller's tensors, in the order RnncRunArgs wants them.
-struct ArgumentPointers {
-  std::vector<const float*> params, inputs;
-  std::vector<float*> states, buffers;
-};
-
-void sizeWorkspace(const codegen::StoragePlan& plan, int64_t sequenceRows, int64_t stepRows,
-                   std::vector<Tensor>& buffers) {
-  // Every buffer is fully written before it is read, so reused memory needs no clearing.
-  buffers.resize(plan.buffers.size());
-  for (size_t i = 0; i < plan.buffers.size(); ++i) {
-    const codegen::BufferSpec& spec = plan.buffers[i];
-    int64_t rows = spec.rows == codegen::Rows::Sequence ? sequenceRows
-                   : spec.rows == codegen::Rows::Step   ? stepRows
-                                                        : spec.fixedRows;
-    TensorShape shape{rows, spec.cols};
-    if (buffers[i].shape() != shape)
-      buffers[i] = Tensor(shape);
-  }
+std::vector<float*> mutablePointers(std::vector<Tensor>& tensors) {
+  std::vector<float*> pointers;
+  for (Tensor& t : tensors)
+    pointers.push_back(t.data());
+  return pointers;
 }
 
-ArgumentPointers pointersTo(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
-                            std::vector<Tensor>& states, std::vector<Tensor>& buffers) {
-  ArgumentPointers p;
-  for (const Tensor& t : params)
-    p.params.push_back(t.data());
-  for (const Tensor& t : inputs)
-    p.inputs.push_back(t.data());
-  for (Tensor& t : states)
-    p.states.push_back(t.data());
-  for (Tensor& t : buffers)
-    p.buffers.push_back(t.data());
-  return p;
+std::vector<const float*> pointers(const std::vector<Tensor>& tensors) {
+  std::vector<const float*> result;
+  for (const Tensor& t : tensors)
+    result.push_back(t.data());
+  return result;
 }
 
 // Calls `function` once per thread of `team` (or once, alone), each with its own index.
@@ -169,31 +140,95 @@ std::optional<TeamPool::Lease> teamFor(int threads) {
 
 } // namespace
 
-void CompiledCell::checkArity(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+void CompiledCell::checkArity(const std::vector<Tensor>& inputs,
                               const std::vector<Tensor>& states) const {
-  RNNC_INTERNAL_CHECK(params.size() == cell_->params.size(), "wrong number of parameters");
   RNNC_INTERNAL_CHECK(inputs.size() == cell_->inputs.size(), "wrong number of inputs");
   RNNC_INTERNAL_CHECK(states.size() == cell_->states.size(), "wrong number of states");
+}
+
+std::shared_ptr<const CompiledCell::Prepared>
+CompiledCell::prepare(const std::vector<Tensor>& params, int threads) const {
+  RNNC_INTERNAL_CHECK(params.size() == cell_->params.size(), "wrong number of parameters");
+  auto prepared = std::make_shared<Prepared>();
+  prepared->params = pointers(params);
+  prepared->fixed.resize(plan_.buffers.size());
+  for (size_t i = 0; i < plan_.buffers.size(); ++i)
+    if (plan_.buffers[i].rows == codegen::Rows::Fixed)
+      prepared->fixed[i] = Tensor({plan_.buffers[i].fixedRows, plan_.buffers[i].cols});
+  std::vector<float*> buffers = mutablePointers(prepared->fixed);
+  // The generated code loads every argument pointer on entry; this phase reads none of the
+  // inputs and states.
+  std::vector<const float*> noInputs(cell_->inputs.size(), nullptr);
+  std::vector<float*> noStates(cell_->states.size(), nullptr);
+  RnncRunArgs args{0,
+                   0,
+                   prepared->params.data(),
+                   noInputs.data(),
+                   noStates.data(),
+                   nullptr,
+                   buffers.data(),
+                   RNNC_PHASE_PARAMS,
+                   0,
+                   1,
+                   nullptr};
+  std::optional<TeamPool::Lease> lease = teamFor(threads);
+  callOnTeam(function_, args, lease ? lease->team.get() : nullptr);
+  return prepared;
+}
+
+std::vector<float*> CompiledCell::bufferPointers(const Prepared& prepared, Workspace& workspace,
+                                                 int64_t sequenceRows, int64_t stepRows) const {
+  // Every buffer is fully written before it is read, so reused memory needs no clearing. The
+  // generated code only reads the fixed ones in these phases.
+  workspace.buffers.resize(plan_.buffers.size());
+  std::vector<float*> result;
+  for (size_t i = 0; i < plan_.buffers.size(); ++i) {
+    const codegen::BufferSpec& spec = plan_.buffers[i];
+    if (spec.rows == codegen::Rows::Fixed) {
+      result.push_back(const_cast<float*>(prepared.fixed.at(i).data()));
+      continue;
+    }
+    TensorShape shape{spec.rows == codegen::Rows::Sequence ? sequenceRows : stepRows, spec.cols};
+    if (workspace.buffers[i].shape() != shape)
+      workspace.buffers[i] = Tensor(shape);
+    result.push_back(workspace.buffers[i].data());
+  }
+  return result;
+}
+
+Tensor CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                         std::vector<Tensor>& states) const {
+  Tensor output;
+  Workspace workspace;
+  run(params, inputs, states, output, workspace);
+  return output;
 }
 
 void CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
                        std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
                        int threads) const {
-  checkArity(params, inputs, states);
+  run(*prepare(params, threads), inputs, states, output, workspace, threads);
+}
+
+void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inputs,
+                       std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
+                       int threads) const {
+  checkArity(inputs, states);
   const int64_t steps = inputs.at(0).dim(0), batch = inputs.at(0).dim(1);
-  sizeWorkspace(plan_, steps * batch, batch, workspace.buffers);
   TensorShape outputShape{steps, batch, codegen::columnsOf(cell_->output)};
   if (output.shape() != outputShape)
     output = Tensor(outputShape);
-  ArgumentPointers p = pointersTo(params, inputs, states, workspace.buffers);
+  std::vector<float*> buffers = bufferPointers(prepared, workspace, steps * batch, batch);
+  std::vector<const float*> inputPointers = pointers(inputs);
+  std::vector<float*> statePointers = mutablePointers(states);
   RnncRunArgs args{steps,
                    batch,
-                   p.params.data(),
-                   p.inputs.data(),
-                   p.states.data(),
+                   prepared.params.data(),
+                   inputPointers.data(),
+                   statePointers.data(),
                    output.data(),
-                   p.buffers.data(),
-                   RNNC_PHASE_ALL,
+                   buffers.data(),
+                   RNNC_PHASE_PRE | RNNC_PHASE_LOOP,
                    0,
                    1,
                    nullptr};
@@ -201,10 +236,10 @@ void CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tens
   callOnTeam(function_, args, lease ? lease->team.get() : nullptr);
 }
 
-void CompiledCell::runPacked(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>& inputs,
                              const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
                              Tensor& output, Workspace& workspace, int threads) const {
-  checkArity(params, inputs, states);
+  checkArity(inputs, states);
   RNNC_INTERNAL_CHECK(!batchSizes.empty() && batchSizes[0] > 0, "empty packed batch");
   const int64_t rows = std::accumulate(batchSizes.begin(), batchSizes.end(), int64_t{0});
   for (size_t t = 1; t < batchSizes.size(); ++t)
@@ -217,28 +252,29 @@ void CompiledCell::runPacked(const std::vector<Tensor>& params, const std::vecto
   const int64_t outCols = codegen::columnsOf(cell_->output);
   if (output.shape() != TensorShape{rows, outCols})
     output = Tensor({rows, outCols});
-  sizeWorkspace(plan_, rows, batchSizes[0], workspace.buffers);
-  ArgumentPointers p = pointersTo(params, inputs, states, workspace.buffers);
+  std::vector<float*> buffers = bufferPointers(prepared, workspace, rows, batchSizes[0]);
+  std::vector<const float*> inputPointers = pointers(inputs);
+  std::vector<float*> statePointers = mutablePointers(states);
 
   // Every packed row at once: one big input GEMM.
+  std::optional<TeamPool::Lease> lease = teamFor(threads);
+  ThreadTeam* team = lease ? lease->team.get() : nullptr;
   RnncRunArgs pre{1,
                   rows,
-                  p.params.data(),
-                  p.inputs.data(),
-                  p.states.data(),
+                  prepared.params.data(),
+                  inputPointers.data(),
+                  statePointers.data(),
                   output.data(),
-                  p.buffers.data(),
+                  buffers.data(),
                   RNNC_PHASE_PRE,
                   0,
                   1,
                   nullptr};
-  std::optional<TeamPool::Lease> lease = teamFor(threads);
-  ThreadTeam* team = lease ? lease->team.get() : nullptr;
   callOnTeam(function_, pre, team);
 
   // Each stretch of steps with one active batch reads and writes its own rows.
-  std::vector<const float*> segmentInputs(p.inputs.size());
-  std::vector<float*> segmentBuffers(p.buffers);
+  std::vector<const float*> segmentInputs(inputPointers.size());
+  std::vector<float*> segmentBuffers(buffers);
   int64_t firstRow = 0;
   for (size_t t0 = 0; t0 < batchSizes.size();) {
     const int64_t active = batchSizes[t0];
@@ -248,15 +284,15 @@ void CompiledCell::runPacked(const std::vector<Tensor>& params, const std::vecto
     if (active == 0)
       break;
     for (size_t i = 0; i < inputs.size(); ++i)
-      segmentInputs[i] = p.inputs[i] + firstRow * inputs[i].dim(1);
+      segmentInputs[i] = inputPointers[i] + firstRow * inputs[i].dim(1);
     for (size_t i = 0; i < plan_.buffers.size(); ++i)
       if (plan_.buffers[i].rows == codegen::Rows::Sequence)
-        segmentBuffers[i] = p.buffers[i] + firstRow * plan_.buffers[i].cols;
+        segmentBuffers[i] = buffers[i] + firstRow * plan_.buffers[i].cols;
     RnncRunArgs loop{static_cast<int64_t>(t1 - t0),
                      active,
-                     p.params.data(),
+                     prepared.params.data(),
                      segmentInputs.data(),
-                     p.states.data(),
+                     statePointers.data(),
                      output.data() + firstRow * outCols,
                      segmentBuffers.data(),
                      RNNC_PHASE_LOOP,

@@ -40,8 +40,20 @@ public:
     std::vector<Tensor> buffers;
   };
 
+  // The parameter-only work for one set of parameters, done once: stacked weights, summed
+  // biases, the weights packed for fused products. Runs only read it, so concurrent runs share
+  // one. It points into the parameters given to prepare(), which must outlive it.
+  class Prepared {
+  private:
+    friend class CompiledCell;
+    std::vector<const float*> params;
+    std::vector<Tensor> fixed; // per plan buffer: the fixed ones filled, the others empty
+  };
+  // `params` in cell.params order.
+  std::shared_ptr<const Prepared> prepare(const std::vector<Tensor>& params, int threads = 1) const;
+
   // As Interpreter::run: inputs [T, B, F] in cell order, states [B, F] (updated to the final
-  // states), returns the outputs [T, B, H]. `params` in cell.params order.
+  // states), returns the outputs [T, B, H]. Prepares `params` first.
   Tensor run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
              std::vector<Tensor>& states) const;
   // The same into a caller's output tensor (resized if needed) and workspace, on `threads`
@@ -49,6 +61,8 @@ public:
   void run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
            std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
            int threads = 1) const;
+  void run(const Prepared& prepared, const std::vector<Tensor>& inputs, std::vector<Tensor>& states,
+           Tensor& output, Workspace& workspace, int threads = 1) const;
 
   // Variable length, in cuDNN's and PyTorch's packed layout: `batchSizes[t]` (non-increasing)
   // sequences are active at step t, and `inputs` hold, step after step, the rows of the active
@@ -56,7 +70,7 @@ public:
   // finished sequence's rows keep its state from its last step. `output` gets the packed
   // outputs, [sum(batchSizes), H]. The pre block (the input GEMM) runs once over every packed
   // row, then the loop runs each stretch of steps with the same active batch.
-  void runPacked(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+  void runPacked(const Prepared& prepared, const std::vector<Tensor>& inputs,
                  const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
                  Tensor& output, Workspace& workspace, int threads = 1) const;
 
@@ -66,8 +80,10 @@ public:
   CodeSource source() const { return source_; }
 
 private:
-  void checkArity(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
-                  const std::vector<Tensor>& states) const;
+  void checkArity(const std::vector<Tensor>& inputs, const std::vector<Tensor>& states) const;
+  // Buffer pointers for a call: the prepared fixed buffers and the workspace's others.
+  std::vector<float*> bufferPointers(const Prepared& prepared, Workspace& workspace,
+                                     int64_t sequenceRows, int64_t stepRows) const;
 
   std::shared_ptr<ir::Cell> cell_;
   codegen::StoragePlan plan_;

@@ -257,6 +257,11 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
     }
     previousOutput = layerOutput;
   }
+  // The parameter-only work once, now that the slots (and their parameters) are in place.
+  const int threads = options.threads > 0 ? options.threads : defaultThreadCount();
+  for (Slot& slot : program->slots_)
+    if (slot.compiled)
+      slot.prepared = slot.compiled->prepare(slot.params, threads);
   program->outputSize_ = previousOutput;
   return program;
 }
@@ -320,14 +325,15 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
         run.padded = [&slot, threads](const Tensor& in, std::vector<Tensor>& st) {
           Tensor output;
           CompiledCell::Workspace workspace;
-          slot.compiled->run(slot.params, {in}, st, output, workspace, threads);
+          slot.compiled->run(*slot.prepared, {in}, st, output, workspace, threads);
           return output;
         };
         run.packed = [&slot, threads](const Tensor& in, const std::vector<int64_t>& batchSizes,
                                       std::vector<Tensor>& st) {
           Tensor output;
           CompiledCell::Workspace workspace;
-          slot.compiled->runPacked(slot.params, {in}, batchSizes, st, output, workspace, threads);
+          slot.compiled->runPacked(*slot.prepared, {in}, batchSizes, st, output, workspace,
+                                   threads);
           return output;
         };
       } else {

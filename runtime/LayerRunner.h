@@ -74,7 +74,8 @@ public:
     std::vector<std::string> paramNames; // as in the weights, for messages
     std::vector<Tensor> params;
     std::shared_ptr<ir::Cell> bound;
-    std::shared_ptr<CompiledCell> compiled; // null: run on the interpreter
+    std::shared_ptr<CompiledCell> compiled;                 // null: run on the interpreter
+    std::shared_ptr<const CompiledCell::Prepared> prepared; // its parameter-only work, done
   };
 
 private:

@@ -79,7 +79,7 @@ int benchEltwise(int64_t batch, int64_t hidden, int repeat) {
   CompiledCell::Workspace workspace;
   Timing fused = timeRepeats(1, repeat, [&] {
     for (int i = 0; i < calls; ++i)
-      compiled->run({}, inputs, jitStates, output, workspace);
+      compiled->run(std::vector<Tensor>{}, inputs, jitStates, output, workspace);
   });
   double triad = triadBandwidth(static_cast<int64_t>(bytes), repeat * 20);
 
