@@ -1,6 +1,6 @@
 // From an optimised cell to native code: emit LLVM IR (codegen/CellEmitter), verify it,
-// optimise it with LLVM's O2 pipeline for the target, and produce an object file; or print any
-// of those stages for `rnnc compile --emit=llvm|asm`.
+// optimise it for the target, and produce an object file; or print any of those stages for
+// `rnnc compile --emit=llvm|asm`.
 #pragma once
 
 #include "codegen/StoragePlan.h"
@@ -14,9 +14,10 @@ namespace rnnc::codegen {
 enum class Stage { LLVM, OptimisedLLVM, Assembly, Object };
 
 // Lowers `cell` (verified, every size bound) to LLVM IR, verifies it, and unless `stage` is
-// LLVM optimises it for the target (LLVM's O1: the kernels are vectorised by construction, so
-// O2's loop vectoriser has nothing to add but compile time) and produces the stage. The run
-// function is always `rnnc_run`: each loaded object lives in its own JIT dylib.
+// LLVM optimises it for the target (a short pipeline: the kernels are vectorised and unrolled
+// by construction, so -O1's loop passes and O2's vectorisers add only compile time) and
+// produces the stage. The run function is always `rnnc_run`: each loaded object lives in its
+// own JIT dylib.
 std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
                      Stage stage);
 

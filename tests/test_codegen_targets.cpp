@@ -1,0 +1,57 @@
+// The emitter's choices follow the target (vector width, registers, features), including for
+// CPUs we do not run on: AVX-512 code is checked here as assembly, since no machine of ours has
+// AVX-512.
+#include "codegen/Compiler.h"
+#include "codegen/StoragePlan.h"
+#include "frontend/BuiltinCells.h"
+#include "passes/PassManager.h"
+
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <sstream>
+
+using namespace rnnc;
+
+namespace {
+
+std::unique_ptr<ir::Cell> optimisedLstm(int64_t hidden) {
+  auto cell = frontend::loadCell("lstm");
+  cell->bindSizes({{"input_size", 32}, {"hidden_size", hidden}});
+  std::ostringstream log;
+  passes::runPipeline(*cell, {}, log);
+  return cell;
+}
+
+int count(const std::string& text, const std::string& pattern) {
+  std::regex re(pattern);
+  return static_cast<int>(
+      std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+}
+
+const codegen::Target kAvx512{"x86_64-unknown-linux-gnu", "skylake-avx512",
+                              "+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+avx,+fma", 16, 32};
+const codegen::Target kAvx2{"x86_64-unknown-linux-gnu", "znver3", "+avx2,+avx,+fma", 8, 16};
+
+TEST(CodegenTargets, Avx512TilesAreZmmFmasWithTwiceTheRows) {
+  auto lstm = optimisedLstm(64);
+  codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx512);
+  ASSERT_EQ(plan.packedProducts.size(), 1u);
+  EXPECT_EQ(plan.packedProducts[0].width, 16);
+  EXPECT_EQ(plan.packedProducts[0].tileRows, 14); // 28 accumulators of 32 registers
+  std::string assembly = codegen::generate(*lstm, plan, kAvx512, codegen::Stage::Assembly);
+  // The full tile: 14 rows x 2 slices of FMAs per depth, on 16-float registers.
+  EXPECT_GE(count(assembly, R"(vfmadd\d+ps\s+[^\n]*zmm)"), 28);
+  EXPECT_EQ(count(assembly, R"(vfmadd\d+ps\s+[^\n]*ymm)"), 0);
+}
+
+TEST(CodegenTargets, Avx2TilesAreYmmFmas) {
+  auto lstm = optimisedLstm(64);
+  codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx2);
+  EXPECT_EQ(plan.packedProducts[0].tileRows, 6);
+  std::string assembly = codegen::generate(*lstm, plan, kAvx2, codegen::Stage::Assembly);
+  EXPECT_GE(count(assembly, R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
+  EXPECT_EQ(count(assembly, "zmm"), 0);
+}
+
+} // namespace
