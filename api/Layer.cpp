@@ -27,6 +27,10 @@ std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const Tenso
   options.bidirectional = spec.bidirectional;
   options.batchFirst = spec.batchFirst;
   options.engine = spec.jit ? Engine::Jit : Engine::Interpreter;
+  if (spec.threads < 0)
+    throw UserError("LayerSpec::threads must be 0 (every core) or positive, not " +
+                    std::to_string(spec.threads));
+  options.threads = spec.threads;
   options.sizes = {spec.sizes.begin(), spec.sizes.end()};
   auto impl = std::make_shared<Layer::Impl>();
   impl->program = LayerProgram::build(*cell, weights, source, options);

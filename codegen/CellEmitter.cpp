@@ -54,14 +54,9 @@ public:
     b_.SetInsertPoint(llvm::BasicBlock::Create(context_, "entry", fn_));
     loadArguments();
 
-    // The pre block: inputs and pre values are whole sequences, [T*B, F].
-    resetViews();
-    for (size_t i = 0; i < cell_.inputs.size(); ++i)
-      views_[cell_.inputs[i].get()] = {inputs_[i], constant(columnsOf(cell_.inputs[i].get()))};
-    for (const BufferSpec& spec : plan_.buffers)
-      if (spec.rows == Rows::Sequence)
-        views_[spec.value] = {buffers_[index(spec)], constant(spec.cols)};
+    // Parameters only: no view of an input or a sequence buffer is needed.
     ifPhase(RNNC_PHASE_PARAMS, "params", [&] {
+      resetViews();
       emitBlock(cell_.pre, constant(0), Work::WithoutBatch);
       resetViews();
       for (const PackedProduct& packed : plan_.packedProducts)
@@ -69,6 +64,7 @@ public:
       synced_ = false;
       barrier();
     });
+    // The pre block: inputs and pre values are whole sequences, [T*B, F].
     resetViews();
     for (size_t i = 0; i < cell_.inputs.size(); ++i)
       views_[cell_.inputs[i].get()] = {inputs_[i], constant(columnsOf(cell_.inputs[i].get()))};

@@ -124,6 +124,52 @@ const ir::Instr* escapingNorm(const ir::Cell& cell, const ir::Block& block) {
   return nullptr;
 }
 
+namespace {
+
+bool isBatched(const ir::Value* v) {
+  return !v->shape.empty() && v->shape[0].mentions(ir::kBatchSymbol);
+}
+
+// A value without a batch dimension computed inside a kernel over [B, ...] would be recomputed
+// for every row, and if something outside the kernel reads it, stored from every row: into
+// storage that the parameter-only phase of the generated code fills once and runs share. Such a
+// value is computed on its own instead, before the kernel.
+const ir::Instr* escapingUnbatched(const ir::Cell& cell, const ir::Block& block) {
+  for (const auto& instr : block) {
+    if (instr->kernel < 0 || instr->op == ir::Op::Const || instr->op == ir::Op::Slice ||
+        isBatched(&instr->result))
+      continue;
+    bool batchedKernel = false;
+    int inside = 0;
+    for (const auto& member : block) {
+      if (member->kernel != instr->kernel)
+        continue;
+      batchedKernel |= isBatched(&member->result);
+      for (const ir::Value* operand : member->operands)
+        inside += operand == &instr->result;
+    }
+    if (batchedKernel && ir::countUses(cell, &instr->result) != inside)
+      return instr.get();
+  }
+  return nullptr;
+}
+
+// Moves `instr` up to just after the last definition it reads.
+void hoist(ir::Block& block, const ir::Instr* instr) {
+  size_t at = 0, target = 0;
+  while (block[at].get() != instr)
+    ++at;
+  for (size_t j = 0; j < at; ++j)
+    for (const ir::Value* operand : instr->operands)
+      if (&block[j]->result == operand)
+        target = std::max(target, j + 1);
+  std::unique_ptr<ir::Instr> moved = std::move(block[at]);
+  block.erase(block.begin() + static_cast<std::ptrdiff_t>(at));
+  block.insert(block.begin() + static_cast<std::ptrdiff_t>(target), std::move(moved));
+}
+
+} // namespace
+
 bool fuseElementwise(ir::Cell& cell) {
   bool changed = false;
   int nextKernel = 0;
@@ -134,13 +180,19 @@ bool fuseElementwise(ir::Cell& cell) {
     for (;;) {
       nextKernel = firstKernel;
       bool formed = formKernels(*block, nextKernel, excluded);
-      const ir::Instr* escaping = escapingNorm(cell, *block);
-      if (!escaping) {
-        changed |= formed;
-        break;
+      if (const ir::Instr* escaping = escapingNorm(cell, *block)) {
+        excluded.insert(escaping); // a plain row-wise call instead
+        changed = true;
+        continue;
       }
-      excluded.insert(escaping); // a plain row-wise call instead
-      changed = true;
+      if (const ir::Instr* unbatched = escapingUnbatched(cell, *block)) {
+        excluded.insert(unbatched);
+        hoist(*block, unbatched); // out of the way of the kernel it left
+        changed = true;
+        continue;
+      }
+      changed |= formed;
+      break;
     }
   }
   return changed;

@@ -4,7 +4,9 @@
 //
 // A kernel has one iteration space, the shape of its non-scalar members ([B, hidden_size] for an
 // LSTM's gates after sink-slices). Matrix products are scheduled as early as their operands
-// allow first, so that the elementwise work between them becomes one contiguous run.
+// allow first, so that the elementwise work between them becomes one contiguous run. A value
+// without a batch dimension that something outside its kernel reads is not computed inside a
+// [B, ...] kernel (once per row) but on its own, once.
 #pragma once
 
 #include "ir/Cell.h"

@@ -29,23 +29,28 @@ float maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 TEST(Api, ABidirectionalBatchFirstLstmWithLengthsMatchesPyTorch) {
-  const std::string dir = kDir + "lstm_l1_bi_bf_len/";
-  rnnc::LayerSpec spec;
-  spec.batchFirst = true;
-  rnnc::Layer layer = rnnc::Layer::fromFile(spec, dir + "weights.safetensors");
-  EXPECT_EQ(layer.numDirections(), 2);
-  rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy"); // [B, T, I]
-  rnnc::Tensor h0 = rnnc::readNpyFloat32(dir + "h0.npy"), c0 = rnnc::readNpyFloat32(dir + "c0.npy");
-  rnnc::Int64Array lengths = rnnc::readNpyInt64(dir + "lengths.npy");
-  const int64_t batch = x.dim(0), steps = x.dim(1);
-  ASSERT_EQ(layer.inputSize(), x.dim(2));
-  std::vector<float> y(static_cast<size_t>(steps * batch * layer.outputSize()));
-  std::vector<float> hn(h0.values().size()), cn(c0.values().size());
-  layer.forward(x.data(), steps, batch, h0.data(), c0.data(), lengths.values.data(), y.data(),
-                hn.data(), cn.data());
-  EXPECT_LE(maxAbsDiff(y, rnnc::readNpyFloat32(dir + "output.npy").values()), 1e-5f);
-  EXPECT_LE(maxAbsDiff(hn, rnnc::readNpyFloat32(dir + "hn.npy").values()), 1e-5f);
-  EXPECT_LE(maxAbsDiff(cn, rnnc::readNpyFloat32(dir + "cn.npy").values()), 1e-5f);
+  for (int threads : {0, 1, 3}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    const std::string dir = kDir + "lstm_l1_bi_bf_len/";
+    rnnc::LayerSpec spec;
+    spec.batchFirst = true;
+    spec.threads = threads;
+    rnnc::Layer layer = rnnc::Layer::fromFile(spec, dir + "weights.safetensors");
+    EXPECT_EQ(layer.numDirections(), 2);
+    rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy"); // [B, T, I]
+    rnnc::Tensor h0 = rnnc::readNpyFloat32(dir + "h0.npy"),
+                 c0 = rnnc::readNpyFloat32(dir + "c0.npy");
+    rnnc::Int64Array lengths = rnnc::readNpyInt64(dir + "lengths.npy");
+    const int64_t batch = x.dim(0), steps = x.dim(1);
+    ASSERT_EQ(layer.inputSize(), x.dim(2));
+    std::vector<float> y(static_cast<size_t>(steps * batch * layer.outputSize()));
+    std::vector<float> hn(h0.values().size()), cn(c0.values().size());
+    layer.forward(x.data(), steps, batch, h0.data(), c0.data(), lengths.values.data(), y.data(),
+                  hn.data(), cn.data());
+    EXPECT_LE(maxAbsDiff(y, rnnc::readNpyFloat32(dir + "output.npy").values()), 1e-5f);
+    EXPECT_LE(maxAbsDiff(hn, rnnc::readNpyFloat32(dir + "hn.npy").values()), 1e-5f);
+    EXPECT_LE(maxAbsDiff(cn, rnnc::readNpyFloat32(dir + "cn.npy").values()), 1e-5f);
+  }
 }
 
 TEST(Api, ConcurrentForwardCallsOnOneLayerAgree) {

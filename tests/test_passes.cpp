@@ -435,6 +435,55 @@ TEST(Fuse, ALayerNormWhoseValuesEscapeStaysARowWiseCall) {
 )"));
 }
 
+TEST(Fuse, AValueWithoutBatchThatEscapesIsComputedOnItsOwn) {
+  // %1 is read by the step: inside the [B, n] kernel it would be stored from every row, into
+  // storage that the generated code fills once per set of parameters.
+  checkPass(passes::fuseElementwise, R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %b : [n]
+  param %w : [n, n]
+  pre {
+    %0 = const {value = 2} : []
+    %1 = add %x, %b : [B, n]
+    %2 = mul %b, %0 : [n]
+    %3 = add %1, %2 : [B, n]
+  }
+  step {
+    %4 = linear %h, %w : [B, n]
+    %5 = add %3, %4 : [B, n]
+    %6 = mul %5, %2 : [B, n]
+  }
+  yield %h = %6
+  output %6
+}
+)",
+            R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %b : [n]
+  param %w : [n, n]
+  pre {
+    %0 = const {value = 2} : []
+    %1 = mul %b, %0 : [n]
+    fused {
+      %2 = add %x, %b : [B, n]
+      %3 = add %2, %1 : [B, n]
+    }
+  }
+  step {
+    %4 = linear %h, %w : [B, n]
+    fused {
+      %5 = add %3, %4 : [B, n]
+      %6 = mul %5, %1 : [B, n]
+    }
+  }
+  yield %h = %6
+  output %6
+}
+)");
+}
+
 TEST(Fuse, TheLstmStepIsOneProductAndOneKernel) {
   auto lstm = frontend::loadCell("lstm");
   std::ostringstream log;

@@ -14,11 +14,12 @@
 namespace rnnc {
 
 struct LayerSpec {
-  std::string cell = "lstm";            // a built-in cell name or the path of a .cell file
-  std::optional<int> numLayers;         // checked against the weights; inferred when absent
-  std::optional<bool> bidirectional;    // likewise
-  bool batchFirst = false;              // input and output are [B, T, F]
-  bool jit = true;                      // false: the reference interpreter
+  std::string cell = "lstm";         // a built-in cell name or the path of a .cell file
+  std::optional<int> numLayers;      // checked against the weights; inferred when absent
+  std::optional<bool> bidirectional; // likewise
+  bool batchFirst = false;           // input and output are [B, T, F]
+  bool jit = true;                   // false: the reference interpreter
+  int threads = 0; // threads per forward call, each time step split between them; 0: all cores
   std::map<std::string, int64_t> sizes; // sizes the weights do not determine
 };
 
