@@ -1,0 +1,262 @@
+// Matrix products fused into their kernel (passes/FuseMatMul.h): weights packed in tile order
+// by the parameter phase, register tiles accumulated over the depth, the kernel's elementwise
+// work run on each tile.
+#include "codegen/Emitter.h"
+
+#include "ir/Error.h"
+
+#include <algorithm>
+
+namespace rnnc::codegen {
+
+using ir::Op;
+
+// Packs a fused product's weights in tile order (StoragePlan.h, PackedProduct): per block of
+// columns, per depth k, each slice's `width` weights side by side; zero past the columns.
+void Emitter::emitPacking(const PackedProduct& packed) {
+  const ir::Instr& product = *packed.product;
+  const bool transposed = product.op == Op::Linear; // x @ W^T: W is [N, K]
+  View w = view(product.operands[1]);
+  View out{buffers_[packed.buffer], constant(0)};
+  const int64_t slices = static_cast<int64_t>(packed.offsets.size());
+  // Per slice (its offset, start and panel width read from small constant tables), per
+  // column of the block, one loop over the depth: a few plain loops, which LLVM compiles
+  // quickly, where unrolled slices and lanes would be dozens of address streams.
+  auto table = [&](const std::vector<int64_t>& values, const char* name) {
+    auto* type = llvm::ArrayType::get(i64_, values.size());
+    std::vector<llvm::Constant*> elements;
+    for (int64_t v : values)
+      elements.push_back(llvm::ConstantInt::get(i64_, static_cast<uint64_t>(v)));
+    return new llvm::GlobalVariable(*module_, type, true, llvm::GlobalValue::PrivateLinkage,
+                                    llvm::ConstantArray::get(type, elements), name);
+  };
+  std::vector<int64_t> starts, widths;
+  for (int64_t s = 0; s < slices; ++s) {
+    starts.push_back(packed.sliceStart(s));
+    widths.push_back(packed.panelWidth(s));
+  }
+  llvm::Value* offsetTable = table(packed.offsets, "slice_offsets");
+  llvm::Value* startTable = table(starts, "slice_starts");
+  llvm::Value* widthTable = table(widths, "slice_widths");
+  auto lookup = [&](llvm::Value* array, llvm::Value* s) {
+    return b_.CreateLoad(i64_, b_.CreateGEP(i64_, array, s));
+  };
+  RowRange blocks = share(constant(packed.blocks));
+  forLoop(blocks.begin, blocks.end, constant(1), "pack", [&](llvm::Value* blk) {
+    llvm::Value* block = b_.CreateGEP(
+        f32_, out.base, b_.CreateMul(blk, constant(packed.depth * slices * packed.width)));
+    forLoop(constant(0), constant(slices), constant(1), "packs", [&](llvm::Value* s) {
+      llvm::Value* panelWidth = lookup(widthTable, s);
+      llvm::Value* sliceBase = b_.CreateGEP(f32_, block, lookup(startTable, s));
+      forLoop(constant(0), constant(packed.width), constant(1), "packl", [&](llvm::Value* l) {
+        llvm::Value* local = b_.CreateAdd(b_.CreateMul(blk, constant(packed.width)), l);
+        llvm::Value* inside = b_.CreateICmpSLT(local, constant(packed.columns));
+        llvm::Value* column = b_.CreateAdd(local, lookup(offsetTable, s));
+        llvm::Value* to = b_.CreateGEP(f32_, sliceBase, l);
+        forLoop(constant(0), constant(packed.depth), constant(1), "packk", [&](llvm::Value* k) {
+          llvm::Value* from =
+              transposed ? elementPointer(w, column, k) : elementPointer(w, k, column);
+          // Past the kernel's columns the address may be out of bounds: select it away.
+          llvm::Value* safe = b_.CreateSelect(inside, from, w.base);
+          llvm::Value* weight =
+              b_.CreateSelect(inside, b_.CreateAlignedLoad(f32_, safe, llvm::Align(4)),
+                              llvm::ConstantFP::get(f32_, 0.0));
+          b_.CreateAlignedStore(weight, b_.CreateGEP(f32_, to, b_.CreateMul(k, panelWidth)),
+                                llvm::Align(4));
+        });
+      });
+    });
+  });
+}
+
+// A kernel led by a matrix product: per block of `width` columns, per tile of rows, the
+// product's columns of every slice the kernel reads are computed in registers, then the
+// kernel's elementwise work runs on them. Blocks are the outer loop so that a block's packed
+// weights stay in cache while every row of the batch uses them.
+void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup& group,
+                                const PackedProduct& packed, llvm::Value* batchRows) {
+  const ir::Instr& product = *block[group.first];
+  const int64_t slices = static_cast<int64_t>(packed.offsets.size());
+  const int64_t tileRows = packed.tileRows;
+  std::vector<std::vector<const ir::Value*>> sliceValues(static_cast<size_t>(slices));
+  for (size_t i = group.first + 1; i < group.last; ++i) {
+    const ir::Instr& instr = *block[i];
+    if (instr.op == Op::Slice && instr.operands[0] == &product.result) {
+      auto at = std::find(packed.offsets.begin(), packed.offsets.end(),
+                          instr.attrs.offset.constantValue());
+      sliceValues[static_cast<size_t>(at - packed.offsets.begin())].push_back(&instr.result);
+      continue;
+    }
+    for (const ir::Value* operand : instr.operands)
+      if (!definedIn(block, group, operand) && !isImmediate(operand))
+        view(operand);
+    if (instr.op == Op::Slice)
+      view(&instr.result);
+  }
+  View x = view(product.operands[0]);
+  llvm::Value* weights = buffers_[packed.buffer];
+  const int64_t fullBlocks = packed.columns / packed.width;
+  const int64_t tailColumns = packed.columns - fullBlocks * packed.width;
+
+  // A finished tile waits in a small stack array (in L1) while one copy of the elementwise
+  // code loops over its rows, and over the last block's columns one at a time: copies per
+  // row or per column would multiply what LLVM compiles.
+  llvm::Type* vec = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(packed.width));
+  llvm::IRBuilder<> entry(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+  llvm::Value* scratch = entry.CreateAlloca(vec, constant(tileRows * slices), "tile");
+  auto stored = [&](llvm::Value* m, int64_t s) { // the tile's row m, slice s
+    return b_.CreateGEP(vec, scratch, b_.CreateAdd(b_.CreateMul(m, constant(slices)), constant(s)));
+  };
+  // The kernel's elementwise work on rows [firstRow, firstRow + rows) of block blk.
+  auto epilogue = [&](llvm::Value* blk, llvm::Value* firstRow, llvm::Value* rows) {
+    llvm::Value* j = b_.CreateMul(blk, constant(packed.width));
+    auto inRegisters = [&](auto&& load) {
+      std::unordered_map<const ir::Value*, llvm::Value*> values;
+      for (int64_t s = 0; s < slices; ++s) {
+        llvm::Value* sum = load(s);
+        for (const ir::Value* v : sliceValues[static_cast<size_t>(s)])
+          values[v] = sum;
+      }
+      return values;
+    };
+    auto full = [&] {
+      forLoop(constant(0), rows, constant(1), "tilerow", [&](llvm::Value* m) {
+        emitKernelBody(block, group, b_.CreateAdd(firstRow, m), j, packed.width,
+                       inRegisters([&](int64_t s) { return b_.CreateLoad(vec, stored(m, s)); }));
+      });
+    };
+    if (tailColumns == 0)
+      return full();
+    auto* fullBlock = llvm::BasicBlock::Create(context_, "full_block", fn_);
+    auto* tailBlock = llvm::BasicBlock::Create(context_, "tail_block", fn_);
+    auto* done = llvm::BasicBlock::Create(context_, "block_done", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(blk, constant(fullBlocks)), fullBlock, tailBlock);
+    b_.SetInsertPoint(fullBlock);
+    full();
+    b_.CreateBr(done);
+    b_.SetInsertPoint(tailBlock);
+    llvm::Type* lane = llvm::FixedVectorType::get(f32_, 1);
+    forLoop(constant(0), rows, constant(1), "tailrow", [&](llvm::Value* m) {
+      forLoop(constant(0), constant(tailColumns), constant(1), "tailcol", [&](llvm::Value* l) {
+        auto column = [&](int64_t s) { // lane l of the sums as a 1-lane vector
+          llvm::Value* sum = b_.CreateLoad(vec, stored(m, s));
+          return b_.CreateInsertElement(llvm::PoisonValue::get(lane),
+                                        b_.CreateExtractElement(sum, l), uint64_t{0});
+        };
+        emitKernelBody(block, group, b_.CreateAdd(firstRow, m), b_.CreateAdd(j, l), 1,
+                       inRegisters(column));
+      });
+    });
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+  };
+
+  // Full tiles of tileRows rows; the batch's last rows in tiles of half that height, then
+  // single rows (three variants: one per height would cost compile time for little). Each
+  // tile's rows then go through the one epilogue.
+  const int64_t halfRows = std::max<int64_t>(1, tileRows / 2);
+  llvm::Value* tiledRows =
+      b_.CreateMul(b_.CreateSDiv(batchRows, constant(tileRows)), constant(tileRows), "tiled_rows");
+  auto storeTile = [&](const Tile& sums, llvm::Value* firstSlot) {
+    for (size_t m = 0; m < sums.size(); ++m)
+      for (int64_t s = 0; s < slices; ++s)
+        b_.CreateStore(sums[m][s],
+                       stored(b_.CreateAdd(firstSlot, constant(static_cast<int64_t>(m))), s));
+  };
+  RowRange blocks = share(constant(packed.blocks)); // this thread's columns, every step
+  forLoop(blocks.begin, blocks.end, constant(1), "block", [&](llvm::Value* blk) {
+    forLoop(constant(0), batchRows, constant(tileRows), "tile", [&](llvm::Value* r) {
+      llvm::Value* full = b_.CreateICmpSLT(r, tiledRows);
+      llvm::Value* height = b_.CreateSelect(full, constant(tileRows), b_.CreateSub(batchRows, r));
+      auto* fullTile = llvm::BasicBlock::Create(context_, "full_tile", fn_);
+      auto* lastRows = llvm::BasicBlock::Create(context_, "last_rows", fn_);
+      auto* computed = llvm::BasicBlock::Create(context_, "tile_computed", fn_);
+      b_.CreateCondBr(full, fullTile, lastRows);
+      b_.SetInsertPoint(fullTile);
+      storeTile(emitTile(x, weights, packed, blk, r, tileRows), constant(0));
+      b_.CreateBr(computed);
+      b_.SetInsertPoint(lastRows);
+      llvm::Value* halves =
+          b_.CreateMul(b_.CreateSDiv(height, constant(halfRows)), constant(halfRows));
+      forLoop(constant(0), halves, constant(halfRows), "halftile", [&](llvm::Value* m) {
+        storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), halfRows), m);
+      });
+      if (halfRows > 1)
+        forLoop(halves, height, constant(1), "lastrow", [&](llvm::Value* m) {
+          storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), 1), m);
+        });
+      b_.CreateBr(computed);
+      b_.SetInsertPoint(computed);
+      epilogue(blk, r, height);
+    });
+  });
+}
+
+// Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights. The slices
+// are accumulated in passes of as many as the tile's accumulators allow for this many rows
+// (a panel for a full tile, all of them for one row); each pass is one walk over the depth.
+Emitter::Tile Emitter::emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed,
+                                llvm::Value* blk, llvm::Value* firstRow, int64_t rows) {
+  const int64_t slices = packed.slices();
+  const int64_t accumulators = packed.tileRows * packed.panelSlices;
+  const int64_t perPass = std::clamp<int64_t>(accumulators / rows, 1, slices);
+  llvm::Type* vec = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(packed.width));
+  // Every address is a base computed once plus the depth (times the panel's width).
+  std::vector<llvm::Value*> rowPointers;
+  for (int64_t m = 0; m < rows; ++m)
+    rowPointers.push_back(elementPointer(x, b_.CreateAdd(firstRow, constant(m)), constant(0)));
+  llvm::Value* blockWeights = b_.CreateGEP(
+      f32_, weights, b_.CreateMul(blk, constant(packed.depth * slices * packed.width)));
+
+  Tile sums(static_cast<size_t>(rows), std::vector<llvm::Value*>(static_cast<size_t>(slices)));
+  for (int64_t first = 0; first < slices; first += perPass) {
+    const int64_t count = std::min(perPass, slices - first);
+    std::vector<llvm::Value*> sliceWeights;
+    for (int64_t s = first; s < first + count; ++s)
+      sliceWeights.push_back(b_.CreateConstGEP1_64(f32_, blockWeights, packed.sliceStart(s)));
+    // The accumulators are the depth loop's phis. It is not unrolled: the FMAs of one depth
+    // already hide their latency, and a bigger body only costs compile time.
+    llvm::BasicBlock* before = b_.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(context_, "depth", fn_);
+    auto* exit = llvm::BasicBlock::Create(context_, "depth.exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode* k = b_.CreatePHI(i64_, 2, "k");
+    k->addIncoming(constant(0), before);
+    Tile acc(static_cast<size_t>(rows));
+    std::vector<std::vector<llvm::PHINode*>> phis(static_cast<size_t>(rows));
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t s = 0; s < count; ++s) {
+        phis[m].push_back(b_.CreatePHI(vec, 2));
+        phis[m].back()->addIncoming(llvm::ConstantFP::get(vec, 0.0), before);
+        acc[m].push_back(phis[m].back());
+      }
+    std::vector<llvm::Value*> w;
+    for (int64_t s = 0; s < count; ++s)
+      w.push_back(b_.CreateAlignedLoad(
+          vec,
+          b_.CreateGEP(f32_, sliceWeights[s],
+                       b_.CreateMul(k, constant(packed.panelWidth(first + s)))),
+          llvm::Align(4)));
+    for (int64_t m = 0; m < rows; ++m) {
+      llvm::Value* input = b_.CreateVectorSplat(
+          static_cast<unsigned>(packed.width),
+          b_.CreateAlignedLoad(f32_, b_.CreateGEP(f32_, rowPointers[m], k), llvm::Align(4)));
+      for (int64_t s = 0; s < count; ++s)
+        acc[m][s] = b_.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {input, w[s], acc[m][s]});
+    }
+    llvm::Value* next = b_.CreateAdd(k, constant(1));
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t s = 0; s < count; ++s)
+        phis[m][s]->addIncoming(acc[m][s], header);
+    k->addIncoming(next, header);
+    b_.CreateCondBr(b_.CreateICmpSLT(next, constant(packed.depth)), header, exit);
+    b_.SetInsertPoint(exit);
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t s = 0; s < count; ++s)
+        sums[m][first + s] = acc[m][s];
+  }
+  return sums;
+}
+
+} // namespace rnnc::codegen
