@@ -38,10 +38,24 @@ std::unique_ptr<llvm::Module> Emitter::emit() {
     barrier();
   });
   ifPhase(RNNC_PHASE_LOOP, "loop", [&] {
+    // Every step ends at a barrier (if it did anything after its last one), so the next one
+    // starts in sync, as the first does (after the pre phase, or at the start of a call).
     forLoop(constant(0), steps_, constant(1), "step", [&](llvm::Value* t) {
-      synced_ = false; // the previous step's state copies
+      synced_ = true;
       emitStep(t);
     });
+    // States read from the output rows during the loop get the last step's rows.
+    synced_ = false;
+    barrier();
+    const int64_t outCols = columnsOf(cell_.output);
+    for (size_t i = 0; i < cell_.updates.size(); ++i)
+      if (plan_.readFromOutput[i])
+        ifThen(b_.CreateICmpSGT(steps_, constant(0)), "final_state", [&] {
+          llvm::Value* lastRow = b_.CreateMul(b_.CreateSub(steps_, constant(1)), batch_);
+          View last{b_.CreateGEP(f32_, output_, b_.CreateMul(lastRow, constant(outCols))),
+                    constant(outCols)};
+          copyRows({states_[i], constant(outCols)}, last, share(batch_), outCols);
+        });
   });
   b_.CreateRetVoid();
   return std::move(module_);
@@ -128,14 +142,21 @@ void Emitter::emitStep(llvm::Value* t) {
   };
   for (size_t i = 0; i < cell_.inputs.size(); ++i)
     views_[cell_.inputs[i].get()] = rowsFrom(inputs_[i], columnsOf(cell_.inputs[i].get()));
-  for (size_t i = 0; i < cell_.states.size(); ++i)
-    views_[cell_.states[i].get()] = {states_[i], constant(columnsOf(cell_.states[i].get()))};
+  const int64_t outCols = columnsOf(cell_.output);
+  for (size_t i = 0; i < cell_.states.size(); ++i) {
+    llvm::Value* base = states_[i];
+    if (plan_.readFromOutput[i]) { // step t > 0 reads the state from output rows t - 1
+      llvm::Value* previous = b_.CreateGEP(
+          f32_, output_, b_.CreateMul(b_.CreateSub(firstRow, batch_), constant(outCols)));
+      base = b_.CreateSelect(b_.CreateICmpEQ(t, constant(0)), base, previous);
+    }
+    views_[cell_.states[i].get()] = {base, constant(columnsOf(cell_.states[i].get()))};
+  }
   for (const BufferSpec& spec : plan_.buffers)
     if (spec.rows == Rows::Sequence)
       views_[spec.value] = rowsFrom(buffers_[index(spec)], spec.cols);
     else if (spec.rows == Rows::Step && !views_.count(spec.value))
       views_[spec.value] = {buffers_[index(spec)], constant(spec.cols)};
-  const int64_t outCols = columnsOf(cell_.output);
   View outputRows = rowsFrom(output_, outCols);
   if (plan_.outputInPlace)
     views_[cell_.output] = outputRows;
@@ -165,9 +186,11 @@ void Emitter::emitStep(llvm::Value* t) {
     sources.push_back(source);
   }
   for (size_t i = 0; i < cell_.updates.size(); ++i)
-    if (cell_.updates[i].next != cell_.updates[i].state && !plan_.updatedInKernel[i])
+    if (cell_.updates[i].next != cell_.updates[i].state && !plan_.updatedInKernel[i] &&
+        !plan_.readFromOutput[i])
       copyRows(views_.at(cell_.states[i].get()), sources[i], mine,
                columnsOf(cell_.states[i].get()));
+  barrier(); // the next step reads these rows split its own way
 }
 
 void Emitter::emitBlock(const ir::Block& block, llvm::Value* batchRows, Work which) {

@@ -198,6 +198,9 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target) {
     bool readsState = source && source->argKind == ir::ArgKind::State && source != update.state;
     plan.staging.push_back(readsState ? static_cast<int>(plan.buffers.size()) : -1);
     plan.updatedInKernel.push_back(canUpdateInKernel(cell, update));
+    plan.readFromOutput.push_back(update.next == cell.output && update.next != update.state &&
+                                  !readsState && !plan.updatedInKernel.back() &&
+                                  update.state->shape == cell.output->shape);
     if (readsState)
       plan.buffers.push_back({update.next, Rows::Step, 1, columnsOf(update.next)});
   }

@@ -50,6 +50,8 @@ TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
   // h is read whole by the product in the kernel, so only c is stored over by the kernel; h'
   // goes straight into the output sequence and is copied to h after the step.
   EXPECT_EQ(plan.updatedInKernel, (std::vector<bool>{false, true}));
+  // h is the output: later steps read it from the previous step's output rows, with no copy.
+  EXPECT_EQ(plan.readFromOutput, (std::vector<bool>{true, false}));
   EXPECT_TRUE(plan.outputInPlace);
   // The pre block's two sequences, then the packed weights: 20 columns in blocks of 8 is 3
   // blocks, each 20 deep, each depth 4 slices of 8; no buffer for the [B, 80] gates.
