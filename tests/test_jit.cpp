@@ -1,5 +1,6 @@
 // The JIT against the reference interpreter: every built-in cell and several custom ones, over
-// sizes including the odd ones (hidden 1, 3, 17, 1000; batch 1, 5, 64; T 1 and 100), on one
+// sizes including the odd ones (hidden 1, 3, 17, 400, 1000; batch 1, 5, 64, 250; T 1 and 100:
+// products deep enough to be walked in chunks, batches of more than one group of tiles), on one
 // thread and on several.
 #include "frontend/BuiltinCells.h"
 #include "frontend/CellParser.h"
@@ -47,7 +48,8 @@ TEST_P(JitMatchesInterpreter, OnOddAndTypicalSizes) {
     int64_t steps, batch, input, hidden;
   };
   for (int threads : {1, 3})
-    for (Size s : {Size{1, 1, 1, 1}, Size{100, 5, 3, 3}, Size{7, 64, 5, 17}, Size{2, 5, 7, 1000}}) {
+    for (Size s : {Size{1, 1, 1, 1}, Size{100, 5, 3, 3}, Size{7, 64, 5, 17}, Size{2, 5, 7, 1000},
+                   Size{2, 250, 3, 400}}) {
       ir::SizeMap sizes = {{"input_size", s.input},
                            {"hidden_size", s.hidden},
                            {"proj_size", std::max<int64_t>(1, s.hidden / 2)},
