@@ -1,7 +1,6 @@
 // The JIT against the reference interpreter: every built-in cell and several custom ones, over
-// sizes including the odd ones (hidden 1, 3, 17, 400, 1000; batch 1, 5, 64, 250; T 1 and 100:
-// products deep enough to be walked in chunks, batches of more than one group of tiles), on one
-// thread and on several.
+// sizes including the odd ones (hidden 1, 3, 17, 400, 1000; batch 1, 5, 64, 250; T 1 and 100;
+// batches of many tiles, half tiles and single rows), on one thread and on several.
 #include "frontend/BuiltinCells.h"
 #include "frontend/CellParser.h"
 #include "runtime/SequenceRunner.h"
