@@ -1,6 +1,8 @@
 // A cell compiled to native code: the optimised IR, its storage plan and the JIT-loaded
 // `rnnc_run` function. run() has the interpreter's interface, so the two are interchangeable and
-// the interpreter is the oracle for it. Thread-safe: run() allocates its own buffers.
+// the interpreter is the oracle for it. Thread-safe: prepare() does the parameter-only work once
+// into an immutable Prepared, and each run() writes only its own workspace, states and output;
+// with `threads` > 1 a run borrows a team of threads (runtime/ThreadTeam.h) for its duration.
 #pragma once
 
 #include "codegen/StoragePlan.h"

@@ -1,6 +1,6 @@
 // Threads that run one compiled sequence together. The generated code splits every step
-// between them and meets at rnnc_barrier once or twice a step, so the barrier must cost well
-// under a microsecond while every thread has a core; when another process takes a core, a
+// between them and meets at rnnc_barrier about once a step, so the barrier must cost well under
+// a microsecond while every thread has a core; when another process takes a core, a
 // waiter stops spinning after a bounded time and sleeps on a futex (std::atomic::wait), so an
 // oversubscribed run slows down instead of burning its time slices.
 //
