@@ -209,7 +209,7 @@ void Emitter::emitBlock(const ir::Block& block, llvm::Value* batchRows, Work whi
     bool unbatched = true; // every value the work writes is without a batch dimension
     for (size_t j = i; j < end; ++j)
       if (block[j]->op != Op::Const && block[j]->op != Op::Slice)
-        unbatched &= !isBatchedValue(&block[j]->result);
+        unbatched &= !block[j]->result.isBatched();
     unbatched &= !product;
     if ((which == Work::PerRow && unbatched) || (which == Work::WithoutBatch && !unbatched)) {
       if (isGroup)

@@ -153,11 +153,7 @@ private:
 
   // The rows of `value` this thread computes.
   RowRange rowsFor(const ir::Value* value, llvm::Value* batchRows) {
-    return isBatchedValue(value) ? share(batchRows) : firstThreadOnly(constant(fixedRowsOf(value)));
-  }
-
-  static bool isBatchedValue(const ir::Value* value) {
-    return !value->shape.empty() && value->shape[0].mentions(ir::kBatchSymbol);
+    return value->isBatched() ? share(batchRows) : firstThreadOnly(constant(fixedRowsOf(value)));
   }
 
   void barrier();

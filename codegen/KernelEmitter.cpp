@@ -25,7 +25,7 @@ void Emitter::emitKernel(const ir::Block& block, const KernelGroup& group, llvm:
     RNNC_INTERNAL_CHECK(widened.has_value(), "kernel members do not share an iteration space");
     space = *widened;
   }
-  bool batched = !space.empty() && space[0].mentions(ir::kBatchSymbol);
+  bool batched = ir::hasBatch(space);
   int64_t rowsFixed = 1;
   for (size_t d = 0; d + 1 < space.size(); ++d)
     if (!batched)

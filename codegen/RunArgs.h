@@ -23,8 +23,8 @@ struct RnncRunArgs {
   void* team;
 };
 
-// A whole run is every phase, in this order. Run apart: the parameter-only work (stacked
-// weights, summed biases, weights packed for fused products) is done once when a layer is
+// The phases run in this order when a call asks for several. Run apart: the parameter-only work
+// (stacked weights, summed biases, weights packed for fused products) is done once when a layer is
 // built; and the pre phase can cover the rows of several calls of the loop (variable-length
 // batches premultiply all their packed rows at once, then run each stretch of steps with the
 // same active batch on its rows of the pre buffers).
@@ -32,7 +32,6 @@ enum RnncPhase : int64_t {
   RNNC_PHASE_PARAMS = 4, // the pre block's work without a batch dimension; fills fixed buffers
   RNNC_PHASE_PRE = 1,    // the pre block's per-row work over steps * batch rows
   RNNC_PHASE_LOOP = 2,   // the time loop, reading pre buffers at row t * batch
-  RNNC_PHASE_ALL = 7,
 };
 
 using RnncRunFunction = void (*)(const RnncRunArgs*);

@@ -7,10 +7,6 @@
 namespace rnnc::codegen {
 namespace {
 
-bool isBatched(const ir::Value* value) {
-  return !value->shape.empty() && value->shape[0].mentions(ir::kBatchSymbol);
-}
-
 // Whether an instruction's result is read by anything outside its own kernel: an instruction
 // elsewhere, the output, or (with `countUpdates`) a state update.
 bool usedOutsideKernel(const ir::Cell& cell, const ir::Instr& instr, bool countUpdates = true) {
@@ -167,7 +163,7 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target) {
         continue;
       bool kernelInternal =
           (ir::isFusible(instr->op) || instr->kernel >= 0) && !usedOutsideKernel(cell, *instr);
-      if (instr->kernel >= 0 && (instr->op == ir::Op::Linear || instr->op == ir::Op::MatMul)) {
+      if (instr->kernel >= 0 && ir::isMatrixProduct(instr->op)) {
         PackedProduct packed = planPackedProduct(cell, *instr, target);
         packed.buffer = plan.buffers.size();
         plan.buffers.push_back({value, Rows::Fixed, packed.blocks * packed.depth,
@@ -187,7 +183,7 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target) {
         plan.outputInPlace = true;
         continue;
       }
-      Rows rows = !isBatched(value) ? Rows::Fixed : inPre ? Rows::Sequence : Rows::Step;
+      Rows rows = !value->isBatched() ? Rows::Fixed : inPre ? Rows::Sequence : Rows::Step;
       plan.bufferOf[value] = plan.buffers.size();
       plan.buffers.push_back(
           {value, rows, rows == Rows::Fixed ? fixedRowsOf(value) : 0, columnsOf(value)});

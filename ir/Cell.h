@@ -37,6 +37,7 @@ public:
   Instr* def = nullptr;
 
   bool isArgument() const { return def == nullptr; }
+  bool isBatched() const { return hasBatch(shape); }
 };
 
 struct Attrs {

@@ -66,6 +66,12 @@ private:
 
 using Shape = std::vector<Dim>;
 
+// Whether a shape's rows are the batch ([B, ...]): per-sequence-element data rather than
+// parameters or values derived only from them.
+inline bool hasBatch(const Shape& shape) {
+  return !shape.empty() && shape[0].mentions(kBatchSymbol);
+}
+
 std::string shapeStr(const Shape& shape); // `[B, 4*hidden_size]`
 Shape substituteShape(const Shape& shape, const SizeMap& sizes);
 

@@ -238,7 +238,7 @@ private:
           // A matrix product may lead its kernel (passes/FuseMatMul.h); the verifier checks
           // that it comes first and that only slices in the kernel read it.
           Op op = block.back()->op;
-          bool leadingProduct = (op == Op::Linear || op == Op::MatMul) && block.size() == first + 1;
+          bool leadingProduct = isMatrixProduct(op) && block.size() == first + 1;
           if (!isFusible(op) && !leadingProduct)
             lexer_.errorAt(at, std::string(opName(op)) + " cannot be part of a fused kernel");
         }

@@ -45,5 +45,8 @@ inline bool isCommutative(Op op) {
 inline bool isView(Op op) {
   return opTraits(op) & kView;
 }
+inline bool isMatrixProduct(Op op) {
+  return op == Op::Linear || op == Op::MatMul;
+}
 
 } // namespace rnnc::ir

@@ -62,7 +62,7 @@ private:
         previous = -1;
         continue;
       }
-      bool product = instr->op == Op::Linear || instr->op == Op::MatMul;
+      bool product = isMatrixProduct(instr->op);
       if (product && kernel == previous)
         fail(fmt::format("{} in fused kernel {} is not the kernel's first member",
                          opName(instr->op), kernel));

@@ -126,10 +126,6 @@ const ir::Instr* escapingNorm(const ir::Cell& cell, const ir::Block& block) {
 
 namespace {
 
-bool isBatched(const ir::Value* v) {
-  return !v->shape.empty() && v->shape[0].mentions(ir::kBatchSymbol);
-}
-
 // A value without a batch dimension computed inside a kernel over [B, ...] would be recomputed
 // for every row, and if something outside the kernel reads it, stored from every row: into
 // storage that the parameter-only phase of the generated code fills once and runs share. Such a
@@ -137,14 +133,14 @@ bool isBatched(const ir::Value* v) {
 const ir::Instr* escapingUnbatched(const ir::Cell& cell, const ir::Block& block) {
   for (const auto& instr : block) {
     if (instr->kernel < 0 || instr->op == ir::Op::Const || instr->op == ir::Op::Slice ||
-        isBatched(&instr->result))
+        instr->result.isBatched())
       continue;
     bool batchedKernel = false;
     int inside = 0;
     for (const auto& member : block) {
       if (member->kernel != instr->kernel)
         continue;
-      batchedKernel |= isBatched(&member->result);
+      batchedKernel |= member->result.isBatched();
       for (const ir::Value* operand : member->operands)
         inside += operand == &instr->result;
     }

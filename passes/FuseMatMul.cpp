@@ -5,10 +5,6 @@
 namespace rnnc::passes {
 namespace {
 
-bool isBatched(const ir::Value* v) {
-  return !v->shape.empty() && v->shape[0].mentions(ir::kBatchSymbol);
-}
-
 // The kernel every use of `product` belongs to, if every use is a slice in one kernel whose
 // width is `columns`; -1 otherwise.
 int consumingKernel(const ir::Cell& cell, const ir::Instr& product, const ir::Dim& columns) {
@@ -41,7 +37,7 @@ const ir::Dim* kernelColumns(const ir::Block& block, int kernel) {
     if (instr->op == ir::Op::LayerNorm)
       return nullptr;
     const ir::Shape& shape = instr->result.shape;
-    if (shape.size() == 2 && isBatched(&instr->result) && !columns)
+    if (shape.size() == 2 && instr->result.isBatched() && !columns)
       columns = &shape[1];
   }
   return columns;
@@ -56,14 +52,14 @@ bool fuseMatMul(ir::Cell& cell) {
   // instruction that slides into its place terminates.
   for (size_t i = 0; i < block.size();) {
     ir::Instr& product = *block[i];
-    if ((product.op != ir::Op::Linear && product.op != ir::Op::MatMul) || product.kernel >= 0) {
+    if (!ir::isMatrixProduct(product.op) || product.kernel >= 0) {
       ++i;
       continue;
     }
     const ir::Value* x = product.operands[0];
     const ir::Value* w = product.operands[1];
-    if (product.operands.size() != 2 || !isBatched(x) || x->shape.size() != 2 ||
-        w->shape.size() != 2 || isBatched(w)) {
+    if (product.operands.size() != 2 || !x->isBatched() || x->shape.size() != 2 ||
+        w->shape.size() != 2 || w->isBatched()) {
       ++i;
       continue;
     }

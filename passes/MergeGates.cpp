@@ -81,7 +81,7 @@ bool mergeBlock(ir::Cell& cell, ir::Block& block) {
   std::map<std::pair<Op, const ir::Value*>, std::vector<ir::Instr*>> groups;
   std::vector<std::pair<Op, const ir::Value*>> order;
   for (const auto& instr : block) {
-    if (instr->op != Op::Linear && instr->op != Op::MatMul)
+    if (!ir::isMatrixProduct(instr->op))
       continue;
     auto key = std::make_pair(instr->op, static_cast<const ir::Value*>(instr->operands[0]));
     if (!groups.count(key))

@@ -8,6 +8,7 @@
 #include "ir/Error.h"
 #include "ir/Printer.h"
 #include "runtime/Kernels.h"
+#include "runtime/PackedBatch.h"
 #include "runtime/ThreadTeam.h"
 
 #include <chrono>
@@ -275,21 +276,15 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>
   // Each stretch of steps with one active batch reads and writes its own rows.
   std::vector<const float*> segmentInputs(inputPointers.size());
   std::vector<float*> segmentBuffers(buffers);
-  int64_t firstRow = 0;
-  for (size_t t0 = 0; t0 < batchSizes.size();) {
-    const int64_t active = batchSizes[t0];
-    size_t t1 = t0;
-    while (t1 < batchSizes.size() && batchSizes[t1] == active)
-      ++t1;
-    if (active == 0)
-      break;
+  for (const Stretch& stretch : stretchesOf(batchSizes)) {
+    const int64_t firstRow = stretch.firstRow;
     for (size_t i = 0; i < inputs.size(); ++i)
       segmentInputs[i] = inputPointers[i] + firstRow * inputs[i].dim(1);
     for (size_t i = 0; i < plan_.buffers.size(); ++i)
       if (plan_.buffers[i].rows == codegen::Rows::Sequence)
         segmentBuffers[i] = buffers[i] + firstRow * plan_.buffers[i].cols;
-    RnncRunArgs loop{static_cast<int64_t>(t1 - t0),
-                     active,
+    RnncRunArgs loop{stretch.steps,
+                     stretch.active,
                      prepared.params.data(),
                      segmentInputs.data(),
                      statePointers.data(),
@@ -300,8 +295,6 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>
                      1,
                      nullptr};
     callOnTeam(function_, loop, team);
-    firstRow += static_cast<int64_t>(t1 - t0) * active;
-    t0 = t1;
   }
 }
 

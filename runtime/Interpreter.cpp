@@ -248,7 +248,7 @@ Tensor Interpreter::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
   // Pre results with a batch dimension are per-row ([T*B, F]) and read one step at a time;
   // parameter-only ones (say b_ih + b_hh, shape [F]) are read whole.
   for (const auto& instr : cell_.pre)
-    if (!instr->result.shape.empty() && instr->result.shape[0].mentions(ir::kBatchSymbol))
+    if (instr->result.isBatched())
       perStepValues.push_back(&instr->result);
 
   ir::SizeMap stepSizes = cell_.sizes;

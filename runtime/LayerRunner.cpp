@@ -3,6 +3,7 @@
 #include "codegen/StoragePlan.h"
 #include "ir/Error.h"
 #include "runtime/Hash.h"
+#include "runtime/PackedBatch.h"
 #include "runtime/ThreadTeam.h"
 #include "runtime/Weights.h"
 
@@ -51,14 +52,10 @@ runPackedByStretches(const std::function<Tensor(const Tensor&, std::vector<Tenso
                      const Tensor& input, const std::vector<int64_t>& batchSizes,
                      std::vector<Tensor>& states) {
   Tensor output;
-  int64_t firstRow = 0;
-  for (size_t t0 = 0; t0 < batchSizes.size() && batchSizes[t0] > 0;) {
-    const int64_t active = batchSizes[t0];
-    size_t t1 = t0;
-    while (t1 < batchSizes.size() && batchSizes[t1] == active)
-      ++t1;
-    const int64_t stretch = static_cast<int64_t>(t1 - t0), rows = stretch * active;
-    Tensor segment({stretch, active, input.dim(1)},
+  for (const Stretch& stretch : stretchesOf(batchSizes)) {
+    const int64_t active = stretch.active, firstRow = stretch.firstRow;
+    const int64_t rows = stretch.steps * active;
+    Tensor segment({stretch.steps, active, input.dim(1)},
                    std::vector<float>(row(input, firstRow), row(input, firstRow + rows)));
     std::vector<Tensor> activeStates;
     for (const Tensor& state : states)
@@ -71,8 +68,6 @@ runPackedByStretches(const std::function<Tensor(const Tensor&, std::vector<Tenso
     if (output.numel() == 0)
       output = Tensor({input.dim(0), out.dim(2)});
     std::copy(out.data(), out.data() + out.numel(), row(output, firstRow));
-    firstRow += rows;
-    t0 = t1;
   }
   return output;
 }
@@ -258,10 +253,10 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
     previousOutput = layerOutput;
   }
   // The parameter-only work once, now that the slots (and their parameters) are in place.
-  const int threads = options.threads > 0 ? options.threads : defaultThreadCount();
+  program->threads_ = options.threads > 0 ? options.threads : defaultThreadCount();
   for (Slot& slot : program->slots_)
     if (slot.compiled)
-      slot.prepared = slot.compiled->prepare(slot.params, threads);
+      slot.prepared = slot.compiled->prepare(slot.params, program->threads_);
   program->outputSize_ = previousOutput;
   return program;
 }
@@ -321,7 +316,7 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
       }
       Executor run;
       if (slot.compiled) {
-        const int threads = options_.threads > 0 ? options_.threads : defaultThreadCount();
+        const int threads = threads_;
         run.padded = [&slot, threads](const Tensor& in, std::vector<Tensor>& st) {
           Tensor output;
           CompiledCell::Workspace workspace;

@@ -84,6 +84,7 @@ private:
   std::string weightsSource_;
   LayerOptions options_;
   int numLayers_ = 0, directions_ = 1;
+  int threads_ = 1; // options_.threads, with 0 resolved to the core count
   int64_t inputSize_ = 0, outputSize_ = 0;
   std::vector<Slot> slots_; // layer-major, direction-minor, as PyTorch orders h_n
 };

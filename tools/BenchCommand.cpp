@@ -125,7 +125,7 @@ double matmulFlops(const ir::Cell& cell, int64_t steps, int64_t batch) {
   double flops = 0;
   for (const auto* block : {&cell.pre, &cell.step})
     for (const auto& instr : *block) {
-      if (instr->op != ir::Op::Linear && instr->op != ir::Op::MatMul)
+      if (!ir::isMatrixProduct(instr->op))
         continue;
       TensorShape x = concrete(instr->operands[0]->shape, sizes);
       TensorShape y = concrete(instr->result.shape, sizes);
