@@ -12,8 +12,9 @@ namespace rnnc::codegen {
 
 using ir::Op;
 
-// One loop nest over the kernel's iteration space [R, F]: rows outside, columns inside in
-// vectors of the target's width, then the remaining columns one at a time.
+// One loop nest over the kernel's iteration space [R, F]: rows outside, columns inside in groups
+// of interleaved vectors, then single vectors of the target's width, then the remaining columns
+// one at a time.
 void Emitter::emitKernel(const ir::Block& block, const KernelGroup& group, llvm::Value* batchRows) {
   if (const PackedProduct* packed = plan_.packedProductOf(block[group.first].get()))
     return emitProductKernel(block, group, *packed, batchRows);
@@ -33,6 +34,8 @@ void Emitter::emitKernel(const ir::Block& block, const KernelGroup& group, llvm:
   RowRange rows = batched ? share(batchRows) : firstThreadOnly(constant(rowsFixed));
   const int64_t cols = space.empty() ? 1 : space.back().constantValue();
   const int64_t width = target_.vectorWidth;
+  const int64_t groupWidth = width * target_.interleavedVectors;
+  const int64_t groupCols = cols - cols % groupWidth;
   const int64_t vectorCols = cols - cols % width;
 
   // Views are computed before the loops so that their address arithmetic is not repeated.
@@ -47,8 +50,11 @@ void Emitter::emitKernel(const ir::Block& block, const KernelGroup& group, llvm:
     for (size_t i = group.first; i < group.last; ++i)
       if (block[i]->op == Op::LayerNorm)
         rowStatistics_[&block[i]->result] = emitRowStatistics(*block[i], r);
-    if (vectorCols > 0)
-      forLoop(constant(0), constant(vectorCols), constant(width), "col",
+    if (groupCols > 0)
+      forLoop(constant(0), constant(groupCols), constant(groupWidth), "colgroup",
+              [&](llvm::Value* j) { emitKernelBody(block, group, r, j, groupWidth); });
+    if (vectorCols > groupCols)
+      forLoop(constant(groupCols), constant(vectorCols), constant(width), "col",
               [&](llvm::Value* j) { emitKernelBody(block, group, r, j, width); });
     if (vectorCols < cols)
       forLoop(constant(vectorCols), constant(cols), constant(1), "tail",

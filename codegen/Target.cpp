@@ -6,7 +6,8 @@ namespace rnnc::codegen {
 
 std::string Target::describe() const {
   return triple + " " + cpu + " w" + std::to_string(vectorWidth) + " r" +
-         std::to_string(vectorRegisters) + " " + features;
+         std::to_string(vectorRegisters) + " i" + std::to_string(interleavedVectors) + " " +
+         features;
 }
 
 Target hostTarget() {

@@ -13,6 +13,11 @@ struct Target {
   std::string features;     // LLVM feature string: "+avx2,+fma,..."
   int vectorWidth = 4;      // floats per vector in generated kernels
   int vectorRegisters = 16; // architectural vector registers (32 with AVX-512)
+  // Vectors an elementwise loop computes per iteration, as one wider LLVM vector that the
+  // backend splits into interleaved native ones. A sigmoid is a chain of some 40 cycles of
+  // latency; with one vector per iteration the reorder window cannot overlap enough
+  // iterations to keep the FMA pipes busy (rnn_eltwise ran at 2x the time).
+  int interleavedVectors = 4;
 
   std::string describe() const; // for cache keys and `rnnc version`
 };

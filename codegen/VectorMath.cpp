@@ -39,14 +39,13 @@ llvm::Value* polynomial(Builder& b, llvm::Value* x, std::initializer_list<float>
 // The clamps are compare-and-select, not minnum/maxnum, so a NaN argument stays NaN all the way
 // through at no cost.
 //
-// `exactLimits` (the exp op): the whole float range. x is clamped to [-103.97, 88.72], 2^n is
-// applied as two factors 2^(n/2) 2^(n - n/2) so that n = 128 and denormal results work, and
-// past the clamps the result is exactly inf or 0. Without it (inside sigmoid and tanh, whose
-// results saturate long before): x is clamped to [-87.3, 88.3], one factor, nothing else.
-llvm::Value* emitExpCore(Builder& b, llvm::Value* x, bool exactLimits) {
+// Over the whole float range: x is clamped to [-103.97, 88.72], 2^n is applied as two factors
+// 2^(n/2) 2^(n - n/2) so that n = 128 and denormal results work, and past the clamps the result
+// is exactly inf or 0.
+llvm::Value* emitExpCore(Builder& b, llvm::Value* x) {
   llvm::Type* ivec = intVectorLike(x);
-  llvm::Value* lo = splat(b, x, exactLimits ? -103.972084045410f : -87.3f);
-  llvm::Value* hi = splat(b, x, exactLimits ? 88.72283935546875f : 88.3f);
+  llvm::Value* lo = splat(b, x, -103.972084045410f);
+  llvm::Value* hi = splat(b, x, 88.72283935546875f);
   llvm::Value* clamped = b.CreateSelect(b.CreateFCmpOLT(x, lo), lo, x);
   clamped = b.CreateSelect(b.CreateFCmpOGT(clamped, hi), hi, clamped);
   llvm::Value* n = b.CreateIntrinsic(llvm::Intrinsic::rint, {x->getType()},
@@ -63,8 +62,6 @@ llvm::Value* emitExpCore(Builder& b, llvm::Value* x, bool exactLimits) {
                            x->getType());
   };
   llvm::Value* ni = b.CreateFPToSI(n, ivec);
-  if (!exactLimits)
-    return b.CreateFMul(expR, powerOfTwo(ni));
   llvm::Value* half = b.CreateAShr(ni, 1);
   llvm::Value* result =
       b.CreateFMul(b.CreateFMul(expR, powerOfTwo(half)), powerOfTwo(b.CreateSub(ni, half)));
@@ -73,10 +70,36 @@ llvm::Value* emitExpCore(Builder& b, llvm::Value* x, bool exactLimits) {
   return b.CreateSelect(b.CreateFCmpOLT(x, lo), splat(b, x, 0.0f), result);
 }
 
+// 2^t for sigmoid and tanh, whose results need only absolute accuracy. t is clamped to
+// [-127, 128], where 2^t comes out as exactly 0 and +inf, so that the formulas below saturate to
+// exact 0, 1 and -1 with no further compare. n = round(t) and the float 2^n both come from one
+// add: adding 1.5 * 2^23 + 127 leaves n + 127 in the low mantissa bits, and shifting them into
+// the exponent field gives 2^n. 2^f for f = t - n in [-1/2, 1/2] is a degree-5 polynomial
+// (a minimax fit of the relative error, 2e-7 in float arithmetic; scripts/fit_exp2.py). Compared
+// with the exp op there is no Cody-Waite split of ln 2: the rounding of t = x log2(e) changes 2^t
+// relatively by up to 6e-8 |t|, but sigmoid and tanh scale that by s (1 - s), about 2^-|t|, which
+// leaves under 3e-8.
+llvm::Value* emitSaturatingExp2(Builder& b, llvm::Value* t) {
+  llvm::Value* lo = splat(b, t, -127.0f);
+  llvm::Value* hi = splat(b, t, 128.0f);
+  t = b.CreateSelect(b.CreateFCmpOLT(t, lo), lo, t); // selects, not minnum: NaN stays NaN
+  t = b.CreateSelect(b.CreateFCmpOGT(t, hi), hi, t);
+  llvm::Value* shifter = splat(b, t, 12582912.0f + 127.0f);
+  llvm::Value* shifted = b.CreateFAdd(t, shifter);
+  llvm::Value* f = b.CreateFSub(t, b.CreateFSub(shifted, shifter));
+  llvm::Value* q = polynomial(
+      b, f,
+      {1.324515557e-03f, 9.668957442e-03f, 5.550770089e-02f, 2.402228415e-01f, 6.931469440e-01f});
+  llvm::Value* twoToF = fma(b, q, f, splat(b, t, 1.0f)); // exactly 1 at f = 0
+  llvm::Value* twoToN =
+      b.CreateBitCast(b.CreateShl(b.CreateBitCast(shifted, intVectorLike(t)), 23), t->getType());
+  return b.CreateFMul(twoToF, twoToN);
+}
+
 } // namespace
 
 llvm::Value* emitExp(Builder& b, llvm::Value* x) {
-  return emitExpCore(b, x, true);
+  return emitExpCore(b, x);
 }
 
 // log(x) = e ln 2 + log(m), x = m 2^e with m in [sqrt(1/2), sqrt(2)) (Cephes logf). Denormals
@@ -115,20 +138,19 @@ llvm::Value* emitLog(Builder& b, llvm::Value* x) {
   return b.CreateSelect(b.CreateFCmpULT(x, splat(b, x, 0.0f)), splat(b, x, nan), result);
 }
 
-// sigmoid(x) = 1 / (1 + exp(-x)): for large x exp(-x) is about 0 and the result 1; below -87.3
-// the true value is under 1.2e-38 and we return 0.
+// sigmoid(x) = 1 / (1 + 2^(-x log2 e)): exactly 1 for large x and 0 below about -88.4, where
+// 2^t is +inf; between -88.4 and -87.7 the result is a denormal, as libm's gives.
 llvm::Value* emitSigmoid(Builder& b, llvm::Value* x) {
-  llvm::Value* e = emitExpCore(b, b.CreateFNeg(x), false);
-  llvm::Value* result = b.CreateFDiv(splat(b, x, 1.0f), b.CreateFAdd(splat(b, x, 1.0f), e));
-  // Exactly 0 where the true value is below the smallest normal float, as PyTorch gives.
-  return b.CreateSelect(b.CreateFCmpOLT(x, splat(b, x, -87.3f)), splat(b, x, 0.0f), result);
+  llvm::Value* e = emitSaturatingExp2(b, b.CreateFMul(x, splat(b, x, -1.44269504088896341f)));
+  return b.CreateFDiv(splat(b, x, 1.0f), b.CreateFAdd(splat(b, x, 1.0f), e));
 }
 
-// tanh(x) = 1 - 2 / (exp(2x) + 1): one exp and one division, -1 and +1 at the far ends. The
-// absolute error stays below 2e-7 everywhere (near 0 the subtraction cancels, but only to the
-// size of float rounding of 1); a relative-accuracy polynomial near 0 is not worth its cost here.
+// tanh(x) = 1 - 2 / (2^(2x log2 e) + 1): one exp2 and one division, exactly -1 and +1 at the far
+// ends and 0 at 0. Near 0 the subtraction cancels, but only to the size of float rounding of 1:
+// the absolute error stays within 5e-7; a relative-accuracy polynomial near 0 is not worth its
+// cost here.
 llvm::Value* emitTanh(Builder& b, llvm::Value* x) {
-  llvm::Value* e = emitExpCore(b, b.CreateFAdd(x, x), false);
+  llvm::Value* e = emitSaturatingExp2(b, b.CreateFMul(x, splat(b, x, 2.88539008177792682f)));
   return b.CreateFSub(splat(b, x, 1.0f),
                       b.CreateFDiv(splat(b, x, 2.0f), b.CreateFAdd(e, splat(b, x, 1.0f))));
 }
