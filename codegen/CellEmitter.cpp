@@ -42,7 +42,9 @@ std::unique_ptr<llvm::Module> Emitter::emit() {
     // starts in sync, as the first does (after the pre phase, or at the start of a call).
     forLoop(constant(0), steps_, constant(1), "step", [&](llvm::Value* t) {
       synced_ = true;
+      step_ = t;
       emitStep(t);
+      step_ = nullptr;
     });
     // States read from the output rows during the loop get the last step's rows.
     synced_ = false;

@@ -256,6 +256,7 @@ private:
   llvm::PointerType* ptr_ = nullptr;
   llvm::FunctionCallee gemm_, layerNorm_, barrier_;
   llvm::Value* steps_ = nullptr;
+  llvm::Value* step_ = nullptr; // the step being emitted; null outside the time loop
   llvm::Value* phases_ = nullptr;
   llvm::Value* thread_ = nullptr;  // this thread's index in [0, threads)
   llvm::Value* threads_ = nullptr; // how many threads run this call together

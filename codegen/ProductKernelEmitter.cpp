@@ -164,7 +164,20 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup& group
                        stored(b_.CreateAdd(firstSlot, constant(static_cast<int64_t>(m))), s));
   };
   RowRange blocks = share(constant(packed.blocks)); // this thread's columns, every step
-  forLoop(blocks.begin, blocks.end, constant(1), "block", [&](llvm::Value* blk) {
+  // Odd steps walk the blocks backwards. When a thread's weights overflow its L2 (batch 1 at
+  // H=256 streams 1 MB a step through 512 KB), walking them in the same order every step
+  // evicts each block just before it is needed again, and every byte comes from L3; turning
+  // round at the end starts the next step on the blocks just used, still in L2 (batch 1 on
+  // one thread: 10% faster).
+  llvm::Value* backwards =
+      step_ ? b_.CreateICmpEQ(b_.CreateAnd(step_, constant(1)), constant(1)) : nullptr;
+  forLoop(blocks.begin, blocks.end, constant(1), "block", [&](llvm::Value* walked) {
+    llvm::Value* blk = walked;
+    if (backwards)
+      blk = b_.CreateSelect(
+          backwards,
+          b_.CreateSub(b_.CreateAdd(blocks.begin, blocks.end), b_.CreateAdd(walked, constant(1))),
+          walked);
     forLoop(constant(0), batchRows, constant(tileRows), "tile", [&](llvm::Value* r) {
       llvm::Value* full = b_.CreateICmpSLT(r, tiledRows);
       llvm::Value* height = b_.CreateSelect(full, constant(tileRows), b_.CreateSub(batchRows, r));
