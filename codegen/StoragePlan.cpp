@@ -134,9 +134,12 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Instr& product,
   packed.blocks = (packed.columns + vectorWidth - 1) / vectorWidth;
   packed.depth = columnsOf(product.operands[0]);
   // Accumulators: every vector register but one for the broadcast input and a few for the
-  // weights (AVX2: 12 of 16, the classic 6x16 SGEMM tile; AVX-512: 28 of 32).
+  // weights (AVX2: 12 of 16; AVX-512: 28 of 32). Up to three slices go in one pass (a GRU's
+  // 4 rows x 3 slices); more in panels of two (an LSTM's 6 x 2, the classic 6x16 SGEMM tile).
+  // Three slices as a panel of two and a panel of one would leave the second pass with 6
+  // accumulators, too few chains to cover the FMA latency (GRU: 4% slower).
   const int64_t accumulators = target.vectorRegisters - 4;
-  packed.panelSlices = std::min<int64_t>(2, packed.slices());
+  packed.panelSlices = packed.slices() <= 3 ? packed.slices() : 2;
   packed.tileRows = accumulators / packed.panelSlices;
   return packed;
 }

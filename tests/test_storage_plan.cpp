@@ -74,6 +74,23 @@ TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
   EXPECT_EQ(packed.panelWidth(3), 16);
 }
 
+TEST(StoragePlan, ThreeSlicesShareOnePassOfTheTile) {
+  auto gru = optimised(frontend::loadCell("gru"), {{"input_size", 3}, {"hidden_size", 20}});
+  // AVX2's 12 accumulators as 4 rows x 3 slices, AVX-512's 28 as 9 x 3: a panel of two slices
+  // and one of one would leave the second pass only 6 (or 14) accumulators.
+  const codegen::Target avx512{"x86_64-unknown-linux-gnu", "skylake-avx512", "+avx512f", 16, 32};
+  for (const auto& [target, rows] : {std::pair{kAvx2, 4}, std::pair{avx512, 9}}) {
+    codegen::StoragePlan plan = codegen::planStorage(*gru, target);
+    ASSERT_EQ(plan.packedProducts.size(), 1u);
+    const codegen::PackedProduct& packed = plan.packedProducts[0];
+    EXPECT_EQ(packed.slices(), 3);
+    EXPECT_EQ(packed.panelSlices, 3);
+    EXPECT_EQ(packed.tileRows, rows);
+    EXPECT_EQ(packed.panelWidth(2), 3 * target.vectorWidth);
+    EXPECT_EQ(packed.sliceStart(2), 2 * target.vectorWidth);
+  }
+}
+
 TEST(StoragePlan, AStateReadAfterItsNewValueIsCopiedAtTheEndOfTheStep) {
   auto cell = optimised(frontend::parseCell(R"(cell c(n) {
     input x[n]
