@@ -28,7 +28,7 @@ std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const Tenso
   options.batchFirst = spec.batchFirst;
   options.engine = spec.jit ? Engine::Jit : Engine::Interpreter;
   if (spec.threads < 0)
-    throw UserError("LayerSpec::threads must be 0 (every core) or positive, not " +
+    throw UserError("LayerSpec::threads must be 0 (automatic) or positive, not " +
                     std::to_string(spec.threads));
   options.threads = spec.threads;
   options.sizes = {spec.sizes.begin(), spec.sizes.end()};

@@ -9,6 +9,7 @@
 #include "ir/Printer.h"
 #include "runtime/Kernels.h"
 #include "runtime/PackedBatch.h"
+#include "runtime/ThreadGovernor.h"
 #include "runtime/ThreadTeam.h"
 
 #include <chrono>
@@ -115,29 +116,45 @@ std::vector<const float*> pointers(const std::vector<Tensor>& tensors) {
   return result;
 }
 
-// Calls `function` once per thread of `team` (or once, alone), each with its own index.
-void callOnTeam(void (*function)(const void*), RnncRunArgs args, ThreadTeam* team) {
-  if (!team || team->size() == 1) {
-    args.thread = 0;
-    args.threads = 1;
-    args.team = nullptr;
-    return function(&args);
+// The threads of one call: a team leased for it, or none for one thread. An automatic count
+// (0) is ThreadGovernor's choice, and the call reports back how it went.
+class RunThreads {
+public:
+  explicit RunThreads(int threads) : automatic_(threads == 0) {
+    RNNC_INTERNAL_CHECK(threads >= 0, "a negative thread count");
+    if (automatic_)
+      threads = ThreadGovernor::shared().threadsFor(defaultThreadCount());
+    if (threads > 1)
+      lease_.emplace(TeamPool::shared().acquire(threads));
   }
-  team->run([&](int thread) {
-    RnncRunArgs mine = args;
-    mine.thread = thread;
-    mine.threads = team->size();
-    mine.team = &team->barrier();
-    function(&mine);
-  });
-}
 
-std::optional<TeamPool::Lease> teamFor(int threads) {
-  RNNC_INTERNAL_CHECK(threads >= 1, "a run needs at least one thread");
-  if (threads == 1)
-    return std::nullopt;
-  return TeamPool::shared().acquire(threads);
-}
+  // Calls `function` once per thread (or once, alone), each with its own index.
+  void call(void (*function)(const void*), RnncRunArgs args) {
+    ThreadTeam* team = lease_ ? lease_->team.get() : nullptr;
+    if (!team) {
+      args.thread = 0;
+      args.threads = 1;
+      args.team = nullptr;
+      return function(&args);
+    }
+    auto start = ThreadGovernor::Clock::now();
+    team->barrier().takeSlept(); // from this call on
+    team->run([&](int thread) {
+      RnncRunArgs mine = args;
+      mine.thread = thread;
+      mine.threads = team->size();
+      mine.team = &team->barrier();
+      function(&mine);
+    });
+    if (automatic_)
+      ThreadGovernor::shared().report(team->size(), ThreadGovernor::Clock::now() - start,
+                                      team->barrier().takeSlept());
+  }
+
+private:
+  bool automatic_;
+  std::optional<TeamPool::Lease> lease_;
+};
 
 } // namespace
 
@@ -172,8 +189,7 @@ CompiledCell::prepare(const std::vector<Tensor>& params, int threads) const {
                    0,
                    1,
                    nullptr};
-  std::optional<TeamPool::Lease> lease = teamFor(threads);
-  callOnTeam(function_, args, lease ? lease->team.get() : nullptr);
+  RunThreads(threads).call(function_, args);
   return prepared;
 }
 
@@ -233,8 +249,7 @@ void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inpu
                    0,
                    1,
                    nullptr};
-  std::optional<TeamPool::Lease> lease = teamFor(threads);
-  callOnTeam(function_, args, lease ? lease->team.get() : nullptr);
+  RunThreads(threads).call(function_, args);
 }
 
 void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>& inputs,
@@ -258,8 +273,7 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>
   std::vector<float*> statePointers = mutablePointers(states);
 
   // Every packed row at once: one big input GEMM.
-  std::optional<TeamPool::Lease> lease = teamFor(threads);
-  ThreadTeam* team = lease ? lease->team.get() : nullptr;
+  RunThreads team(threads);
   RnncRunArgs pre{1,
                   rows,
                   prepared.params.data(),
@@ -271,7 +285,7 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>
                   0,
                   1,
                   nullptr};
-  callOnTeam(function_, pre, team);
+  team.call(function_, pre);
 
   // Each stretch of steps with one active batch reads and writes its own rows.
   std::vector<const float*> segmentInputs(inputPointers.size());
@@ -294,7 +308,7 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>
                      0,
                      1,
                      nullptr};
-    callOnTeam(function_, loop, team);
+    team.call(function_, loop);
   }
 }
 

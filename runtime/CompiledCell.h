@@ -2,7 +2,9 @@
 // `rnnc_run` function. run() has the interpreter's interface, so the two are interchangeable and
 // the interpreter is the oracle for it. Thread-safe: prepare() does the parameter-only work once
 // into an immutable Prepared, and each run() writes only its own workspace, states and output;
-// with `threads` > 1 a run borrows a team of threads (runtime/ThreadTeam.h) for its duration.
+// with `threads` > 1 a run borrows a team of threads (runtime/ThreadTeam.h) for its duration;
+// `threads` = 0 lets runtime/ThreadGovernor.h choose: every core, fewer while other processes
+// keep cores busy.
 #pragma once
 
 #include "codegen/StoragePlan.h"

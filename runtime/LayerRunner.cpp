@@ -253,7 +253,7 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
     previousOutput = layerOutput;
   }
   // The parameter-only work once, now that the slots (and their parameters) are in place.
-  program->threads_ = options.threads > 0 ? options.threads : defaultThreadCount();
+  program->threads_ = options.threads;
   for (Slot& slot : program->slots_)
     if (slot.compiled)
       slot.prepared = slot.compiled->prepare(slot.params, program->threads_);

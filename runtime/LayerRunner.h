@@ -27,7 +27,7 @@ struct LayerOptions {
   bool training = false;
   uint64_t seed = 0;
   Engine engine = Engine::Jit;
-  int threads = 0; // JIT threads per direction; 0: every core this process may run on
+  int threads = 0; // JIT threads per direction; 0: automatic, every core unless others are busy
   CompileOptions compile;
   ir::SizeMap sizes; // sizes given explicitly
 };
@@ -84,7 +84,7 @@ private:
   std::string weightsSource_;
   LayerOptions options_;
   int numLayers_ = 0, directions_ = 1;
-  int threads_ = 1; // options_.threads, with 0 resolved to the core count
+  int threads_ = 0; // options_.threads: 0 is automatic (runtime/ThreadGovernor.h)
   int64_t inputSize_ = 0, outputSize_ = 0;
   std::vector<Slot> slots_; // layer-major, direction-minor, as PyTorch orders h_n
 };

@@ -1,6 +1,7 @@
 #include "runtime/ThreadTeam.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <sched.h>
 
@@ -21,15 +22,23 @@ inline void pause() {
 #endif
 }
 
-// Waits until `word` differs from `seen`: spins, then sleeps.
-template <class T> void awaitChange(const std::atomic<T>& word, T seen) {
+// Waits until `word` differs from `seen`: spins, then sleeps, adding the time asleep to
+// `sleptNs` if given (clock reads only on the slow path).
+template <class T>
+void awaitChange(const std::atomic<T>& word, T seen, std::atomic<int64_t>* sleptNs = nullptr) {
   for (int i = 0; i < kSpins; ++i) {
     if (word.load(std::memory_order_acquire) != seen)
       return;
     pause();
   }
+  auto start = std::chrono::steady_clock::now();
   while (word.load(std::memory_order_acquire) == seen)
     word.wait(seen, std::memory_order_acquire);
+  if (sleptNs)
+    sleptNs->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count(),
+                       std::memory_order_relaxed);
 }
 
 } // namespace
@@ -44,7 +53,11 @@ void Barrier::arriveAndWait() {
     generation_.notify_all();
     return;
   }
-  awaitChange(generation_, generation);
+  awaitChange(generation_, generation, &sleptNs_);
+}
+
+std::chrono::nanoseconds Barrier::takeSlept() {
+  return std::chrono::nanoseconds(sleptNs_.exchange(0, std::memory_order_relaxed));
 }
 
 ThreadTeam::ThreadTeam(int threads) : size_(threads), barrier_(threads) {

@@ -6,10 +6,12 @@
 //
 // Teams are kept for reuse (starting threads costs tens of microseconds, a step of a batch-1
 // sequence about ten): TeamPool::acquire hands out an idle team of the requested size, or makes
-// one, so concurrent forward calls each get their own.
+// one, so concurrent forward calls each get their own. How many threads an automatic run
+// uses is runtime/ThreadGovernor.h's decision.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -25,11 +27,15 @@ class Barrier {
 public:
   explicit Barrier(int threads) : threads_(threads) {}
   void arriveAndWait();
+  // The time its threads have slept in it (after spinning) since the last call, all added up:
+  // what tells ThreadGovernor that a run was oversubscribed.
+  std::chrono::nanoseconds takeSlept();
 
 private:
   const int threads_;
   std::atomic<int> arrived_{0};
   std::atomic<uint32_t> generation_{0};
+  std::atomic<int64_t> sleptNs_{0};
 };
 
 class ThreadTeam {

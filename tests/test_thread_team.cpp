@@ -1,11 +1,14 @@
 // The thread teams and barrier the generated code runs on: every thread sees every other
 // thread's writes from before a barrier, rounds never mix, and oversubscribed teams (more
 // threads than this machine's cores, so waiters must sleep) finish.
+#include "runtime/ThreadGovernor.h"
 #include "runtime/ThreadTeam.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 using namespace rnnc;
@@ -33,6 +36,88 @@ TEST(ThreadTeam, BarrierRoundsAreInLockstep) {
   expectLockstep(1, 100);
   expectLockstep(2, 2000);
   expectLockstep(5, 300); // more threads than cores: waiters sleep on the futex
+}
+
+TEST(ThreadTeam, TheBarrierAddsUpTheTimeItsThreadsSleep) {
+  ThreadTeam team(2);
+  team.barrier().takeSlept();
+  team.run([&](int thread) {
+    if (thread == 1) // far past the spinning: thread 0 sleeps about this long
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    team.barrier().arriveAndWait();
+  });
+  std::chrono::nanoseconds slept = team.barrier().takeSlept();
+  EXPECT_GE(slept, std::chrono::milliseconds(30));
+  EXPECT_LT(slept, std::chrono::seconds(5));
+  EXPECT_EQ(team.barrier().takeSlept(), std::chrono::nanoseconds(0)); // taken
+  // Threads that arrive together spin briefly and never sleep.
+  team.run([&](int) {
+    for (int round = 0; round < 100; ++round)
+      team.barrier().arriveAndWait();
+  });
+  EXPECT_LT(team.barrier().takeSlept(), std::chrono::milliseconds(30));
+}
+
+// The governor's policy on a clock the test moves by hand.
+class GovernorTest : public ::testing::Test {
+protected:
+  using Clock = ThreadGovernor::Clock;
+  Clock::time_point now{};
+  ThreadGovernor governor{[this] { return now; }};
+  static constexpr Clock::duration kRun = std::chrono::milliseconds(2);
+  void reportRun(int threads, double sleptShare) {
+    governor.report(threads, kRun,
+                    std::chrono::duration_cast<Clock::duration>(kRun * threads * sleptShare));
+  }
+};
+
+TEST_F(GovernorTest, UsesEveryCoreWhileRunsDoNotWaitForSleepingThreads) {
+  EXPECT_EQ(governor.threadsFor(8), 8);
+  reportRun(8, 0.05); // a little imbalance
+  EXPECT_EQ(governor.threadsFor(8), 8);
+  EXPECT_EQ(governor.threadsFor(1), 1);
+}
+
+TEST_F(GovernorTest, BacksOffAThreadWhenOversubscribedThenProbesBack) {
+  reportRun(2, 0.5); // half the time asleep at barriers: a core is busy elsewhere
+  EXPECT_EQ(governor.threadsFor(2), 1);
+  now += ThreadGovernor::kFirstBackOff / 2;
+  EXPECT_EQ(governor.threadsFor(2), 1);
+  now += ThreadGovernor::kFirstBackOff;
+  EXPECT_EQ(governor.threadsFor(2), 2); // the probe
+  reportRun(2, 0.5);                    // still busy: back to one, for twice as long
+  EXPECT_EQ(governor.threadsFor(2), 1);
+  now += ThreadGovernor::kFirstBackOff + ThreadGovernor::kFirstBackOff / 2;
+  EXPECT_EQ(governor.threadsFor(2), 1);
+  now += ThreadGovernor::kFirstBackOff;
+  EXPECT_EQ(governor.threadsFor(2), 2);
+  reportRun(2, 0.0); // the core is free again
+  EXPECT_EQ(governor.threadsFor(2), 2);
+  EXPECT_EQ(governor.threadsFor(2), 2);
+}
+
+TEST_F(GovernorTest, StepsDownOneThreadAtATimeAndBackUp) {
+  reportRun(8, 0.4);
+  EXPECT_EQ(governor.threadsFor(8), 7);
+  reportRun(7, 0.4);
+  EXPECT_EQ(governor.threadsFor(8), 6);
+  reportRun(6, 0.1);
+  EXPECT_EQ(governor.threadsFor(8), 6);
+  now += ThreadGovernor::kFirstBackOff;
+  EXPECT_EQ(governor.threadsFor(8), 7);
+  reportRun(7, 0.0); // a good probe: the next may go on up at once
+  EXPECT_EQ(governor.threadsFor(8), 8);
+  reportRun(8, 0.0);
+  EXPECT_EQ(governor.threadsFor(8), 8);
+  // The back-off doubles on each failed probe in a row, up to its longest.
+  reportRun(8, 0.9);
+  for (int i = 0; i < 10; ++i) {
+    now += ThreadGovernor::kLongestBackOff;
+    ASSERT_EQ(governor.threadsFor(8), 8);
+    reportRun(8, 0.9);
+  }
+  now += ThreadGovernor::kLongestBackOff - std::chrono::milliseconds(1);
+  EXPECT_EQ(governor.threadsFor(8), 7);
 }
 
 TEST(ThreadTeam, RunsEveryThreadOncePerJobAndIsReusable) {

@@ -138,9 +138,10 @@ double matmulFlops(const ir::Cell& cell, int64_t steps, int64_t batch) {
 int bench(const BenchOptions& o) {
   if (o.eltwise)
     return benchEltwise(o.batch, o.hidden, o.repeat);
-  if (o.seq < 1 || o.batch < 1 || o.input < 1 || o.hidden < 1 || o.repeat < 1 || o.warmup < 0 ||
-      o.threads < 1)
-    throw UserError("--seq, --batch, --input, --hidden, --repeat and --threads must be positive");
+  if (o.seq < 1 || o.batch < 1 || o.input < 1 || o.hidden < 1 || o.repeat < 1 || o.warmup < 0)
+    throw UserError("--seq, --batch, --input, --hidden and --repeat must be positive");
+  if (o.threads < 0)
+    throw UserError("--threads must be 0 (automatic) or positive");
   auto cell = frontend::loadCell(o.cell);
   ir::SizeMap sizes = parseSizes(o.sizes);
   for (auto [name, value] : {std::pair<const char*, int64_t>{"input_size", o.input},
@@ -236,9 +237,11 @@ int bench(const BenchOptions& o) {
   std::string sizeText;
   for (const auto& [name, value] : cell->sizes)
     sizeText += fmt::format(" {}={}", name, value);
-  fmt::print("rnnc bench: cell {}, T={} B={}{}, JIT on {} thread{}, {} repeats (median, min, "
-             "max)\n",
-             cell->name, o.seq, o.batch, sizeText, o.threads, o.threads == 1 ? "" : "s", o.repeat);
+  std::string threadText = o.threads == 0   ? "automatic threads"
+                           : o.threads == 1 ? "1 thread"
+                                            : fmt::format("{} threads", o.threads);
+  fmt::print("rnnc bench: cell {}, T={} B={}{}, JIT on {}, {} repeats (median, min, max)\n",
+             cell->name, o.seq, o.batch, sizeText, threadText, o.repeat);
   fmt::print("matrix-product work: {:.3f} GFLOP per sequence\n\n", gflop);
   fmt::print("{:<32}{:>12}{:>10}{:>10}{:>10}{:>9}\n", "path", "median ms", "min ms", "max ms",
              "GFLOP/s", "speedup");
@@ -278,7 +281,7 @@ CommandAction addBenchCommand(CLI::App& app) {
                 "triad); uses --batch and --hidden");
   cmd->add_option("--threads", o->threads,
                   "Threads for the JIT paths (each step split between them; the interpreter "
-                  "and the single-thread figures of the issue targets use 1)")
+                  "and the single-thread figures of the issue targets use 1); 0: automatic")
       ->default_val(1);
   cmd->add_flag("--jit-only", o->jitOnly,
                 "Time only the fully optimised JIT (no interpreter, compile or variable-length "

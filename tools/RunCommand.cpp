@@ -225,7 +225,8 @@ CommandAction addRunCommand(CLI::App& app) {
   cmd->add_flag("--train", o->train, "Training mode: dropout between layers and in the cell");
   cmd->add_option("--seed", o->seed, "Seed of the dropout masks")->default_val(0);
   cmd->add_option("--threads", o->threads,
-                  "Threads for the JIT (each step split between them); 0: every core")
+                  "Threads for the JIT (each step split between them); 0: automatic, every core "
+                  "but fewer while other processes keep cores busy")
       ->default_val(0)
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--interpret", o->interpret,

@@ -19,7 +19,8 @@ struct LayerSpec {
   std::optional<bool> bidirectional; // likewise
   bool batchFirst = false;           // input and output are [B, T, F]
   bool jit = true;                   // false: the reference interpreter
-  int threads = 0; // threads per forward call, each time step split between them; 0: all cores
+  int threads = 0; // threads per forward call, each time step split between them; 0: automatic
+                   // (every core, fewer while other processes keep cores busy)
   std::map<std::string, int64_t> sizes; // sizes the weights do not determine
 };
 
