@@ -117,15 +117,26 @@ std::vector<const float*> pointers(const std::vector<Tensor>& tensors) {
 }
 
 // The threads of one call: a team leased for it, or none for one thread. An automatic count
-// (0) is ThreadGovernor's choice, and the call reports back how it went.
+// (0) is ThreadGovernor's choice, and the call reports back how it went, once, over all its
+// phases and stretches.
 class RunThreads {
 public:
   explicit RunThreads(int threads) : automatic_(threads == 0) {
     RNNC_INTERNAL_CHECK(threads >= 0, "a negative thread count");
     if (automatic_)
       threads = ThreadGovernor::shared().threadsFor(defaultThreadCount());
-    if (threads > 1)
+    if (threads > 1) {
       lease_.emplace(TeamPool::shared().acquire(threads));
+      lease_->team->barrier().takeSlept(); // count from this call on
+    }
+  }
+  RunThreads(const RunThreads&) = delete;
+  RunThreads& operator=(const RunThreads&) = delete;
+
+  ~RunThreads() {
+    if (automatic_ && lease_)
+      ThreadGovernor::shared().report(lease_->team->size(), wall_,
+                                      lease_->team->barrier().takeSlept());
   }
 
   // Calls `function` once per thread (or once, alone), each with its own index.
@@ -138,7 +149,6 @@ public:
       return function(&args);
     }
     auto start = ThreadGovernor::Clock::now();
-    team->barrier().takeSlept(); // from this call on
     team->run([&](int thread) {
       RnncRunArgs mine = args;
       mine.thread = thread;
@@ -146,14 +156,13 @@ public:
       mine.team = &team->barrier();
       function(&mine);
     });
-    if (automatic_)
-      ThreadGovernor::shared().report(team->size(), ThreadGovernor::Clock::now() - start,
-                                      team->barrier().takeSlept());
+    wall_ += ThreadGovernor::Clock::now() - start;
   }
 
 private:
   bool automatic_;
   std::optional<TeamPool::Lease> lease_;
+  ThreadGovernor::Clock::duration wall_{};
 };
 
 } // namespace

@@ -21,7 +21,7 @@ int ThreadGovernor::threadsFor(int most) {
 }
 
 void ThreadGovernor::report(int threads, Clock::duration wall, Clock::duration slept) {
-  if (threads <= 1)
+  if (threads <= 1 || wall < kShortestTelling)
     return;
   const bool oversubscribed =
       std::chrono::duration<double>(slept).count() >

@@ -28,11 +28,14 @@ public:
   int threadsFor(int most);
 
   // After a run on `threads` threads that took `wall` and whose threads slept `slept` in all
-  // at barriers.
+  // at barriers (the whole call: every phase and, for variable lengths, every stretch).
   void report(int threads, Clock::duration wall, Clock::duration slept);
 
   // A run is oversubscribed when its threads slept more than this share of their time.
   static constexpr double kOversubscribedShare = 0.25;
+  // Shorter runs tell nothing: waking a team's sleeping threads alone takes tens of
+  // microseconds, which their barriers would count as sleep.
+  static constexpr Clock::duration kShortestTelling = std::chrono::microseconds(200);
   static constexpr Clock::duration kFirstBackOff = std::chrono::milliseconds(50);
   static constexpr Clock::duration kLongestBackOff = std::chrono::seconds(2);
 

@@ -50,12 +50,8 @@ TEST(ThreadTeam, TheBarrierAddsUpTheTimeItsThreadsSleep) {
   EXPECT_GE(slept, std::chrono::milliseconds(30));
   EXPECT_LT(slept, std::chrono::seconds(5));
   EXPECT_EQ(team.barrier().takeSlept(), std::chrono::nanoseconds(0)); // taken
-  // Threads that arrive together spin briefly and never sleep.
-  team.run([&](int) {
-    for (int round = 0; round < 100; ++round)
-      team.barrier().arriveAndWait();
-  });
-  EXPECT_LT(team.barrier().takeSlept(), std::chrono::milliseconds(30));
+  // (Threads that arrive together spin briefly and do not sleep, but only while both have a
+  // core: under a parallel ctest they may, so that is not asserted here.)
 }
 
 // The governor's policy on a clock the test moves by hand.
@@ -93,6 +89,11 @@ TEST_F(GovernorTest, BacksOffAThreadWhenOversubscribedThenProbesBack) {
   EXPECT_EQ(governor.threadsFor(2), 2);
   reportRun(2, 0.0); // the core is free again
   EXPECT_EQ(governor.threadsFor(2), 2);
+  EXPECT_EQ(governor.threadsFor(2), 2);
+}
+
+TEST_F(GovernorTest, VeryShortRunsTellNothing) {
+  governor.report(2, std::chrono::microseconds(100), std::chrono::microseconds(150));
   EXPECT_EQ(governor.threadsFor(2), 2);
 }
 
