@@ -29,9 +29,15 @@ void ThreadGovernor::report(int threads, Clock::duration wall, Clock::duration s
   std::lock_guard<std::mutex> lock(mutex_);
   if (oversubscribed) {
     // A failed probe (or a first sign) backs off longer each time in a row.
+    // Back-offs last several runs of this length, so that probes (each an oversubscribed
+    // run) stay a small share however long the runs are.
     const bool again = cap_ != 0 && threads > cap_;
     cap_ = cap_ == 0 ? threads - 1 : std::min(cap_, threads - 1);
-    backOff_ = again ? std::min(2 * backOff_, kLongestBackOff) : kFirstBackOff;
+    const Clock::duration first =
+        std::max<Clock::duration>(kFirstBackOff, kFirstBackOffRuns * wall);
+    const Clock::duration longest =
+        std::max<Clock::duration>(kLongestBackOff, kLongestBackOffRuns * wall);
+    backOff_ = again ? std::min(std::max(2 * backOff_, first), longest) : first;
     probeAfter_ = now_() + backOff_;
     return;
   }

@@ -2,9 +2,10 @@
 // process may run on; but when another process takes cores, a run split across all of them
 // waits at every step for a thread that is not running (a batch-1 LSTM on 2 threads of 2 busy
 // cores took 6 ms instead of 1.5 ms, against 3.5 ms on one thread). Teams measure the time
-// their threads sleep at barriers (runtime/ThreadTeam.h); a run that slept a large share of
-// its time reports it, and later automatic runs use one thread fewer. After a back-off the
-// governor probes one thread more; a probe that oversubscribes again doubles the back-off.
+// their threads sleep at barriers (runtime/ThreadTeam.h); a run that slept a fifth of its
+// time reports it, and later automatic runs use one thread fewer. After a back-off (at
+// least 4 runs' time) the governor probes one thread more; a probe that oversubscribes again
+// doubles the back-off.
 // An explicit thread count is always used as given.
 #pragma once
 
@@ -32,12 +33,16 @@ public:
   void report(int threads, Clock::duration wall, Clock::duration slept);
 
   // A run is oversubscribed when its threads slept more than this share of their time.
-  static constexpr double kOversubscribedShare = 0.25;
+  // Unloaded: 0-3% at the default size, 0-14% at batch 1; with one of 2 cores taken: 24-29%.
+  static constexpr double kOversubscribedShare = 0.2;
   // Shorter runs tell nothing: waking a team's sleeping threads alone takes tens of
   // microseconds, which their barriers would count as sleep.
   static constexpr Clock::duration kShortestTelling = std::chrono::microseconds(200);
+  // Back-offs: the longer of a time and a number of runs as long as the one that reported.
   static constexpr Clock::duration kFirstBackOff = std::chrono::milliseconds(50);
   static constexpr Clock::duration kLongestBackOff = std::chrono::seconds(2);
+  static constexpr int kFirstBackOffRuns = 4;
+  static constexpr int kLongestBackOffRuns = 32;
 
 private:
   std::function<Clock::time_point()> now_;

@@ -92,6 +92,20 @@ TEST_F(GovernorTest, BacksOffAThreadWhenOversubscribedThenProbesBack) {
   EXPECT_EQ(governor.threadsFor(2), 2);
 }
 
+TEST_F(GovernorTest, BacksOffForSeveralRunsOfTheSameLength) {
+  // A 1 s run: the back-off is 4 runs' time, not 50 ms, so probes stay rare.
+  governor.report(2, std::chrono::seconds(1), std::chrono::seconds(1));
+  now += std::chrono::seconds(3);
+  EXPECT_EQ(governor.threadsFor(2), 1);
+  now += std::chrono::seconds(1);
+  EXPECT_EQ(governor.threadsFor(2), 2);
+  governor.report(2, std::chrono::seconds(1), std::chrono::seconds(1)); // a failed probe: 8 s
+  now += std::chrono::seconds(7);
+  EXPECT_EQ(governor.threadsFor(2), 1);
+  now += std::chrono::seconds(1);
+  EXPECT_EQ(governor.threadsFor(2), 2);
+}
+
 TEST_F(GovernorTest, VeryShortRunsTellNothing) {
   governor.report(2, std::chrono::microseconds(100), std::chrono::microseconds(150));
   EXPECT_EQ(governor.threadsFor(2), 2);
