@@ -70,29 +70,33 @@ llvm::Value* emitExpCore(Builder& b, llvm::Value* x) {
   return b.CreateSelect(b.CreateFCmpOLT(x, lo), splat(b, x, 0.0f), result);
 }
 
-// 2^t for sigmoid and tanh, whose results need only absolute accuracy. t is clamped to
-// [-127, 128], where 2^t comes out as exactly 0 and +inf, so that the formulas below saturate to
-// exact 0, 1 and -1 with no further compare. n = round(t) and the float 2^n both come from one
-// add: adding 1.5 * 2^23 + 127 leaves n + 127 in the low mantissa bits, and shifting them into
-// the exponent field gives 2^n. 2^f for f = t - n in [-1/2, 1/2] is a degree-5 polynomial
-// (a minimax fit of the relative error, 2e-7 in float arithmetic; scripts/fit_exp2.py). Compared
-// with the exp op there is no Cody-Waite split of ln 2: the rounding of t = x log2(e) changes 2^t
-// relatively by up to 6e-8 |t|, but sigmoid and tanh scale that by s (1 - s), about 2^-|t|, which
-// leaves under 3e-8.
-llvm::Value* emitSaturatingExp2(Builder& b, llvm::Value* t) {
-  llvm::Value* lo = splat(b, t, -127.0f);
-  llvm::Value* hi = splat(b, t, 128.0f);
-  t = b.CreateSelect(b.CreateFCmpOLT(t, lo), lo, t); // selects, not minnum: NaN stays NaN
-  t = b.CreateSelect(b.CreateFCmpOGT(t, hi), hi, t);
-  llvm::Value* shifter = splat(b, t, 12582912.0f + 127.0f);
-  llvm::Value* shifted = b.CreateFAdd(t, shifter);
-  llvm::Value* f = b.CreateFSub(t, b.CreateFSub(shifted, shifter));
+// 2^t, t = x * scale, for sigmoid and tanh, whose results need only absolute accuracy. x is
+// clamped so that t stays in about [-127.4, 127.9]: round(t) is then -127 at the low end, where
+// 2^t comes out as exactly 0, and 128 at the high end, +inf, so that the formulas below
+// saturate to exact 0, 1 and -1 with no further compare. n = round(t) and the float 2^n both
+// come from one fused multiply-add: adding 1.5 * 2^23 + 127 to x * scale leaves n + 127 in the
+// low mantissa bits, and shifting them into the exponent field gives 2^n; f = x * scale - n,
+// in [-1/2, 1/2], is another, exact to one rounding. 2^f is a degree-5 polynomial (a minimax fit
+// of the relative error, 2e-7 in float arithmetic; scripts/fit_exp2.py). Compared with the exp
+// op there is no Cody-Waite split of ln 2: an error in t of 6e-8 |t| changes 2^t relatively
+// by as much, but sigmoid and tanh scale that by s (1 - s), about 2^-|t|, which leaves under
+// 3e-8.
+llvm::Value* emitSaturatingExp2(Builder& b, llvm::Value* x, float scale) {
+  const float lowT = -127.4f, highT = 127.9f;
+  llvm::Value* lo = splat(b, x, (scale > 0 ? lowT : highT) / scale);
+  llvm::Value* hi = splat(b, x, (scale > 0 ? highT : lowT) / scale);
+  x = b.CreateSelect(b.CreateFCmpOLT(x, lo), lo, x); // selects, not minnum: NaN stays NaN
+  x = b.CreateSelect(b.CreateFCmpOGT(x, hi), hi, x);
+  llvm::Value* factor = splat(b, x, scale);
+  llvm::Value* shifter = splat(b, x, 12582912.0f + 127.0f);
+  llvm::Value* shifted = fma(b, x, factor, shifter);
+  llvm::Value* f = fma(b, x, factor, b.CreateFNeg(b.CreateFSub(shifted, shifter)));
   llvm::Value* q = polynomial(
       b, f,
       {1.324515557e-03f, 9.668957442e-03f, 5.550770089e-02f, 2.402228415e-01f, 6.931469440e-01f});
-  llvm::Value* twoToF = fma(b, q, f, splat(b, t, 1.0f)); // exactly 1 at f = 0
+  llvm::Value* twoToF = fma(b, q, f, splat(b, x, 1.0f)); // exactly 1 at f = 0
   llvm::Value* twoToN =
-      b.CreateBitCast(b.CreateShl(b.CreateBitCast(shifted, intVectorLike(t)), 23), t->getType());
+      b.CreateBitCast(b.CreateShl(b.CreateBitCast(shifted, intVectorLike(x)), 23), x->getType());
   return b.CreateFMul(twoToF, twoToN);
 }
 
@@ -141,7 +145,7 @@ llvm::Value* emitLog(Builder& b, llvm::Value* x) {
 // sigmoid(x) = 1 / (1 + 2^(-x log2 e)): exactly 1 for large x and 0 below about -88.4, where
 // 2^t is +inf; between -88.4 and -87.7 the result is a denormal, as libm's gives.
 llvm::Value* emitSigmoid(Builder& b, llvm::Value* x) {
-  llvm::Value* e = emitSaturatingExp2(b, b.CreateFMul(x, splat(b, x, -1.44269504088896341f)));
+  llvm::Value* e = emitSaturatingExp2(b, x, -1.44269504088896341f);
   return b.CreateFDiv(splat(b, x, 1.0f), b.CreateFAdd(splat(b, x, 1.0f), e));
 }
 
@@ -150,7 +154,7 @@ llvm::Value* emitSigmoid(Builder& b, llvm::Value* x) {
 // the absolute error stays within 5e-7; a relative-accuracy polynomial near 0 is not worth its
 // cost here.
 llvm::Value* emitTanh(Builder& b, llvm::Value* x) {
-  llvm::Value* e = emitSaturatingExp2(b, b.CreateFMul(x, splat(b, x, 2.88539008177792682f)));
+  llvm::Value* e = emitSaturatingExp2(b, x, 2.88539008177792682f);
   return b.CreateFSub(splat(b, x, 1.0f),
                       b.CreateFDiv(splat(b, x, 2.0f), b.CreateFAdd(e, splat(b, x, 1.0f))));
 }
