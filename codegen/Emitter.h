@@ -180,7 +180,7 @@ private:
   // ---- Fused kernels ------------------------------------------------------------------------
 
   // One loop nest over the kernel's iteration space [R, F]: rows outside, columns inside in
-  // vectors of the target's width, then the remaining columns one at a time.
+  // groups of interleaved vectors, then single vectors, then one column at a time.
   void emitKernel(const ir::Block& block, const KernelGroup& group, llvm::Value* batchRows);
 
   // ---- Matrix products fused into their kernel ------------------------------------------------

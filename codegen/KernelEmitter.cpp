@@ -34,9 +34,7 @@ void Emitter::emitKernel(const ir::Block& block, const KernelGroup& group, llvm:
   RowRange rows = batched ? share(batchRows) : firstThreadOnly(constant(rowsFixed));
   const int64_t cols = space.empty() ? 1 : space.back().constantValue();
   const int64_t width = target_.vectorWidth;
-  const int64_t groupWidth = width * target_.interleavedVectors;
-  const int64_t groupCols = cols - cols % groupWidth;
-  const int64_t vectorCols = cols - cols % width;
+  const int64_t widths[] = {width * target_.interleavedVectors, width, 1};
 
   // Views are computed before the loops so that their address arithmetic is not repeated.
   for (size_t i = group.first; i < group.last; ++i) {
@@ -50,15 +48,14 @@ void Emitter::emitKernel(const ir::Block& block, const KernelGroup& group, llvm:
     for (size_t i = group.first; i < group.last; ++i)
       if (block[i]->op == Op::LayerNorm)
         rowStatistics_[&block[i]->result] = emitRowStatistics(*block[i], r);
-    if (groupCols > 0)
-      forLoop(constant(0), constant(groupCols), constant(groupWidth), "colgroup",
-              [&](llvm::Value* j) { emitKernelBody(block, group, r, j, groupWidth); });
-    if (vectorCols > groupCols)
-      forLoop(constant(groupCols), constant(vectorCols), constant(width), "col",
-              [&](llvm::Value* j) { emitKernelBody(block, group, r, j, width); });
-    if (vectorCols < cols)
-      forLoop(constant(vectorCols), constant(cols), constant(1), "tail",
-              [&](llvm::Value* j) { emitKernelBody(block, group, r, j, 1); });
+    int64_t done = 0; // columns covered by the wider loops before
+    for (int64_t w : widths) {
+      const int64_t end = cols - cols % w;
+      if (end > done)
+        forLoop(constant(done), constant(end), constant(w), "col",
+                [&](llvm::Value* j) { emitKernelBody(block, group, r, j, w); });
+      done = std::max(done, end);
+    }
   });
 }
 

@@ -34,42 +34,6 @@ llvm::Value* polynomial(Builder& b, llvm::Value* x, std::initializer_list<float>
   return acc;
 }
 
-// exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2] (Cody-Waite
-// split of ln 2), exp(r) by a degree-6 polynomial (Cephes expf), 2^n built in the exponent bits.
-// The clamps are compare-and-select, not minnum/maxnum, so a NaN argument stays NaN all the way
-// through at no cost.
-//
-// Over the whole float range: x is clamped to [-103.97, 88.72], 2^n is applied as two factors
-// 2^(n/2) 2^(n - n/2) so that n = 128 and denormal results work, and past the clamps the result
-// is exactly inf or 0.
-llvm::Value* emitExpCore(Builder& b, llvm::Value* x) {
-  llvm::Type* ivec = intVectorLike(x);
-  llvm::Value* lo = splat(b, x, -103.972084045410f);
-  llvm::Value* hi = splat(b, x, 88.72283935546875f);
-  llvm::Value* clamped = b.CreateSelect(b.CreateFCmpOLT(x, lo), lo, x);
-  clamped = b.CreateSelect(b.CreateFCmpOGT(clamped, hi), hi, clamped);
-  llvm::Value* n = b.CreateIntrinsic(llvm::Intrinsic::rint, {x->getType()},
-                                     {b.CreateFMul(clamped, splat(b, x, 1.44269504088896341f))});
-  llvm::Value* r = fma(b, n, splat(b, x, -0.693359375f), clamped);
-  r = fma(b, n, splat(b, x, 2.12194440e-4f), r);
-  llvm::Value* p = polynomial(b, r,
-                              {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
-                               4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f});
-  llvm::Value* r2 = b.CreateFMul(r, r);
-  llvm::Value* expR = b.CreateFAdd(fma(b, p, r2, r), splat(b, x, 1.0f));
-  auto powerOfTwo = [&](llvm::Value* exponent) { // 2^e for e in [-126, 127]
-    return b.CreateBitCast(b.CreateShl(b.CreateAdd(exponent, splatInt(b, ivec, 127)), 23),
-                           x->getType());
-  };
-  llvm::Value* ni = b.CreateFPToSI(n, ivec);
-  llvm::Value* half = b.CreateAShr(ni, 1);
-  llvm::Value* result =
-      b.CreateFMul(b.CreateFMul(expR, powerOfTwo(half)), powerOfTwo(b.CreateSub(ni, half)));
-  float inf = std::numeric_limits<float>::infinity();
-  result = b.CreateSelect(b.CreateFCmpOGT(x, hi), splat(b, x, inf), result);
-  return b.CreateSelect(b.CreateFCmpOLT(x, lo), splat(b, x, 0.0f), result);
-}
-
 // 2^t, t = x * scale, for sigmoid and tanh, whose results need only absolute accuracy. x is
 // clamped so that t stays in about [-127.4, 127.9]: round(t) is then -127 at the low end, where
 // 2^t comes out as exactly 0, and 128 at the high end, +inf, so that the formulas below
@@ -102,8 +66,40 @@ llvm::Value* emitSaturatingExp2(Builder& b, llvm::Value* x, float scale) {
 
 } // namespace
 
+// exp(x) = 2^n * exp(r), n = round(x / ln 2), r = x - n ln 2 in [-ln2/2, ln2/2] (Cody-Waite
+// split of ln 2), exp(r) by a degree-6 polynomial (Cephes expf), 2^n built in the exponent bits.
+// The clamps are compare-and-select, not minnum/maxnum, so a NaN argument stays NaN all the way
+// through at no cost.
+//
+// Over the whole float range: x is clamped to [-103.97, 88.72], 2^n is applied as two factors
+// 2^(n/2) 2^(n - n/2) so that n = 128 and denormal results work, and past the clamps the result
+// is exactly inf or 0.
 llvm::Value* emitExp(Builder& b, llvm::Value* x) {
-  return emitExpCore(b, x);
+  llvm::Type* ivec = intVectorLike(x);
+  llvm::Value* lo = splat(b, x, -103.972084045410f);
+  llvm::Value* hi = splat(b, x, 88.72283935546875f);
+  llvm::Value* clamped = b.CreateSelect(b.CreateFCmpOLT(x, lo), lo, x);
+  clamped = b.CreateSelect(b.CreateFCmpOGT(clamped, hi), hi, clamped);
+  llvm::Value* n = b.CreateIntrinsic(llvm::Intrinsic::rint, {x->getType()},
+                                     {b.CreateFMul(clamped, splat(b, x, 1.44269504088896341f))});
+  llvm::Value* r = fma(b, n, splat(b, x, -0.693359375f), clamped);
+  r = fma(b, n, splat(b, x, 2.12194440e-4f), r);
+  llvm::Value* p = polynomial(b, r,
+                              {1.9875691500E-4f, 1.3981999507E-3f, 8.3334519073E-3f,
+                               4.1665795894E-2f, 1.6666665459E-1f, 5.0000001201E-1f});
+  llvm::Value* r2 = b.CreateFMul(r, r);
+  llvm::Value* expR = b.CreateFAdd(fma(b, p, r2, r), splat(b, x, 1.0f));
+  auto powerOfTwo = [&](llvm::Value* exponent) { // 2^e for e in [-126, 127]
+    return b.CreateBitCast(b.CreateShl(b.CreateAdd(exponent, splatInt(b, ivec, 127)), 23),
+                           x->getType());
+  };
+  llvm::Value* ni = b.CreateFPToSI(n, ivec);
+  llvm::Value* half = b.CreateAShr(ni, 1);
+  llvm::Value* result =
+      b.CreateFMul(b.CreateFMul(expR, powerOfTwo(half)), powerOfTwo(b.CreateSub(ni, half)));
+  float inf = std::numeric_limits<float>::infinity();
+  result = b.CreateSelect(b.CreateFCmpOGT(x, hi), splat(b, x, inf), result);
+  return b.CreateSelect(b.CreateFCmpOLT(x, lo), splat(b, x, 0.0f), result);
 }
 
 // log(x) = e ln 2 + log(m), x = m 2^e with m in [sqrt(1/2), sqrt(2)) (Cephes logf). Denormals

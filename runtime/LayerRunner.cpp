@@ -4,7 +4,6 @@
 #include "ir/Error.h"
 #include "runtime/Hash.h"
 #include "runtime/PackedBatch.h"
-#include "runtime/ThreadTeam.h"
 #include "runtime/Weights.h"
 
 #include <fmt/format.h>

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace rnnc::tools {
@@ -26,17 +27,8 @@ template <class F> double timeOnce(F&& body) {
       .count();
 }
 
-template <class F> Timing timeRepeats(int warmup, int repeat, F&& body) {
-  for (int i = 0; i < warmup; ++i)
-    body();
-  std::vector<double> ms;
-  for (int i = 0; i < repeat; ++i)
-    ms.push_back(timeOnce(body));
-  return summarise(std::move(ms));
-}
-
-// The same for several bodies, run in turn within each repeat, so that a slow minute of a
-// shared machine falls on all of them alike and their ratios stay fair.
+// Several bodies, run in turn within each repeat, so that a slow minute of a shared machine
+// falls on all of them alike and their ratios stay fair.
 inline std::vector<Timing> timeInterleaved(int warmup, int repeat,
                                            const std::vector<std::function<void()>>& bodies) {
   for (int i = 0; i < warmup; ++i)
@@ -50,6 +42,10 @@ inline std::vector<Timing> timeInterleaved(int warmup, int repeat,
   for (auto& samples : ms)
     timings.push_back(summarise(std::move(samples)));
   return timings;
+}
+
+template <class F> Timing timeRepeats(int warmup, int repeat, F&& body) {
+  return timeInterleaved(warmup, repeat, {std::function<void()>(std::forward<F>(body))})[0];
 }
 
 } // namespace rnnc::tools
