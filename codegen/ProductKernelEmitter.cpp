@@ -151,12 +151,24 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup& group
     b_.SetInsertPoint(done);
   };
 
-  // Full tiles of tileRows rows; the batch's last rows in tiles of half that height, then
-  // single rows (three variants: one per height would cost compile time for little). Each
-  // tile's rows then go through the one epilogue.
+  // The batch's rows in tiles of tileRows and tileRows - 1 rows, balanced so that no short
+  // tail is left: 64 rows of an AVX2 LSTM are 9 tiles of 6 and 2 of 5, where 10 tiles of 6
+  // left 4 rows for tiles of 3 and 1, with too few accumulator chains to cover the FMA latency
+  // (those 4 rows took 10% of the product's time). Batches too small to balance (fewer tiles
+  // than rows short) take full tiles and leave the rest to tiles of half height, then single
+  // rows: four variants of the tile, however many rows, to bound what LLVM compiles.
   const int64_t halfRows = std::max<int64_t>(1, tileRows / 2);
-  llvm::Value* tiledRows =
-      b_.CreateMul(b_.CreateSDiv(batchRows, constant(tileRows)), constant(tileRows), "tiled_rows");
+  const int64_t shortRows = tileRows - 1;
+  llvm::Value* tiles =
+      b_.CreateSDiv(b_.CreateAdd(batchRows, constant(tileRows - 1)), constant(tileRows), "tiles");
+  llvm::Value* missing = b_.CreateSub(b_.CreateMul(tiles, constant(tileRows)), batchRows);
+  llvm::Value* balanced = b_.CreateICmpSLE(missing, tiles);
+  llvm::Value* fullTiles =
+      b_.CreateSelect(balanced, b_.CreateSub(tiles, missing),
+                      b_.CreateSDiv(batchRows, constant(tileRows)), "full_tiles");
+  llvm::Value* shortTiles = b_.CreateSelect(balanced, missing, constant(0), "short_tiles");
+  llvm::Value* fullRows = b_.CreateMul(fullTiles, constant(tileRows));
+  llvm::Value* evenRows = b_.CreateAdd(fullRows, b_.CreateMul(shortTiles, constant(shortRows)));
   auto storeTile = [&](const Tile& sums, llvm::Value* firstSlot) {
     for (size_t m = 0; m < sums.size(); ++m)
       for (int64_t s = 0; s < slices; ++s)
@@ -178,30 +190,53 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup& group
           backwards,
           b_.CreateSub(b_.CreateAdd(blocks.begin, blocks.end), b_.CreateAdd(walked, constant(1))),
           walked);
-    forLoop(constant(0), batchRows, constant(tileRows), "tile", [&](llvm::Value* r) {
-      llvm::Value* full = b_.CreateICmpSLT(r, tiledRows);
-      llvm::Value* height = b_.CreateSelect(full, constant(tileRows), b_.CreateSub(batchRows, r));
-      auto* fullTile = llvm::BasicBlock::Create(context_, "full_tile", fn_);
-      auto* lastRows = llvm::BasicBlock::Create(context_, "last_rows", fn_);
-      auto* computed = llvm::BasicBlock::Create(context_, "tile_computed", fn_);
-      b_.CreateCondBr(full, fullTile, lastRows);
-      b_.SetInsertPoint(fullTile);
-      storeTile(emitTile(x, weights, packed, blk, r, tileRows), constant(0));
-      b_.CreateBr(computed);
-      b_.SetInsertPoint(lastRows);
-      llvm::Value* halves =
-          b_.CreateMul(b_.CreateSDiv(height, constant(halfRows)), constant(halfRows));
-      forLoop(constant(0), halves, constant(halfRows), "halftile", [&](llvm::Value* m) {
-        storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), halfRows), m);
-      });
-      if (halfRows > 1)
-        forLoop(halves, height, constant(1), "lastrow", [&](llvm::Value* m) {
-          storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), 1), m);
-        });
-      b_.CreateBr(computed);
-      b_.SetInsertPoint(computed);
-      epilogue(blk, r, height);
+    // The tile loop: r is the tile's first row; its height follows from where r is.
+    llvm::BasicBlock* before = b_.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(context_, "tile", fn_);
+    auto* body = llvm::BasicBlock::Create(context_, "tile.body", fn_);
+    auto* exit = llvm::BasicBlock::Create(context_, "tile.exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode* r = b_.CreatePHI(i64_, 2, "r");
+    r->addIncoming(constant(0), before);
+    b_.CreateCondBr(b_.CreateICmpSLT(r, batchRows), body, exit);
+    b_.SetInsertPoint(body);
+    llvm::Value* height =
+        b_.CreateSelect(b_.CreateICmpSLT(r, fullRows), constant(tileRows),
+                        b_.CreateSelect(b_.CreateICmpSLT(r, evenRows), constant(shortRows),
+                                        b_.CreateSub(batchRows, r)),
+                        "height");
+    auto* fullTile = llvm::BasicBlock::Create(context_, "full_tile", fn_);
+    auto* shortTile = llvm::BasicBlock::Create(context_, "short_tile", fn_);
+    auto* lastRows = llvm::BasicBlock::Create(context_, "last_rows", fn_);
+    auto* computed = llvm::BasicBlock::Create(context_, "tile_computed", fn_);
+    llvm::SwitchInst* byHeight = b_.CreateSwitch(height, lastRows, 2);
+    byHeight->addCase(b_.getInt64(static_cast<uint64_t>(tileRows)), fullTile);
+    if (shortRows > halfRows)
+      byHeight->addCase(b_.getInt64(static_cast<uint64_t>(shortRows)), shortTile);
+    b_.SetInsertPoint(fullTile);
+    storeTile(emitTile(x, weights, packed, blk, r, tileRows), constant(0));
+    b_.CreateBr(computed);
+    b_.SetInsertPoint(shortTile);
+    if (shortRows > halfRows)
+      storeTile(emitTile(x, weights, packed, blk, r, shortRows), constant(0));
+    b_.CreateBr(computed);
+    b_.SetInsertPoint(lastRows);
+    llvm::Value* halves =
+        b_.CreateMul(b_.CreateSDiv(height, constant(halfRows)), constant(halfRows));
+    forLoop(constant(0), halves, constant(halfRows), "halftile", [&](llvm::Value* m) {
+      storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), halfRows), m);
     });
+    if (halfRows > 1)
+      forLoop(halves, height, constant(1), "lastrow", [&](llvm::Value* m) {
+        storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), 1), m);
+      });
+    b_.CreateBr(computed);
+    b_.SetInsertPoint(computed);
+    epilogue(blk, r, height);
+    r->addIncoming(b_.CreateAdd(r, height), b_.GetInsertBlock());
+    b_.CreateBr(header);
+    b_.SetInsertPoint(exit);
   });
 }
 
@@ -211,8 +246,15 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup& group
 Emitter::Tile Emitter::emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed,
                                 llvm::Value* blk, llvm::Value* firstRow, int64_t rows) {
   const int64_t slices = packed.slices();
+  // As many slices per pass as the full tile's accumulators allow for this many rows, and
+  // as the registers hold with each slice's weights and the broadcast input beside them (3
+  // rows x 4 slices is 17 registers of AVX2's 16: LLVM spilled accumulators in the depth
+  // loop, which ran at less than half speed); the slices then split evenly between passes.
   const int64_t accumulators = packed.tileRows * packed.panelSlices;
-  const int64_t perPass = std::clamp<int64_t>(accumulators / rows, 1, slices);
+  const int64_t fitting = std::min(accumulators / rows, (target_.vectorRegisters - 1) / (rows + 1));
+  const int64_t passes =
+      (slices + std::max<int64_t>(fitting, 1) - 1) / std::max<int64_t>(fitting, 1);
+  const int64_t perPass = (slices + passes - 1) / passes;
   llvm::Type* vec = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(packed.width));
   // Every address is a base computed once plus the depth (times the panel's width).
   std::vector<llvm::Value*> rowPointers;
