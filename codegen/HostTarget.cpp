@@ -1,6 +1,7 @@
 #include "codegen/HostTarget.h"
 
 #include "codegen/LLVMHeaders.h"
+#include "ir/Error.h"
 
 #include <algorithm>
 
@@ -17,6 +18,27 @@ HostTarget detectHostTarget() {
   for (const auto& entry : llvm::sys::getHostCPUFeatures())
     if (entry.second)
       target.features.push_back(entry.first().str());
+  std::sort(target.features.begin(), target.features.end());
+  return target;
+}
+
+HostTarget namedX86Target(const std::string& cpu) {
+  if (llvm::X86::parseArchX86(cpu, /*Only64Bit=*/true) == llvm::X86::CK_None) {
+    llvm::SmallVector<llvm::StringRef, 64> known;
+    llvm::X86::fillValidCPUArchList(known, /*Only64Bit=*/true);
+    std::string list;
+    for (llvm::StringRef name : known)
+      list += (list.empty() ? "" : ", ") + name.str();
+    throw UserError("unknown x86-64 CPU '" + cpu +
+                    "'; LLVM " LLVM_VERSION_STRING " knows: " + list);
+  }
+  HostTarget target;
+  target.triple = llvm::Triple("x86_64-unknown-linux-gnu").normalize();
+  target.cpu = cpu;
+  llvm::SmallVector<llvm::StringRef, 64> features;
+  llvm::X86::getFeaturesForCPU(cpu, features);
+  for (llvm::StringRef feature : features)
+    target.features.push_back(feature.str());
   std::sort(target.features.begin(), target.features.end());
   return target;
 }

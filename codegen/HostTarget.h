@@ -15,6 +15,10 @@ struct HostTarget {
 };
 
 HostTarget detectHostTarget();
+// An x86-64 CPU by LLVM's name for it (skylake-avx512, znver4, x86-64-v3...), with the features
+// LLVM gives it: for reading the code generated for a machine other than this one. Throws
+// UserError, listing the names LLVM knows, for any other name.
+HostTarget namedX86Target(const std::string& cpu);
 std::string llvmVersion();
 
 } // namespace rnnc::codegen

@@ -10,8 +10,9 @@ std::string Target::describe() const {
          features;
 }
 
-Target hostTarget() {
-  HostTarget host = detectHostTarget();
+namespace {
+
+Target targetFor(const HostTarget& host) {
   Target target;
   target.triple = host.triple;
   target.cpu = host.cpu;
@@ -20,6 +21,16 @@ Target hostTarget() {
   target.vectorWidth = host.has("avx512f") ? 16 : host.has("avx") ? 8 : 4;
   target.vectorRegisters = host.has("avx512f") ? 32 : 16;
   return target;
+}
+
+} // namespace
+
+Target hostTarget() {
+  return targetFor(detectHostTarget());
+}
+
+Target namedCpuTarget(const std::string& cpu) {
+  return targetFor(namedX86Target(cpu));
 }
 
 } // namespace rnnc::codegen

@@ -24,5 +24,7 @@ struct Target {
 
 // The machine we run on, as LLVM sees it: AVX-512 gives 16-float vectors, AVX 8, else 4.
 Target hostTarget();
+// An x86-64 CPU by LLVM's name (`rnnc compile --target-cpu`); UserError for an unknown one.
+Target namedCpuTarget(const std::string& cpu);
 
 } // namespace rnnc::codegen

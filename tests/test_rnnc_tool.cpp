@@ -252,6 +252,32 @@ TEST_F(ToolTest, DumpWithSizesShowsConcreteShapes) {
   EXPECT_THAT(r.out, Not(HasSubstr("hidden_size]"))) << r;
 }
 
+// `rnnc compile`: the optimised IR on stdout and the per-pass log on stderr, as opt does.
+TEST_F(ToolTest, CompilePrintsTheIRAfterEveryPassToStderr) {
+  ToolResult r = run({"compile", "lstm", "--print-after-all"});
+  ASSERT_EQ(r.exitCode, 0) << r;
+  for (const char* pass : {"simplify", "premultiply", "merge-gates", "fuse"})
+    EXPECT_THAT(r.err, HasSubstr(std::string("// ----- IR after ") + pass)) << r;
+  // The input product has left the loop; the recurrent one leads the step's one fused kernel.
+  EXPECT_THAT(r.out, HasSubstr("pre {\n    %0 = linear %x, %weight_ih")) << r;
+  EXPECT_THAT(r.out, HasSubstr("step {\n    fused {\n      %3 = linear %h, %weight_hh")) << r;
+}
+
+// The AVX-512 kernels can be read on a machine without AVX-512, and AVX2 ones on one with it.
+TEST_F(ToolTest, CompileForANamedCpu) {
+  std::vector<std::string> args = {"compile", "lstm",           "--size",     "input_size=64",
+                                   "--size",  "hidden_size=64", "--emit=asm", "--target-cpu"};
+  args.push_back("skylake-avx512");
+  ToolResult avx512 = run(args);
+  ASSERT_EQ(avx512.exitCode, 0) << avx512.err;
+  EXPECT_THAT(avx512.out, testing::ContainsRegex("vfmadd[0-9]+ps[^\n]*zmm"));
+  args.back() = "haswell";
+  ToolResult avx2 = run(args);
+  ASSERT_EQ(avx2.exitCode, 0) << avx2.err;
+  EXPECT_THAT(avx2.out, testing::ContainsRegex("vfmadd[0-9]+ps[^\n]*ymm"));
+  EXPECT_THAT(avx2.out, Not(HasSubstr("zmm")));
+}
+
 TEST_F(ToolTest, DumpReadsACellFile) {
   ToolResult r = run({"dump", (fs::path(RNNC_SOURCE_DIR) / "cells" / "gru.cell").string()});
   ASSERT_EQ(r.exitCode, 0) << r;
@@ -290,6 +316,17 @@ protected:
     return p;
   }
 };
+
+TEST_F(ToolErrorTest, CompileForAnUnknownCpuListsTheKnownOnes) {
+  expectError({"compile", "lstm", "--size", "input_size=4", "--size", "hidden_size=4", "--emit=asm",
+               "--target-cpu", "skylake-avx51"},
+              {"unknown x86-64 CPU 'skylake-avx51'", "skylake-avx512", "znver3"});
+}
+
+TEST_F(ToolErrorTest, CompileToAssemblyNeedsEverySize) {
+  expectError({"compile", "lstm", "--size", "input_size=4", "--emit=asm"},
+              {"give size 'hidden_size' with --size hidden_size=VALUE"});
+}
 
 TEST_F(ToolErrorTest, UnknownCellNameListsTheBuiltins) {
   RunArgs a;

@@ -18,10 +18,17 @@ struct CompileOptions {
   std::string cell;
   std::vector<std::string> sizes;
   std::string emit = "ir-opt";
+  std::string targetCpu; // empty: this machine
   PipelineFlags pipeline;
 };
 
 int compile(const CompileOptions& o) {
+  // Checked first, so that a misspelt CPU is reported before any other work.
+  codegen::Target target =
+      o.targetCpu.empty() ? codegen::hostTarget() : codegen::namedCpuTarget(o.targetCpu);
+  if (!o.targetCpu.empty() && (o.emit == "ir" || o.emit == "ir-opt"))
+    throw UserError("--target-cpu applies to --emit=llvm, llvm-opt and asm; the IR does not "
+                    "depend on the CPU");
   auto cell = frontend::loadCell(o.cell);
   ir::SizeMap sizes = parseSizes(o.sizes);
   if (!sizes.empty()) {
@@ -45,7 +52,6 @@ int compile(const CompileOptions& o) {
   codegen::Stage stage = o.emit == "llvm"       ? codegen::Stage::LLVM
                          : o.emit == "llvm-opt" ? codegen::Stage::OptimisedLLVM
                                                 : codegen::Stage::Assembly;
-  codegen::Target target = codegen::hostTarget();
   std::cout << codegen::generate(*cell, codegen::planStorage(*cell, target), target, stage);
   return 0;
 }
@@ -62,6 +68,10 @@ CommandAction addCompileCommand(CLI::App& app) {
                   "LLVM's optimiser), asm (host assembly)")
       ->check(CLI::IsMember({"ir", "ir-opt", "llvm", "llvm-opt", "asm"}))
       ->default_val("ir-opt");
+  cmd->add_option("--target-cpu", o->targetCpu,
+                  "Generate code for this x86-64 CPU, by LLVM's name (skylake-avx512, znver4, "
+                  "x86-64-v3, ...), not for this machine: e.g. to read the AVX-512 kernels on a "
+                  "machine without AVX-512");
   o->pipeline.addTo(*cmd);
   return [o] { return compile(*o); };
 }
