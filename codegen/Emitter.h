@@ -201,6 +201,8 @@ private:
   // Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights. The slices
   // are accumulated in passes of as many as the tile's accumulators allow for this many rows
   // (a panel for a full tile, all of them for one row); each pass is one walk over the depth.
+  void prefetchRows(const std::vector<const ir::Value*>& operands, llvm::Value* firstRow,
+                    llvm::Value* lastRow, llvm::Value* column, int64_t rows);
   Tile emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed, llvm::Value* blk,
                 llvm::Value* firstRow, int64_t rows);
 
