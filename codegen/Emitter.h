@@ -83,6 +83,25 @@ private:
 
   // ---- Control flow -----------------------------------------------------------------------
 
+  // The start of a loop whose test and latch the caller writes (forLoop's fixed stride and
+  // single counter do not fit it): a header block, entered from here, with the insert point in
+  // it and a counter phi starting at `begin`; and the exit block, empty.
+  struct OpenLoop {
+    llvm::PHINode* counter;
+    llvm::BasicBlock* header;
+    llvm::BasicBlock* exit;
+  };
+  OpenLoop openLoop(llvm::Value* begin, const std::string& name) {
+    llvm::BasicBlock* before = b_.GetInsertBlock();
+    auto* header = llvm::BasicBlock::Create(context_, name, fn_);
+    auto* exit = llvm::BasicBlock::Create(context_, name + ".exit", fn_);
+    b_.CreateBr(header);
+    b_.SetInsertPoint(header);
+    llvm::PHINode* counter = b_.CreatePHI(i64_, 2, name + ".i");
+    counter->addIncoming(begin, before);
+    return {counter, header, exit};
+  }
+
   template <class Body>
   void forLoop(llvm::Value* begin, llvm::Value* end, llvm::Value* stride, const std::string& name,
                Body&& body) {

@@ -196,14 +196,8 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup& group
           b_.CreateSub(b_.CreateAdd(blocks.begin, blocks.end), b_.CreateAdd(walked, constant(1))),
           walked);
     // The tile loop: r is the tile's first row; its height follows from where r is.
-    llvm::BasicBlock* before = b_.GetInsertBlock();
-    auto* header = llvm::BasicBlock::Create(context_, "tile", fn_);
+    auto [r, header, exit] = openLoop(constant(0), "tile");
     auto* body = llvm::BasicBlock::Create(context_, "tile.body", fn_);
-    auto* exit = llvm::BasicBlock::Create(context_, "tile.exit", fn_);
-    b_.CreateBr(header);
-    b_.SetInsertPoint(header);
-    llvm::PHINode* r = b_.CreatePHI(i64_, 2, "r");
-    r->addIncoming(constant(0), before);
     b_.CreateCondBr(b_.CreateICmpSLT(r, batchRows), body, exit);
     b_.SetInsertPoint(body);
     prefetchRows(rowOperands, r, b_.CreateSub(batchRows, constant(1)),
@@ -299,12 +293,7 @@ Emitter::Tile Emitter::emitTile(const View& x, llvm::Value* weights, const Packe
     // The accumulators are the depth loop's phis. It is not unrolled: the FMAs of one depth
     // already hide their latency, and a bigger body only costs compile time.
     llvm::BasicBlock* before = b_.GetInsertBlock();
-    auto* header = llvm::BasicBlock::Create(context_, "depth", fn_);
-    auto* exit = llvm::BasicBlock::Create(context_, "depth.exit", fn_);
-    b_.CreateBr(header);
-    b_.SetInsertPoint(header);
-    llvm::PHINode* k = b_.CreatePHI(i64_, 2, "k");
-    k->addIncoming(constant(0), before);
+    auto [k, header, exit] = openLoop(constant(0), "depth");
     Tile acc(static_cast<size_t>(rows));
     std::vector<std::vector<llvm::PHINode*>> phis(static_cast<size_t>(rows));
     for (int64_t m = 0; m < rows; ++m)
