@@ -3,6 +3,7 @@
 #include "ir/Builder.h"
 #include "ir/Printer.h"
 #include "passes/DeadCodeElimination.h"
+#include "passes/SinkSlices.h"
 
 #include <algorithm>
 
@@ -93,11 +94,49 @@ bool reassociate(ir::Cell& cell, ir::Block& block, size_t rootIndex, DependenceM
   return true;
 }
 
-void reassociateAll(ir::Cell& cell) {
+// The only instruction that reads `value`, or null.
+const ir::Instr* soleUser(const ir::Cell& cell, const ir::Value* value) {
+  if (ir::countUses(cell, value) != 1)
+    return nullptr;
+  for (const ir::Block* block : {&cell.pre, &cell.step})
+    for (const auto& instr : *block)
+      for (const ir::Value* operand : instr->operands)
+        if (operand == value)
+          return instr.get();
+  return nullptr; // the use is an update or the output
+}
+
+// A gate's sum that reads the recurrent product through a slice of the biased product (a GRU's
+// chunk(linear(h, W_hh, b_hh)): r = sigmoid(xr + hr)) hides the bias from reassociate(). Such
+// a slice is sunk (slice(a + b) -> slice(a) + slice(b)) when it feeds a sum and the sliced sum
+// has a term of lower dependence than itself. Other slices are left to the sink-slices pass:
+// sinking an LSTM's four gate slices here would split its one input-side sum in four.
+void exposeBiases(ir::Cell& cell, ir::Block& block) {
+  for (size_t i = 0; i < block.size(); ++i) {
+    const ir::Instr& slice = *block[i];
+    if (slice.op != Op::Slice || slice.operands[0]->isArgument() ||
+        slice.operands[0]->def->op != Op::Add)
+      continue;
+    const ir::Instr* user = soleUser(cell, &slice.result);
+    if (!user || user->op != Op::Add)
+      continue;
+    DependenceMap dependence(cell);
+    const ir::Instr& sum = *slice.operands[0]->def;
+    bool lowerTerm = std::any_of(sum.operands.begin(), sum.operands.end(), [&](const ir::Value* v) {
+      return dependence(v) < dependence(&sum.result);
+    });
+    if (lowerTerm && sinkSlice(cell, block, i)) {
+      eliminateDeadCode(cell);
+      i = static_cast<size_t>(-1); // indices moved: start over
+    }
+  }
+}
+
+void reassociateAll(ir::Cell& cell, ir::Block& block) {
   DependenceMap dependence(cell);
   // Each rewrite leaves at most one lower-dependence term per tree, so this terminates.
-  for (size_t i = 0; i < cell.step.size(); ++i)
-    if (reassociate(cell, cell.step, i, dependence)) {
+  for (size_t i = 0; i < block.size(); ++i)
+    if (reassociate(cell, block, i, dependence)) {
       eliminateDeadCode(cell); // keeps use counts exact for the next tree
       i = static_cast<size_t>(-1);
     }
@@ -107,7 +146,8 @@ void reassociateAll(ir::Cell& cell) {
 
 bool premultiply(ir::Cell& cell) {
   std::string before = ir::toString(cell);
-  reassociateAll(cell);
+  exposeBiases(cell, cell.step);
+  reassociateAll(cell, cell.step);
   DependenceMap dependence(cell);
   // Move in program order, so every hoisted instruction's operands stay defined before it.
   ir::Block kept;
@@ -116,6 +156,10 @@ bool premultiply(ir::Cell& cell) {
     (hoist ? cell.pre : kept).push_back(std::move(instr));
   }
   cell.step = std::move(kept);
+  // Sums that came out of the loop with their biases: the parameter terms of each are added
+  // first, into one vector computed once (a GRU's b_ir + b_hr).
+  exposeBiases(cell, cell.pre);
+  reassociateAll(cell, cell.pre);
   return ir::toString(cell) != before;
 }
 

@@ -21,8 +21,9 @@ bool onlySliced(const ir::Cell& cell, const ir::Value* value) {
   return slices == ir::countUses(cell, value); // not an update or the output either
 }
 
-// Rewrites block[index] (a slice) if possible; new instructions go just before it.
-bool sinkOne(ir::Cell& cell, ir::Block& block, size_t index) {
+} // namespace
+
+bool sinkSlice(ir::Cell& cell, ir::Block& block, size_t index) {
   ir::Instr& slice = *block[index];
   if (slice.op != ir::Op::Slice || slice.operands[0]->isArgument())
     return false;
@@ -64,13 +65,11 @@ bool sinkOne(ir::Cell& cell, ir::Block& block, size_t index) {
   return true;
 }
 
-} // namespace
-
 bool sinkSlices(ir::Cell& cell) {
   bool changed = false;
   for (ir::Block* block : {&cell.pre, &cell.step})
     for (size_t i = 0; i < block->size(); ++i)
-      if (sinkOne(cell, *block, i)) {
+      if (sinkSlice(cell, *block, i)) {
         changed = true;
         eliminateDeadCode(cell);     // the old slice (and maybe its source) is dead now
         i = static_cast<size_t>(-1); // indices moved: start over (the loop's ++i makes it 0)

@@ -10,4 +10,9 @@ namespace rnnc::passes {
 
 bool sinkSlices(ir::Cell& cell);
 
+// One step of it: rewrites block[index], a slice, through its source (another slice, or an
+// elementwise op of the same block that is only ever sliced), the new instructions just before
+// it. False when it cannot; the old slice is left dead.
+bool sinkSlice(ir::Cell& cell, ir::Block& block, size_t index);
+
 } // namespace rnnc::passes

@@ -237,6 +237,68 @@ TEST(Premultiply, HoistsTheInputProjectionAndFoldsBiases) {
 )"));
 }
 
+// A GRU's gates read both products through slices of biased sums, chunk(linear(x, W, b)) and
+// chunk(linear(h, U, c)). Where a gate adds the two, the recurrent bias's slice joins the input
+// side and the two bias slices become one vector; where it is multiplied first (n = tanh(xn +
+// r * hn)), it stays in the loop.
+TEST(Premultiply, FoldsTheBiasesOfChunkedProductsIntoTheInputSide) {
+  const std::string header = R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %w : [2*n, n]
+  param %u : [2*n, n]
+  param %b : [2*n]
+  param %c : [2*n]
+)";
+  const std::string input = header + R"(  step {
+    %0 = linear %x, %w : [B, 2*n]
+    %1 = add %0, %b : [B, 2*n]
+    %2 = linear %h, %u : [B, 2*n]
+    %3 = add %2, %c : [B, 2*n]
+    %4 = slice %1 {offset = 0} : [B, n]
+    %5 = slice %3 {offset = 0} : [B, n]
+    %6 = add %4, %5 : [B, n]
+    %7 = sigmoid %6 : [B, n]
+    %8 = slice %1 {offset = n} : [B, n]
+    %9 = slice %3 {offset = n} : [B, n]
+    %10 = mul %7, %9 : [B, n]
+    %11 = add %8, %10 : [B, n]
+    %12 = tanh %11 : [B, n]
+  }
+  yield %h = %12
+  output %12
+}
+)";
+  const std::string folded = header + R"(  pre {
+    %0 = linear %x, %w : [B, 2*n]
+    %1 = slice %0 {offset = 0} : [B, n]
+    %2 = slice %b {offset = 0} : [n]
+    %3 = slice %c {offset = 0} : [n]
+    %4 = add %2, %3 : [n]
+    %5 = add %1, %4 : [B, n]
+    %6 = slice %0 {offset = n} : [B, n]
+    %7 = slice %b {offset = n} : [n]
+    %8 = add %6, %7 : [B, n]
+  }
+  step {
+    %9 = linear %h, %u : [B, 2*n]
+    %10 = add %9, %c : [B, 2*n]
+    %11 = slice %9 {offset = 0} : [B, n]
+    %12 = add %11, %5 : [B, n]
+    %13 = sigmoid %12 : [B, n]
+    %14 = slice %10 {offset = n} : [B, n]
+    %15 = mul %13, %14 : [B, n]
+    %16 = add %8, %15 : [B, n]
+    %17 = tanh %16 : [B, n]
+  }
+  yield %h = %17
+  output %17
+}
+)";
+  checkPass(passes::premultiply, input, folded);
+  checkPass(passes::premultiply, folded, folded, /*expectChanged=*/false);
+}
+
 TEST(Premultiply, HoistsAllStateIndependentWorkAndIsIdempotent) {
   std::string text = cell(R"(  pre {
     %0 = linear %x, %w : [B, n]
