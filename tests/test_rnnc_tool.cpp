@@ -278,6 +278,24 @@ TEST_F(ToolTest, CompileForANamedCpu) {
   EXPECT_THAT(avx2.out, Not(HasSubstr("zmm")));
 }
 
+// `rnnc bench` on tiny sizes: every path runs, and the JSON report has them all.
+TEST_F(ToolTest, BenchRunsEveryPathAndReportsThemAsJson) {
+  ToolResult r = run({"bench", "--seq", "3", "--batch", "2", "--input", "4", "--hidden", "5",
+                      "--repeat", "1", "--json"});
+  ASSERT_EQ(r.exitCode, 0) << r;
+  for (const char* key : {"\"interpreter\"", "\"jit\"", "\"jit_no_premul\"",
+                          "\"jit_no_fuse_matmul\"", "\"variable_length\"", "\"compile_ms\""})
+    EXPECT_THAT(r.out, HasSubstr(key)) << r;
+}
+
+TEST_F(ToolTest, BenchEltwiseReportsFusedUnfusedAndTriad) {
+  ToolResult r = run({"bench", "--eltwise", "--batch", "3", "--hidden", "8", "--repeat", "1"});
+  ASSERT_EQ(r.exitCode, 0) << r;
+  for (const char* row : {"interpreter (unfused)", "jit (fused)", "STREAM triad, same bytes",
+                          "fused speedup over unfused"})
+    EXPECT_THAT(r.out, HasSubstr(row)) << r;
+}
+
 TEST_F(ToolTest, DumpReadsACellFile) {
   ToolResult r = run({"dump", (fs::path(RNNC_SOURCE_DIR) / "cells" / "gru.cell").string()});
   ASSERT_EQ(r.exitCode, 0) << r;
@@ -326,6 +344,11 @@ TEST_F(ToolErrorTest, CompileForAnUnknownCpuListsTheKnownOnes) {
 TEST_F(ToolErrorTest, CompileToAssemblyNeedsEverySize) {
   expectError({"compile", "lstm", "--size", "input_size=4", "--emit=asm"},
               {"give size 'hidden_size' with --size hidden_size=VALUE"});
+}
+
+TEST_F(ToolErrorTest, BenchEltwiseWithoutRepeatsOrRows) {
+  expectError({"bench", "--eltwise", "--repeat", "0"}, {"--repeat must be positive"});
+  expectError({"bench", "--eltwise", "--batch", "0"}, {"--batch", "must be positive"});
 }
 
 TEST_F(ToolErrorTest, UnknownCellNameListsTheBuiltins) {

@@ -4,77 +4,28 @@
 // input read once, both outputs written once. Next to it, the bandwidth a STREAM triad reaches
 // on a working set of the same size, measured by the same command.
 #include "tools/EltwiseBench.h"
-#include "frontend/CellParser.h"
 #include "runtime/CompiledCell.h"
 #include "runtime/Interpreter.h"
+#include "tools/EltwiseWorkload.h"
 #include "tools/Timing.h"
 
 #include <fmt/format.h>
 
-#include <random>
-
 namespace rnnc::tools {
-namespace {
-
-// The step as a cell: the four [B, 4H] operands are per-step inputs, the cell state a state.
-const char* kEltwiseCell = R"(cell rnn_eltwise(hidden_size) {
-  input x[4*hidden_size], hx[4*hidden_size], b_ih[4*hidden_size], b_hh[4*hidden_size]
-  state c[hidden_size]
-  i, f, g, o = chunk(x + hx + b_ih + b_hh, 4)
-  c2 = sigmoid(f) * c + sigmoid(i) * tanh(g)
-  h2 = sigmoid(o) * tanh(c2)
-  return c = c2; output h2
-})";
-
-// a = b + s * c over three arrays of `bytes` in all, the STREAM triad (two reads, one write).
-class Triad {
-public:
-  explicit Triad(int64_t bytes)
-      : n_(std::max<int64_t>(bytes / (3 * sizeof(float)), 1)), a_(n_), b_(n_, 1.0f), c_(n_, 2.0f) {}
-  double bytes() const { return 3.0 * n_ * sizeof(float); }
-  void run() {
-    float* __restrict pa = a_.data();
-    const float* __restrict pb = b_.data();
-    const float* __restrict pc = c_.data();
-    for (int64_t i = 0; i < n_; ++i)
-      pa[i] = pb[i] + 3.0f * pc[i];
-    asm volatile("" : : "r"(pa) : "memory"); // keep the loop
-  }
-
-private:
-  int64_t n_;
-  std::vector<float> a_, b_, c_;
-};
-
-} // namespace
 
 int benchEltwise(int64_t batch, int64_t hidden, int repeat) {
-  auto cell = frontend::parseCell(kEltwiseCell, "<rnn_eltwise>");
-  cell->bindSizes({{"hidden_size", hidden}});
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  auto random = [&](TensorShape shape) {
-    Tensor t(std::move(shape));
-    for (float& v : t.values())
-      v = dist(rng);
-    return t;
-  };
-  std::vector<Tensor> inputs;
-  for (int i = 0; i < 4; ++i)
-    inputs.push_back(random({1, batch, 4 * hidden}));
-  std::vector<Tensor> initial = {random({batch, hidden})};
-
-  // Speed-of-light traffic, as rnn_eltwise.py's memory_workload: inputs plus two [B, H] outputs.
-  const double bytes = (4.0 * batch * 4 * hidden + 2.0 * batch * hidden + batch * hidden) * 4;
+  EltwiseWorkload w = makeEltwiseWorkload(batch, hidden);
+  const std::vector<Tensor>& inputs = w.inputs;
+  const double bytes = w.bytesPerStep;
   const int calls = 200; // per timed repeat: one step is a few microseconds
   // Each path steps its own state forward; the values stay bounded (c' = f c + i g).
-  Interpreter interpreter(*cell, {});
-  std::vector<Tensor> interpreterStates = initial;
+  Interpreter interpreter(*w.cell, {});
+  std::vector<Tensor> interpreterStates = w.states;
   CompileOptions options;
   options.pipeline.premultiply = false; // one step: nothing to hoist out of a loop
   options.cache.disk = false;
-  auto compiled = CompiledCell::compile(*cell, options);
-  std::vector<Tensor> jitStates = initial;
+  auto compiled = CompiledCell::compile(*w.cell, options);
+  std::vector<Tensor> jitStates = w.states;
   Tensor output;
   CompiledCell::Workspace workspace;
   Triad triad(static_cast<int64_t>(bytes));
