@@ -141,7 +141,8 @@ double matmulFlops(const ir::Cell& cell, int64_t steps, int64_t batch) {
 
 int bench(const BenchOptions& o) {
   if (o.seq < 1 || o.batch < 1 || o.input < 1 || o.hidden < 1 || o.repeat < 1 || o.warmup < 0)
-    throw UserError("--seq, --batch, --input, --hidden and --repeat must be positive");
+    throw UserError("--seq, --batch, --input, --hidden and --repeat must be positive, and "
+                    "--warmup not negative");
   if (o.eltwise)
     return benchEltwise(o.batch, o.hidden, o.repeat);
   if (o.threads < 0)
