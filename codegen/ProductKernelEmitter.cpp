@@ -272,7 +272,9 @@ Emitter::Tile Emitter::emitTile(const View& x, llvm::Value* weights, const Packe
   // rows x 4 slices is 17 registers of AVX2's 16: LLVM spilled accumulators in the depth
   // loop, which ran at less than half speed); the slices then split evenly between passes.
   const int64_t accumulators = packed.tileRows * packed.panelSlices;
-  const int64_t fitting = std::min(accumulators / rows, (target_.vectorRegisters - 1) / (rows + 1));
+  const int64_t vectorsPerSlice = std::max<int64_t>(1, packed.width / target_.vectorWidth);
+  const int64_t fitting =
+      std::min(accumulators / rows, (target_.vectorRegisters - 1) / (vectorsPerSlice * (rows + 1)));
   const int64_t passes =
       (slices + std::max<int64_t>(fitting, 1) - 1) / std::max<int64_t>(fitting, 1);
   const int64_t perPass = (slices + passes - 1) / passes;

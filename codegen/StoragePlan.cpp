@@ -141,6 +141,17 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Instr& product,
   const int64_t accumulators = target.vectorRegisters - 4;
   packed.panelSlices = packed.slices() <= 3 ? packed.slices() : 2;
   packed.tileRows = accumulators / packed.panelSlices;
+  if (packed.slices() == 1) {
+    // One slice (a vanilla RNN): blocks of 4 vectors (a power of two: LLVM scalarises parts of
+    // the elementwise code on 3-vector types), so that a row has 4 accumulator chains (batch 1
+    // included), in tiles of as many rows as the registers hold beside the 4 weight vectors and
+    // the broadcast input (AVX2: 2 rows, 8 accumulators).
+    const int64_t vectors = 4;
+    packed.width = vectors * vectorWidth;
+    packed.blocks = (packed.columns + packed.width - 1) / packed.width;
+    packed.tileRows = std::max<int64_t>(
+        1, std::min(accumulators, target.vectorRegisters - 1 - vectors) / vectors);
+  }
   return packed;
 }
 

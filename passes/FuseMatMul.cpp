@@ -1,5 +1,7 @@
 #include "passes/FuseMatMul.h"
 
+#include "ir/Builder.h"
+
 #include <algorithm>
 
 namespace rnnc::passes {
@@ -43,6 +45,55 @@ const ir::Dim* kernelColumns(const ir::Block& block, int kernel) {
   return columns;
 }
 
+// Whether a kernel already leads with a matrix product: it can hold only one.
+bool holdsProduct(const ir::Block& block, int kernel) {
+  return std::any_of(block.begin(), block.end(), [&](const auto& instr) {
+    return instr->kernel == kernel && ir::isMatrixProduct(instr->op);
+  });
+}
+
+// A product that one kernel reads whole (a vanilla RNN's tanh(h @ W_hh^T + pre)) is read
+// through one slice of all its columns instead, inserted into that kernel before its first
+// reader: the shape the rest of this pass and the emitter handle, as for gate slices.
+void sliceWholeUses(ir::Cell& cell, ir::Block& block, size_t productIndex) {
+  ir::Value* product = &block[productIndex]->result;
+  int kernel = -1;
+  size_t firstReader = 0;
+  for (size_t i = productIndex + 1; i < block.size(); ++i) {
+    const ir::Instr& user = *block[i];
+    bool reads =
+        std::find(user.operands.begin(), user.operands.end(), product) != user.operands.end();
+    if (!reads || user.op == ir::Op::Slice)
+      continue;
+    if (user.kernel < 0 || (kernel >= 0 && user.kernel != kernel))
+      return; // read outside a kernel, or by two: the product stays a GEMM
+    if (kernel < 0)
+      firstReader = i;
+    kernel = user.kernel;
+  }
+  // Only where the product will then fuse: a [B, C] kernel without a layer norm or a product
+  // of its own, as wide as the product, which is neither the output nor a next state.
+  if (kernel < 0 || holdsProduct(block, kernel))
+    return;
+  const ir::Dim* columns = kernelColumns(block, kernel);
+  if (!columns || *columns != product->shape.back() || cell.output == product)
+    return;
+  for (const ir::StateUpdate& update : cell.updates)
+    if (update.next == product)
+      return;
+  ir::Builder builder(cell, block);
+  ir::Value* whole = builder.slice(product, ir::Dim::constant(0), product->shape.back());
+  std::unique_ptr<ir::Instr> made = std::move(block.back());
+  block.pop_back();
+  made->kernel = kernel;
+  block.insert(block.begin() + static_cast<std::ptrdiff_t>(firstReader), std::move(made));
+  for (size_t i = firstReader + 1; i < block.size(); ++i)
+    if (block[i]->kernel == kernel)
+      for (ir::Value*& operand : block[i]->operands)
+        if (operand == product)
+          operand = whole;
+}
+
 } // namespace
 
 bool fuseMatMul(ir::Cell& cell) {
@@ -63,6 +114,7 @@ bool fuseMatMul(ir::Cell& cell) {
       ++i;
       continue;
     }
+    sliceWholeUses(cell, block, i);
     // The kernel's width, read off its first slice of the product.
     int kernel = -1;
     const ir::Dim* columns = nullptr;
@@ -72,7 +124,8 @@ bool fuseMatMul(ir::Cell& cell) {
         columns = kernelColumns(block, kernel);
         break;
       }
-    if (!columns || consumingKernel(cell, product, *columns) != kernel) {
+    if (!columns || consumingKernel(cell, product, *columns) != kernel ||
+        holdsProduct(block, kernel)) {
       ++i;
       continue;
     }

@@ -86,12 +86,19 @@ TEST_P(JitMatchesInterpreter, OnOddAndTypicalSizes) {
 
 // Every batch from 1 to 40 through one compiled cell (the batch is a run-time size): the fused
 // product splits the rows into tiles of the full height and one row fewer where that balances,
-// otherwise full tiles, then half tiles and single rows (AVX2: LSTM 6/5/3/1, GRU 4/3/2/1; 40
-// rows reach every mix of them). H=11 leaves a partial column block.
+// otherwise full tiles, then half tiles and single rows (AVX2: LSTM 6/5/3/1, GRU 4/3/2/1, the
+// vanilla RNN's 4-vector blocks 2/1; 40 rows reach every mix of them). H=11 leaves a partial
+// column block; H=37 a full 32-column block of the RNN and a partial one.
 TEST(JitTileHeights, EveryBatchFromOneToFortyMatchesTheInterpreter) {
-  for (const char* name : {"lstm", "gru"}) {
+  struct Case {
+    const char* cell;
+    int64_t hidden;
+  };
+  for (Case c : {Case{"lstm", 11}, Case{"gru", 11}, Case{"rnn_tanh", 37}}) {
+    const char* name = c.cell;
+    const int64_t hidden = c.hidden;
     auto cell = frontend::loadCell(name);
-    cell->bindSizes({{"input_size", 4}, {"hidden_size", 11}});
+    cell->bindSizes({{"input_size", 4}, {"hidden_size", hidden}});
     std::mt19937 rng(11);
     TensorMap weights = test::randomWeights(*cell, cell->sizes, rng);
     std::vector<Tensor> params;
@@ -102,7 +109,7 @@ TEST(JitTileHeights, EveryBatchFromOneToFortyMatchesTheInterpreter) {
       std::vector<Tensor> inputs = {test::randomTensor({3, batch, 4}, rng)};
       std::vector<Tensor> states;
       for (const auto& st : cell->states)
-        states.push_back(test::randomTensor({batch, 11}, rng));
+        states.push_back(test::randomTensor({batch, hidden}, rng));
       std::vector<Tensor> expectedStates = states;
       Tensor expected = Interpreter(*cell, params).run(inputs, expectedStates);
       Tensor actual = compiled->run(params, inputs, states);

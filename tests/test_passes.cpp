@@ -607,6 +607,63 @@ TEST(FuseMatMul, TheProductJoinsTheKernelThatSlicesIt) {
 )");
 }
 
+// A vanilla RNN's kernel reads its product whole: it reads it through one slice of every
+// column instead, and the product joins the kernel. A kernel that already leads with a product
+// does not take a second (the no-premultiply RNN's input product stays a GEMM), and a kernel
+// that normalises rows takes none (the whole-row read stays as it was).
+TEST(FuseMatMul, AProductReadWholeJoinsItsKernelThroughOneSlice) {
+  checkPass(passes::fuseMatMul, R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %u : [n, n]
+  param %w : [n, n]
+  step {
+    %0 = linear %h, %u : [B, n]
+    %1 = linear %x, %w : [B, n]
+    fused {
+      %2 = add %0, %1 : [B, n]
+      %3 = tanh %2 : [B, n]
+    }
+  }
+  yield %h = %3
+  output %3
+}
+)",
+            R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %u : [n, n]
+  param %w : [n, n]
+  step {
+    %0 = linear %x, %w : [B, n]
+    fused {
+      %1 = linear %h, %u : [B, n]
+      %2 = slice %1 {offset = 0} : [B, n]
+      %3 = add %2, %0 : [B, n]
+      %4 = tanh %3 : [B, n]
+    }
+  }
+  yield %h = %4
+  output %4
+}
+)");
+  const char* normalised = R"(cell @t(n) {
+  state %h : [B, n]
+  param %u : [n, n]
+  step {
+    %0 = linear %h, %u : [B, n]
+    fused {
+      %1 = layernorm %0 {eps = 1e-05} : [B, n]
+      %2 = tanh %1 : [B, n]
+    }
+  }
+  yield %h = %2
+  output %2
+}
+)";
+  checkPass(passes::fuseMatMul, normalised, normalised, /*expectChanged=*/false);
+}
+
 TEST(FuseMatMul, LeavesProductsTheKernelCannotTile) {
   // A product the output reads whole; one read at a width other than the kernel's; one whose
   // kernel normalises rows (its statistics need whole rows first).

@@ -74,6 +74,23 @@ TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
   EXPECT_EQ(packed.panelWidth(3), 16);
 }
 
+TEST(StoragePlan, ASingleSliceIsTiledFourVectorsWide) {
+  auto rnn = optimised(frontend::loadCell("rnn_tanh"), {{"input_size", 3}, {"hidden_size", 70}});
+  // Four accumulator chains per row even at batch 1, and as many rows as the registers hold
+  // beside four weight vectors and the broadcast: AVX2 2 rows (8 of 16 registers for
+  // accumulators), AVX-512 6 rows (24 of 32).
+  const codegen::Target avx512{"x86_64-unknown-linux-gnu", "skylake-avx512", "+avx512f", 16, 32};
+  for (const auto& [target, rows] : {std::pair{kAvx2, 2}, std::pair{avx512, 6}}) {
+    codegen::StoragePlan plan = codegen::planStorage(*rnn, target);
+    ASSERT_EQ(plan.packedProducts.size(), 1u);
+    const codegen::PackedProduct& packed = plan.packedProducts[0];
+    EXPECT_EQ(packed.slices(), 1);
+    EXPECT_EQ(packed.width, 4 * target.vectorWidth);
+    EXPECT_EQ(packed.blocks, (70 + packed.width - 1) / packed.width);
+    EXPECT_EQ(packed.tileRows, rows);
+  }
+}
+
 TEST(StoragePlan, ThreeSlicesShareOnePassOfTheTile) {
   auto gru = optimised(frontend::loadCell("gru"), {{"input_size", 3}, {"hidden_size", 20}});
   // AVX2's 12 accumulators as 4 rows x 3 slices, AVX-512's 28 as 9 x 3: a panel of two slices
