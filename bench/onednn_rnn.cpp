@@ -1,4 +1,5 @@
-// onednn_rnn: times oneDNN's LSTM / linear-before-reset GRU forward inference on one shape and
+// onednn_rnn: times oneDNN's LSTM / linear-before-reset GRU / tanh RNN forward inference on one
+// shape and
 // prints one line of JSON, for bench/compare. Standalone (C++17, oneDNN 2.x C++ API):
 //
 //   c++ -std=c++17 -O2 bench/onednn_rnn.cpp -ldnnl -fopenmp -o onednn_rnn
@@ -44,10 +45,11 @@ struct Options {
 
 [[noreturn]] void usage(int code) {
   std::fprintf(code ? stderr : stdout,
-               "usage: onednn_rnn [--cell lstm|gru] [--seq T] [--batch B] [--input I] "
+               "usage: onednn_rnn [--cell lstm|gru|rnn_tanh] [--seq T] [--batch B] [--input I] "
                "[--hidden H] [--repeat R] [--warmup W]\n"
-               "Times oneDNN's fp32 forward-inference LSTM (lstm_forward) or GRU "
-               "(lbr_gru_forward); threads from OMP_NUM_THREADS. Prints one line of JSON.\n");
+               "Times oneDNN's fp32 forward-inference LSTM (lstm_forward), GRU "
+               "(lbr_gru_forward) or tanh RNN (vanilla_rnn_forward); threads from "
+               "OMP_NUM_THREADS. Prints one line of JSON.\n");
   std::exit(code);
 }
 
@@ -91,8 +93,9 @@ Options parse(int argc, char** argv) {
       usage(2);
     }
   }
-  if (o.cell != "lstm" && o.cell != "gru") {
-    std::fprintf(stderr, "onednn_rnn: --cell must be lstm or gru, got '%s'\n", o.cell.c_str());
+  if (o.cell != "lstm" && o.cell != "gru" && o.cell != "rnn_tanh") {
+    std::fprintf(stderr, "onednn_rnn: --cell must be lstm, gru or rnn_tanh, got '%s'\n",
+                 o.cell.c_str());
     std::exit(2);
   }
   return o;
@@ -183,12 +186,13 @@ memory preferredWeights(const memory::desc& user, const memory::desc& wanted,
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
-  const bool lstm = o.cell == "lstm";
+  const bool lstm = o.cell == "lstm", gru = o.cell == "gru";
   const memory::dim T = o.seq, B = o.batch, I = o.input, H = o.hidden;
   const memory::dim L = 1, D = 1;
-  const memory::dim G = lstm ? 4 : 3; // gates in the weights
-  // LSTM: 4 gate biases; lbr_gru: 3, plus the candidate's hidden-side bias (PyTorch's b_hn)
-  const memory::dim biasG = 4;
+  const memory::dim G = lstm ? 4 : gru ? 3 : 1; // gates in the weights
+  // LSTM: 4 gate biases; lbr_gru: 3, plus the candidate's hidden-side bias (PyTorch's b_hn); the
+  // vanilla RNN one (PyTorch's b_ih + b_hh, summed)
+  const memory::dim biasG = lstm || gru ? 4 : 1;
 
   try {
     dnnl::engine eng(dnnl::engine::kind::cpu, 0);
@@ -216,13 +220,20 @@ int main(int argc, char** argv) {
       wLayerMd = pd.weights_layer_desc();
       wIterMd = pd.weights_iter_desc();
       prim = dnnl::lstm_forward(pd);
-    } else {
+    } else if (gru) {
       dnnl::lbr_gru_forward::desc d(prop, dir, srcLayer, iter, wLayerAny, wIterAny, bias, dstLayer,
                                     iter);
       dnnl::lbr_gru_forward::primitive_desc pd(d, eng);
       wLayerMd = pd.weights_layer_desc();
       wIterMd = pd.weights_iter_desc();
       prim = dnnl::lbr_gru_forward(pd);
+    } else {
+      dnnl::vanilla_rnn_forward::desc d(prop, dnnl::algorithm::eltwise_tanh, dir, srcLayer, iter,
+                                        wLayerAny, wIterAny, bias, dstLayer, iter);
+      dnnl::vanilla_rnn_forward::primitive_desc pd(d, eng);
+      wLayerMd = pd.weights_layer_desc();
+      wIterMd = pd.weights_iter_desc();
+      prim = dnnl::vanilla_rnn_forward(pd);
     }
 
     memory wLayer = preferredWeights(wLayerUser, wLayerMd, eng, s, rng, w);

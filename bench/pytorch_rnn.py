@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Times torch.nn.LSTM / torch.nn.GRU forward inference on one shape; prints one line of JSON.
+"""Times torch.nn.LSTM / torch.nn.GRU / torch.nn.RNN (tanh) forward inference on one shape; prints one line of JSON.
 
     /usr/bin/python3 bench/pytorch_rnn.py --cell lstm --seq 100 --batch 64 --input 512 \
         --hidden 512 --threads 2 --repeat 5 --warmup 1
@@ -47,7 +47,7 @@ def loaded_blas():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cell", choices=["lstm", "gru"], default="lstm")
+    parser.add_argument("--cell", choices=["lstm", "gru", "rnn_tanh"], default="lstm")
     parser.add_argument("--seq", type=positive, default=100, help="sequence length T")
     parser.add_argument("--batch", type=positive, default=64, help="batch size B")
     parser.add_argument("--input", type=positive, default=512, help="input_size I")
@@ -70,8 +70,11 @@ def main():
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(12345)
-    module_type = torch.nn.LSTM if args.cell == "lstm" else torch.nn.GRU
-    rnn = module_type(args.input, args.hidden).eval()
+    if args.cell == "rnn_tanh":
+        rnn = torch.nn.RNN(args.input, args.hidden, nonlinearity="tanh").eval()
+    else:
+        module_type = torch.nn.LSTM if args.cell == "lstm" else torch.nn.GRU
+        rnn = module_type(args.input, args.hidden).eval()
     x = torch.rand(args.seq, args.batch, args.input) * 2 - 1
     h0 = torch.rand(1, args.batch, args.hidden) * 2 - 1
     state = (h0, torch.rand(1, args.batch, args.hidden) * 2 - 1) if args.cell == "lstm" else h0
