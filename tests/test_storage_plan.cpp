@@ -14,6 +14,14 @@ using namespace rnnc;
 namespace {
 
 const codegen::Target kAvx2{"x86_64-unknown-linux-gnu", "znver3", "+avx2,+fma", 8, 16};
+const codegen::Target kAvx512{"x86_64-unknown-linux-gnu", "skylake-avx512", "+avx512f", 16, 32};
+
+// The plan's one fused product for `target`.
+codegen::PackedProduct onlyProduct(const ir::Cell& cell, const codegen::Target& target) {
+  codegen::StoragePlan plan = codegen::planStorage(cell, target);
+  EXPECT_EQ(plan.packedProducts.size(), 1u);
+  return plan.packedProducts.at(0);
+}
 
 std::unique_ptr<ir::Cell> optimised(std::unique_ptr<ir::Cell> cell, ir::SizeMap sizes,
                                     passes::PipelineOptions options = {}) {
@@ -79,11 +87,8 @@ TEST(StoragePlan, ASingleSliceIsTiledFourVectorsWide) {
   // Four accumulator chains per row even at batch 1, and as many rows as the registers hold
   // beside four weight vectors and the broadcast: AVX2 2 rows (8 of 16 registers for
   // accumulators), AVX-512 6 rows (24 of 32).
-  const codegen::Target avx512{"x86_64-unknown-linux-gnu", "skylake-avx512", "+avx512f", 16, 32};
-  for (const auto& [target, rows] : {std::pair{kAvx2, 2}, std::pair{avx512, 6}}) {
-    codegen::StoragePlan plan = codegen::planStorage(*rnn, target);
-    ASSERT_EQ(plan.packedProducts.size(), 1u);
-    const codegen::PackedProduct& packed = plan.packedProducts[0];
+  for (const auto& [target, rows] : {std::pair{kAvx2, 2}, std::pair{kAvx512, 6}}) {
+    codegen::PackedProduct packed = onlyProduct(*rnn, target);
     EXPECT_EQ(packed.slices(), 1);
     EXPECT_EQ(packed.width, 4 * target.vectorWidth);
     EXPECT_EQ(packed.blocks, (70 + packed.width - 1) / packed.width);
@@ -95,11 +100,8 @@ TEST(StoragePlan, ThreeSlicesShareOnePassOfTheTile) {
   auto gru = optimised(frontend::loadCell("gru"), {{"input_size", 3}, {"hidden_size", 20}});
   // AVX2's 12 accumulators as 4 rows x 3 slices, AVX-512's 28 as 9 x 3: a panel of two slices
   // and one of one would leave the second pass only 6 (or 14) accumulators.
-  const codegen::Target avx512{"x86_64-unknown-linux-gnu", "skylake-avx512", "+avx512f", 16, 32};
-  for (const auto& [target, rows] : {std::pair{kAvx2, 4}, std::pair{avx512, 9}}) {
-    codegen::StoragePlan plan = codegen::planStorage(*gru, target);
-    ASSERT_EQ(plan.packedProducts.size(), 1u);
-    const codegen::PackedProduct& packed = plan.packedProducts[0];
+  for (const auto& [target, rows] : {std::pair{kAvx2, 4}, std::pair{kAvx512, 9}}) {
+    codegen::PackedProduct packed = onlyProduct(*gru, target);
     EXPECT_EQ(packed.slices(), 3);
     EXPECT_EQ(packed.panelSlices, 3);
     EXPECT_EQ(packed.tileRows, rows);
