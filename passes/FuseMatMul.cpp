@@ -7,14 +7,18 @@
 namespace rnnc::passes {
 namespace {
 
+// Whether the step hands `value` on whole: as its output or as a state's next value.
+bool leavesTheStep(const ir::Cell& cell, const ir::Value* value) {
+  return cell.output == value ||
+         std::any_of(cell.updates.begin(), cell.updates.end(),
+                     [&](const ir::StateUpdate& update) { return update.next == value; });
+}
+
 // The kernel every use of `product` belongs to, if every use is a slice in one kernel whose
 // width is `columns`; -1 otherwise.
 int consumingKernel(const ir::Cell& cell, const ir::Instr& product, const ir::Dim& columns) {
-  if (cell.output == &product.result)
+  if (leavesTheStep(cell, &product.result))
     return -1;
-  for (const ir::StateUpdate& update : cell.updates)
-    if (update.next == &product.result)
-      return -1;
   int kernel = -1;
   for (const ir::Block* block : {&cell.pre, &cell.step})
     for (const auto& user : *block)
@@ -76,11 +80,8 @@ void sliceWholeUses(ir::Cell& cell, ir::Block& block, size_t productIndex) {
   if (kernel < 0 || holdsProduct(block, kernel))
     return;
   const ir::Dim* columns = kernelColumns(block, kernel);
-  if (!columns || *columns != product->shape.back() || cell.output == product)
+  if (!columns || *columns != product->shape.back() || leavesTheStep(cell, product))
     return;
-  for (const ir::StateUpdate& update : cell.updates)
-    if (update.next == product)
-      return;
   ir::Builder builder(cell, block);
   ir::Value* whole = builder.slice(product, ir::Dim::constant(0), product->shape.back());
   std::unique_ptr<ir::Instr> made = std::move(block.back());

@@ -112,6 +112,7 @@ const ir::Instr* soleUser(const ir::Cell& cell, const ir::Value* value) {
 // has a term of lower dependence than itself. Other slices are left to the sink-slices pass:
 // sinking an LSTM's four gate slices here would split its one input-side sum in four.
 void exposeBiases(ir::Cell& cell, ir::Block& block) {
+  DependenceMap dependence(cell);
   for (size_t i = 0; i < block.size(); ++i) {
     const ir::Instr& slice = *block[i];
     if (slice.op != Op::Slice || slice.operands[0]->isArgument() ||
@@ -120,14 +121,14 @@ void exposeBiases(ir::Cell& cell, ir::Block& block) {
     const ir::Instr* user = soleUser(cell, &slice.result);
     if (!user || user->op != Op::Add)
       continue;
-    DependenceMap dependence(cell);
     const ir::Instr& sum = *slice.operands[0]->def;
     bool lowerTerm = std::any_of(sum.operands.begin(), sum.operands.end(), [&](const ir::Value* v) {
       return dependence(v) < dependence(&sum.result);
     });
     if (lowerTerm && sinkSlice(cell, block, i)) {
       eliminateDeadCode(cell);
-      i = static_cast<size_t>(-1); // indices moved: start over
+      dependence = DependenceMap(cell); // of the new instructions too
+      i = static_cast<size_t>(-1);      // indices moved: start over
     }
   }
 }
