@@ -31,6 +31,7 @@ std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const Tenso
     throw UserError("LayerSpec::threads must be 0 (automatic) or positive, not " +
                     std::to_string(spec.threads));
   options.threads = spec.threads;
+  options.compile.targetCpu = spec.targetCpu;
   options.sizes = {spec.sizes.begin(), spec.sizes.end()};
   auto impl = std::make_shared<Layer::Impl>();
   impl->program = LayerProgram::build(*cell, weights, source, options);

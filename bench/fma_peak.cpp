@@ -1,15 +1,23 @@
 // fma_peak: the single-precision FMA peak of this CPU, measured, for bench/compare's "% of peak".
 //
 //   fma_peak --threads 2 --ms 100 --runs 5
-//   {"engine":"fma_peak","threads":2,"gflops":...,...}
+//   {"engine":"fma_peak","threads":2,"gflops":...,"ghz":...,"flop_per_cycle":...,...}
 //
-// Each thread runs independent FMA chains on the widest vectors the CPU has (AVX-512, else
-// AVX2 + FMA, else plain C++), with enough accumulators to cover the FMA latency times the
-// number of FMA pipes (Zen 3: 4 cycles x 2 pipes = 8 chains of ymm; 12 are used). A run is
-// every thread looping for --ms milliseconds after a common start; gflops is the median over
-// --runs runs of all threads' flops over the run's wall time. Each chain is a contraction
-// (a = a * m + c, m < 1) that converges to c / (1 - m), which is checked, so the work can be
-// neither removed nor overflow into infinities or denormals.
+// Each thread runs independent FMA chains with enough accumulators to cover the FMA latency
+// times the FMA pipes of any core we know (4-5 cycles x 2-4 pipes: 28 chains of zmm, 14 of ymm),
+// on every vector width the CPU has, and the better width is the peak: Zen 4 runs zmm as two
+// halves, so its ymm and zmm peaks are the same, while Intel's and Zen 5's zmm doubles them.
+// The chains are kept in registers by full unrolling (an array of accumulators that the compiler
+// leaves in memory turns every FMA into a load and a store: 24 zmm chains read 75 GFLOP/s on a
+// Zen 4 core whose peak is 117). A run is every thread looping for --ms milliseconds after a
+// common start; gflops is the median over --runs runs of all threads' flops over the run's wall
+// time. Each chain is a contraction (a = a * m + c, m < 1) that converges to c / (1 - m), which
+// is checked, so the work can be neither removed nor overflow into infinities or denormals.
+//
+// The clock is measured too, with a chain of dependent integer adds (one cycle each on every
+// x86-64 core), so the peak is also given in FLOP per cycle: 32 on a core with two 256-bit FMA
+// pipes (Zen 3, Zen 4), 64 with two 512-bit ones (Intel AVX-512, Zen 5). A figure far from
+// these says the meter, not the machine, is off.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -39,54 +47,40 @@ struct Result {
 
 // Each kernel runs `kBlock`-iteration blocks until `deadline` and returns its flops and the
 // mean of its accumulators. `seed` differs per thread and is unknown at compile time, so the
-// chains cannot be folded into one.
+// chains cannot be folded into one. A macro rather than a template: the intrinsics inline only
+// into a function compiled for their ISA.
+#define FMA_PEAK_KERNEL(NAME, ISA, VEC, LANES, CHAINS, FMADD, SET1, STOREU)                     \
+  __attribute__((target(ISA))) Result NAME(float seed, Clock::time_point deadline) {           \
+    VEC acc[CHAINS];                                                                           \
+    _Pragma("GCC unroll 64") for (int i = 0; i < CHAINS; ++i) acc[i] =                         \
+        SET1(seed + 0.001f * static_cast<float>(i));                                           \
+    const VEC m = SET1(kMul), c = SET1(kAdd);                                                  \
+    long blocks = 0;                                                                           \
+    do {                                                                                       \
+      for (long it = 0; it < kBlock; ++it) {                                                   \
+        _Pragma("GCC unroll 64") for (int i = 0; i < CHAINS; ++i) acc[i] =                     \
+            FMADD(acc[i], m, c);                                                               \
+      }                                                                                        \
+      ++blocks;                                                                                \
+    } while (Clock::now() < deadline);                                                         \
+    float sum = 0;                                                                             \
+    float lanes[LANES];                                                                        \
+    for (int i = 0; i < CHAINS; ++i) {                                                         \
+      STOREU(lanes, acc[i]);                                                                   \
+      for (float v : lanes)                                                                    \
+        sum += v;                                                                              \
+    }                                                                                          \
+    return {2.0 * LANES * CHAINS * kBlock * static_cast<double>(blocks),                       \
+            sum / (static_cast<double>(LANES) * CHAINS)};                                      \
+  }
 
 #ifdef FMA_PEAK_X86
-__attribute__((target("avx512f"))) Result kernelAvx512(float seed, Clock::time_point deadline) {
-  constexpr int N = 24; // of 32 zmm registers
-  __m512 acc[N];
-  for (int i = 0; i < N; ++i)
-    acc[i] = _mm512_set1_ps(seed + 0.001f * static_cast<float>(i));
-  const __m512 m = _mm512_set1_ps(kMul), c = _mm512_set1_ps(kAdd);
-  long blocks = 0;
-  do {
-    for (long it = 0; it < kBlock; ++it)
-      for (int i = 0; i < N; ++i)
-        acc[i] = _mm512_fmadd_ps(acc[i], m, c);
-    ++blocks;
-  } while (Clock::now() < deadline);
-  float sum = 0;
-  alignas(64) float lanes[16];
-  for (int i = 0; i < N; ++i) {
-    _mm512_store_ps(lanes, acc[i]);
-    for (float v : lanes)
-      sum += v;
-  }
-  return {2.0 * 16 * N * kBlock * static_cast<double>(blocks), sum / (16.0 * N)};
-}
-
-__attribute__((target("avx2,fma"))) Result kernelAvx2(float seed, Clock::time_point deadline) {
-  constexpr int N = 12; // of 16 ymm registers, two kept for the constants
-  __m256 acc[N];
-  for (int i = 0; i < N; ++i)
-    acc[i] = _mm256_set1_ps(seed + 0.001f * static_cast<float>(i));
-  const __m256 m = _mm256_set1_ps(kMul), c = _mm256_set1_ps(kAdd);
-  long blocks = 0;
-  do {
-    for (long it = 0; it < kBlock; ++it)
-      for (int i = 0; i < N; ++i)
-        acc[i] = _mm256_fmadd_ps(acc[i], m, c);
-    ++blocks;
-  } while (Clock::now() < deadline);
-  float sum = 0;
-  alignas(32) float lanes[8];
-  for (int i = 0; i < N; ++i) {
-    _mm256_store_ps(lanes, acc[i]);
-    for (float v : lanes)
-      sum += v;
-  }
-  return {2.0 * 8 * N * kBlock * static_cast<double>(blocks), sum / (8.0 * N)};
-}
+// 28 of 32 zmm registers: Zen 5 and Intel have 2 zmm FMA pipes of latency 4, 8 chains' worth.
+FMA_PEAK_KERNEL(kernelAvx512, "avx512f", __m512, 16, 28, _mm512_fmadd_ps, _mm512_set1_ps,
+                _mm512_storeu_ps)
+// 14 of 16 ymm registers, two kept for the constants.
+FMA_PEAK_KERNEL(kernelAvx2, "avx2,fma", __m256, 8, 14, _mm256_fmadd_ps, _mm256_set1_ps,
+                _mm256_storeu_ps)
 #endif
 
 // No vector FMA: a multiply and an add on plain floats, vectorised as far as the build allows
@@ -109,61 +103,108 @@ Result kernelGeneric(float seed, Clock::time_point deadline) {
   return {2.0 * N * kBlock * static_cast<double>(blocks), sum / N};
 }
 
-using Kernel = Result (*)(float, Clock::time_point);
-
-Kernel pickKernel(const char** isa) {
+// The clock of the core this runs on, in GHz: a chain of dependent integer adds, one cycle each,
+// 64 per loop iteration (the loop's own counter and branch run beside the chain), for `ms`.
+double measureGhz(int ms) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
+  long x = 1, iterations = 0;
+  const long y = ms; // unknown to the compiler where it matters: inside the asm
+  const auto start = Clock::now();
+  Clock::time_point now;
+  do {
+    for (int i = 0; i < 4096; ++i) {
 #ifdef FMA_PEAK_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f")) {
-    *isa = "avx512f";
-    return kernelAvx512;
-  }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    *isa = "avx2+fma";
-    return kernelAvx2;
-  }
+      asm volatile(".rept 64\n\taddq %1, %0\n\t.endr" : "+r"(x) : "r"(y));
+#else
+      for (int j = 0; j < 64; ++j)
+        asm volatile("" : "+r"(x) : "r"(y));
 #endif
-  *isa = "generic";
-  return kernelGeneric;
+    }
+    iterations += 4096;
+    now = Clock::now();
+  } while (now < deadline);
+  double seconds = std::chrono::duration<double>(now - start).count();
+  return 64.0 * static_cast<double>(iterations) / seconds * 1e-9 + 0.0 * static_cast<double>(x);
 }
 
-// One run: `threads` threads start together, loop for `ms`, and the flops of all of them are
-// divided by the wall time from the common start to the last one's end.
-double runOnce(Kernel kernel, int threads, int ms, float seed, bool* ok) {
+using Kernel = Result (*)(float, Clock::time_point);
+
+struct Width {
+  const char* isa;
+  Kernel kernel;
+};
+
+// Every vector width this CPU runs FMAs on, widest first.
+std::vector<Width> availableWidths() {
+  std::vector<Width> widths;
+#ifdef FMA_PEAK_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f"))
+    widths.push_back({"avx512f", kernelAvx512});
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    widths.push_back({"avx2+fma", kernelAvx2});
+#endif
+  if (widths.empty())
+    widths.push_back({"generic", kernelGeneric});
+  return widths;
+}
+
+struct Run {
+  double gflops = 0;
+  double ghz = 0; // the threads' mean clock, measured just before
+};
+
+// One run: each of `threads` threads measures its clock, then they start together, loop for
+// `ms`, and the flops of all of them are divided by the wall time from the common start to the
+// last one's end.
+Run runOnce(Kernel kernel, int threads, int ms, float seed, bool* ok) {
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
   std::vector<Result> results(threads);
+  std::vector<double> clocks(threads);
   std::vector<std::thread> pool;
   Clock::time_point start;
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
+      clocks[t] = measureGhz(std::max(ms / 4, 5));
       ready.fetch_add(1);
       while (!go.load(std::memory_order_acquire)) {
       }
       results[t] =
           kernel(seed + 0.01f * static_cast<float>(t), start + std::chrono::milliseconds(ms));
     });
-  while (ready.load() < threads) {
-  }
+  while (ready.load() < threads) // sleeping: a spinning thread would slow the clocks measured
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   start = Clock::now();
   go.store(true, std::memory_order_release);
   for (auto& th : pool)
     th.join();
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  Run run;
   double flops = 0;
-  for (const Result& r : results) {
-    flops += r.flops;
-    if (!(std::fabs(r.checksum - 1.0) < 1e-2)) // the chains' fixed point is 1
+  for (int t = 0; t < threads; ++t) {
+    flops += results[t].flops;
+    run.ghz += clocks[t] / threads;
+    if (!(std::fabs(results[t].checksum - 1.0) < 1e-2)) // the chains' fixed point is 1
       *ok = false;
   }
-  return flops / seconds * 1e-9;
+  run.gflops = flops / seconds * 1e-9;
+  return run;
 }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 
 [[noreturn]] void usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage: fma_peak [--threads N] [--ms MS] [--runs R]\n"
-               "Measures the fp32 FMA peak with N threads (default 1), each run MS ms long "
-               "(default 200), and prints the median of R runs (default 5) as JSON.\n");
+               "Measures the fp32 FMA peak with N threads (default 1) on every vector width the CPU "
+               "has, each run MS ms long (default 200), and prints the better width's median of R "
+               "runs (default 5), the clock and FLOP per cycle as JSON.\n");
   std::exit(code);
 }
 
@@ -202,27 +243,44 @@ int main(int argc, char** argv) {
     }
   }
 
-  const char* isa = nullptr;
-  Kernel kernel = pickKernel(&isa);
   // Not a constant the compiler could see through: the chains start from the argument count.
   const float seed = 0.5f + 0.001f * static_cast<float>(argc);
   bool ok = true;
-  std::vector<double> gflops;
-  for (int r = 0; r < runs; ++r)
-    gflops.push_back(runOnce(kernel, threads, ms, seed, &ok));
+  std::string widthsJson;
+  double best = 0, bestGhz = 0;
+  std::vector<double> bestRuns;
+  const char* bestIsa = "";
+  for (const Width& width : availableWidths()) {
+    std::vector<double> gflops, ghz;
+    for (int r = 0; r < runs; ++r) {
+      Run run = runOnce(width.kernel, threads, ms, seed, &ok);
+      gflops.push_back(run.gflops);
+      ghz.push_back(run.ghz);
+    }
+    double g = median(gflops), clock = median(ghz);
+    char entry[256];
+    std::snprintf(entry, sizeof entry, "%s{\"isa\":\"%s\",\"gflops\":%.6g,\"flop_per_cycle\":%.4g}",
+                  widthsJson.empty() ? "" : ",", width.isa, g, g / threads / clock);
+    widthsJson += entry;
+    if (g > best) {
+      best = g;
+      bestGhz = clock;
+      bestRuns = gflops;
+      bestIsa = width.isa;
+    }
+  }
   if (!ok) {
     std::fprintf(stderr, "fma_peak: the FMA chains did not reach their fixed point; the loop "
                          "was miscompiled or cut short\n");
     return 1;
   }
-  std::vector<double> sorted = gflops;
-  std::sort(sorted.begin(), sorted.end());
-  size_t n = sorted.size();
-  double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+  std::sort(bestRuns.begin(), bestRuns.end());
   std::printf("{\"engine\":\"fma_peak\",\"threads\":%d,\"gflops\":%.6g,\"min_gflops\":%.6g,"
-              "\"max_gflops\":%.6g,\"per_thread_gflops\":%.6g,\"isa\":\"%s\",\"ms\":%d,"
-              "\"runs\":%d,\"hardware_threads\":%u}\n",
-              threads, median, sorted.front(), sorted.back(), median / threads, isa, ms, runs,
+              "\"max_gflops\":%.6g,\"per_thread_gflops\":%.6g,\"isa\":\"%s\",\"ghz\":%.4g,"
+              "\"flop_per_cycle\":%.4g,\"widths\":[%s],\"ms\":%d,\"runs\":%d,"
+              "\"hardware_threads\":%u}\n",
+              threads, best, bestRuns.front(), bestRuns.back(), best / threads, bestIsa, bestGhz,
+              best / threads / bestGhz, widthsJson.c_str(), ms, runs,
               std::thread::hardware_concurrency());
   return 0;
 }

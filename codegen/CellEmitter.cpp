@@ -207,12 +207,14 @@ void Emitter::emitBlock(const ir::Block& block, llvm::Value* batchRows, Work whi
       ++i; // no code
       continue;
     }
-    bool product = plan_.packedProductOf(block[i].get()) != nullptr;
+    // The recurrent product is split by columns, every other product by rows like per-row work.
+    const PackedProduct* packed = plan_.packedProductOf(block[i].get());
+    bool product = packed && !packed->splitRows;
     bool unbatched = true; // every value the work writes is without a batch dimension
     for (size_t j = i; j < end; ++j)
       if (block[j]->op != Op::Const && block[j]->op != Op::Slice)
         unbatched &= !block[j]->result.isBatched();
-    unbatched &= !product;
+    unbatched &= !packed;
     if ((which == Work::PerRow && unbatched) || (which == Work::WithoutBatch && !unbatched)) {
       if (isGroup)
         ++nextGroup;
@@ -224,6 +226,8 @@ void Emitter::emitBlock(const ir::Block& block, llvm::Value* batchRows, Work whi
     synced_ = false;
     if (isGroup)
       emitKernel(block, groups[nextGroup++], batchRows);
+    else if (packed)
+      emitProductKernel(block, nullptr, *packed, batchRows);
     else
       emitInstruction(*block[i], batchRows);
     if (product || unbatched)

@@ -202,17 +202,17 @@ private:
   // groups of interleaved vectors, then single vectors, then one column at a time.
   void emitKernel(const ir::Block& block, const KernelGroup& group, llvm::Value* batchRows);
 
-  // ---- Matrix products fused into their kernel ------------------------------------------------
+  // ---- Matrix products in register tiles ------------------------------------------------
 
   // Packs a fused product's weights in tile order (StoragePlan.h, PackedProduct): per block of
   // columns, per depth k, each slice's `width` weights side by side; zero past the columns.
   void emitPacking(const PackedProduct& packed);
 
-  // A kernel led by a matrix product: per block of `width` columns, per tile of rows, the
-  // product's columns of every slice the kernel reads are computed in registers, then the
-  // kernel's elementwise work runs on them. Blocks are the outer loop so that a block's packed
-  // weights stay in cache while every row of the batch uses them.
-  void emitProductKernel(const ir::Block& block, const KernelGroup& group,
+  // A product computed in tiles (StoragePlan.h, PackedProduct), led by its kernel `group` or,
+  // with no group, standalone: per chunk of rows, per block of `width` columns, per tile of
+  // rows, the product's columns of every slice are computed in registers, then the kernel's
+  // elementwise work runs on them (standalone: they are stored).
+  void emitProductKernel(const ir::Block& block, const KernelGroup* group,
                          const PackedProduct& packed, llvm::Value* batchRows);
 
   using Tile = std::vector<std::vector<llvm::Value*>>; // per row, one vector per slice

@@ -17,7 +17,7 @@ using ir::Op;
 // one at a time.
 void Emitter::emitKernel(const ir::Block& block, const KernelGroup& group, llvm::Value* batchRows) {
   if (const PackedProduct* packed = plan_.packedProductOf(block[group.first].get()))
-    return emitProductKernel(block, group, *packed, batchRows);
+    return emitProductKernel(block, &group, *packed, batchRows);
   ir::Shape space;
   for (size_t i = group.first; i < group.last; ++i) {
     if (block[i]->op == Op::LayerNorm)

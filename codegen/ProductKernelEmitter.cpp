@@ -1,6 +1,6 @@
-// Matrix products fused into their kernel (passes/FuseMatMul.h): weights packed in tile order
-// by the parameter phase, register tiles accumulated over the depth, the kernel's elementwise
-// work run on each tile.
+// Matrix products in register tiles: weights packed in tile order by the parameter phase, tiles
+// accumulated over the depth, then the elementwise work of the kernel the product is fused into
+// (passes/FuseMatMul.h) run on each tile, or the tile stored (a standalone product).
 #include "codegen/Emitter.h"
 
 #include "ir/Error.h"
@@ -69,18 +69,22 @@ void Emitter::emitPacking(const PackedProduct& packed) {
   });
 }
 
-// A kernel led by a matrix product: per block of `width` columns, per tile of rows, the
-// product's columns of every slice the kernel reads are computed in registers, then the
-// kernel's elementwise work runs on them. Blocks are the outer loop so that a block's packed
-// weights stay in cache while every row of the batch uses them.
-void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup& group,
+// A product computed in tiles (StoragePlan.h, PackedProduct): per chunk of rows, per block of
+// `width` columns, per tile of rows, the product's columns of every slice are computed in
+// registers, then the kernel's elementwise work runs on them (a standalone product: they are
+// stored). Blocks are outside the tiles so that a block's packed weights stay in cache while
+// every row of the chunk uses them; chunks (of a row-split product) are outside the blocks so
+// that their rows of x stay in L2 while every block passes over them.
+void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup* group,
                                 const PackedProduct& packed, llvm::Value* batchRows) {
-  const ir::Instr& product = *block[group.first];
+  const ir::Instr& product = *packed.product;
   const int64_t slices = static_cast<int64_t>(packed.offsets.size());
   const int64_t tileRows = packed.tileRows;
   std::vector<std::vector<const ir::Value*>> sliceValues(static_cast<size_t>(slices));
   std::vector<const ir::Value*> rowOperands; // what the epilogue reads per row
-  for (size_t i = group.first + 1; i < group.last; ++i) {
+  if (!group)
+    sliceValues[0].push_back(&product.result);
+  for (size_t i = group ? group->first + 1 : 0; group && i < group->last; ++i) {
     const ir::Instr& instr = *block[i];
     if (instr.op == Op::Slice && instr.operands[0] == &product.result) {
       auto at = std::find(packed.offsets.begin(), packed.offsets.end(),
@@ -89,7 +93,7 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup& group
       continue;
     }
     for (const ir::Value* operand : instr.operands)
-      if (!definedIn(block, group, operand) && !isImmediate(operand)) {
+      if (!definedIn(block, *group, operand) && !isImmediate(operand)) {
         view(operand);
         if (operand->isBatched() &&
             std::find(rowOperands.begin(), rowOperands.end(), operand) == rowOperands.end())
@@ -99,9 +103,20 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup& group
       view(&instr.result);
   }
   View x = view(product.operands[0]);
+  View result = group ? View{} : view(&product.result);
   llvm::Value* weights = buffers_[packed.buffer];
   const int64_t fullBlocks = packed.columns / packed.width;
   const int64_t tailColumns = packed.columns - fullBlocks * packed.width;
+
+  // What runs on the finished tile's row r, columns [j, j + width): the kernel's elementwise
+  // work, or (standalone) a store of the sums.
+  auto rowBody = [&](llvm::Value* r, llvm::Value* j, int64_t width,
+                     std::unordered_map<const ir::Value*, llvm::Value*> values) {
+    if (group)
+      return emitKernelBody(block, *group, r, j, width, std::move(values));
+    b_.CreateAlignedStore(values.at(&product.result), elementPointer(result, r, j),
+                          llvm::Align(4));
+  };
 
   // A finished tile waits in a small stack array (in L1) while one copy of the elementwise
   // code loops over its rows, and over the last block's columns one at a time: copies per
@@ -112,7 +127,7 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup& group
   auto stored = [&](llvm::Value* m, int64_t s) { // the tile's row m, slice s
     return b_.CreateGEP(vec, scratch, b_.CreateAdd(b_.CreateMul(m, constant(slices)), constant(s)));
   };
-  // The kernel's elementwise work on rows [firstRow, firstRow + rows) of block blk.
+  // The elementwise work on rows [firstRow, firstRow + rows) of block blk.
   auto epilogue = [&](llvm::Value* blk, llvm::Value* firstRow, llvm::Value* rows) {
     llvm::Value* j = b_.CreateMul(blk, constant(packed.width));
     auto inRegisters = [&](auto&& load) {
@@ -126,8 +141,8 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup& group
     };
     auto full = [&] {
       forLoop(constant(0), rows, constant(1), "tilerow", [&](llvm::Value* m) {
-        emitKernelBody(block, group, b_.CreateAdd(firstRow, m), j, packed.width,
-                       inRegisters([&](int64_t s) { return b_.CreateLoad(vec, stored(m, s)); }));
+        rowBody(b_.CreateAdd(firstRow, m), j, packed.width,
+                inRegisters([&](int64_t s) { return b_.CreateLoad(vec, stored(m, s)); }));
       });
     };
     if (tailColumns == 0)
@@ -148,96 +163,109 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup& group
           return b_.CreateInsertElement(llvm::PoisonValue::get(lane),
                                         b_.CreateExtractElement(sum, l), uint64_t{0});
         };
-        emitKernelBody(block, group, b_.CreateAdd(firstRow, m), b_.CreateAdd(j, l), 1,
-                       inRegisters(column));
+        rowBody(b_.CreateAdd(firstRow, m), b_.CreateAdd(j, l), 1, inRegisters(column));
       });
     });
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
   };
 
-  // The batch's rows in tiles of tileRows and tileRows - 1 rows, balanced so that no short
-  // tail is left: 64 rows of an AVX2 LSTM are 9 tiles of 6 and 2 of 5, where 10 tiles of 6
-  // left 4 rows for tiles of 3 and 1, with too few accumulator chains to cover the FMA latency
-  // (those 4 rows took 10% of the product's time). Batches too small to balance (fewer tiles
-  // than rows short) take full tiles and leave the rest to tiles of half height, then single
-  // rows: four variants of the tile, however many rows, to bound what LLVM compiles.
-  const int64_t halfRows = std::max<int64_t>(1, tileRows / 2);
-  const int64_t shortRows = tileRows - 1;
-  llvm::Value* tiles =
-      b_.CreateSDiv(b_.CreateAdd(batchRows, constant(tileRows - 1)), constant(tileRows), "tiles");
-  llvm::Value* missing = b_.CreateSub(b_.CreateMul(tiles, constant(tileRows)), batchRows);
-  llvm::Value* balanced = b_.CreateICmpSLE(missing, tiles);
-  llvm::Value* fullTiles =
-      b_.CreateSelect(balanced, b_.CreateSub(tiles, missing),
-                      b_.CreateSDiv(batchRows, constant(tileRows)), "full_tiles");
-  llvm::Value* shortTiles = b_.CreateSelect(balanced, missing, constant(0), "short_tiles");
-  llvm::Value* fullRows = b_.CreateMul(fullTiles, constant(tileRows));
-  llvm::Value* evenRows = b_.CreateAdd(fullRows, b_.CreateMul(shortTiles, constant(shortRows)));
   auto storeTile = [&](const Tile& sums, llvm::Value* firstSlot) {
     for (size_t m = 0; m < sums.size(); ++m)
       for (int64_t s = 0; s < slices; ++s)
         b_.CreateStore(sums[m][s],
                        stored(b_.CreateAdd(firstSlot, constant(static_cast<int64_t>(m))), s));
   };
-  RowRange blocks = share(constant(packed.blocks)); // this thread's columns, every step
-  // Odd steps walk the blocks backwards. When a thread's weights overflow its L2 (batch 1 at
-  // H=256 streams 1 MB a step through 512 KB), walking them in the same order every step
-  // evicts each block just before it is needed again, and every byte comes from L3; turning
-  // round at the end starts the next step on the blocks just used, still in L2 (batch 1 on
-  // one thread: 10% faster).
-  llvm::Value* backwards =
-      step_ ? b_.CreateICmpEQ(b_.CreateAnd(step_, constant(1)), constant(1)) : nullptr;
-  forLoop(blocks.begin, blocks.end, constant(1), "block", [&](llvm::Value* walked) {
-    llvm::Value* blk = walked;
-    if (backwards)
-      blk = b_.CreateSelect(
-          backwards,
-          b_.CreateSub(b_.CreateAdd(blocks.begin, blocks.end), b_.CreateAdd(walked, constant(1))),
-          walked);
-    // The tile loop: r is the tile's first row; its height follows from where r is.
-    auto [r, header, exit] = openLoop(constant(0), "tile");
-    auto* body = llvm::BasicBlock::Create(context_, "tile.body", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLT(r, batchRows), body, exit);
-    b_.SetInsertPoint(body);
-    prefetchRows(rowOperands, r, b_.CreateSub(batchRows, constant(1)),
-                 b_.CreateMul(blk, constant(packed.width)), tileRows);
-    llvm::Value* height =
-        b_.CreateSelect(b_.CreateICmpSLT(r, fullRows), constant(tileRows),
-                        b_.CreateSelect(b_.CreateICmpSLT(r, evenRows), constant(shortRows),
-                                        b_.CreateSub(batchRows, r)),
-                        "height");
-    auto* fullTile = llvm::BasicBlock::Create(context_, "full_tile", fn_);
-    auto* shortTile = llvm::BasicBlock::Create(context_, "short_tile", fn_);
-    auto* lastRows = llvm::BasicBlock::Create(context_, "last_rows", fn_);
-    auto* computed = llvm::BasicBlock::Create(context_, "tile_computed", fn_);
-    llvm::SwitchInst* byHeight = b_.CreateSwitch(height, lastRows, 2);
-    byHeight->addCase(b_.getInt64(static_cast<uint64_t>(tileRows)), fullTile);
-    if (shortRows > halfRows)
-      byHeight->addCase(b_.getInt64(static_cast<uint64_t>(shortRows)), shortTile);
-    b_.SetInsertPoint(fullTile);
-    storeTile(emitTile(x, weights, packed, blk, r, tileRows), constant(0));
-    b_.CreateBr(computed);
-    b_.SetInsertPoint(shortTile);
-    if (shortRows > halfRows)
-      storeTile(emitTile(x, weights, packed, blk, r, shortRows), constant(0));
-    b_.CreateBr(computed);
-    b_.SetInsertPoint(lastRows);
-    llvm::Value* halves =
-        b_.CreateMul(b_.CreateSDiv(height, constant(halfRows)), constant(halfRows));
-    forLoop(constant(0), halves, constant(halfRows), "halftile", [&](llvm::Value* m) {
-      storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), halfRows), m);
-    });
-    if (halfRows > 1)
-      forLoop(halves, height, constant(1), "lastrow", [&](llvm::Value* m) {
-        storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), 1), m);
+  // Rows [chunkBegin, chunkEnd) times the blocks [blocks.begin, blocks.end).
+  auto chunk = [&](llvm::Value* chunkBegin, llvm::Value* chunkEnd, RowRange blocks) {
+    // The chunk's rows in tiles of tileRows and tileRows - 1 rows, balanced so that no short
+    // tail is left: 64 rows of an AVX2 LSTM are 9 tiles of 6 and 2 of 5, where 10 tiles of 6
+    // left 4 rows for tiles of 3 and 1, with too few accumulator chains to cover the FMA
+    // latency (those 4 rows took 10% of the product's time). Chunks too small to balance (fewer
+    // tiles than rows short) take full tiles and leave the rest to tiles of half height, then
+    // single rows: four variants of the tile, however many rows, to bound what LLVM compiles.
+    const int64_t halfRows = std::max<int64_t>(1, tileRows / 2);
+    const int64_t shortRows = tileRows - 1;
+    llvm::Value* count = b_.CreateSub(chunkEnd, chunkBegin, "chunk_rows");
+    llvm::Value* tiles =
+        b_.CreateSDiv(b_.CreateAdd(count, constant(tileRows - 1)), constant(tileRows), "tiles");
+    llvm::Value* missing = b_.CreateSub(b_.CreateMul(tiles, constant(tileRows)), count);
+    llvm::Value* balanced = b_.CreateICmpSLE(missing, tiles);
+    llvm::Value* fullTiles =
+        b_.CreateSelect(balanced, b_.CreateSub(tiles, missing),
+                        b_.CreateSDiv(count, constant(tileRows)), "full_tiles");
+    llvm::Value* shortTiles = b_.CreateSelect(balanced, missing, constant(0), "short_tiles");
+    llvm::Value* fullEnd = b_.CreateAdd(chunkBegin, b_.CreateMul(fullTiles, constant(tileRows)));
+    llvm::Value* evenEnd =
+        b_.CreateAdd(fullEnd, b_.CreateMul(shortTiles, constant(shortRows)));
+    // Odd steps walk the blocks of the recurrent product backwards. When a thread's weights
+    // overflow its L2 (batch 1 at H=256 streams 1 MB a step through 512 KB), walking them in
+    // the same order every step evicts each block just before it is needed again, and every
+    // byte comes from L3; turning round at the end starts the next step on the blocks just
+    // used, still in L2 (batch 1 on one thread: 10% faster).
+    llvm::Value* backwards = step_ && !packed.splitRows
+                                 ? b_.CreateICmpEQ(b_.CreateAnd(step_, constant(1)), constant(1))
+                                 : nullptr;
+    forLoop(blocks.begin, blocks.end, constant(1), "block", [&](llvm::Value* walked) {
+      llvm::Value* blk = walked;
+      if (backwards)
+        blk = b_.CreateSelect(backwards,
+                              b_.CreateSub(b_.CreateAdd(blocks.begin, blocks.end),
+                                           b_.CreateAdd(walked, constant(1))),
+                              walked);
+      // The tile loop: r is the tile's first row; its height follows from where r is.
+      auto [r, header, exit] = openLoop(chunkBegin, "tile");
+      auto* body = llvm::BasicBlock::Create(context_, "tile.body", fn_);
+      b_.CreateCondBr(b_.CreateICmpSLT(r, chunkEnd), body, exit);
+      b_.SetInsertPoint(body);
+      prefetchRows(rowOperands, r, b_.CreateSub(chunkEnd, constant(1)),
+                   b_.CreateMul(blk, constant(packed.width)), tileRows);
+      llvm::Value* height =
+          b_.CreateSelect(b_.CreateICmpSLT(r, fullEnd), constant(tileRows),
+                          b_.CreateSelect(b_.CreateICmpSLT(r, evenEnd), constant(shortRows),
+                                          b_.CreateSub(chunkEnd, r)),
+                          "height");
+      auto* fullTile = llvm::BasicBlock::Create(context_, "full_tile", fn_);
+      auto* shortTile = llvm::BasicBlock::Create(context_, "short_tile", fn_);
+      auto* lastRows = llvm::BasicBlock::Create(context_, "last_rows", fn_);
+      auto* computed = llvm::BasicBlock::Create(context_, "tile_computed", fn_);
+      llvm::SwitchInst* byHeight = b_.CreateSwitch(height, lastRows, 2);
+      byHeight->addCase(b_.getInt64(static_cast<uint64_t>(tileRows)), fullTile);
+      if (shortRows > halfRows)
+        byHeight->addCase(b_.getInt64(static_cast<uint64_t>(shortRows)), shortTile);
+      b_.SetInsertPoint(fullTile);
+      storeTile(emitTile(x, weights, packed, blk, r, tileRows), constant(0));
+      b_.CreateBr(computed);
+      b_.SetInsertPoint(shortTile);
+      if (shortRows > halfRows)
+        storeTile(emitTile(x, weights, packed, blk, r, shortRows), constant(0));
+      b_.CreateBr(computed);
+      b_.SetInsertPoint(lastRows);
+      llvm::Value* halves =
+          b_.CreateMul(b_.CreateSDiv(height, constant(halfRows)), constant(halfRows));
+      forLoop(constant(0), halves, constant(halfRows), "halftile", [&](llvm::Value* m) {
+        storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), halfRows), m);
       });
-    b_.CreateBr(computed);
-    b_.SetInsertPoint(computed);
-    epilogue(blk, r, height);
-    r->addIncoming(b_.CreateAdd(r, height), b_.GetInsertBlock());
-    b_.CreateBr(header);
-    b_.SetInsertPoint(exit);
+      if (halfRows > 1)
+        forLoop(halves, height, constant(1), "lastrow", [&](llvm::Value* m) {
+          storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), 1), m);
+        });
+      b_.CreateBr(computed);
+      b_.SetInsertPoint(computed);
+      epilogue(blk, r, height);
+      r->addIncoming(b_.CreateAdd(r, height), b_.GetInsertBlock());
+      b_.CreateBr(header);
+      b_.SetInsertPoint(exit);
+    });
+  };
+
+  if (!packed.splitRows) // the recurrent product: this thread's columns, every step
+    return chunk(constant(0), batchRows, share(constant(packed.blocks)));
+  RowRange mine = share(batchRows);
+  RowRange allBlocks{constant(0), constant(packed.blocks)};
+  forLoop(mine.begin, mine.end, constant(packed.chunkRows), "chunk", [&](llvm::Value* begin) {
+    llvm::Value* end = b_.CreateAdd(begin, constant(packed.chunkRows));
+    chunk(begin, b_.CreateSelect(b_.CreateICmpSLT(end, mine.end), end, mine.end), allBlocks);
   });
 }
 

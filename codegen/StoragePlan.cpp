@@ -117,13 +117,20 @@ const PackedProduct* StoragePlan::packedProductOf(const ir::Instr* product) cons
 
 namespace {
 
-PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Instr& product,
-                                const Target& target) {
+PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
+                                const ir::Instr& product, const Target& target) {
   const int64_t vectorWidth = target.vectorWidth;
   PackedProduct packed;
   packed.product = &product;
-  for (const auto& user : cell.step)
-    if (user->op == ir::Op::Slice && user->operands[0] == &product.result) {
+  packed.standalone = product.kernel < 0;
+  packed.splitRows = packed.standalone || &block == &cell.pre;
+  if (packed.standalone) {
+    packed.offsets.push_back(0);
+    packed.columns = columnsOf(&product.result);
+  }
+  for (const auto& user : block)
+    if (!packed.standalone && user->op == ir::Op::Slice &&
+        user->operands[0] == &product.result) {
       int64_t offset = user->attrs.offset.constantValue();
       if (std::find(packed.offsets.begin(), packed.offsets.end(), offset) == packed.offsets.end())
         packed.offsets.push_back(offset);
@@ -142,15 +149,25 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Instr& product,
   packed.panelSlices = packed.slices() <= 3 ? packed.slices() : 2;
   packed.tileRows = accumulators / packed.panelSlices;
   if (packed.slices() == 1) {
-    // One slice (a vanilla RNN): blocks of 4 vectors (a power of two: LLVM scalarises parts of
-    // the elementwise code on 3-vector types), so that a row has 4 accumulator chains (batch 1
-    // included), in tiles of as many rows as the registers hold beside the 4 weight vectors and
-    // the broadcast input (AVX2: 2 rows, 8 accumulators).
-    const int64_t vectors = 4;
+    // One slice over many rows (the input projection over T*B rows, an unfused product): the
+    // classic SGEMM tile, 2 vectors wide and as many rows as the accumulators allow (AVX2 6x16,
+    // AVX-512 14x32): 2 weight loads and one broadcast per row for every 2 FMAs of a row.
+    // One slice of the recurrent product (a vanilla RNN): blocks of 4 vectors (a power of two:
+    // LLVM scalarises parts of the elementwise code on 3-vector types), so that a row has 4
+    // accumulator chains (batch 1 included), in tiles of as many rows as the registers hold
+    // beside the 4 weight vectors and the broadcast input (AVX2: 2 rows, 8 accumulators).
+    const int64_t vectors = packed.splitRows ? 2 : 4;
     packed.width = vectors * vectorWidth;
     packed.blocks = (packed.columns + packed.width - 1) / packed.width;
     packed.tileRows = std::max<int64_t>(
         1, std::min(accumulators, target.vectorRegisters - 1 - vectors) / vectors);
+  }
+  if (packed.splitRows) {
+    // Half of L2 for the chunk's rows of x (K floats each), the rest for the block of weights
+    // passing over them and the rows written.
+    const int64_t rowBytes = packed.depth * static_cast<int64_t>(sizeof(float));
+    const int64_t fitting = target.l2Bytes / 2 / std::max<int64_t>(rowBytes, 1);
+    packed.chunkRows = std::max<int64_t>(1, fitting / packed.tileRows) * packed.tileRows;
   }
   return packed;
 }
@@ -177,8 +194,8 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target) {
         continue;
       bool kernelInternal =
           (ir::isFusible(instr->op) || instr->kernel >= 0) && !usedOutsideKernel(cell, *instr);
-      if (instr->kernel >= 0 && ir::isMatrixProduct(instr->op)) {
-        PackedProduct packed = planPackedProduct(cell, *instr, target);
+      if (ir::isMatrixProduct(instr->op) && (instr->kernel >= 0 || ir::hasPackableWeights(cell, *instr))) {
+        PackedProduct packed = planPackedProduct(cell, *block, *instr, target);
         packed.buffer = plan.buffers.size();
         plan.buffers.push_back({value, Rows::Fixed, packed.blocks * packed.depth,
                                 static_cast<int64_t>(packed.offsets.size()) * packed.width,

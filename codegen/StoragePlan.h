@@ -26,12 +26,19 @@ struct BufferSpec {
   bool packedWeights = false; // a fused product's packed weights, not `value` itself
 };
 
-// A matrix product fused into its kernel (passes/FuseMatMul.h) is computed in tiles of
-// `tileRows` rows by one block of `width` columns of each slice the kernel reads, the slices
-// accumulated `panelSlices` at a time (as many as fit in registers for a full tile). Its
-// weights are packed by the pre phase so that each such pass reads one contiguous panel:
-// block after block, panel after panel, depth after depth, `width` weights of each of the
-// panel's slices (zero past the kernel's columns).
+// A matrix product computed by generated code in register tiles, from weights packed once by the
+// parameter phase: fused into the kernel that reads it (passes/FuseMatMul.h), whose elementwise
+// work then runs on each tile, or standalone, its tiles stored to its buffer. It is computed in
+// tiles of `tileRows` rows by one block of `width` columns of each slice the kernel reads (a
+// standalone product: one slice of all its columns), the slices accumulated `panelSlices` at a
+// time (as many as fit in registers for a full tile). Its weights are packed so that each such
+// pass reads one contiguous panel: block after block, panel after panel, depth after depth,
+// `width` weights of each of the panel's slices (zero past the kernel's columns).
+//
+// How the work is split: the recurrent product (fused, in the step) gives each thread a fixed
+// share of the column blocks for the whole sequence, so that its weights stay in its cache; every
+// other product (the input projection over T*B rows above all) gives each thread its rows, in
+// chunks of `chunkRows` rows that stay in L2 while every block of weights passes over them.
 struct PackedProduct {
   const ir::Instr* product;
   size_t buffer;                // index into StoragePlan::buffers
@@ -42,6 +49,9 @@ struct PackedProduct {
   int64_t depth = 0;            // K, the product's inner dimension
   int64_t tileRows = 1;
   int64_t panelSlices = 1;
+  bool standalone = false; // in no kernel: tiles are stored to the product's own buffer
+  bool splitRows = false;  // threads split rows (in chunks), not column blocks
+  int64_t chunkRows = 0;   // with splitRows: rows per chunk, a multiple of tileRows
 
   int64_t slices() const { return static_cast<int64_t>(offsets.size()); }
   // Where the weights of (slice, depth 0) of block 0 start, in floats; depth k adds

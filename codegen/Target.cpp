@@ -1,12 +1,15 @@
 #include "codegen/Target.h"
 
 #include "codegen/HostTarget.h"
+#include "ir/Error.h"
+
+#include <unistd.h>
 
 namespace rnnc::codegen {
 
 std::string Target::describe() const {
   return triple + " " + cpu + " w" + std::to_string(vectorWidth) + " r" +
-         std::to_string(vectorRegisters) + " i" + std::to_string(interleavedVectors) + " " +
+         std::to_string(vectorRegisters) + " i" + std::to_string(interleavedVectors) + " l2=" + std::to_string(l2Bytes) + " " +
          features;
 }
 
@@ -26,11 +29,33 @@ Target targetFor(const HostTarget& host) {
 } // namespace
 
 Target hostTarget() {
-  return targetFor(detectHostTarget());
+  Target target = targetFor(detectHostTarget());
+  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  if (l2 >= 128 * 1024) // 0 or -1 where the OS does not say; a smaller figure is not an L2
+    target.l2Bytes = l2;
+  return target;
 }
 
 Target namedCpuTarget(const std::string& cpu) {
   return targetFor(namedX86Target(cpu));
+}
+
+Target runnableTarget(const std::string& cpu) {
+  Target host = hostTarget();
+  if (cpu.empty())
+    return host;
+  HostTarget named = namedX86Target(cpu);
+  HostTarget here = detectHostTarget();
+  for (const std::string& feature : named.features) {
+    bool vector = feature.rfind("avx", 0) == 0 || feature.rfind("amx", 0) == 0 ||
+                  feature == "fma" || feature == "f16c";
+    if (vector && !here.has(feature))
+      throw UserError("cannot run code for CPU '" + cpu + "' here: this CPU (" + here.cpu +
+                      ") lacks " + feature);
+  }
+  Target target = targetFor(named);
+  target.l2Bytes = host.l2Bytes;
+  return target;
 }
 
 } // namespace rnnc::codegen

@@ -3,6 +3,7 @@
 // CPU and its features, the float vector width the kernels use.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace rnnc::codegen {
@@ -18,6 +19,11 @@ struct Target {
   // latency; with one vector per iteration the reorder window cannot overlap enough
   // iterations to keep the FMA pipes busy (rnn_eltwise ran at 2x the time).
   int interleavedVectors = 4;
+  // The L2 cache of one core, in bytes: what a matrix product over many rows keeps its chunk of
+  // input rows in while every block of the packed weights passes over them. The host's is read
+  // from the OS; a CPU named for another machine gets the smallest of the x86-64 cores we run on
+  // (Zen 3's 512 KB).
+  int64_t l2Bytes = 512 * 1024;
 
   std::string describe() const; // for cache keys and `rnnc version`
 };
@@ -26,5 +32,9 @@ struct Target {
 Target hostTarget();
 // An x86-64 CPU by LLVM's name (`rnnc compile --target-cpu`); UserError for an unknown one.
 Target namedCpuTarget(const std::string& cpu);
+// Code for a named CPU that is to run on this machine (`rnnc bench --target-cpu haswell` times
+// the AVX2 kernels on an AVX-512 host): the CPU's instruction set with the host's caches; an
+// empty name is the host itself. UserError when the host lacks a vector extension of the CPU.
+Target runnableTarget(const std::string& cpu);
 
 } // namespace rnnc::codegen

@@ -153,4 +153,17 @@ int countUses(const Cell& cell, const Value* value) {
   return uses;
 }
 
+bool hasPackableWeights(const Cell& cell, const Instr& product) {
+  if (!isMatrixProduct(product.op) || product.operands.size() != 2)
+    return false;
+  const Value* x = product.operands[0];
+  const Value* w = product.operands[1];
+  if (!x->isBatched() || x->shape.size() != 2 || w->isBatched() || w->shape.size() != 2)
+    return false;
+  if (w->isArgument())
+    return w->argKind == ArgKind::Param;
+  return std::any_of(cell.pre.begin(), cell.pre.end(),
+                     [&](const auto& instr) { return &instr->result == w; });
+}
+
 } // namespace rnnc::ir

@@ -109,4 +109,10 @@ bool containsOp(const Cell& cell, Op op);
 // The number of uses of `value` (operands, updates, output).
 int countUses(const Cell& cell, const Value* value);
 
+// Whether `product` is a linear or matmul of a batched [B, K] operand by a matrix ([N, K] or
+// [K, N]) that is known before the time loop: a parameter, or made by the pre block. Such a
+// product's weights can be packed once, before any run, and the product computed by generated
+// tiles (codegen/StoragePlan.h, PackedProduct).
+bool hasPackableWeights(const Cell& cell, const Instr& product);
+
 } // namespace rnnc::ir

@@ -99,47 +99,45 @@ void sliceWholeUses(ir::Cell& cell, ir::Block& block, size_t productIndex) {
 
 bool fuseMatMul(ir::Cell& cell) {
   bool changed = false;
-  ir::Block& block = cell.step;
-  // Each product moves down at most once (it then belongs to a kernel), so re-reading the
-  // instruction that slides into its place terminates.
-  for (size_t i = 0; i < block.size();) {
-    ir::Instr& product = *block[i];
-    if (!ir::isMatrixProduct(product.op) || product.kernel >= 0) {
-      ++i;
-      continue;
-    }
-    const ir::Value* x = product.operands[0];
-    const ir::Value* w = product.operands[1];
-    if (product.operands.size() != 2 || !x->isBatched() || x->shape.size() != 2 ||
-        w->shape.size() != 2 || w->isBatched()) {
-      ++i;
-      continue;
-    }
-    sliceWholeUses(cell, block, i);
-    // The kernel's width, read off its first slice of the product.
-    int kernel = -1;
-    const ir::Dim* columns = nullptr;
-    for (const auto& user : block)
-      if (user->op == ir::Op::Slice && user->operands[0] == &product.result && user->kernel >= 0) {
-        kernel = user->kernel;
-        columns = kernelColumns(block, kernel);
-        break;
+  // The recurrent product in the step; the input projection in the pre block, whose kernel
+  // (the biases) then runs on each tile while it is in registers.
+  for (ir::Block* blockPtr : {&cell.pre, &cell.step}) {
+    ir::Block& block = *blockPtr;
+    // Each product moves down at most once (it then belongs to a kernel), so re-reading the
+    // instruction that slides into its place terminates.
+    for (size_t i = 0; i < block.size();) {
+      ir::Instr& product = *block[i];
+      if (product.kernel >= 0 || !ir::hasPackableWeights(cell, product)) {
+        ++i;
+        continue;
       }
-    if (!columns || consumingKernel(cell, product, *columns) != kernel ||
-        holdsProduct(block, kernel)) {
-      ++i;
-      continue;
+      sliceWholeUses(cell, block, i);
+      // The kernel's width, read off its first slice of the product.
+      int kernel = -1;
+      const ir::Dim* columns = nullptr;
+      for (const auto& user : block)
+        if (user->op == ir::Op::Slice && user->operands[0] == &product.result &&
+            user->kernel >= 0) {
+          kernel = user->kernel;
+          columns = kernelColumns(block, kernel);
+          break;
+        }
+      if (!columns || consumingKernel(cell, product, *columns) != kernel ||
+          holdsProduct(block, kernel)) {
+        ++i;
+        continue;
+      }
+      // Move the product down to the kernel's first member; everything it reads is defined
+      // above its old place, and nothing in between reads it.
+      size_t start = i + 1;
+      while (block[start]->kernel != kernel)
+        ++start;
+      std::unique_ptr<ir::Instr> moved = std::move(block[i]);
+      moved->kernel = kernel;
+      block.erase(block.begin() + static_cast<std::ptrdiff_t>(i));
+      block.insert(block.begin() + static_cast<std::ptrdiff_t>(start - 1), std::move(moved));
+      changed = true;
     }
-    // Move the product down to the kernel's first member; everything it reads is defined
-    // above its old place, and nothing in between reads it.
-    size_t start = i + 1;
-    while (block[start]->kernel != kernel)
-      ++start;
-    std::unique_ptr<ir::Instr> moved = std::move(block[i]);
-    moved->kernel = kernel;
-    block.erase(block.begin() + static_cast<std::ptrdiff_t>(i));
-    block.insert(block.begin() + static_cast<std::ptrdiff_t>(start - 1), std::move(moved));
-    changed = true;
   }
   return changed;
 }

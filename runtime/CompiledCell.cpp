@@ -58,7 +58,7 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
   compiled->cell_ = cell.clone();
   std::ostringstream discarded;
   passes::runPipeline(*compiled->cell_, options.pipeline, options.log ? *options.log : discarded);
-  codegen::Target target = codegen::hostTarget();
+  codegen::Target target = codegen::runnableTarget(options.targetCpu);
   compiled->plan_ = codegen::planStorage(*compiled->cell_, target);
   std::string key = cacheKey(*compiled->cell_, target);
   auto elapsed = [&] {

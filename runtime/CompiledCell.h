@@ -25,6 +25,9 @@ struct CompileOptions {
   std::ostream* log = nullptr; // where --print-after-all and --print-after write; null: nowhere
   CacheOptions cache = CacheOptions::fromEnvironment();
   bool memoryCache = true; // reuse code compiled earlier in this process
+  // Generate for this x86-64 CPU (LLVM's name: haswell, skylake-avx512, znver4...) instead of
+  // the host, to run and time its code here (codegen::runnableTarget); empty: the host.
+  std::string targetCpu;
 };
 
 // Where compiled code came from.

@@ -36,9 +36,9 @@ const codegen::Target kAvx2{"x86_64-unknown-linux-gnu", "znver3", "+avx2,+avx,+f
 TEST(CodegenTargets, Avx512TilesAreZmmFmasWithTwiceTheRows) {
   auto lstm = optimisedLstm(64);
   codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx512);
-  ASSERT_EQ(plan.packedProducts.size(), 1u);
-  EXPECT_EQ(plan.packedProducts[0].width, 16);
-  EXPECT_EQ(plan.packedProducts[0].tileRows, 14); // 28 accumulators of 32 registers
+  ASSERT_EQ(plan.packedProducts.size(), 2u); // the input projection, then the recurrent one
+  EXPECT_EQ(plan.packedProducts[1].width, 16);
+  EXPECT_EQ(plan.packedProducts[1].tileRows, 14); // 28 accumulators of 32 registers
   std::string assembly = codegen::generate(*lstm, plan, kAvx512, codegen::Stage::Assembly);
   // The full tile: 14 rows x 2 slices of FMAs per depth, on 16-float registers.
   EXPECT_GE(count(assembly, R"(vfmadd\d+ps\s+[^\n]*zmm)"), 28);
@@ -48,7 +48,7 @@ TEST(CodegenTargets, Avx512TilesAreZmmFmasWithTwiceTheRows) {
 TEST(CodegenTargets, Avx2TilesAreYmmFmas) {
   auto lstm = optimisedLstm(64);
   codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx2);
-  EXPECT_EQ(plan.packedProducts[0].tileRows, 6);
+  EXPECT_EQ(plan.packedProducts.at(1).tileRows, 6);
   std::string assembly = codegen::generate(*lstm, plan, kAvx2, codegen::Stage::Assembly);
   EXPECT_GE(count(assembly, R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
   EXPECT_EQ(count(assembly, "zmm"), 0);

@@ -739,7 +739,10 @@ TEST(PassManager, PrintsAfterEachPassAndRejectsUnknownNames) {
   passes::runPipeline(*lstm, options, log);
   EXPECT_NE(log.str().find("// ----- IR after simplify (unchanged) -----"), std::string::npos);
   EXPECT_NE(log.str().find("// ----- IR after premultiply -----\ncell @lstm"), std::string::npos);
-  ASSERT_EQ(lstm->pre.size(), 3u) << ir::toString(*lstm);
+  // The input product, fused with the kernel that adds the summed biases to it.
+  ASSERT_EQ(lstm->pre.size(), 4u) << ir::toString(*lstm);
+  EXPECT_EQ(lstm->pre[0]->op, ir::Op::Linear);
+  EXPECT_EQ(lstm->pre[0]->kernel, lstm->pre[3]->kernel);
   EXPECT_EQ(lstm->pre[1]->op, ir::Op::Add);
   EXPECT_EQ(lstm->pre[1]->operands[0]->name, "bias_ih");
   EXPECT_EQ(lstm->pre[1]->operands[1]->name, "bias_hh");

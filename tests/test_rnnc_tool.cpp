@@ -258,9 +258,10 @@ TEST_F(ToolTest, CompilePrintsTheIRAfterEveryPassToStderr) {
   ASSERT_EQ(r.exitCode, 0) << r;
   for (const char* pass : {"simplify", "premultiply", "merge-gates", "fuse"})
     EXPECT_THAT(r.err, HasSubstr(std::string("// ----- IR after ") + pass)) << r;
-  // The input product has left the loop; the recurrent one leads the step's one fused kernel.
-  EXPECT_THAT(r.out, HasSubstr("pre {\n    %0 = linear %x, %weight_ih")) << r;
-  EXPECT_THAT(r.out, HasSubstr("step {\n    fused {\n      %3 = linear %h, %weight_hh")) << r;
+  // The input product has left the loop, leading the kernel that adds the biases; the
+  // recurrent one leads the step's one fused kernel.
+  EXPECT_THAT(r.out, HasSubstr("pre {\n    fused {\n      %0 = linear %x, %weight_ih")) << r;
+  EXPECT_THAT(r.out, HasSubstr("step {\n    fused {\n      %4 = linear %h, %weight_hh")) << r;
 }
 
 // The AVX-512 kernels can be read on a machine without AVX-512, and AVX2 ones on one with it.

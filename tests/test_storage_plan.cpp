@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <sstream>
 
 using namespace rnnc;
@@ -16,11 +17,23 @@ namespace {
 const codegen::Target kAvx2{"x86_64-unknown-linux-gnu", "znver3", "+avx2,+fma", 8, 16};
 const codegen::Target kAvx512{"x86_64-unknown-linux-gnu", "skylake-avx512", "+avx512f", 16, 32};
 
-// The plan's one fused product for `target`.
-codegen::PackedProduct onlyProduct(const ir::Cell& cell, const codegen::Target& target) {
+// The plan's recurrent product for `target`: the one split by columns (the input projection,
+// in the pre block, is split by rows).
+codegen::PackedProduct recurrentProduct(const ir::Cell& cell, const codegen::Target& target) {
   codegen::StoragePlan plan = codegen::planStorage(cell, target);
-  EXPECT_EQ(plan.packedProducts.size(), 1u);
-  return plan.packedProducts.at(0);
+  std::vector<codegen::PackedProduct> recurrent;
+  for (const codegen::PackedProduct& packed : plan.packedProducts)
+    if (!packed.splitRows)
+      recurrent.push_back(packed);
+  EXPECT_EQ(recurrent.size(), 1u);
+  return recurrent.at(0);
+}
+
+int countRows(const codegen::StoragePlan& plan, codegen::Rows rows, bool packedWeights) {
+  return static_cast<int>(
+      std::count_if(plan.buffers.begin(), plan.buffers.end(), [&](const auto& buffer) {
+        return buffer.rows == rows && buffer.packedWeights == packedWeights;
+      }));
 }
 
 std::unique_ptr<ir::Cell> optimised(std::unique_ptr<ir::Cell> cell, ir::SizeMap sizes,
@@ -43,13 +56,20 @@ TEST(StoragePlan, TheLstmKernelStoresBothStatesAndTheOutputDirectly) {
   codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx2);
   EXPECT_EQ(plan.updatedInKernel, (std::vector<bool>{true, true}));
   EXPECT_TRUE(plan.outputInPlace);
-  // Left to buffers: the pre block's input GEMM and the gates with the folded bias (both T*B
-  // rows), and the step's GEMM result; none for c', h' or any gate.
-  ASSERT_EQ(plan.buffers.size(), 3u);
-  EXPECT_EQ(plan.buffers[0].rows, codegen::Rows::Sequence);
-  EXPECT_EQ(plan.buffers[1].rows, codegen::Rows::Sequence);
-  EXPECT_EQ(plan.buffers[2].rows, codegen::Rows::Step);
-  EXPECT_EQ(plan.buffers[2].cols, 16);
+  // Left to buffers: the pre block's input product and the gates with the folded bias (both
+  // T*B rows), the step's product result, and both products' packed weights; none for c', h'
+  // or any gate.
+  ASSERT_EQ(plan.buffers.size(), 5u);
+  EXPECT_EQ(countRows(plan, codegen::Rows::Sequence, false), 2);
+  EXPECT_EQ(countRows(plan, codegen::Rows::Step, false), 1);
+  EXPECT_EQ(countRows(plan, codegen::Rows::Fixed, true), 2);
+  // Both products are standalone (fuse-matmul is off), tiled over rows and stored.
+  ASSERT_EQ(plan.packedProducts.size(), 2u);
+  for (const codegen::PackedProduct& packed : plan.packedProducts) {
+    EXPECT_TRUE(packed.standalone);
+    EXPECT_TRUE(packed.splitRows);
+    EXPECT_EQ(plan.buffers.at(plan.bufferOf.at(&packed.product->result)).cols, 16);
+  }
 }
 
 TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
@@ -61,15 +81,18 @@ TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
   // h is the output: later steps read it from the previous step's output rows, with no copy.
   EXPECT_EQ(plan.readFromOutput, (std::vector<bool>{true, false}));
   EXPECT_TRUE(plan.outputInPlace);
-  // The pre block's two sequences, then the packed weights: 20 columns in blocks of 8 is 3
-  // blocks, each 20 deep, each depth 4 slices of 8; no buffer for the [B, 80] gates.
+  // The gates with the folded bias (T*B rows), then both products' packed weights: no buffer
+  // for the [T*B, 80] input product (its kernel adds the biases to each tile) nor for the
+  // [B, 80] gates. The recurrent product: 20 columns in blocks of 8 is 3 blocks, each 20 deep,
+  // each depth 4 slices of 8.
   ASSERT_EQ(plan.buffers.size(), 3u);
-  ASSERT_EQ(plan.packedProducts.size(), 1u);
-  const codegen::PackedProduct& packed = plan.packedProducts[0];
-  EXPECT_EQ(packed.buffer, 2u);
-  EXPECT_TRUE(plan.buffers[2].packedWeights);
-  EXPECT_EQ(plan.buffers[2].rows, codegen::Rows::Fixed);
-  EXPECT_EQ(plan.buffers[2].fixedRows * plan.buffers[2].cols, 3 * 20 * 4 * 8);
+  EXPECT_EQ(countRows(plan, codegen::Rows::Sequence, false), 1);
+  EXPECT_EQ(countRows(plan, codegen::Rows::Fixed, true), 2);
+  codegen::PackedProduct packed = recurrentProduct(*lstm, kAvx2);
+  EXPECT_FALSE(packed.standalone);
+  EXPECT_TRUE(plan.buffers.at(packed.buffer).packedWeights);
+  EXPECT_EQ(plan.buffers[packed.buffer].fixedRows * plan.buffers[packed.buffer].cols,
+            3 * 20 * 4 * 8);
   EXPECT_EQ(packed.offsets, (std::vector<int64_t>{0, 20, 40, 60}));
   EXPECT_EQ(packed.blocks, 3);
   EXPECT_EQ(packed.depth, 20);
@@ -88,7 +111,7 @@ TEST(StoragePlan, ASingleSliceIsTiledFourVectorsWide) {
   // beside four weight vectors and the broadcast: AVX2 2 rows (8 of 16 registers for
   // accumulators), AVX-512 6 rows (24 of 32).
   for (const auto& [target, rows] : {std::pair{kAvx2, 2}, std::pair{kAvx512, 6}}) {
-    codegen::PackedProduct packed = onlyProduct(*rnn, target);
+    codegen::PackedProduct packed = recurrentProduct(*rnn, target);
     EXPECT_EQ(packed.slices(), 1);
     EXPECT_EQ(packed.width, 4 * target.vectorWidth);
     EXPECT_EQ(packed.blocks, (70 + packed.width - 1) / packed.width);
@@ -101,12 +124,34 @@ TEST(StoragePlan, ThreeSlicesShareOnePassOfTheTile) {
   // AVX2's 12 accumulators as 4 rows x 3 slices, AVX-512's 28 as 9 x 3: a panel of two slices
   // and one of one would leave the second pass only 6 (or 14) accumulators.
   for (const auto& [target, rows] : {std::pair{kAvx2, 4}, std::pair{kAvx512, 9}}) {
-    codegen::PackedProduct packed = onlyProduct(*gru, target);
+    codegen::PackedProduct packed = recurrentProduct(*gru, target);
     EXPECT_EQ(packed.slices(), 3);
     EXPECT_EQ(packed.panelSlices, 3);
     EXPECT_EQ(packed.tileRows, rows);
     EXPECT_EQ(packed.panelWidth(2), 3 * target.vectorWidth);
     EXPECT_EQ(packed.sliceStart(2), 2 * target.vectorWidth);
+  }
+}
+
+TEST(StoragePlan, TheInputProjectionIsTiledOverRowsInChunksThatFitInL2) {
+  auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 300}, {"hidden_size", 20}});
+  for (const auto& [target, rows] : {std::pair{kAvx2, 6}, std::pair{kAvx512, 14}}) {
+    codegen::Target sized = target;
+    sized.l2Bytes = 1 << 20;
+    codegen::StoragePlan plan = codegen::planStorage(*lstm, sized);
+    ASSERT_EQ(plan.packedProducts.size(), 2u);
+    const codegen::PackedProduct& input = plan.packedProducts[0];
+    EXPECT_EQ(input.product->operands[0]->name, "x");
+    // Fused into the kernel that adds the biases: one slice of all 80 columns, in the classic
+    // SGEMM tile (2 vectors wide, 6 rows on AVX2, 14 on AVX-512), split by rows.
+    EXPECT_FALSE(input.standalone);
+    EXPECT_TRUE(input.splitRows);
+    EXPECT_EQ(input.slices(), 1);
+    EXPECT_EQ(input.columns, 80);
+    EXPECT_EQ(input.width, 2 * target.vectorWidth);
+    EXPECT_EQ(input.tileRows, rows);
+    // Half of the 1 MB L2 holds the chunk's rows of x, 1200 bytes each: 436 rows, in whole tiles.
+    EXPECT_EQ(input.chunkRows, 436 / rows * rows);
   }
 }
 

@@ -1,6 +1,7 @@
 // `rnnc bench`: times whole sequences of a cell on random data, at the fastrnns default size
 // unless told otherwise. Today it times the reference interpreter (the unfused baseline); the JIT
 // paths join the same table.
+#include "codegen/Target.h"
 #include "frontend/BuiltinCells.h"
 #include "ir/Error.h"
 #include "ir/Verifier.h"
@@ -35,6 +36,7 @@ struct BenchOptions {
   bool eltwise = false;
   bool jitOnly = false; // only the fully optimised JIT: for bench/compare
   bool json = false;
+  std::string targetCpu; // empty: the host
   std::vector<std::string> sizes;
 };
 
@@ -61,10 +63,11 @@ struct CompileTimes {
 
 // Compile time with every cache off, and from a warm disk cache (a fresh directory, filled once)
 // without the in-process cache: what a second process pays.
-CompileTimes measureCompileTimes(const ir::Cell& cell, int repeat) {
+CompileTimes measureCompileTimes(const ir::Cell& cell, int repeat, const std::string& targetCpu) {
   std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("rnnc-bench-cache-" + std::to_string(getpid()));
   CompileOptions cold;
+  cold.targetCpu = targetCpu;
   cold.cache.disk = false;
   cold.memoryCache = false;
   CompileOptions cached = cold;
@@ -106,6 +109,7 @@ VariableLength measureVariableLength(const ir::Cell& cell, const std::vector<Ten
         initialStates[i].reshaped({1, initialStates[i].dim(0), initialStates[i].dim(1)});
   LayerOptions options;
   options.compile.cache.disk = false;
+  options.compile.targetCpu = o.targetCpu;
   options.threads = o.threads;
   // Built once, as a user serving many batches would: the timings are of runs alone, not of
   // compiling and packing the weights.
@@ -147,6 +151,8 @@ int bench(const BenchOptions& o) {
     return benchEltwise(o.batch, o.hidden, o.repeat);
   if (o.threads < 0)
     throw UserError("--threads must be 0 (automatic) or positive");
+  // Checked before any work: an unknown CPU, or one whose code this host cannot run.
+  const codegen::Target target = codegen::runnableTarget(o.targetCpu);
   auto cell = frontend::loadCell(o.cell);
   ir::SizeMap sizes = parseSizes(o.sizes);
   for (auto [name, value] : {std::pair<const char*, int64_t>{"input_size", o.input},
@@ -187,6 +193,7 @@ int bench(const BenchOptions& o) {
     CompileOptions options;
     options.pipeline = pipeline;
     options.cache.disk = false;
+    options.targetCpu = o.targetCpu;
     auto compiled = CompiledCell::compile(*cell, options);
     // The parameter-only work (weights packed for the tiles) is done once, as a layer does it
     // when it is built, and as oneDNN reorders its weights: not part of a sequence's time.
@@ -210,13 +217,13 @@ int bench(const BenchOptions& o) {
     passes::PipelineOptions noMatMulFusion;
     noMatMulFusion.disabled.insert("fuse-matmul");
     paths.push_back(
-        {"jit_no_fuse_matmul", "jit, GEMM call + fused kernel", jitTiming(noMatMulFusion)});
+        {"jit_no_fuse_matmul", "jit, product apart + kernel", jitTiming(noMatMulFusion)});
   }
   paths.push_back({"jit", "jit, all passes", jitTiming({})});
   std::optional<CompileTimes> compileTimes;
   std::optional<VariableLength> varlen;
   if (!o.jitOnly) {
-    compileTimes = measureCompileTimes(*cell, o.repeat);
+    compileTimes = measureCompileTimes(*cell, o.repeat, o.targetCpu);
     varlen = measureVariableLength(*cell, params, inputs, initialStates, o, rng);
   }
 
@@ -225,7 +232,10 @@ int bench(const BenchOptions& o) {
     nlohmann::json out = {{"cell", cell->name},   {"T", o.seq},
                           {"B", o.batch},         {"sizes", cell->sizes},
                           {"threads", o.threads}, {"gflop_per_sequence", gflop},
-                          {"repeat", o.repeat}};
+                          {"repeat", o.repeat},
+                          {"target", {{"cpu", target.cpu}, {"vector_width", target.vectorWidth},
+                                      {"vector_registers", target.vectorRegisters},
+                                      {"l2_bytes", target.l2Bytes}}}};
     for (const Path& path : paths)
       out["paths"][path.key] = {{"median_ms", path.timing.median},
                                 {"min_ms", path.timing.min},
@@ -245,8 +255,10 @@ int bench(const BenchOptions& o) {
   std::string threadText = o.threads == 0   ? "automatic threads"
                            : o.threads == 1 ? "1 thread"
                                             : fmt::format("{} threads", o.threads);
-  fmt::print("rnnc bench: cell {}, T={} B={}{}, JIT on {}, {} repeats (median, min, max)\n",
-             cell->name, o.seq, o.batch, sizeText, threadText, o.repeat);
+  fmt::print("rnnc bench: cell {}, T={} B={}{}, JIT for {} ({}-float vectors) on {}, {} repeats "
+             "(median, min, max)\n",
+             cell->name, o.seq, o.batch, sizeText, target.cpu, target.vectorWidth, threadText,
+             o.repeat);
   fmt::print("matrix-product work: {:.3f} GFLOP per sequence\n\n", gflop);
   fmt::print("{:<32}{:>12}{:>10}{:>10}{:>10}{:>9}\n", "path", "median ms", "min ms", "max ms",
              "GFLOP/s", "speedup");
@@ -292,6 +304,9 @@ CommandAction addBenchCommand(CLI::App& app) {
                 "Time only the fully optimised JIT (no interpreter, compile or variable-length "
                 "runs)");
   cmd->add_flag("--json", o->json, "Print the results as one JSON object");
+  cmd->add_option("--target-cpu", o->targetCpu,
+                  "Generate for this x86-64 CPU by LLVM's name and run it here (haswell: the AVX2 "
+                  "code on an AVX-512 host); default: the host");
   return [o] { return bench(*o); };
 }
 

@@ -22,6 +22,10 @@ struct LayerSpec {
   int threads = 0; // threads per forward call, each time step split between them; 0: automatic
                    // (every core, fewer while other processes keep cores busy)
   std::map<std::string, int64_t> sizes; // sizes the weights do not determine
+  // Generate the JIT code for this x86-64 CPU (LLVM's name: "haswell" for AVX2,
+  // "skylake-avx512", "znver4"...) instead of the host's, e.g. to measure the AVX2 kernels on an
+  // AVX-512 machine; it must run here (an error names the missing extension). Empty: the host.
+  std::string targetCpu;
 };
 
 // A named float32 tensor in C order, for weights given from memory.
