@@ -23,7 +23,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -104,27 +106,36 @@ Result kernelGeneric(float seed, Clock::time_point deadline) {
 }
 
 // The clock of the core this runs on, in GHz: a chain of dependent integer adds, one cycle each,
-// 64 per loop iteration (the loop's own counter and branch run beside the chain), for `ms`.
+// 64 per loop iteration (the loop's own counter and branch run beside the chain), for `ms`,
+// after as long again untimed: a core that was idle takes milliseconds to reach its clock (a
+// 12 ms measurement right away read 3.2 GHz on a Zen 4 core that runs at 3.6).
 double measureGhz(int ms) {
-  const auto deadline = Clock::now() + std::chrono::milliseconds(ms);
-  long x = 1, iterations = 0;
   const long y = ms; // unknown to the compiler where it matters: inside the asm
-  const auto start = Clock::now();
-  Clock::time_point now;
-  do {
-    for (int i = 0; i < 4096; ++i) {
+  auto chain = [y](Clock::time_point deadline, long* iterations) {
+    long x = 1; // a local, so in a register: a captured one went to memory around every asm,
+                // and its store-to-load forwarding added cycles to the chain (3.3 GHz read)
+    Clock::time_point now;
+    do {
+      for (int i = 0; i < 4096; ++i) {
 #ifdef FMA_PEAK_X86
-      asm volatile(".rept 64\n\taddq %1, %0\n\t.endr" : "+r"(x) : "r"(y));
+        asm volatile(".rept 64\n\taddq %1, %0\n\t.endr" : "+r"(x) : "r"(y));
 #else
-      for (int j = 0; j < 64; ++j)
-        asm volatile("" : "+r"(x) : "r"(y));
+        for (int j = 0; j < 64; ++j)
+          asm volatile("" : "+r"(x) : "r"(y));
 #endif
-    }
-    iterations += 4096;
-    now = Clock::now();
-  } while (now < deadline);
-  double seconds = std::chrono::duration<double>(now - start).count();
-  return 64.0 * static_cast<double>(iterations) / seconds * 1e-9 + 0.0 * static_cast<double>(x);
+      }
+      *iterations += 4096;
+      now = Clock::now();
+    } while (now < deadline);
+    return now;
+  };
+  long iterations = 0;
+  chain(Clock::now() + std::chrono::milliseconds(ms), &iterations); // warming up
+  iterations = 0;
+  const auto start = Clock::now();
+  const auto end = chain(start + std::chrono::milliseconds(ms), &iterations);
+  double seconds = std::chrono::duration<double>(end - start).count();
+  return 64.0 * static_cast<double>(iterations) / seconds * 1e-9;
 }
 
 using Kernel = Result (*)(float, Clock::time_point);
@@ -158,7 +169,11 @@ struct Run {
 // `ms`, and the flops of all of them are divided by the wall time from the common start to the
 // last one's end.
 Run runOnce(Kernel kernel, int threads, int ms, float seed, bool* ok) {
-  std::atomic<int> ready{0};
+  // The main thread waits for the clocks on a condition variable: a spinning or polling thread
+  // would take cycles from the clocks it waits for.
+  std::mutex mutex;
+  std::condition_variable measured;
+  int ready = 0;
   std::atomic<bool> go{false};
   std::vector<Result> results(threads);
   std::vector<double> clocks(threads);
@@ -166,15 +181,21 @@ Run runOnce(Kernel kernel, int threads, int ms, float seed, bool* ok) {
   Clock::time_point start;
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
-      clocks[t] = measureGhz(std::max(ms / 4, 5));
-      ready.fetch_add(1);
+      clocks[t] = measureGhz(std::max(ms / 4, 10));
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        ++ready;
+      }
+      measured.notify_one();
       while (!go.load(std::memory_order_acquire)) {
       }
       results[t] =
           kernel(seed + 0.01f * static_cast<float>(t), start + std::chrono::milliseconds(ms));
     });
-  while (ready.load() < threads) // sleeping: a spinning thread would slow the clocks measured
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    measured.wait(lock, [&] { return ready == threads; });
+  }
   start = Clock::now();
   go.store(true, std::memory_order_release);
   for (auto& th : pool)
@@ -201,10 +222,12 @@ double median(std::vector<double> v) {
 
 [[noreturn]] void usage(int code) {
   std::fprintf(code ? stderr : stdout,
-               "usage: fma_peak [--threads N] [--ms MS] [--runs R]\n"
+               "usage: fma_peak [--threads N] [--ms MS] [--runs R] [--check]\n"
                "Measures the fp32 FMA peak with N threads (default 1) on every vector width the CPU "
                "has, each run MS ms long (default 200), and prints the better width's median of R "
-               "runs (default 5), the clock and FLOP per cycle as JSON.\n");
+               "runs (default 5), the clock and FLOP per cycle as JSON.\n"
+               "--check: exit 1 unless the better width's FLOP per cycle is within 15%% of 16, 32 "
+               "or 64 (the cores we know), a meter that reads its own clock consistently.\n");
   std::exit(code);
 }
 
@@ -222,10 +245,15 @@ int parseInt(const char* flag, const char* text, int min) {
 
 int main(int argc, char** argv) {
   int threads = 1, ms = 200, runs = 5;
+  bool check = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help")
       usage(0);
+    if (a == "--check") {
+      check = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "fma_peak: unknown option or missing value: %s\n", a.c_str());
       usage(2);
@@ -282,5 +310,19 @@ int main(int argc, char** argv) {
               threads, best, bestRuns.front(), bestRuns.back(), best / threads, bestIsa, bestGhz,
               best / threads / bestGhz, widthsJson.c_str(), ms, runs,
               std::thread::hardware_concurrency());
+  if (check && std::string(bestIsa) != "generic") {
+    // Every x86-64 core with FMA we know peaks at 16 (two 128-bit pipes), 32 (two 256-bit) or
+    // 64 (two 512-bit) FLOP per cycle; the old meter, its chains in memory, read 20.5 on Zen 4.
+    const double perCycle = best / threads / bestGhz;
+    bool near = false;
+    for (double known : {16.0, 32.0, 64.0})
+      near |= perCycle > 0.85 * known && perCycle < 1.15 * known;
+    if (!near) {
+      std::fprintf(stderr, "fma_peak: %.1f FLOP per cycle (%.1f GFLOP/s at %.2f GHz) is near no "
+                   "core's peak: the meter or the clock measurement is off\n",
+                   perCycle, best / threads, bestGhz);
+      return 1;
+    }
+  }
   return 0;
 }

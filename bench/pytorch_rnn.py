@@ -45,6 +45,24 @@ def loaded_blas():
     return sorted(names)
 
 
+def cpu_capability(torch):
+    """The vector ISA of ATen's own kernels ("CPU capability usage" in torch.__config__), and the
+    kernel set OpenBLAS picked for this CPU, when OpenBLAS is loaded."""
+    isa = "?"
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability usage:" in line:
+            isa = line.split(":", 1)[1].strip()
+    import ctypes
+    for path in loaded_blas():
+        try:
+            core = ctypes.CDLL(path).openblas_get_corename  # already loaded: no second copy
+            core.restype = ctypes.c_char_p
+            return f"{isa}, OpenBLAS {core().decode()}"
+        except (AttributeError, OSError):
+            continue
+    return isa
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cell", choices=["lstm", "gru", "rnn_tanh"], default="lstm")
@@ -108,6 +126,7 @@ def main():
         "version": torch.__version__,
         "mkldnn_enabled": bool(torch.backends.mkldnn.is_available()),
         "blas": loaded_blas(),
+        "isa": cpu_capability(torch),
         "checksum": checksum,
     }))
     return 0

@@ -2,10 +2,6 @@
 
 #include <Eigen/Core>
 
-#ifdef RNNC_HAVE_BLIS
-#include <blis.h>
-#endif
-
 #include <cmath>
 
 namespace {
@@ -17,22 +13,16 @@ using View = Eigen::Map<Matrix, 0, Stride>;
 
 } // namespace
 
-// The matrix products the generated code does not tile itself: the premultiplied input
-// projection over all T*B rows above all. BLIS's single-threaded build (Debian's
-// libblis-serial-dev; thread-safe, and it takes any row and column strides) reaches about 88% of
-// the FMA peak on it here, Eigen about 67%. The generated code splits rows between its own
-// threads, so the BLAS must not start threads of its own.
+// The matrix products the generated code does not tile itself (ir::hasPackableWeights is false:
+// weights that depend on the batch, or that the step computes), none of them on the path of any
+// built-in cell: the generated tiles compute the input projection and the recurrent product.
+// Eigen's, compiled for the build machine, single-threaded: the generated code splits rows
+// between its own threads. No BLAS: BLIS 0.9 picks its kernels from the CPU id, its reference C
+// ones on Zen 5.
 extern "C" void rnnc_gemm(int64_t transposeB, int64_t m, int64_t n, int64_t k, const float* a,
                           int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
   if (m <= 0 || n <= 0)
     return;
-#ifdef RNNC_HAVE_BLIS
-  float one = 1.0f, zero = 0.0f;
-  // Row-major A [m, k] (row stride lda, column stride 1); B [k, n] or, transposed, [n, k].
-  bli_sgemm(BLIS_NO_TRANSPOSE, transposeB ? BLIS_TRANSPOSE : BLIS_NO_TRANSPOSE, m, n, k, &one,
-            const_cast<float*>(a), lda, 1, const_cast<float*>(b), ldb, 1, &zero, c, ldc, 1);
-  return;
-#endif
   ConstView A(a, m, k, Stride(lda));
   View C(c, m, n, Stride(ldc));
   if (transposeB)

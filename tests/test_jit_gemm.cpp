@@ -1,0 +1,140 @@
+// The generated matrix products (codegen/StoragePlan.h, PackedProduct) against the interpreter:
+// the input projection over T*B rows (fused with its bias kernel, chunked by rows), the
+// recurrent product, and standalone products (fuse-matmul off, premultiply off), at sizes that
+// are no multiple of any tile, at T=1, and across chunk boundaries; for the AVX2 code (haswell)
+// and, where this host runs it, the AVX-512 code (skylake-avx512); on 1 and 2 threads.
+#include "codegen/HostTarget.h"
+#include "codegen/StoragePlan.h"
+#include "codegen/Target.h"
+#include "frontend/BuiltinCells.h"
+#include "runtime/CompiledCell.h"
+#include "runtime/Interpreter.h"
+#include "tests/TestSupport.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+using namespace rnnc;
+
+namespace {
+
+struct Shape {
+  const char* cell;
+  int64_t input, hidden, steps, batch;
+};
+
+std::vector<std::string> runnableCpus() {
+  std::vector<std::string> cpus = {"haswell"};
+  if (codegen::detectHostTarget().has("avx512f"))
+    cpus.push_back("skylake-avx512");
+  return cpus;
+}
+
+struct Setting {
+  const char* name;
+  passes::PipelineOptions pipeline;
+};
+
+std::vector<Setting> settings() {
+  passes::PipelineOptions noMatMulFusion, noPremul;
+  noMatMulFusion.disabled.insert("fuse-matmul");
+  noPremul.premultiply = false;
+  return {{"default", {}}, {"no fuse-matmul", noMatMulFusion}, {"no premultiply", noPremul}};
+}
+
+float maxAbs(const Tensor& t) {
+  float m = 0;
+  for (float v : t.values())
+    m = std::max(m, std::fabs(v));
+  return m;
+}
+
+void expectMatchesInterpreter(const Shape& shape, const std::string& cpu, const Setting& setting,
+                              int threads) {
+  SCOPED_TRACE(std::string(shape.cell) + " I=" + std::to_string(shape.input) +
+               " H=" + std::to_string(shape.hidden) + " T=" + std::to_string(shape.steps) +
+               " B=" + std::to_string(shape.batch) + " on " + cpu + ", " + setting.name + ", " +
+               std::to_string(threads) + " threads");
+  auto cell = frontend::loadCell(shape.cell);
+  cell->bindSizes({{"input_size", shape.input}, {"hidden_size", shape.hidden}});
+  std::mt19937 rng(static_cast<unsigned>(shape.input * 31 + shape.hidden));
+  TensorMap weights = test::randomWeights(*cell, cell->sizes, rng);
+  std::vector<Tensor> params;
+  for (const auto& p : cell->params)
+    params.push_back(weights.at(p->name));
+  std::vector<Tensor> inputs = {
+      test::randomTensor({shape.steps, shape.batch, shape.input}, rng, 1.0f)};
+  std::vector<Tensor> states;
+  for (const auto& st : cell->states)
+    states.push_back(test::randomTensor({shape.batch, shape.hidden}, rng));
+  std::vector<Tensor> expectedStates = states;
+  Tensor expected = Interpreter(*cell, params).run(inputs, expectedStates);
+
+  CompileOptions options;
+  options.pipeline = setting.pipeline;
+  options.targetCpu = cpu;
+  options.cache.disk = false;
+  auto compiled = CompiledCell::compile(*cell, options);
+  Tensor actual;
+  CompiledCell::Workspace workspace;
+  compiled->run(params, inputs, states, actual, workspace, threads);
+  const float tolerance = 1e-5f * std::max(1.0f, maxAbs(expected));
+  EXPECT_LT(test::maxAbsDiff(actual, expected), tolerance);
+  for (size_t i = 0; i < states.size(); ++i)
+    EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), tolerance) << "state " << i;
+}
+
+TEST(JitGemm, AwkwardSizesMatchTheInterpreterOnEveryTargetAndSetting) {
+  // H = 11: 44 LSTM columns, 33 GRU columns, neither a multiple of 16 or 32; B = 13 and I = 7
+  // are no multiple of any tile height or vector; T = 1 is a pre block of one step.
+  const Shape shapes[] = {{"lstm", 7, 11, 5, 13},
+                          {"lstm", 33, 11, 1, 13},
+                          {"gru", 7, 11, 3, 13},
+                          {"rnn_tanh", 20, 37, 4, 3},
+                          {"lstm", 9, 5, 2, 1}};
+  for (const std::string& cpu : runnableCpus())
+    for (const Setting& setting : settings())
+      for (const Shape& shape : shapes)
+        for (int threads : {1, 2})
+          expectMatchesInterpreter(shape, cpu, setting, threads);
+}
+
+TEST(JitGemm, TheInputProjectionCrossesItsRowChunks) {
+  // I = 1000: 4000-byte rows, so a chunk (half an L2 of 512 KB to 2 MB) is 60 to 258 rows, and
+  // T*B = 23 * 13 = 299 rows cross at least one chunk boundary, with a short last chunk; on two
+  // threads each thread's half (149 and 150 rows) is chunked on its own.
+  const Shape shapes[] = {{"lstm", 1000, 9, 23, 13}, {"gru", 1000, 6, 23, 13}};
+  for (const std::string& cpu : runnableCpus()) {
+    for (const Shape& shape : shapes) {
+      auto cell = frontend::loadCell(shape.cell);
+      cell->bindSizes({{"input_size", shape.input}, {"hidden_size", shape.hidden}});
+      CompileOptions options;
+      options.targetCpu = cpu;
+      options.cache.disk = false;
+      auto compiled = CompiledCell::compile(*cell, options);
+      codegen::StoragePlan plan =
+          codegen::planStorage(compiled->optimisedCell(), codegen::runnableTarget(cpu));
+      const codegen::PackedProduct& input = plan.packedProducts.at(0);
+      ASSERT_TRUE(input.splitRows);
+      ASSERT_LT(input.chunkRows, shape.steps * shape.batch / 2) << "no chunk boundary crossed";
+      for (int threads : {1, 2})
+        expectMatchesInterpreter(shape, cpu, settings()[0], threads);
+    }
+  }
+}
+
+TEST(JitGemm, CodeForACpuThisHostCannotRunIsRefused) {
+  CompileOptions options;
+  options.targetCpu = "no-such-cpu";
+  auto cell = frontend::loadCell("rnn_tanh");
+  cell->bindSizes({{"input_size", 3}, {"hidden_size", 4}});
+  EXPECT_THROW(CompiledCell::compile(*cell, options), UserError);
+  if (!codegen::detectHostTarget().has("avx512f")) {
+    options.targetCpu = "skylake-avx512";
+    EXPECT_THROW(CompiledCell::compile(*cell, options), UserError);
+  }
+}
+
+} // namespace
