@@ -139,6 +139,9 @@ public:
                                       lease_->team->barrier().takeSlept());
   }
 
+  // How many threads each call runs on.
+  int size() const { return lease_ ? lease_->team->size() : 1; }
+
   // Calls `function` once per thread (or once, alone), each with its own index.
   void call(void (*function)(const void*), RnncRunArgs args) {
     ThreadTeam* team = lease_ ? lease_->team.get() : nullptr;
@@ -203,7 +206,8 @@ CompiledCell::prepare(const std::vector<Tensor>& params, int threads) const {
 }
 
 std::vector<float*> CompiledCell::bufferPointers(const Prepared& prepared, Workspace& workspace,
-                                                 int64_t sequenceRows, int64_t stepRows) const {
+                                                 int64_t sequenceRows, int64_t stepRows,
+                                                 int threads) const {
   // Every buffer is fully written before it is read, so reused memory needs no clearing. The
   // generated code only reads the fixed ones in these phases.
   workspace.buffers.resize(plan_.buffers.size());
@@ -214,7 +218,11 @@ std::vector<float*> CompiledCell::bufferPointers(const Prepared& prepared, Works
       result.push_back(const_cast<float*>(prepared.fixed.at(i).data()));
       continue;
     }
-    TensorShape shape{spec.rows == codegen::Rows::Sequence ? sequenceRows : stepRows, spec.cols};
+    int64_t rows = spec.rows == codegen::Rows::Sequence ? sequenceRows
+                   : spec.rows == codegen::Rows::Step            ? stepRows
+                   : spec.rows == codegen::Rows::PerThreadStep ? threads * stepRows
+                                                                 : threads * spec.fixedRows;
+    TensorShape shape{rows, spec.cols};
     if (workspace.buffers[i].shape() != shape)
       workspace.buffers[i] = Tensor(shape);
     result.push_back(workspace.buffers[i].data());
@@ -244,7 +252,9 @@ void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inpu
   TensorShape outputShape{steps, batch, codegen::columnsOf(cell_->output)};
   if (output.shape() != outputShape)
     output = Tensor(outputShape);
-  std::vector<float*> buffers = bufferPointers(prepared, workspace, steps * batch, batch);
+  RunThreads team(threads);
+  std::vector<float*> buffers =
+      bufferPointers(prepared, workspace, steps * batch, batch, team.size());
   std::vector<const float*> inputPointers = pointers(inputs);
   std::vector<float*> statePointers = mutablePointers(states);
   RnncRunArgs args{steps,
@@ -258,7 +268,7 @@ void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inpu
                    0,
                    1,
                    nullptr};
-  RunThreads(threads).call(function_, args);
+  team.call(function_, args);
 }
 
 void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>& inputs,
@@ -277,12 +287,13 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>
   const int64_t outCols = codegen::columnsOf(cell_->output);
   if (output.shape() != TensorShape{rows, outCols})
     output = Tensor({rows, outCols});
-  std::vector<float*> buffers = bufferPointers(prepared, workspace, rows, batchSizes[0]);
+  RunThreads team(threads);
+  std::vector<float*> buffers =
+      bufferPointers(prepared, workspace, rows, batchSizes[0], team.size());
   std::vector<const float*> inputPointers = pointers(inputs);
   std::vector<float*> statePointers = mutablePointers(states);
 
   // Every packed row at once: one big input GEMM.
-  RunThreads team(threads);
   RnncRunArgs pre{1,
                   rows,
                   prepared.params.data(),

@@ -90,7 +90,7 @@ private:
   void checkArity(const std::vector<Tensor>& inputs, const std::vector<Tensor>& states) const;
   // Buffer pointers for a call: the prepared fixed buffers and the workspace's others.
   std::vector<float*> bufferPointers(const Prepared& prepared, Workspace& workspace,
-                                     int64_t sequenceRows, int64_t stepRows) const;
+                                     int64_t sequenceRows, int64_t stepRows, int threads) const;
 
   std::shared_ptr<ir::Cell> cell_;
   codegen::StoragePlan plan_;

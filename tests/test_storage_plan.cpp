@@ -57,12 +57,13 @@ TEST(StoragePlan, TheLstmKernelStoresBothStatesAndTheOutputDirectly) {
   EXPECT_EQ(plan.updatedInKernel, (std::vector<bool>{true, true}));
   EXPECT_TRUE(plan.outputInPlace);
   // Left to buffers: the pre block's input product and the gates with the folded bias (both
-  // T*B rows), the step's product result, and both products' packed weights; none for c', h'
-  // or any gate.
-  ASSERT_EQ(plan.buffers.size(), 5u);
+  // T*B rows), the step's product result, both products' packed weights and each thread's
+  // copies of their x rows (a chunk of rows each); none for c', h' or any gate.
+  ASSERT_EQ(plan.buffers.size(), 7u);
   EXPECT_EQ(countRows(plan, codegen::Rows::Sequence, false), 2);
   EXPECT_EQ(countRows(plan, codegen::Rows::Step, false), 1);
   EXPECT_EQ(countRows(plan, codegen::Rows::Fixed, true), 2);
+  EXPECT_EQ(countRows(plan, codegen::Rows::PerThread, false), 2);
   // Both products are standalone (fuse-matmul is off), tiled over rows and stored.
   ASSERT_EQ(plan.packedProducts.size(), 2u);
   for (const codegen::PackedProduct& packed : plan.packedProducts) {
@@ -81,13 +82,17 @@ TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
   // h is the output: later steps read it from the previous step's output rows, with no copy.
   EXPECT_EQ(plan.readFromOutput, (std::vector<bool>{true, false}));
   EXPECT_TRUE(plan.outputInPlace);
-  // The gates with the folded bias (T*B rows), then both products' packed weights: no buffer
+  // The gates with the folded bias (T*B rows), both products' packed weights: no buffer
   // for the [T*B, 80] input product (its kernel adds the biases to each tile) nor for the
   // [B, 80] gates. The recurrent product: 20 columns in blocks of 8 is 3 blocks, each 20 deep,
   // each depth 4 slices of 8.
-  ASSERT_EQ(plan.buffers.size(), 3u);
+  // Each thread copies the rows of x and of h it multiplies: a chunk of the input projection's
+  // rows, all B rows of h (PerThreadStep).
+  ASSERT_EQ(plan.buffers.size(), 5u);
   EXPECT_EQ(countRows(plan, codegen::Rows::Sequence, false), 1);
   EXPECT_EQ(countRows(plan, codegen::Rows::Fixed, true), 2);
+  EXPECT_EQ(countRows(plan, codegen::Rows::PerThread, false), 1);
+  EXPECT_EQ(countRows(plan, codegen::Rows::PerThreadStep, false), 1);
   codegen::PackedProduct packed = recurrentProduct(*lstm, kAvx2);
   EXPECT_FALSE(packed.standalone);
   EXPECT_TRUE(plan.buffers.at(packed.buffer).packedWeights);
@@ -138,6 +143,7 @@ TEST(StoragePlan, TheInputProjectionIsTiledOverRowsInChunksThatFitInL2) {
   for (const auto& [target, rows] : {std::pair{kAvx2, 6}, std::pair{kAvx512, 14}}) {
     codegen::Target sized = target;
     sized.l2Bytes = 1 << 20;
+    sized.l1Bytes = 32 << 10;
     codegen::StoragePlan plan = codegen::planStorage(*lstm, sized);
     ASSERT_EQ(plan.packedProducts.size(), 2u);
     const codegen::PackedProduct& input = plan.packedProducts[0];
@@ -150,8 +156,10 @@ TEST(StoragePlan, TheInputProjectionIsTiledOverRowsInChunksThatFitInL2) {
     EXPECT_EQ(input.columns, 80);
     EXPECT_EQ(input.width, 2 * target.vectorWidth);
     EXPECT_EQ(input.tileRows, rows);
-    // Half of the 1 MB L2 holds the chunk's rows of x, 1200 bytes each: 436 rows, in whole tiles.
-    EXPECT_EQ(input.chunkRows, 436 / rows * rows);
+    // Half of the 1 MB L2 would hold 436 rows of x (1200 bytes each); at most 256, whole tiles.
+    EXPECT_EQ(input.chunkRows, 256 / rows * rows);
+    // Half of the 32 KB L1 holds 256 depths of a 16-float panel, 128 of a 32-float one.
+    EXPECT_EQ(input.depthBlock, 16 * 1024 / (input.width * 4));
   }
 }
 
