@@ -11,7 +11,6 @@
 #include "codegen/VectorMath.h"
 #include "ir/Cell.h"
 
-#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -223,15 +222,8 @@ private:
   // (a panel for a full tile, all of them for one row); each pass is one walk over the depth.
   void prefetchRows(const std::vector<const ir::Value*>& operands, llvm::Value* firstRow,
                     llvm::Value* lastRow, llvm::Value* column, int64_t rows);
-  // Depths [begin, end) of a tile, from the sums `partial` gives per row and slice (zeros when
-  // it is empty); null bounds: the whole depth.
-  struct DepthRange {
-    llvm::Value* begin = nullptr;
-    llvm::Value* end = nullptr;
-    std::function<llvm::Value*(int64_t row, int64_t slice)> partial;
-  };
   Tile emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed, llvm::Value* blk,
-                llvm::Value* firstRow, int64_t rows, const DepthRange& depth);
+                llvm::Value* firstRow, int64_t rows);
 
   static bool isImmediate(const ir::Value* v) {
     return !v->isArgument() && v->def->op == Op::Const;

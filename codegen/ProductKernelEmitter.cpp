@@ -102,7 +102,7 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup* group
     if (instr.op == Op::Slice)
       view(&instr.result);
   }
-  View x = view(product.operands[0]); // a row-split product's chunks read copies (below)
+  View x = view(product.operands[0]); // read from copies, below
   View result = group ? View{} : view(&product.result);
   llvm::Value* weights = buffers_[packed.buffer];
   const int64_t fullBlocks = packed.columns / packed.width;
@@ -123,10 +123,7 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup* group
   // row or per column would multiply what LLVM compiles.
   llvm::Type* vec = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(packed.width));
   llvm::IRBuilder<> entry(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
-  // A row-split product keeps the partial sums of its whole chunk there between the passes
-  // over blocks of the depth (PackedProduct::depthBlock), then runs the epilogue on the chunk.
-  const int64_t scratchRows = packed.splitRows ? packed.chunkRows : tileRows;
-  llvm::Value* scratch = entry.CreateAlloca(vec, constant(scratchRows * slices), "tile");
+  llvm::Value* scratch = entry.CreateAlloca(vec, constant(tileRows * slices), "tile");
   auto stored = [&](llvm::Value* m, int64_t s) { // the tile's row m, slice s
     return b_.CreateGEP(vec, scratch, b_.CreateAdd(b_.CreateMul(m, constant(slices)), constant(s)));
   };
@@ -190,12 +187,12 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup* group
     const int64_t halfRows = std::max<int64_t>(1, tileRows / 2);
     const int64_t shortRows = tileRows - 1;
     llvm::Value* count = b_.CreateSub(chunkEnd, chunkBegin, "chunk_rows");
-    llvm::Value* tileCount =
+    llvm::Value* tiles =
         b_.CreateSDiv(b_.CreateAdd(count, constant(tileRows - 1)), constant(tileRows), "tiles");
-    llvm::Value* missing = b_.CreateSub(b_.CreateMul(tileCount, constant(tileRows)), count);
-    llvm::Value* balanced = b_.CreateICmpSLE(missing, tileCount);
+    llvm::Value* missing = b_.CreateSub(b_.CreateMul(tiles, constant(tileRows)), count);
+    llvm::Value* balanced = b_.CreateICmpSLE(missing, tiles);
     llvm::Value* fullTiles =
-        b_.CreateSelect(balanced, b_.CreateSub(tileCount, missing),
+        b_.CreateSelect(balanced, b_.CreateSub(tiles, missing),
                         b_.CreateSDiv(count, constant(tileRows)), "full_tiles");
     llvm::Value* shortTiles = b_.CreateSelect(balanced, missing, constant(0), "short_tiles");
     llvm::Value* fullEnd = b_.CreateAdd(chunkBegin, b_.CreateMul(fullTiles, constant(tileRows)));
@@ -216,106 +213,62 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup* group
                               b_.CreateSub(b_.CreateAdd(blocks.begin, blocks.end),
                                            b_.CreateAdd(walked, constant(1))),
                               walked);
-      // The chunk's tiles over `depth`, each tile's sums kept from slot firstSlot(r) on;
-      // `continued` (if not null): whether they continue from the sums kept there, else zero.
-      auto tiles = [&](const DepthRange& depth, llvm::Value* continued, auto&& firstSlot,
-                       auto&& epilogueOfTile) {
-        // The tile loop: r is the tile's first row; its height follows from where r is.
-        auto [r, header, exit] = openLoop(chunkBegin, "tile");
-        auto* body = llvm::BasicBlock::Create(context_, "tile.body", fn_);
-        b_.CreateCondBr(b_.CreateICmpSLT(r, chunkEnd), body, exit);
-        b_.SetInsertPoint(body);
-        prefetchRows(rowOperands, r, b_.CreateSub(chunkEnd, constant(1)),
-                     b_.CreateMul(blk, constant(packed.width)), tileRows);
-        llvm::Value* height =
-            b_.CreateSelect(b_.CreateICmpSLT(r, fullEnd), constant(tileRows),
-                            b_.CreateSelect(b_.CreateICmpSLT(r, evenEnd), constant(shortRows),
-                                            b_.CreateSub(chunkEnd, r)),
-                            "height");
-        llvm::Value* slot = firstSlot(r);
-        // The depth range of the tile kept from slot `at` on.
-        auto rangeAt = [&](llvm::Value* at) {
-          DepthRange ranged{depth.begin, depth.end, {}};
-          if (continued)
-            ranged.partial = [&, at](int64_t m, int64_t s) {
-              llvm::Value* kept = b_.CreateLoad(vec, stored(b_.CreateAdd(at, constant(m)), s));
-              return b_.CreateSelect(continued, kept, llvm::ConstantFP::get(vec, 0.0));
-            };
-          return ranged;
-        };
-        auto* fullTile = llvm::BasicBlock::Create(context_, "full_tile", fn_);
-        auto* shortTile = llvm::BasicBlock::Create(context_, "short_tile", fn_);
-        auto* lastRows = llvm::BasicBlock::Create(context_, "last_rows", fn_);
-        auto* computed = llvm::BasicBlock::Create(context_, "tile_computed", fn_);
-        llvm::SwitchInst* byHeight = b_.CreateSwitch(height, lastRows, 2);
-        byHeight->addCase(b_.getInt64(static_cast<uint64_t>(tileRows)), fullTile);
-        if (shortRows > halfRows)
-          byHeight->addCase(b_.getInt64(static_cast<uint64_t>(shortRows)), shortTile);
-        b_.SetInsertPoint(fullTile);
-        storeTile(emitTile(x, weights, packed, blk, r, tileRows, rangeAt(slot)), slot);
-        b_.CreateBr(computed);
-        b_.SetInsertPoint(shortTile);
-        if (shortRows > halfRows)
-          storeTile(emitTile(x, weights, packed, blk, r, shortRows, rangeAt(slot)), slot);
-        b_.CreateBr(computed);
-        b_.SetInsertPoint(lastRows);
-        llvm::Value* halves =
-            b_.CreateMul(b_.CreateSDiv(height, constant(halfRows)), constant(halfRows));
-        forLoop(constant(0), halves, constant(halfRows), "halftile", [&](llvm::Value* m) {
-          llvm::Value* at = b_.CreateAdd(slot, m);
-          storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), halfRows, rangeAt(at)),
-                    at);
+      // The tile loop: r is the tile's first row; its height follows from where r is.
+      auto [r, header, exit] = openLoop(chunkBegin, "tile");
+      auto* body = llvm::BasicBlock::Create(context_, "tile.body", fn_);
+      b_.CreateCondBr(b_.CreateICmpSLT(r, chunkEnd), body, exit);
+      b_.SetInsertPoint(body);
+      prefetchRows(rowOperands, r, b_.CreateSub(chunkEnd, constant(1)),
+                   b_.CreateMul(blk, constant(packed.width)), tileRows);
+      llvm::Value* height =
+          b_.CreateSelect(b_.CreateICmpSLT(r, fullEnd), constant(tileRows),
+                          b_.CreateSelect(b_.CreateICmpSLT(r, evenEnd), constant(shortRows),
+                                          b_.CreateSub(chunkEnd, r)),
+                          "height");
+      auto* fullTile = llvm::BasicBlock::Create(context_, "full_tile", fn_);
+      auto* shortTile = llvm::BasicBlock::Create(context_, "short_tile", fn_);
+      auto* lastRows = llvm::BasicBlock::Create(context_, "last_rows", fn_);
+      auto* computed = llvm::BasicBlock::Create(context_, "tile_computed", fn_);
+      llvm::SwitchInst* byHeight = b_.CreateSwitch(height, lastRows, 2);
+      byHeight->addCase(b_.getInt64(static_cast<uint64_t>(tileRows)), fullTile);
+      if (shortRows > halfRows)
+        byHeight->addCase(b_.getInt64(static_cast<uint64_t>(shortRows)), shortTile);
+      b_.SetInsertPoint(fullTile);
+      storeTile(emitTile(x, weights, packed, blk, r, tileRows), constant(0));
+      b_.CreateBr(computed);
+      b_.SetInsertPoint(shortTile);
+      if (shortRows > halfRows)
+        storeTile(emitTile(x, weights, packed, blk, r, shortRows), constant(0));
+      b_.CreateBr(computed);
+      b_.SetInsertPoint(lastRows);
+      llvm::Value* halves =
+          b_.CreateMul(b_.CreateSDiv(height, constant(halfRows)), constant(halfRows));
+      forLoop(constant(0), halves, constant(halfRows), "halftile", [&](llvm::Value* m) {
+        storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), halfRows), m);
+      });
+      if (halfRows > 1)
+        forLoop(halves, height, constant(1), "lastrow", [&](llvm::Value* m) {
+          storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), 1), m);
         });
-        if (halfRows > 1)
-          forLoop(halves, height, constant(1), "lastrow", [&](llvm::Value* m) {
-            llvm::Value* at = b_.CreateAdd(slot, m);
-            storeTile(emitTile(x, weights, packed, blk, b_.CreateAdd(r, m), 1, rangeAt(at)), at);
-          });
-        b_.CreateBr(computed);
-        b_.SetInsertPoint(computed);
-        epilogueOfTile(r, height);
-        r->addIncoming(b_.CreateAdd(r, height), b_.GetInsertBlock());
-        b_.CreateBr(header);
-        b_.SetInsertPoint(exit);
-      };
-      if (!packed.splitRows) { // each tile's epilogue right after it, from slot 0
-        tiles(DepthRange{}, nullptr, [&](llvm::Value*) { return constant(0); },
-              [&](llvm::Value* r, llvm::Value* height) { epilogue(blk, r, height); });
-        return;
-      }
-      // Row-split: the depth in blocks whose panels stay in L1 while every tile of the chunk
-      // reads them, each tile's partial sums kept in the chunk's slots; then the epilogue.
-      const int64_t depthBlocks = (packed.depth + packed.depthBlock - 1) / packed.depthBlock;
-      forLoop(constant(0), constant(depthBlocks), constant(1), "depthblock",
-              [&](llvm::Value* kb) {
-                DepthRange depth;
-                depth.begin = b_.CreateMul(kb, constant(packed.depthBlock));
-                llvm::Value* end = b_.CreateAdd(depth.begin, constant(packed.depthBlock));
-                depth.end = b_.CreateSelect(b_.CreateICmpSLT(end, constant(packed.depth)), end,
-                                            constant(packed.depth));
-                tiles(
-                    depth, b_.CreateICmpSGT(kb, constant(0)),
-                    [&](llvm::Value* r) { return b_.CreateSub(r, chunkBegin); },
-                    [](llvm::Value*, llvm::Value*) {});
-              });
-      epilogue(blk, chunkBegin, b_.CreateSub(chunkEnd, chunkBegin));
+      b_.CreateBr(computed);
+      b_.SetInsertPoint(computed);
+      epilogue(blk, r, height);
+      r->addIncoming(b_.CreateAdd(r, height), b_.GetInsertBlock());
+      b_.CreateBr(header);
+      b_.SetInsertPoint(exit);
     });
   };
 
+  // The tiles read copies of the rows of x (PackedProduct::xBuffer), each thread its own.
   const View source = x;
-  llvm::Value* copies = nullptr;
-  if (packed.xBuffer >= 0) {
-    llvm::Value* rowsPerThread = packed.splitRows ? constant(packed.chunkRows) : batchRows;
-    copies = b_.CreateGEP(f32_, buffers_[static_cast<size_t>(packed.xBuffer)],
-                          b_.CreateMul(b_.CreateMul(thread_, rowsPerThread),
-                                       constant(packed.xStride)),
-                          "x_copies");
-  }
+  llvm::Value* rowsPerThread = packed.splitRows ? constant(packed.chunkRows) : batchRows;
+  llvm::Value* copies =
+      b_.CreateGEP(f32_, buffers_[packed.xBuffer],
+                   b_.CreateMul(b_.CreateMul(thread_, rowsPerThread), constant(packed.xStride)),
+                   "x_copies");
   if (!packed.splitRows) { // the recurrent product: this thread's columns of every row
-    if (copies) {
-      x = View{copies, constant(packed.xStride)};
-      copyRows(x, source, {constant(0), batchRows}, packed.depth);
-    }
+    x = View{copies, constant(packed.xStride)};
+    copyRows(x, source, {constant(0), batchRows}, packed.depth);
     return chunk(constant(0), batchRows, share(constant(packed.blocks)));
   }
   RowRange mine = share(batchRows);
@@ -323,11 +276,10 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup* group
   forLoop(mine.begin, mine.end, constant(packed.chunkRows), "chunk", [&](llvm::Value* begin) {
     llvm::Value* end = b_.CreateAdd(begin, constant(packed.chunkRows));
     end = b_.CreateSelect(b_.CreateICmpSLT(end, mine.end), end, mine.end);
-    if (copies) { // the chunk's rows, at the stride that keeps a tile's rows in distinct sets
-      x = View{b_.CreateGEP(f32_, copies, b_.CreateNeg(b_.CreateMul(begin, constant(packed.xStride)))),
-               constant(packed.xStride)};
-      copyRows(x, source, {begin, end}, packed.depth);
-    }
+    // The chunk's rows, addressed by their row numbers.
+    x = View{b_.CreateGEP(f32_, copies, b_.CreateNeg(b_.CreateMul(begin, constant(packed.xStride)))),
+             constant(packed.xStride)};
+    copyRows(x, source, {begin, end}, packed.depth);
     chunk(begin, end, allBlocks);
   });
 }
@@ -356,8 +308,7 @@ void Emitter::prefetchRows(const std::vector<const ir::Value*>& operands, llvm::
 // are accumulated in passes of as many as the tile's accumulators allow for this many rows
 // (a panel for a full tile, all of them for one row); each pass is one walk over the depth.
 Emitter::Tile Emitter::emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed,
-                                llvm::Value* blk, llvm::Value* firstRow, int64_t rows,
-                                const DepthRange& depth) {
+                                llvm::Value* blk, llvm::Value* firstRow, int64_t rows) {
   const int64_t slices = packed.slices();
   // As many slices per pass as the full tile's accumulators allow for this many rows, and
   // as the registers hold with each slice's weights and the broadcast input beside them (3
@@ -386,19 +337,14 @@ Emitter::Tile Emitter::emitTile(const View& x, llvm::Value* weights, const Packe
       sliceWeights.push_back(b_.CreateConstGEP1_64(f32_, blockWeights, packed.sliceStart(s)));
     // The accumulators are the depth loop's phis. It is not unrolled: the FMAs of one depth
     // already hide their latency, and a bigger body only costs compile time.
-    std::vector<std::vector<llvm::Value*>> initial(static_cast<size_t>(rows));
-    for (int64_t m = 0; m < rows; ++m)
-      for (int64_t s = 0; s < count; ++s)
-        initial[m].push_back(depth.partial ? depth.partial(m, first + s)
-                                           : llvm::ConstantFP::get(vec, 0.0));
     llvm::BasicBlock* before = b_.GetInsertBlock();
-    auto [k, header, exit] = openLoop(depth.begin ? depth.begin : constant(0), "depth");
+    auto [k, header, exit] = openLoop(constant(0), "depth");
     Tile acc(static_cast<size_t>(rows));
     std::vector<std::vector<llvm::PHINode*>> phis(static_cast<size_t>(rows));
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t s = 0; s < count; ++s) {
         phis[m].push_back(b_.CreatePHI(vec, 2));
-        phis[m].back()->addIncoming(initial[m][s], before);
+        phis[m].back()->addIncoming(llvm::ConstantFP::get(vec, 0.0), before);
         acc[m].push_back(phis[m].back());
       }
     std::vector<llvm::Value*> w;
@@ -420,8 +366,7 @@ Emitter::Tile Emitter::emitTile(const View& x, llvm::Value* weights, const Packe
       for (int64_t s = 0; s < count; ++s)
         phis[m][s]->addIncoming(acc[m][s], header);
     k->addIncoming(next, header);
-    b_.CreateCondBr(b_.CreateICmpSLT(next, depth.end ? depth.end : constant(packed.depth)), header,
-                    exit);
+    b_.CreateCondBr(b_.CreateICmpSLT(next, constant(packed.depth)), header, exit);
     b_.SetInsertPoint(exit);
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t s = 0; s < count; ++s)

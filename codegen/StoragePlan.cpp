@@ -166,17 +166,11 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
     // Half of L2 for the chunk's rows of x (K floats each), the rest for the block of weights
     // passing over them and the rows written.
     const int64_t rowBytes = packed.depth * static_cast<int64_t>(sizeof(float));
-    // At most 256 rows: the partial sums of the chunk wait on the stack (256 rows of 64 floats
-    // is 64 KB), and a few hundred rows already reuse each block of weights enough.
+    // At most 256 rows: a few hundred rows already reuse each block of weights enough, and
+    // each thread keeps a copy of its chunk's rows.
     const int64_t fitting =
         std::min<int64_t>(256, target.l2Bytes / 2 / std::max<int64_t>(rowBytes, 1));
     packed.chunkRows = std::max<int64_t>(1, fitting / packed.tileRows) * packed.tileRows;
-    // Half of L1 for the block of the weights' panel: a 14x32 AVX-512 tile's panel over the
-    // whole depth of 1024 is 128 KB, read from L2 by every tile (the input projection of
-    // I=1024 ran at 63% of the FMA peak).
-    const int64_t depthBytes = packed.slices() * packed.width * static_cast<int64_t>(sizeof(float));
-    const int64_t depthBlock = std::max<int64_t>(16, target.l1Bytes / 2 / depthBytes / 16 * 16);
-    packed.depthBlock = std::min(depthBlock, packed.depth);
   }
   return packed;
 }
@@ -215,7 +209,7 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target) {
         int64_t lines = (packed.depth + lineFloats - 1) / lineFloats;
         lines += 1 - lines % 2;
         packed.xStride = lines * lineFloats;
-        packed.xBuffer = static_cast<int64_t>(plan.buffers.size());
+        packed.xBuffer = plan.buffers.size();
         plan.buffers.push_back({value, packed.splitRows ? Rows::PerThread : Rows::PerThreadStep,
                                 packed.splitRows ? packed.chunkRows : 0, packed.xStride});
         plan.packedProducts.push_back(std::move(packed));

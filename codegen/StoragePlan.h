@@ -40,8 +40,9 @@ struct BufferSpec {
 // How the work is split: the recurrent product (fused, in the step) gives each thread a fixed
 // share of the column blocks for the whole sequence, so that its weights stay in its cache; every
 // other product (the input projection over T*B rows above all) gives each thread its rows, in
-// chunks of `chunkRows` rows that stay in L2 while every block of weights passes over them, a
-// block of `depthBlock` depths at a time (the blocks of the weights then stay in L1).
+// chunks of `chunkRows` rows that stay in L2 while every block of weights passes over them.
+// (Walking the depth in blocks whose panels stay in L1, as BLIS does, gained nothing measurable:
+// the panel's lines stream from L2 fast enough for 2 loads per row of FMAs.)
 struct PackedProduct {
   const ir::Instr* product;
   size_t buffer;                // index into StoragePlan::buffers
@@ -55,17 +56,13 @@ struct PackedProduct {
   bool standalone = false; // in no kernel: tiles are stored to the product's own buffer
   bool splitRows = false;  // threads split rows (in chunks), not column blocks
   int64_t chunkRows = 0;   // with splitRows: rows per chunk, a multiple of tileRows
-  // With splitRows: the depth is walked in blocks of this many, so that a block of a panel of
-  // weights stays in L1 while every tile of the chunk reads it; each tile's partial sums wait
-  // in a stack array of the chunk's rows between blocks.
-  int64_t depthBlock = 0;
   // The rows of x are first copied into this thread's part of buffer `xBuffer` (each chunk's
   // rows of a row-split product: PerThread, chunkRows rows; all B rows of the recurrent product
   // at each step: PerThreadStep), with a row stride of `xStride` floats that no two rows of a
   // tile share a set of L1 with: rows 4 KB apart (I = 1024) all fall in one set of 8 ways, and
   // a 14-row tile's broadcasts missed L1 (the input projection ran 20% slower than at
-  // I = 1000). -1: x is read where it is.
-  int64_t xBuffer = -1;
+  // I = 1000).
+  size_t xBuffer = 0;
   int64_t xStride = 0;
 
   int64_t slices() const { return static_cast<int64_t>(offsets.size()); }

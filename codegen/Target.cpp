@@ -9,7 +9,7 @@ namespace rnnc::codegen {
 
 std::string Target::describe() const {
   return triple + " " + cpu + " w" + std::to_string(vectorWidth) + " r" +
-         std::to_string(vectorRegisters) + " i" + std::to_string(interleavedVectors) + " l1=" + std::to_string(l1Bytes) + " l2=" + std::to_string(l2Bytes) + " " +
+         std::to_string(vectorRegisters) + " i" + std::to_string(interleavedVectors) + " l2=" + std::to_string(l2Bytes) + " " +
          features;
 }
 
@@ -33,9 +33,6 @@ Target hostTarget() {
   long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
   if (l2 >= 128 * 1024) // 0 or -1 where the OS does not say; a smaller figure is not an L2
     target.l2Bytes = l2;
-  long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE);
-  if (l1 >= 16 * 1024)
-    target.l1Bytes = l1;
   return target;
 }
 
@@ -58,7 +55,6 @@ Target runnableTarget(const std::string& cpu) {
   }
   Target target = targetFor(named);
   target.l2Bytes = host.l2Bytes;
-  target.l1Bytes = host.l1Bytes;
   return target;
 }
 

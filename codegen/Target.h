@@ -24,9 +24,6 @@ struct Target {
   // from the OS; a CPU named for another machine gets the smallest of the x86-64 cores we run on
   // (Zen 3's 512 KB).
   int64_t l2Bytes = 512 * 1024;
-  // The L1 data cache of one core: what a block of packed weights is read from while the tiles
-  // of a chunk of rows pass over it. 32 KB on every x86-64 core we run on.
-  int64_t l1Bytes = 32 * 1024;
 
   std::string describe() const; // for cache keys and `rnnc version`
 };

@@ -143,7 +143,6 @@ TEST(StoragePlan, TheInputProjectionIsTiledOverRowsInChunksThatFitInL2) {
   for (const auto& [target, rows] : {std::pair{kAvx2, 6}, std::pair{kAvx512, 14}}) {
     codegen::Target sized = target;
     sized.l2Bytes = 1 << 20;
-    sized.l1Bytes = 32 << 10;
     codegen::StoragePlan plan = codegen::planStorage(*lstm, sized);
     ASSERT_EQ(plan.packedProducts.size(), 2u);
     const codegen::PackedProduct& input = plan.packedProducts[0];
@@ -158,8 +157,9 @@ TEST(StoragePlan, TheInputProjectionIsTiledOverRowsInChunksThatFitInL2) {
     EXPECT_EQ(input.tileRows, rows);
     // Half of the 1 MB L2 would hold 436 rows of x (1200 bytes each); at most 256, whole tiles.
     EXPECT_EQ(input.chunkRows, 256 / rows * rows);
-    // Half of the 32 KB L1 holds 256 depths of a 16-float panel, 128 of a 32-float one.
-    EXPECT_EQ(input.depthBlock, 16 * 1024 / (input.width * 4));
+    // Each thread copies a chunk's rows of x at an odd number of lines per row: 300 floats
+    // round up to 19 lines of 16.
+    EXPECT_EQ(input.xStride, 19 * 16);
   }
 }
 
