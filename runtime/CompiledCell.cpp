@@ -13,6 +13,8 @@
 #include "runtime/ThreadTeam.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -60,6 +62,7 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
   passes::runPipeline(*compiled->cell_, options.pipeline, options.log ? *options.log : discarded);
   codegen::Target target = codegen::runnableTarget(options.targetCpu);
   compiled->plan_ = codegen::planStorage(*compiled->cell_, target);
+  compiled->sequenceBufferBytes_ = options.sequenceBufferBytes;
   std::string key = cacheKey(*compiled->cell_, target);
   auto elapsed = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
@@ -253,22 +256,40 @@ void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inpu
   if (output.shape() != outputShape)
     output = Tensor(outputShape);
   RunThreads team(threads);
+  // Steps per chunk: as many as the pre buffers' memory allows, at least one.
+  const int64_t rowBytes = std::max<int64_t>(1, sequenceBytesPerRow());
+  const int64_t chunk =
+      std::clamp<int64_t>(sequenceBufferBytes_ / (rowBytes * batch), 1, std::max<int64_t>(steps, 1));
   std::vector<float*> buffers =
-      bufferPointers(prepared, workspace, steps * batch, batch, team.size());
+      bufferPointers(prepared, workspace, chunk * batch, batch, team.size());
   std::vector<const float*> inputPointers = pointers(inputs);
   std::vector<float*> statePointers = mutablePointers(states);
-  RnncRunArgs args{steps,
-                   batch,
-                   prepared.params.data(),
-                   inputPointers.data(),
-                   statePointers.data(),
-                   output.data(),
-                   buffers.data(),
-                   RNNC_PHASE_PRE | RNNC_PHASE_LOOP,
-                   0,
-                   1,
-                   nullptr};
-  team.call(function_, args);
+  const int64_t outCols = codegen::columnsOf(cell_->output);
+  std::vector<const float*> chunkInputs(inputPointers.size());
+  for (int64_t first = 0; first < steps; first += chunk) {
+    for (size_t i = 0; i < inputs.size(); ++i)
+      chunkInputs[i] = inputPointers[i] + first * batch * inputs[i].dim(2);
+    RnncRunArgs args{std::min(chunk, steps - first),
+                     batch,
+                     prepared.params.data(),
+                     chunkInputs.data(),
+                     statePointers.data(),
+                     output.data() + first * batch * outCols,
+                     buffers.data(),
+                     RNNC_PHASE_PRE | RNNC_PHASE_LOOP,
+                     0,
+                     1,
+                     nullptr};
+    team.call(function_, args);
+  }
+}
+
+int64_t CompiledCell::sequenceBytesPerRow() const {
+  int64_t bytes = 0;
+  for (const codegen::BufferSpec& spec : plan_.buffers)
+    if (spec.rows == codegen::Rows::Sequence)
+      bytes += spec.cols * static_cast<int64_t>(sizeof(float));
+  return bytes;
 }
 
 void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>& inputs,
@@ -287,48 +308,78 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>
   const int64_t outCols = codegen::columnsOf(cell_->output);
   if (output.shape() != TensorShape{rows, outCols})
     output = Tensor({rows, outCols});
+  // Chunks of whole steps, each as many packed rows as the pre buffers' memory allows (at least
+  // one step).
+  const int64_t rowBytes = std::max<int64_t>(1, sequenceBytesPerRow());
+  const int64_t maxRows = std::max<int64_t>(batchSizes[0], sequenceBufferBytes_ / rowBytes);
+  struct Chunk {
+    size_t firstStep, endStep;
+    int64_t firstRow, rows;
+  };
+  std::vector<Chunk> chunks;
+  for (size_t t = 0, row = 0; t < batchSizes.size() && batchSizes[t] > 0;) {
+    Chunk c{t, t, static_cast<int64_t>(row), 0};
+    while (c.endStep < batchSizes.size() && batchSizes[c.endStep] > 0 &&
+           (c.rows == 0 || c.rows + batchSizes[c.endStep] <= maxRows))
+      c.rows += batchSizes[c.endStep++];
+    chunks.push_back(c);
+    t = c.endStep;
+    row += static_cast<size_t>(c.rows);
+  }
+  int64_t chunkRows = 0;
+  for (const Chunk& c : chunks)
+    chunkRows = std::max(chunkRows, c.rows);
+
   RunThreads team(threads);
   std::vector<float*> buffers =
-      bufferPointers(prepared, workspace, rows, batchSizes[0], team.size());
+      bufferPointers(prepared, workspace, chunkRows, batchSizes[0], team.size());
   std::vector<const float*> inputPointers = pointers(inputs);
   std::vector<float*> statePointers = mutablePointers(states);
-
-  // Every packed row at once: one big input GEMM.
-  RnncRunArgs pre{1,
-                  rows,
-                  prepared.params.data(),
-                  inputPointers.data(),
-                  statePointers.data(),
-                  output.data(),
-                  buffers.data(),
-                  RNNC_PHASE_PRE,
-                  0,
-                  1,
-                  nullptr};
-  team.call(function_, pre);
-
-  // Each stretch of steps with one active batch reads and writes its own rows.
-  std::vector<const float*> segmentInputs(inputPointers.size());
-  std::vector<float*> segmentBuffers(buffers);
-  for (const Stretch& stretch : stretchesOf(batchSizes)) {
-    const int64_t firstRow = stretch.firstRow;
+  // The inputs, buffers and output of the rows from packed row `row` on; the chunk's pre
+  // buffers start at its first row.
+  std::vector<const float*> rowInputs(inputPointers.size());
+  std::vector<float*> rowBuffers(buffers);
+  auto at = [&](int64_t row, int64_t chunkRow) {
     for (size_t i = 0; i < inputs.size(); ++i)
-      segmentInputs[i] = inputPointers[i] + firstRow * inputs[i].dim(1);
+      rowInputs[i] = inputPointers[i] + row * inputs[i].dim(1);
     for (size_t i = 0; i < plan_.buffers.size(); ++i)
       if (plan_.buffers[i].rows == codegen::Rows::Sequence)
-        segmentBuffers[i] = buffers[i] + firstRow * plan_.buffers[i].cols;
-    RnncRunArgs loop{stretch.steps,
-                     stretch.active,
-                     prepared.params.data(),
-                     segmentInputs.data(),
-                     statePointers.data(),
-                     output.data() + firstRow * outCols,
-                     segmentBuffers.data(),
-                     RNNC_PHASE_LOOP,
-                     0,
-                     1,
-                     nullptr};
-    team.call(function_, loop);
+        rowBuffers[i] = buffers[i] + chunkRow * plan_.buffers[i].cols;
+    return output.data() + row * outCols;
+  };
+  for (const Chunk& c : chunks) {
+    // Every packed row of the chunk at once: one big input GEMM.
+    float* chunkOutput = at(c.firstRow, 0);
+    RnncRunArgs pre{1,
+                    c.rows,
+                    prepared.params.data(),
+                    rowInputs.data(),
+                    statePointers.data(),
+                    chunkOutput,
+                    rowBuffers.data(),
+                    RNNC_PHASE_PRE,
+                    0,
+                    1,
+                    nullptr};
+    team.call(function_, pre);
+    // Each stretch of steps with one active batch reads and writes its own rows.
+    std::vector<int64_t> chunkSizes(batchSizes.begin() + static_cast<std::ptrdiff_t>(c.firstStep),
+                                    batchSizes.begin() + static_cast<std::ptrdiff_t>(c.endStep));
+    for (const Stretch& stretch : stretchesOf(chunkSizes)) {
+      float* stretchOutput = at(c.firstRow + stretch.firstRow, stretch.firstRow);
+      RnncRunArgs loop{stretch.steps,
+                       stretch.active,
+                       prepared.params.data(),
+                       rowInputs.data(),
+                       statePointers.data(),
+                       stretchOutput,
+                       rowBuffers.data(),
+                       RNNC_PHASE_LOOP,
+                       0,
+                       1,
+                       nullptr};
+      team.call(function_, loop);
+    }
   }
 }
 

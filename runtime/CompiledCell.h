@@ -28,6 +28,11 @@ struct CompileOptions {
   // Generate for this x86-64 CPU (LLVM's name: haswell, skylake-avx512, znver4...) instead of
   // the host, to run and time its code here (codegen::runnableTarget); empty: the host.
   std::string targetCpu;
+  // The most memory the pre block's per-row buffers (the premultiplied inputs, [rows, 4H] for an
+  // LSTM) may take: longer sequences run in chunks of steps, each chunk's pre phase just ahead
+  // of its steps, so a run's memory is bounded whatever T is (32 MB: 64 steps of the default
+  // LSTM, B = 64, H = 512; measured as fast as one chunk, the epilogue's prefetches hiding DRAM).
+  int64_t sequenceBufferBytes = int64_t{32} << 20;
 };
 
 // Where compiled code came from.
@@ -75,8 +80,9 @@ public:
   // sequences are active at step t, and `inputs` hold, step after step, the rows of the active
   // ones, [sum(batchSizes), F]. States are [batchSizes[0], F], in the same sequence order; a
   // finished sequence's rows keep its state from its last step. `output` gets the packed
-  // outputs, [sum(batchSizes), H]. The pre block (the input GEMM) runs once over every packed
-  // row, then the loop runs each stretch of steps with the same active batch.
+  // outputs, [sum(batchSizes), H]. Per chunk of steps (CompileOptions::sequenceBufferBytes),
+  // the pre block (the input GEMM) runs once over every packed row of the chunk, then the loop
+  // runs each stretch of steps with the same active batch.
   void runPacked(const Prepared& prepared, const std::vector<Tensor>& inputs,
                  const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
                  Tensor& output, Workspace& workspace, int threads = 1) const;
@@ -92,11 +98,15 @@ private:
   std::vector<float*> bufferPointers(const Prepared& prepared, Workspace& workspace,
                                      int64_t sequenceRows, int64_t stepRows, int threads) const;
 
+  // The bytes of the pre block's per-row buffers per packed row.
+  int64_t sequenceBytesPerRow() const;
+
   std::shared_ptr<ir::Cell> cell_;
   codegen::StoragePlan plan_;
   void (*function_)(const void*) = nullptr;
   std::shared_ptr<void> lifetime_;
   double compileMs_ = 0;
+  int64_t sequenceBufferBytes_ = 0;
   CodeSource source_ = CodeSource::Compiled;
 };
 

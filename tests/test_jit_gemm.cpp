@@ -138,3 +138,120 @@ TEST(JitGemm, CodeForACpuThisHostCannotRunIsRefused) {
 }
 
 } // namespace
+
+namespace {
+
+// Sequences longer than CompileOptions::sequenceBufferBytes allows run in chunks of steps, each
+// chunk's pre phase just ahead of its steps; padded and packed runs alike. The oracle is the
+// interpreter on each sequence alone.
+TEST(JitChunks, ChunksOfStepsMatchTheInterpreterSequenceBySequence) {
+  for (const char* name : {"lstm", "gru"}) {
+    SCOPED_TRACE(name);
+    auto cell = frontend::loadCell(name);
+    const int64_t input = 5, hidden = 7;
+    cell->bindSizes({{"input_size", input}, {"hidden_size", hidden}});
+    std::mt19937 rng(5);
+    TensorMap weights = test::randomWeights(*cell, cell->sizes, rng);
+    std::vector<Tensor> params;
+    for (const auto& p : cell->params)
+      params.push_back(weights.at(p->name));
+    const std::vector<int64_t> lengths = {6, 6, 5, 3, 3, 1}; // sorted, as packed batches are
+    const int64_t steps = 6, batch = static_cast<int64_t>(lengths.size());
+    Tensor x = test::randomTensor({steps, batch, input}, rng, 1.0f);
+
+    CompileOptions options;
+    options.cache.disk = false;
+    // The pre buffers' bytes per row, read off the plan: room for 13 rows, so a padded run of
+    // 6 sequences takes chunks of two steps, and a packed one (6, 5, 5, 3, 3, 2 rows a step)
+    // chunks of 6 + 5 and 5 + 3 + 3 + 2 rows: several stretches in a chunk.
+    auto probe = CompiledCell::compile(*cell, options);
+    int64_t rowBytes = 0;
+    for (const auto& spec : codegen::planStorage(probe->optimisedCell(),
+                                                 codegen::runnableTarget(""))
+                                .buffers)
+      if (spec.rows == codegen::Rows::Sequence)
+        rowBytes += spec.cols * 4;
+    ASSERT_GT(rowBytes, 0);
+    options.sequenceBufferBytes = 13 * rowBytes;
+    auto compiled = CompiledCell::compile(*cell, options);
+    auto prepared = compiled->prepare(params);
+
+    // Each sequence alone on the interpreter: its outputs and final states.
+    std::vector<Tensor> expectedOutputs;
+    std::vector<std::vector<Tensor>> expectedStates;
+    std::vector<std::vector<Tensor>> initialStates(lengths.size());
+    for (size_t b = 0; b < lengths.size(); ++b) {
+      Tensor xb({lengths[b], 1, input});
+      for (int64_t t = 0; t < lengths[b]; ++t)
+        for (int64_t f = 0; f < input; ++f)
+          xb.values()[static_cast<size_t>(t * input + f)] =
+              x.values()[static_cast<size_t>((t * batch + static_cast<int64_t>(b)) * input + f)];
+      for (size_t s = 0; s < cell->states.size(); ++s)
+        initialStates[b].push_back(test::randomTensor({1, hidden}, rng));
+      std::vector<Tensor> states = initialStates[b];
+      expectedOutputs.push_back(Interpreter(*cell, params).run({xb}, states));
+      expectedStates.push_back(states);
+    }
+    auto stateRows = [&](size_t s, size_t rows) {
+      Tensor t({static_cast<int64_t>(rows), hidden});
+      for (size_t b = 0; b < rows; ++b)
+        std::copy_n(initialStates[b][s].values().begin(), hidden,
+                    t.values().begin() + static_cast<std::ptrdiff_t>(b) * hidden);
+      return t;
+    };
+
+    // Padded: every sequence runs 6 steps; the first two have length 6, so they are checked.
+    {
+      std::vector<Tensor> states;
+      for (size_t s = 0; s < cell->states.size(); ++s)
+        states.push_back(stateRows(s, lengths.size()));
+      Tensor output;
+      CompiledCell::Workspace workspace;
+      compiled->run(*prepared, {x}, states, output, workspace);
+      for (size_t b = 0; b < 2; ++b)
+        for (int64_t t = 0; t < steps; ++t)
+          for (int64_t f = 0; f < hidden; ++f)
+            EXPECT_NEAR(output.values()[static_cast<size_t>((t * batch + static_cast<int64_t>(b)) *
+                                                                hidden +
+                                                            f)],
+                        expectedOutputs[b].values()[static_cast<size_t>(t * hidden + f)], 1e-5)
+                << "padded b=" << b << " t=" << t;
+    }
+
+    // Packed: step after step, the rows of the sequences still running.
+    std::vector<int64_t> batchSizes;
+    for (int64_t t = 0; t < steps; ++t)
+      batchSizes.push_back(std::count_if(lengths.begin(), lengths.end(),
+                                         [&](int64_t length) { return length > t; }));
+    std::vector<float> packed;
+    for (int64_t t = 0; t < steps; ++t)
+      for (int64_t b = 0; b < batchSizes[static_cast<size_t>(t)]; ++b)
+        for (int64_t f = 0; f < input; ++f)
+          packed.push_back(x.values()[static_cast<size_t>((t * batch + b) * input + f)]);
+    Tensor packedInput({static_cast<int64_t>(packed.size()) / input, input});
+    packedInput.values() = packed;
+    std::vector<Tensor> states;
+    for (size_t s = 0; s < cell->states.size(); ++s)
+      states.push_back(stateRows(s, lengths.size()));
+    Tensor output;
+    CompiledCell::Workspace workspace;
+    compiled->runPacked(*prepared, {packedInput}, batchSizes, states, output, workspace);
+    int64_t row = 0;
+    for (int64_t t = 0; t < steps; ++t)
+      for (int64_t b = 0; b < batchSizes[static_cast<size_t>(t)]; ++b, ++row)
+        for (int64_t f = 0; f < hidden; ++f)
+          EXPECT_NEAR(output.values()[static_cast<size_t>(row * hidden + f)],
+                      expectedOutputs[static_cast<size_t>(b)]
+                          .values()[static_cast<size_t>(t * hidden + f)],
+                      1e-5)
+              << "packed b=" << b << " t=" << t;
+    for (size_t s = 0; s < states.size(); ++s)
+      for (size_t b = 0; b < lengths.size(); ++b)
+        for (int64_t f = 0; f < hidden; ++f)
+          EXPECT_NEAR(states[s].values()[b * static_cast<size_t>(hidden) + static_cast<size_t>(f)],
+                      expectedStates[b][s].values()[static_cast<size_t>(f)], 1e-5)
+              << "final state " << s << " b=" << b;
+  }
+}
+
+} // namespace
