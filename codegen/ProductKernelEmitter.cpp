@@ -2,12 +2,29 @@
 // accumulated over the depth, then the elementwise work of the kernel the product is fused into
 // (passes/FuseMatMul.h) run on each tile, or the tile stored (a standalone product).
 #include "codegen/Emitter.h"
+#include "codegen/TileRows.h"
 
 #include "ir/Error.h"
 
 #include <algorithm>
 
 namespace rnnc::codegen {
+namespace {
+
+// TileRows.h's arithmetic on run-time values: the policy emitted as IR.
+struct IRArithmetic {
+  using Int = llvm::Value*;
+  Builder& b;
+  Int constant(int64_t v) const { return b.getInt64(static_cast<uint64_t>(v)); }
+  Int add(Int x, Int y) const { return b.CreateAdd(x, y); }
+  Int sub(Int x, Int y) const { return b.CreateSub(x, y); }
+  Int mul(Int x, Int y) const { return b.CreateMul(x, y); }
+  Int div(Int x, Int y) const { return b.CreateSDiv(x, y); }
+  Int lessEqual(Int x, Int y) const { return b.CreateICmpSLE(x, y); }
+  Int select(Int c, Int x, Int y) const { return b.CreateSelect(c, x, y); }
+};
+
+} // namespace
 
 using ir::Op;
 
@@ -178,26 +195,13 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup* group
   };
   // Rows [chunkBegin, chunkEnd) times the blocks [blocks.begin, blocks.end).
   auto chunk = [&](llvm::Value* chunkBegin, llvm::Value* chunkEnd, RowRange blocks) {
-    // The chunk's rows in tiles of tileRows and tileRows - 1 rows, balanced so that no short
-    // tail is left: 64 rows of an AVX2 LSTM are 9 tiles of 6 and 2 of 5, where 10 tiles of 6
-    // left 4 rows for tiles of 3 and 1, with too few accumulator chains to cover the FMA
-    // latency (those 4 rows took 10% of the product's time). Chunks too small to balance (fewer
-    // tiles than rows short) take full tiles and leave the rest to tiles of half height, then
-    // single rows: four variants of the tile, however many rows, to bound what LLVM compiles.
-    const int64_t halfRows = std::max<int64_t>(1, tileRows / 2);
-    const int64_t shortRows = tileRows - 1;
-    llvm::Value* count = b_.CreateSub(chunkEnd, chunkBegin, "chunk_rows");
-    llvm::Value* tiles =
-        b_.CreateSDiv(b_.CreateAdd(count, constant(tileRows - 1)), constant(tileRows), "tiles");
-    llvm::Value* missing = b_.CreateSub(b_.CreateMul(tiles, constant(tileRows)), count);
-    llvm::Value* balanced = b_.CreateICmpSLE(missing, tiles);
-    llvm::Value* fullTiles =
-        b_.CreateSelect(balanced, b_.CreateSub(tiles, missing),
-                        b_.CreateSDiv(count, constant(tileRows)), "full_tiles");
-    llvm::Value* shortTiles = b_.CreateSelect(balanced, missing, constant(0), "short_tiles");
-    llvm::Value* fullEnd = b_.CreateAdd(chunkBegin, b_.CreateMul(fullTiles, constant(tileRows)));
-    llvm::Value* evenEnd =
-        b_.CreateAdd(fullEnd, b_.CreateMul(shortTiles, constant(shortRows)));
+    // The chunk's rows in tiles (codegen/TileRows.h), cut where the row count is known.
+    // A row-split product cuts only its last chunk short: a tile variant for rows two short
+    // would cost compile time for one tile in many.
+    const TileShapes shapes(tileRows, /*withShorter=*/!packed.splitRows);
+    const int64_t halfRows = shapes.half;
+    IRArithmetic arithmetic{b_};
+    const TileSplit<IRArithmetic> split = splitIntoTiles(arithmetic, chunkBegin, chunkEnd, shapes);
     // Odd steps walk the blocks of the recurrent product backwards. When a thread's weights
     // overflow its L2 (batch 1 at H=256 streams 1 MB a step through 512 KB), walking them in
     // the same order every step evicts each block just before it is needed again, and every
@@ -221,25 +225,29 @@ void Emitter::emitProductKernel(const ir::Block& block, const KernelGroup* group
       prefetchRows(rowOperands, r, b_.CreateSub(chunkEnd, constant(1)),
                    b_.CreateMul(blk, constant(packed.width)), tileRows);
       llvm::Value* height =
-          b_.CreateSelect(b_.CreateICmpSLT(r, fullEnd), constant(tileRows),
-                          b_.CreateSelect(b_.CreateICmpSLT(r, evenEnd), constant(shortRows),
-                                          b_.CreateSub(chunkEnd, r)),
-                          "height");
-      auto* fullTile = llvm::BasicBlock::Create(context_, "full_tile", fn_);
-      auto* shortTile = llvm::BasicBlock::Create(context_, "short_tile", fn_);
+          b_.CreateSelect(
+              b_.CreateICmpSLT(r, split.fullEnd), constant(shapes.full),
+              b_.CreateSelect(b_.CreateICmpSLT(r, split.shortenedEnd), constant(shapes.shortened),
+                              b_.CreateSelect(b_.CreateICmpSLT(r, split.shorterEnd),
+                                              constant(shapes.shorter),
+                                              b_.CreateSub(chunkEnd, r))),
+              "height");
+      // One block per tile variant the policy uses; any other height is cut into half tiles,
+      // then single rows.
       auto* lastRows = llvm::BasicBlock::Create(context_, "last_rows", fn_);
       auto* computed = llvm::BasicBlock::Create(context_, "tile_computed", fn_);
-      llvm::SwitchInst* byHeight = b_.CreateSwitch(height, lastRows, 2);
-      byHeight->addCase(b_.getInt64(static_cast<uint64_t>(tileRows)), fullTile);
-      if (shortRows > halfRows)
-        byHeight->addCase(b_.getInt64(static_cast<uint64_t>(shortRows)), shortTile);
-      b_.SetInsertPoint(fullTile);
-      storeTile(emitTile(x, weights, packed, blk, r, tileRows), constant(0));
-      b_.CreateBr(computed);
-      b_.SetInsertPoint(shortTile);
-      if (shortRows > halfRows)
-        storeTile(emitTile(x, weights, packed, blk, r, shortRows), constant(0));
-      b_.CreateBr(computed);
+      llvm::SwitchInst* byHeight = b_.CreateSwitch(height, lastRows, 3);
+      for (auto [rows, own] : {std::pair{shapes.full, true},
+                               std::pair{shapes.shortened, shapes.hasShortened()},
+                               std::pair{shapes.shorter, shapes.hasShorter()}}) {
+        if (!own)
+          continue;
+        auto* tile = llvm::BasicBlock::Create(context_, "tile_" + std::to_string(rows), fn_);
+        byHeight->addCase(b_.getInt64(static_cast<uint64_t>(rows)), tile);
+        b_.SetInsertPoint(tile);
+        storeTile(emitTile(x, weights, packed, blk, r, rows), constant(0));
+        b_.CreateBr(computed);
+      }
       b_.SetInsertPoint(lastRows);
       llvm::Value* halves =
           b_.CreateMul(b_.CreateSDiv(height, constant(halfRows)), constant(halfRows));

@@ -1,0 +1,108 @@
+// How a product's rows are cut into register tiles: the policy written once, over an arithmetic
+// that is plain int64_t for tests and planning (tileHeights) and the IR builder for the
+// generated code, which applies it to a row count known only at run time (the batch, a chunk).
+// No LLVM here.
+//
+// Rows come in tiles of `tileRows`, `tileRows - 1` and `tileRows - 2` rows, balanced so that no
+// short tail is left: 64 rows of an AVX2 LSTM are 9 tiles of 6 and 2 of 5, where 10 tiles of 6
+// left 4 rows for tiles of 3 and 1, with too few accumulator chains to cover the FMA latency
+// (those 4 rows took 10% of the product's time); 64 rows of an AVX-512 LSTM are 4 tiles of 13
+// and one of 12, not 4 of 14, 7 and 1. Counts too small to balance (fewer tiles than half the
+// rows short) take full tiles and leave the rest to tiles of half height, then single rows: five
+// variants of the tile, however many rows, to bound what LLVM compiles.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace rnnc::codegen {
+
+// The heights a tile may have, for tiles of at most `tileRows` rows; without `shorter` tiles
+// (a product that cuts rows short rarely: the last chunk of a row-split one) only counts one row
+// short per tile are balanced.
+struct TileShapes {
+  int64_t full, shortened, shorter, half;
+  explicit TileShapes(int64_t tileRows, bool withShorter = true)
+      : full(tileRows), shortened(tileRows - 1), shorter(withShorter ? tileRows - 2 : 0),
+        half(std::max<int64_t>(1, tileRows / 2)) {}
+  // Whether the shortened (shorter) tile is a variant of its own, not covered by half tiles.
+  bool hasShortened() const { return shortened > half; }
+  bool hasShorter() const { return shorter > half; }
+  // Whether tiles two rows short are used at all: as a variant, or as one half tile.
+  bool balancesTwoShort() const { return shorter >= 1 && shorter >= half; }
+};
+
+// Where the full tiles of rows [begin, end) end, where the shortened ones do and where the
+// shorter ones do; the rows from `shorterEnd` on are left to half tiles and single rows. `A`
+// provides Int, constant(v), add, sub, mul, div (rounding toward zero, on non-negative values),
+// lessEqual and select.
+template <class A> struct TileSplit {
+  typename A::Int fullEnd, shortenedEnd, shorterEnd;
+};
+
+template <class A>
+TileSplit<A> splitIntoTiles(A& a, typename A::Int begin, typename A::Int end,
+                            const TileShapes& shapes) {
+  const int64_t tileRows = shapes.full;
+  auto count = a.sub(end, begin);
+  auto tiles = a.div(a.add(count, a.constant(tileRows - 1)), a.constant(tileRows));
+  auto missing = a.sub(a.mul(tiles, a.constant(tileRows)), count);
+  // Each tile one row short (tiles - missing full ones), else each one or two rows short (none
+  // full, a + b = tiles and a + 2b = missing), else as many full tiles as fit.
+  auto oneShort = a.lessEqual(missing, tiles);
+  auto twoShort = shapes.balancesTwoShort() ? a.lessEqual(missing, a.add(tiles, tiles))
+                                            : a.lessEqual(a.constant(1), a.constant(0));
+  auto zero = a.constant(0);
+  auto fullTiles = a.select(oneShort, a.sub(tiles, missing),
+                            a.select(twoShort, zero, a.div(count, a.constant(tileRows))));
+  auto shortenedTiles =
+      a.select(oneShort, missing, a.select(twoShort, a.sub(a.add(tiles, tiles), missing), zero));
+  auto shorterTiles = a.select(oneShort, zero, a.select(twoShort, a.sub(missing, tiles), zero));
+  auto fullEnd = a.add(begin, a.mul(fullTiles, a.constant(shapes.full)));
+  auto shortenedEnd = a.add(fullEnd, a.mul(shortenedTiles, a.constant(shapes.shortened)));
+  return {fullEnd, shortenedEnd,
+          a.add(shortenedEnd, a.mul(shorterTiles, a.constant(shapes.shorter)))};
+}
+
+// Plain integers.
+struct IntArithmetic {
+  using Int = int64_t;
+  Int constant(int64_t v) const { return v; }
+  Int add(Int x, Int y) const { return x + y; }
+  Int sub(Int x, Int y) const { return x - y; }
+  Int mul(Int x, Int y) const { return x * y; }
+  Int div(Int x, Int y) const { return x / y; }
+  bool lessEqual(Int x, Int y) const { return x <= y; }
+  Int select(bool c, Int x, Int y) const { return c ? x : y; }
+};
+
+// The heights of the tiles rows [0, rows) are computed in, in order: what the generated code
+// does, as plain numbers.
+inline std::vector<int64_t> tileHeights(int64_t rows, const TileShapes& shapes) {
+  IntArithmetic a;
+  const TileSplit<IntArithmetic> split = splitIntoTiles(a, 0, rows, shapes);
+  std::vector<int64_t> heights;
+  for (int64_t r = 0; r < rows;) {
+    int64_t height = r < split.fullEnd        ? shapes.full
+                     : r < split.shortenedEnd ? shapes.shortened
+                     : r < split.shorterEnd   ? shapes.shorter
+                                              : rows - r;
+    // What the generated code's switch does with a height: a full, shortened or shorter tile,
+    // else half tiles, then single rows.
+    if (height == shapes.full || (height == shapes.shortened && shapes.hasShortened()) ||
+        (height == shapes.shorter && shapes.hasShorter())) {
+      heights.push_back(height);
+    } else {
+      int64_t halves = height / shapes.half * shapes.half;
+      for (int64_t m = 0; m < halves; m += shapes.half)
+        heights.push_back(shapes.half);
+      for (int64_t m = halves; m < height; ++m)
+        heights.push_back(1);
+    }
+    r += height;
+  }
+  return heights;
+}
+
+} // namespace rnnc::codegen

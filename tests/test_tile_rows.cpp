@@ -1,0 +1,59 @@
+// The tile-height policy (codegen/TileRows.h), as plain numbers: the same template the code
+// generator emits as IR. The JIT tests run it on real products (test_jit.cpp's
+// EveryBatchFromOneToForty, test_jit_gemm.cpp).
+#include "codegen/TileRows.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+using namespace rnnc::codegen;
+
+namespace {
+
+TEST(TileRows, SixtyFourRowsAreBalancedWithoutAShortTail) {
+  // AVX2 LSTM (6-row tiles): 9 x 6 + 2 x 5, not 10 x 6 + 3 + 1.
+  std::vector<int64_t> avx2(9, 6);
+  avx2.insert(avx2.end(), {5, 5});
+  EXPECT_EQ(tileHeights(64, TileShapes(6)), avx2);
+  // AVX-512 LSTM (14-row tiles): 4 x 13 + 12, not 4 x 14 + 7 + 1.
+  EXPECT_EQ(tileHeights(64, TileShapes(14)), (std::vector<int64_t>{13, 13, 13, 13, 12}));
+  // Without shorter tiles (a row-split product's last chunk): 4 x 14, then 7 + 1.
+  EXPECT_EQ(tileHeights(64, TileShapes(14, /*withShorter=*/false)),
+            (std::vector<int64_t>{14, 14, 14, 14, 7, 1}));
+  // A multiple of the tile: full tiles only.
+  EXPECT_EQ(tileHeights(42, TileShapes(14)), (std::vector<int64_t>{14, 14, 14}));
+}
+
+TEST(TileRows, SmallCountsFallBackToHalfTilesAndSingleRows) {
+  // 9 rows of 14-row tiles: one tile, 5 rows short: half tiles of 7, then single rows.
+  EXPECT_EQ(tileHeights(9, TileShapes(14)), (std::vector<int64_t>{7, 1, 1}));
+  EXPECT_EQ(tileHeights(1, TileShapes(6)), (std::vector<int64_t>{1}));
+  EXPECT_TRUE(tileHeights(0, TileShapes(6)).empty());
+}
+
+TEST(TileRows, EveryCountIsCoveredByTheFiveVariants) {
+  for (int64_t tileRows = 1; tileRows <= 14; ++tileRows) {
+    const TileShapes shapes(tileRows);
+    for (int64_t rows = 0; rows <= 300; ++rows) {
+      std::vector<int64_t> heights = tileHeights(rows, shapes);
+      EXPECT_EQ(std::accumulate(heights.begin(), heights.end(), int64_t{0}), rows)
+          << rows << " rows in tiles of " << tileRows;
+      int64_t small = 0; // rows in half tiles and single rows
+      for (int64_t h : heights) {
+        EXPECT_TRUE(h == shapes.full || h == shapes.shortened || h == shapes.shorter ||
+                    h == shapes.half || h == 1)
+            << h << " rows in tiles of " << tileRows;
+        small += h < shapes.shorter ? h : 0;
+      }
+      // Once there are as many tiles as rows short of whole ones (or half as many), no tile
+      // smaller than tileRows - 2 rows is left.
+      const int64_t tiles = (rows + tileRows - 1) / tileRows;
+      const int64_t missing = tiles * tileRows - rows;
+      if (tileRows > 2 && (missing <= tiles || (shapes.balancesTwoShort() && missing <= 2 * tiles)))
+        EXPECT_EQ(small, 0) << rows << " rows in tiles of " << tileRows;
+    }
+  }
+}
+
+} // namespace
