@@ -22,8 +22,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -51,29 +51,28 @@ struct Result {
 // mean of its accumulators. `seed` differs per thread and is unknown at compile time, so the
 // chains cannot be folded into one. A macro rather than a template: the intrinsics inline only
 // into a function compiled for their ISA.
-#define FMA_PEAK_KERNEL(NAME, ISA, VEC, LANES, CHAINS, FMADD, SET1, STOREU)                     \
-  __attribute__((target(ISA))) Result NAME(float seed, Clock::time_point deadline) {           \
-    VEC acc[CHAINS];                                                                           \
-    _Pragma("GCC unroll 64") for (int i = 0; i < CHAINS; ++i) acc[i] =                         \
-        SET1(seed + 0.001f * static_cast<float>(i));                                           \
-    const VEC m = SET1(kMul), c = SET1(kAdd);                                                  \
-    long blocks = 0;                                                                           \
-    do {                                                                                       \
-      for (long it = 0; it < kBlock; ++it) {                                                   \
-        _Pragma("GCC unroll 64") for (int i = 0; i < CHAINS; ++i) acc[i] =                     \
-            FMADD(acc[i], m, c);                                                               \
-      }                                                                                        \
-      ++blocks;                                                                                \
-    } while (Clock::now() < deadline);                                                         \
-    float sum = 0;                                                                             \
-    float lanes[LANES];                                                                        \
-    for (int i = 0; i < CHAINS; ++i) {                                                         \
-      STOREU(lanes, acc[i]);                                                                   \
-      for (float v : lanes)                                                                    \
-        sum += v;                                                                              \
-    }                                                                                          \
-    return {2.0 * LANES * CHAINS * kBlock * static_cast<double>(blocks),                       \
-            sum / (static_cast<double>(LANES) * CHAINS)};                                      \
+#define FMA_PEAK_KERNEL(NAME, ISA, VEC, LANES, CHAINS, FMADD, SET1, STOREU)                        \
+  __attribute__((target(ISA))) Result NAME(float seed, Clock::time_point deadline) {               \
+    VEC acc[CHAINS];                                                                               \
+    _Pragma("GCC unroll 64") for (int i = 0; i < CHAINS; ++i) acc[i] =                             \
+        SET1(seed + 0.001f * static_cast<float>(i));                                               \
+    const VEC m = SET1(kMul), c = SET1(kAdd);                                                      \
+    long blocks = 0;                                                                               \
+    do {                                                                                           \
+      for (long it = 0; it < kBlock; ++it) {                                                       \
+        _Pragma("GCC unroll 64") for (int i = 0; i < CHAINS; ++i) acc[i] = FMADD(acc[i], m, c);    \
+      }                                                                                            \
+      ++blocks;                                                                                    \
+    } while (Clock::now() < deadline);                                                             \
+    float sum = 0;                                                                                 \
+    float lanes[LANES];                                                                            \
+    for (int i = 0; i < CHAINS; ++i) {                                                             \
+      STOREU(lanes, acc[i]);                                                                       \
+      for (float v : lanes)                                                                        \
+        sum += v;                                                                                  \
+    }                                                                                              \
+    return {2.0 * LANES * CHAINS * kBlock * static_cast<double>(blocks),                           \
+            sum / (static_cast<double>(LANES) * CHAINS)};                                          \
   }
 
 #ifdef FMA_PEAK_X86
@@ -219,15 +218,15 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-
 [[noreturn]] void usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: fma_peak [--threads N] [--ms MS] [--runs R] [--check]\n"
-               "Measures the fp32 FMA peak with N threads (default 1) on every vector width the CPU "
-               "has, each run MS ms long (default 200), and prints the better width's median of R "
-               "runs (default 5), the clock and FLOP per cycle as JSON.\n"
-               "--check: exit 1 unless the better width's FLOP per cycle is within 15%% of 16, 32 "
-               "or 64 (the cores we know), a meter that reads its own clock consistently.\n");
+  std::fprintf(
+      code ? stderr : stdout,
+      "usage: fma_peak [--threads N] [--ms MS] [--runs R] [--check]\n"
+      "Measures the fp32 FMA peak with N threads (default 1) on every vector width the CPU "
+      "has, each run MS ms long (default 200), and prints the better width's median of R "
+      "runs (default 5), the clock and FLOP per cycle as JSON.\n"
+      "--check: exit 1 unless the better width's FLOP per cycle is within 15%% of 16, 32 "
+      "or 64 (the cores we know), a meter that reads its own clock consistently.\n");
   std::exit(code);
 }
 
@@ -318,7 +317,8 @@ int main(int argc, char** argv) {
     for (double known : {16.0, 32.0, 64.0})
       near |= perCycle > 0.85 * known && perCycle < 1.15 * known;
     if (!near) {
-      std::fprintf(stderr, "fma_peak: %.1f FLOP per cycle (%.1f GFLOP/s at %.2f GHz) is near no "
+      std::fprintf(stderr,
+                   "fma_peak: %.1f FLOP per cycle (%.1f GFLOP/s at %.2f GHz) is near no "
                    "core's peak: the meter or the clock measurement is off\n",
                    perCycle, best / threads, bestGhz);
       return 1;

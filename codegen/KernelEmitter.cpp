@@ -1,6 +1,6 @@
 // Fused elementwise kernels: loop nests over explicit float vectors, with layer norms computed
 // row by row on the fly.
-#include "codegen/Emitter.h"
+#include "codegen/KernelEmitter.h"
 
 #include "codegen/VectorMath.h"
 #include "ir/Error.h"
@@ -15,9 +15,8 @@ using ir::Op;
 // One loop nest over the kernel's iteration space [R, F]: rows outside, columns inside in groups
 // of interleaved vectors, then single vectors of the target's width, then the remaining columns
 // one at a time.
-void Emitter::emitKernel(const ir::Block& block, const KernelGroup& group, llvm::Value* batchRows) {
-  if (const PackedProduct* packed = plan_.packedProductOf(block[group.first].get()))
-    return emitProductKernel(block, &group, *packed, batchRows);
+void KernelEmitter::emitKernel(const ir::Block& block, const KernelGroup& group,
+                               llvm::Value* batchRows) {
   ir::Shape space;
   for (size_t i = group.first; i < group.last; ++i) {
     if (block[i]->op == Op::LayerNorm)
@@ -31,20 +30,20 @@ void Emitter::emitKernel(const ir::Block& block, const KernelGroup& group, llvm:
   for (size_t d = 0; d + 1 < space.size(); ++d)
     if (!batched)
       rowsFixed *= space[d].constantValue();
-  RowRange rows = batched ? share(batchRows) : firstThreadOnly(constant(rowsFixed));
+  RowRange rows = batched ? e.share(batchRows) : e.firstThreadOnly(e.constant(rowsFixed));
   const int64_t cols = space.empty() ? 1 : space.back().constantValue();
-  const int64_t width = target_.vectorWidth;
-  const int64_t widths[] = {width * target_.interleavedVectors, width, 1};
+  const int64_t width = e.target.vectorWidth;
+  const int64_t widths[] = {width * e.target.interleavedVectors, width, 1};
 
   // Views are computed before the loops so that their address arithmetic is not repeated.
   for (size_t i = group.first; i < group.last; ++i) {
     for (const ir::Value* operand : block[i]->operands)
       if (!definedIn(block, group, operand) && !isImmediate(operand))
-        view(operand);
+        e.view(operand);
     if (block[i]->op == Op::Slice && !isNormalised(block[i]->operands[0]))
-      view(&block[i]->result);
+      e.view(&block[i]->result);
   }
-  forLoop(rows.begin, rows.end, constant(1), "row", [&](llvm::Value* r) {
+  e.forLoop(rows.begin, rows.end, e.constant(1), "row", [&](llvm::Value* r) {
     for (size_t i = group.first; i < group.last; ++i)
       if (block[i]->op == Op::LayerNorm)
         rowStatistics_[&block[i]->result] = emitRowStatistics(*block[i], r);
@@ -52,8 +51,8 @@ void Emitter::emitKernel(const ir::Block& block, const KernelGroup& group, llvm:
     for (int64_t w : widths) {
       const int64_t end = cols - cols % w;
       if (end > done)
-        forLoop(constant(done), constant(end), constant(w), "col",
-                [&](llvm::Value* j) { emitKernelBody(block, group, r, j, w); });
+        e.forLoop(e.constant(done), e.constant(end), e.constant(w), "col",
+                  [&](llvm::Value* j) { emitKernelBody(block, group, r, j, w); });
       done = std::max(done, end);
     }
   });
@@ -61,79 +60,81 @@ void Emitter::emitKernel(const ir::Block& block, const KernelGroup& group, llvm:
 
 // Sum over columns [0, n) of row r of `x`, each element mapped by `f`: vector lanes, then the
 // rest one at a time, accumulated in stack slots that LLVM promotes to registers.
-template <class F> llvm::Value* Emitter::rowSum(const View& x, llvm::Value* r, int64_t n, F&& f) {
-  const int64_t width = target_.vectorWidth;
-  llvm::Type* vec = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(width));
-  llvm::IRBuilder<> entry(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+template <class F>
+llvm::Value* KernelEmitter::rowSum(const View& x, llvm::Value* r, int64_t n, F&& f) {
+  const int64_t width = e.target.vectorWidth;
+  llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(width));
+  llvm::IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
   llvm::AllocaInst* lanes = entry.CreateAlloca(vec);
-  llvm::AllocaInst* rest = entry.CreateAlloca(f32_);
-  b_.CreateStore(llvm::ConstantFP::get(vec, 0.0), lanes);
-  b_.CreateStore(llvm::ConstantFP::get(f32_, 0.0), rest);
+  llvm::AllocaInst* rest = entry.CreateAlloca(e.f32);
+  e.b.CreateStore(llvm::ConstantFP::get(vec, 0.0), lanes);
+  e.b.CreateStore(llvm::ConstantFP::get(e.f32, 0.0), rest);
   const int64_t vectorCols = n - n % width;
   if (vectorCols > 0)
-    forLoop(constant(0), constant(vectorCols), constant(width), "sum", [&](llvm::Value* j) {
-      llvm::Value* v = f(b_.CreateAlignedLoad(vec, elementPointer(x, r, j), llvm::Align(4)));
-      b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(vec, lanes), v), lanes);
+    e.forLoop(e.constant(0), e.constant(vectorCols), e.constant(width), "sum", [&](llvm::Value* j) {
+      llvm::Value* v = f(e.b.CreateAlignedLoad(vec, e.elementPointer(x, r, j), llvm::Align(4)));
+      e.b.CreateStore(e.b.CreateFAdd(e.b.CreateLoad(vec, lanes), v), lanes);
     });
   if (vectorCols < n)
-    forLoop(constant(vectorCols), constant(n), constant(1), "sumtail", [&](llvm::Value* j) {
-      llvm::Value* v = f(b_.CreateAlignedLoad(f32_, elementPointer(x, r, j), llvm::Align(4)));
-      b_.CreateStore(b_.CreateFAdd(b_.CreateLoad(f32_, rest), v), rest);
+    e.forLoop(e.constant(vectorCols), e.constant(n), e.constant(1), "sumtail", [&](llvm::Value* j) {
+      llvm::Value* v = f(e.b.CreateAlignedLoad(e.f32, e.elementPointer(x, r, j), llvm::Align(4)));
+      e.b.CreateStore(e.b.CreateFAdd(e.b.CreateLoad(e.f32, rest), v), rest);
     });
   llvm::Value* reduced =
-      b_.CreateFAddReduce(llvm::ConstantFP::get(f32_, 0.0), b_.CreateLoad(vec, lanes));
+      e.b.CreateFAddReduce(llvm::ConstantFP::get(e.f32, 0.0), e.b.CreateLoad(vec, lanes));
   llvm::cast<llvm::Instruction>(reduced)->setHasAllowReassoc(true);
-  return b_.CreateFAdd(reduced, b_.CreateLoad(f32_, rest));
+  return e.b.CreateFAdd(reduced, e.b.CreateLoad(e.f32, rest));
 }
 
 // Mean and 1/sqrt(var + eps) of row r, in two passes (one pass of sum and sum of squares
 // cancels badly when the mean is large; PyTorch is careful here too).
-Emitter::RowStatistics Emitter::emitRowStatistics(const ir::Instr& norm, llvm::Value* r) {
+KernelEmitter::RowStatistics KernelEmitter::emitRowStatistics(const ir::Instr& norm,
+                                                              llvm::Value* r) {
   const ir::Value* x = norm.operands[0];
   const int64_t n = columnsOf(x);
-  View in = view(x);
-  llvm::Value* count = llvm::ConstantFP::get(f32_, static_cast<double>(n));
-  llvm::Value* mean = b_.CreateFDiv(rowSum(in, r, n, [](llvm::Value* v) { return v; }), count);
+  View in = e.view(x);
+  llvm::Value* count = llvm::ConstantFP::get(e.f32, static_cast<double>(n));
+  llvm::Value* mean = e.b.CreateFDiv(rowSum(in, r, n, [](llvm::Value* v) { return v; }), count);
   auto squaredDeviation = [&](llvm::Value* v) {
     llvm::Value* m = mean;
     if (auto* vt = llvm::dyn_cast<llvm::FixedVectorType>(v->getType()))
-      m = b_.CreateVectorSplat(vt->getNumElements(), mean);
-    llvm::Value* d = b_.CreateFSub(v, m);
-    return b_.CreateFMul(d, d);
+      m = e.b.CreateVectorSplat(vt->getNumElements(), mean);
+    llvm::Value* d = e.b.CreateFSub(v, m);
+    return e.b.CreateFMul(d, d);
   };
-  llvm::Value* variance = b_.CreateFDiv(rowSum(in, r, n, squaredDeviation), count);
-  llvm::Value* std =
-      b_.CreateIntrinsic(llvm::Intrinsic::sqrt, {f32_},
-                         {b_.CreateFAdd(variance, llvm::ConstantFP::get(f32_, norm.attrs.value))});
-  return {mean, b_.CreateFDiv(llvm::ConstantFP::get(f32_, 1.0), std)};
+  llvm::Value* variance = e.b.CreateFDiv(rowSum(in, r, n, squaredDeviation), count);
+  llvm::Value* std = e.b.CreateIntrinsic(
+      llvm::Intrinsic::sqrt, {e.f32},
+      {e.b.CreateFAdd(variance, llvm::ConstantFP::get(e.f32, norm.attrs.value))});
+  return {mean, e.b.CreateFDiv(llvm::ConstantFP::get(e.f32, 1.0), std)};
 }
 
 // The normalised values of `norm` (a fused layer norm) at columns offset + j onwards.
-llvm::Value* Emitter::normalised(const ir::Value* norm, llvm::Value* r, llvm::Value* j,
-                                 int64_t offset, int64_t width) {
+llvm::Value* KernelEmitter::normalised(const ir::Value* norm, llvm::Value* r, llvm::Value* j,
+                                       int64_t offset, int64_t width) {
   const RowStatistics& stats = rowStatistics_.at(norm);
-  llvm::Type* vec = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(width));
-  llvm::Value* column = b_.CreateAdd(j, constant(offset));
-  llvm::Value* x = b_.CreateAlignedLoad(
-      vec, elementPointer(view(norm->def->operands[0]), r, column), llvm::Align(4));
+  llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(width));
+  llvm::Value* column = e.b.CreateAdd(j, e.constant(offset));
+  llvm::Value* x = e.b.CreateAlignedLoad(
+      vec, e.elementPointer(e.view(norm->def->operands[0]), r, column), llvm::Align(4));
   auto splat = [&](llvm::Value* s) {
-    return b_.CreateVectorSplat(static_cast<unsigned>(width), s);
+    return e.b.CreateVectorSplat(static_cast<unsigned>(width), s);
   };
-  return b_.CreateFMul(b_.CreateFSub(x, splat(stats.mean)), splat(stats.inverseStd));
+  return e.b.CreateFMul(e.b.CreateFSub(x, splat(stats.mean)), splat(stats.inverseStd));
 }
 
 // `values`: what is already in registers (the slices of a fused product's tile).
-void Emitter::emitKernelBody(const ir::Block& block, const KernelGroup& group, llvm::Value* r,
-                             llvm::Value* j, int64_t width,
-                             std::unordered_map<const ir::Value*, llvm::Value*> values) {
-  llvm::Type* vec = llvm::FixedVectorType::get(f32_, static_cast<unsigned>(width));
+void KernelEmitter::emitKernelBody(const ir::Block& block, const KernelGroup& group, llvm::Value* r,
+                                   llvm::Value* j, int64_t width,
+                                   std::unordered_map<const ir::Value*, llvm::Value*> values) {
+  llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(width));
   auto splat = [&](double v) { return llvm::ConstantFP::get(vec, v); };
   auto load = [&](const ir::Value* v) -> llvm::Value* {
-    View at = view(v);
+    View at = e.view(v);
     if (v->shape.empty()) // a scalar in memory: one float for every lane
-      return b_.CreateVectorSplat(static_cast<unsigned>(width),
-                                  b_.CreateAlignedLoad(f32_, at.base, llvm::Align(4)));
-    return b_.CreateAlignedLoad(vec, elementPointer(at, r, j), llvm::Align(4));
+      return e.b.CreateVectorSplat(static_cast<unsigned>(width),
+                                   e.b.CreateAlignedLoad(e.f32, at.base, llvm::Align(4)));
+    return e.b.CreateAlignedLoad(vec, e.elementPointer(at, r, j), llvm::Align(4));
   };
   auto get = [&](const ir::Value* v) -> llvm::Value* {
     if (auto it = values.find(v); it != values.end())
@@ -144,7 +145,7 @@ void Emitter::emitKernelBody(const ir::Block& block, const KernelGroup& group, l
   };
   for (size_t i = group.first; i < group.last; ++i) {
     const ir::Instr& instr = *block[i];
-    if (values.count(&instr.result) || plan_.packedProductOf(&instr))
+    if (values.count(&instr.result) || e.plan.packedProductOf(&instr))
       continue; // in registers already
     llvm::Value* result = nullptr;
     if (instr.op == Op::LayerNorm)
@@ -156,45 +157,45 @@ void Emitter::emitKernelBody(const ir::Block& block, const KernelGroup& group, l
     else
       result = compute(instr, get, vec);
     values[&instr.result] = result;
-    for (size_t u = 0; u < cell_.updates.size(); ++u)
-      if (plan_.updatedInKernel[u] && cell_.updates[u].next == &instr.result)
-        b_.CreateAlignedStore(result, elementPointer(views_.at(cell_.states[u].get()), r, j),
-                              llvm::Align(4));
-    if (views_.count(&instr.result) && instr.op != Op::Slice) {
-      View out = views_.at(&instr.result);
-      llvm::Value* at = instr.result.shape.empty() ? out.base : elementPointer(out, r, j);
+    for (size_t u = 0; u < e.cell.updates.size(); ++u)
+      if (e.plan.updatedInKernel[u] && e.cell.updates[u].next == &instr.result)
+        e.b.CreateAlignedStore(result, e.elementPointer(e.views.at(e.cell.states[u].get()), r, j),
+                               llvm::Align(4));
+    if (e.views.count(&instr.result) && instr.op != Op::Slice) {
+      View out = e.views.at(&instr.result);
+      llvm::Value* at = instr.result.shape.empty() ? out.base : e.elementPointer(out, r, j);
       llvm::Value* stored = result;
       if (instr.result.shape.empty())
-        stored = b_.CreateExtractElement(result, uint64_t{0});
-      b_.CreateAlignedStore(stored, at, llvm::Align(4));
+        stored = e.b.CreateExtractElement(result, uint64_t{0});
+      e.b.CreateAlignedStore(stored, at, llvm::Align(4));
     }
   }
 }
 
 template <class Get>
-llvm::Value* Emitter::compute(const ir::Instr& instr, Get& get, llvm::Type* vec) {
+llvm::Value* KernelEmitter::compute(const ir::Instr& instr, Get& get, llvm::Type* vec) {
   auto operand = [&](size_t k) { return get(instr.operands[k]); };
   auto intrinsic2 = [&](llvm::Intrinsic::ID id, llvm::Value* x, llvm::Value* y) {
-    return b_.CreateIntrinsic(id, {vec}, {x, y});
+    return e.b.CreateIntrinsic(id, {vec}, {x, y});
   };
   const ir::Attrs& a = instr.attrs;
   switch (instr.op) {
   case Op::Const:
     return llvm::ConstantFP::get(vec, a.value);
   case Op::Add:
-    return b_.CreateFAdd(operand(0), operand(1));
+    return e.b.CreateFAdd(operand(0), operand(1));
   case Op::Sub:
-    return b_.CreateFSub(operand(0), operand(1));
+    return e.b.CreateFSub(operand(0), operand(1));
   case Op::Mul:
-    return b_.CreateFMul(operand(0), operand(1));
+    return e.b.CreateFMul(operand(0), operand(1));
   case Op::Div:
-    return b_.CreateFDiv(operand(0), operand(1));
+    return e.b.CreateFDiv(operand(0), operand(1));
   case Op::Min: // llvm.minimum/maximum propagate NaN, as torch.minimum/maximum do
     return intrinsic2(llvm::Intrinsic::minimum, operand(0), operand(1));
   case Op::Max:
     return intrinsic2(llvm::Intrinsic::maximum, operand(0), operand(1));
   case Op::Neg:
-    return b_.CreateFNeg(operand(0));
+    return e.b.CreateFNeg(operand(0));
   case Op::Relu:
     return intrinsic2(llvm::Intrinsic::maximum, operand(0), llvm::ConstantFP::get(vec, 0.0));
   case Op::Clamp:
@@ -203,20 +204,29 @@ llvm::Value* Emitter::compute(const ir::Instr& instr, Get& get, llvm::Type* vec)
         intrinsic2(llvm::Intrinsic::maximum, operand(0), llvm::ConstantFP::get(vec, a.lo)),
         llvm::ConstantFP::get(vec, a.hi));
   case Op::Sqrt:
-    return b_.CreateIntrinsic(llvm::Intrinsic::sqrt, {vec}, {operand(0)});
+    return e.b.CreateIntrinsic(llvm::Intrinsic::sqrt, {vec}, {operand(0)});
   case Op::Exp:
-    return emitExp(b_, operand(0));
+    return emitExp(e.b, operand(0));
   case Op::Log:
-    return emitLog(b_, operand(0));
+    return emitLog(e.b, operand(0));
   case Op::Sigmoid:
-    return emitSigmoid(b_, operand(0));
+    return emitSigmoid(e.b, operand(0));
   case Op::Tanh:
-    return emitTanh(b_, operand(0));
+    return emitTanh(e.b, operand(0));
   case Op::Dropout:
     return operand(0); // inference: identity (training runs on the interpreter)
-  default:
-    RNNC_INTERNAL_CHECK(false, "no kernel code for " + std::string(ir::opName(instr.op)));
+  // Not elementwise: views, copies, products and layer norms are computed outside this switch.
+  // No default: a new op in Ops.def is a compile error (-Werror=switch) until it is placed.
+  case Op::Slice:
+  case Op::Concat:
+  case Op::Stack:
+  case Op::Linear:
+  case Op::MatMul:
+  case Op::LayerNorm:
+    break;
   }
+  RNNC_INTERNAL_CHECK(false, "no kernel code for " + std::string(ir::opName(instr.op)));
+  return nullptr;
 }
 
 } // namespace rnnc::codegen

@@ -129,8 +129,7 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
     packed.columns = columnsOf(&product.result);
   }
   for (const auto& user : block)
-    if (!packed.standalone && user->op == ir::Op::Slice &&
-        user->operands[0] == &product.result) {
+    if (!packed.standalone && user->op == ir::Op::Slice && user->operands[0] == &product.result) {
       int64_t offset = user->attrs.offset.constantValue();
       if (std::find(packed.offsets.begin(), packed.offsets.end(), offset) == packed.offsets.end())
         packed.offsets.push_back(offset);
@@ -197,7 +196,8 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target) {
         continue;
       bool kernelInternal =
           (ir::isFusible(instr->op) || instr->kernel >= 0) && !usedOutsideKernel(cell, *instr);
-      if (ir::isMatrixProduct(instr->op) && (instr->kernel >= 0 || ir::hasPackableWeights(cell, *instr))) {
+      if (ir::isMatrixProduct(instr->op) &&
+          (instr->kernel >= 0 || ir::hasPackableWeights(cell, *instr))) {
         PackedProduct packed = planPackedProduct(cell, *block, *instr, target);
         packed.buffer = plan.buffers.size();
         plan.buffers.push_back({value, Rows::Fixed, packed.blocks * packed.depth,

@@ -9,8 +9,8 @@ namespace rnnc::codegen {
 
 std::string Target::describe() const {
   return triple + " " + cpu + " w" + std::to_string(vectorWidth) + " r" +
-         std::to_string(vectorRegisters) + " i" + std::to_string(interleavedVectors) + " l2=" + std::to_string(l2Bytes) + " " +
-         features;
+         std::to_string(vectorRegisters) + " i" + std::to_string(interleavedVectors) +
+         " l2=" + std::to_string(l2Bytes) + " " + features;
 }
 
 namespace {

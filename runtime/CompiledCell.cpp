@@ -221,10 +221,10 @@ std::vector<float*> CompiledCell::bufferPointers(const Prepared& prepared, Works
       result.push_back(const_cast<float*>(prepared.fixed.at(i).data()));
       continue;
     }
-    int64_t rows = spec.rows == codegen::Rows::Sequence ? sequenceRows
-                   : spec.rows == codegen::Rows::Step            ? stepRows
+    int64_t rows = spec.rows == codegen::Rows::Sequence        ? sequenceRows
+                   : spec.rows == codegen::Rows::Step          ? stepRows
                    : spec.rows == codegen::Rows::PerThreadStep ? threads * stepRows
-                                                                 : threads * spec.fixedRows;
+                                                               : threads * spec.fixedRows;
     TensorShape shape{rows, spec.cols};
     if (workspace.buffers[i].shape() != shape)
       workspace.buffers[i] = Tensor(shape);
@@ -258,8 +258,8 @@ void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inpu
   RunThreads team(threads);
   // Steps per chunk: as many as the pre buffers' memory allows, at least one.
   const int64_t rowBytes = std::max<int64_t>(1, sequenceBytesPerRow());
-  const int64_t chunk =
-      std::clamp<int64_t>(sequenceBufferBytes_ / (rowBytes * batch), 1, std::max<int64_t>(steps, 1));
+  const int64_t chunk = std::clamp<int64_t>(sequenceBufferBytes_ / (rowBytes * batch), 1,
+                                            std::max<int64_t>(steps, 1));
   std::vector<float*> buffers =
       bufferPointers(prepared, workspace, chunk * batch, batch, team.size());
   std::vector<const float*> inputPointers = pointers(inputs);

@@ -166,9 +166,8 @@ TEST(JitChunks, ChunksOfStepsMatchTheInterpreterSequenceBySequence) {
     // chunks of 6 + 5 and 5 + 3 + 3 + 2 rows: several stretches in a chunk.
     auto probe = CompiledCell::compile(*cell, options);
     int64_t rowBytes = 0;
-    for (const auto& spec : codegen::planStorage(probe->optimisedCell(),
-                                                 codegen::runnableTarget(""))
-                                .buffers)
+    for (const auto& spec :
+         codegen::planStorage(probe->optimisedCell(), codegen::runnableTarget("")).buffers)
       if (spec.rows == codegen::Rows::Sequence)
         rowBytes += spec.cols * 4;
     ASSERT_GT(rowBytes, 0);
@@ -211,9 +210,8 @@ TEST(JitChunks, ChunksOfStepsMatchTheInterpreterSequenceBySequence) {
       for (size_t b = 0; b < 2; ++b)
         for (int64_t t = 0; t < steps; ++t)
           for (int64_t f = 0; f < hidden; ++f)
-            EXPECT_NEAR(output.values()[static_cast<size_t>((t * batch + static_cast<int64_t>(b)) *
-                                                                hidden +
-                                                            f)],
+            EXPECT_NEAR(output.values()[static_cast<size_t>(
+                            (t * batch + static_cast<int64_t>(b)) * hidden + f)],
                         expectedOutputs[b].values()[static_cast<size_t>(t * hidden + f)], 1e-5)
                 << "padded b=" << b << " t=" << t;
     }
@@ -240,10 +238,10 @@ TEST(JitChunks, ChunksOfStepsMatchTheInterpreterSequenceBySequence) {
     for (int64_t t = 0; t < steps; ++t)
       for (int64_t b = 0; b < batchSizes[static_cast<size_t>(t)]; ++b, ++row)
         for (int64_t f = 0; f < hidden; ++f)
-          EXPECT_NEAR(output.values()[static_cast<size_t>(row * hidden + f)],
-                      expectedOutputs[static_cast<size_t>(b)]
-                          .values()[static_cast<size_t>(t * hidden + f)],
-                      1e-5)
+          EXPECT_NEAR(
+              output.values()[static_cast<size_t>(row * hidden + f)],
+              expectedOutputs[static_cast<size_t>(b)].values()[static_cast<size_t>(t * hidden + f)],
+              1e-5)
               << "packed b=" << b << " t=" << t;
     for (size_t s = 0; s < states.size(); ++s)
       for (size_t b = 0; b < lengths.size(); ++b)

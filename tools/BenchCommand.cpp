@@ -229,13 +229,18 @@ int bench(const BenchOptions& o) {
 
   double gflop = matmulFlops(*cell, o.seq, o.batch) * 1e-9;
   if (o.json) {
-    nlohmann::json out = {{"cell", cell->name},   {"T", o.seq},
-                          {"B", o.batch},         {"sizes", cell->sizes},
-                          {"threads", o.threads}, {"gflop_per_sequence", gflop},
+    nlohmann::json out = {{"cell", cell->name},
+                          {"T", o.seq},
+                          {"B", o.batch},
+                          {"sizes", cell->sizes},
+                          {"threads", o.threads},
+                          {"gflop_per_sequence", gflop},
                           {"repeat", o.repeat},
-                          {"target", {{"cpu", target.cpu}, {"vector_width", target.vectorWidth},
-                                      {"vector_registers", target.vectorRegisters},
-                                      {"l2_bytes", target.l2Bytes}}}};
+                          {"target",
+                           {{"cpu", target.cpu},
+                            {"vector_width", target.vectorWidth},
+                            {"vector_registers", target.vectorRegisters},
+                            {"l2_bytes", target.l2Bytes}}}};
     for (const Path& path : paths)
       out["paths"][path.key] = {{"median_ms", path.timing.median},
                                 {"min_ms", path.timing.min},

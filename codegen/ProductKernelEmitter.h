@@ -1,0 +1,47 @@
+// The code generator's part for matrix products in register tiles (over
+// codegen/EmitContext.h; the plan is codegen/StoragePlan.h's PackedProduct): weights packed in
+// tile order by the parameter phase, tiles accumulated over the depth, then the elementwise
+// work of the kernel the product is fused into (passes/FuseMatMul.h) run on each tile, or the
+// tile stored (a standalone product). Internal to codegen/.
+#pragma once
+
+#include "codegen/EmitContext.h"
+#include "codegen/KernelEmitter.h"
+
+#include <vector>
+
+namespace rnnc::codegen {
+
+class ProductKernelEmitter {
+public:
+  ProductKernelEmitter(EmitContext& e, KernelEmitter& kernels) : e(e), kernels(kernels) {}
+
+  // Packs a product's weights in tile order (StoragePlan.h, PackedProduct): per block of
+  // columns, per depth k, each slice's `width` weights side by side; zero past the columns.
+  void emitPacking(const PackedProduct& packed);
+
+  // A product computed in tiles, led by its kernel `group` or, with no group, standalone: per
+  // chunk of rows, per block of `width` columns, per tile of rows, the product's columns of
+  // every slice are computed in registers, then the kernel's elementwise work runs on them
+  // (standalone: they are stored).
+  void emitProductKernel(const ir::Block& block, const KernelGroup* group,
+                         const PackedProduct& packed, llvm::Value* batchRows);
+
+private:
+  using Tile = std::vector<std::vector<llvm::Value*>>; // per row, one vector per slice
+
+  // Asks for the lines of `operands` the epilogue of the tile at firstRow will read.
+  void prefetchRows(const std::vector<const ir::Value*>& operands, llvm::Value* firstRow,
+                    llvm::Value* lastRow, llvm::Value* column, int64_t rows);
+
+  // Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights. The slices
+  // are accumulated in passes of as many as the tile's accumulators allow for this many rows
+  // (a panel for a full tile, all of them for one row); each pass is one walk over the depth.
+  Tile emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed, llvm::Value* blk,
+                llvm::Value* firstRow, int64_t rows);
+
+  EmitContext& e;
+  KernelEmitter& kernels;
+};
+
+} // namespace rnnc::codegen
