@@ -219,8 +219,15 @@ void CellEmitter::emitBlock(const ir::Block& block, llvm::Value* batchRows, Work
     bool isGroup = nextGroup < groups.size() && groups[nextGroup].first == i;
     if (isGroup)
       end = groups[nextGroup].last;
-    if (!isGroup && (block[i]->op == Op::Const || block[i]->op == Op::Slice)) {
-      ++i; // no code
+    // Immediates and views cost nothing until read, alone or as a whole kernel (a kernel of
+    // the slices of a premultiplied product, read raw by the step).
+    bool viewsOnly = true;
+    for (size_t j = i; j < end; ++j)
+      viewsOnly &= block[j]->op == Op::Const || block[j]->op == Op::Slice;
+    if (viewsOnly) {
+      if (isGroup)
+        ++nextGroup;
+      i = end;
       continue;
     }
     // The recurrent product is split by columns, every other product by rows like per-row work.

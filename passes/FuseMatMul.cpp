@@ -14,8 +14,22 @@ bool leavesTheStep(const ir::Cell& cell, const ir::Value* value) {
                      [&](const ir::StateUpdate& update) { return update.next == value; });
 }
 
+// Whether every use of `value` is an instruction of kernel `kernel` (not the output or a next
+// state).
+bool usedOnlyIn(const ir::Cell& cell, const ir::Value* value, int kernel) {
+  if (leavesTheStep(cell, value))
+    return false;
+  for (const ir::Block* block : {&cell.pre, &cell.step})
+    for (const auto& user : *block)
+      for (const ir::Value* operand : user->operands)
+        if (operand == value && user->kernel != kernel)
+          return false;
+  return true;
+}
+
 // The kernel every use of `product` belongs to, if every use is a slice in one kernel whose
-// width is `columns`; -1 otherwise.
+// width is `columns`, read only inside that kernel (a fused product has no storage, so neither
+// has a view of it); -1 otherwise.
 int consumingKernel(const ir::Cell& cell, const ir::Instr& product, const ir::Dim& columns) {
   if (leavesTheStep(cell, &product.result))
     return -1;
@@ -26,7 +40,8 @@ int consumingKernel(const ir::Cell& cell, const ir::Instr& product, const ir::Di
         if (operand != &product.result)
           continue;
         if (user->op != ir::Op::Slice || user->kernel < 0 || user->result.shape.back() != columns ||
-            (kernel >= 0 && user->kernel != kernel))
+            (kernel >= 0 && user->kernel != kernel) ||
+            !usedOnlyIn(cell, &user->result, user->kernel))
           return -1;
         kernel = user->kernel;
       }

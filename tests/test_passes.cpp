@@ -611,6 +611,86 @@ TEST(FuseMatMul, TheProductJoinsTheKernelThatSlicesIt) {
 // column instead, and the product joins the kernel. A kernel that already leads with a product
 // does not take a second (the no-premultiply RNN's input product stays a GEMM), and a kernel
 // that normalises rows takes none (the whole-row read stays as it was).
+TEST(FuseMatMul, TheInputProjectionJoinsTheKernelThatAddsItsBiases) {
+  // In the pre block: the kernel adds the summed biases to each tile of the product, so the
+  // [T*B, 2n] product itself is never stored.
+  checkPass(passes::fuseMatMul, R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %w : [2*n, n]
+  param %b : [2*n]
+  param %c : [2*n]
+  pre {
+    %0 = linear %x, %w : [B, 2*n]
+    fused {
+      %1 = add %b, %c : [2*n]
+      %2 = add %0, %1 : [B, 2*n]
+    }
+  }
+  step {
+    fused {
+      %3 = slice %2 {offset = 0} : [B, n]
+      %4 = add %3, %h : [B, n]
+    }
+  }
+  yield %h = %4
+  output %4
+}
+)",
+            R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %w : [2*n, n]
+  param %b : [2*n]
+  param %c : [2*n]
+  pre {
+    fused {
+      %0 = linear %x, %w : [B, 2*n]
+      %1 = add %b, %c : [2*n]
+      %2 = slice %0 {offset = 0} : [B, 2*n]
+      %3 = add %2, %1 : [B, 2*n]
+    }
+  }
+  step {
+    fused {
+      %4 = slice %3 {offset = 0} : [B, n]
+      %5 = add %4, %h : [B, n]
+    }
+  }
+  yield %h = %5
+  output %5
+}
+)");
+}
+
+TEST(FuseMatMul, AProductWhoseSlicesAreReadOutsideTheirKernelStaysApart) {
+  // chunk(x @ w^T, 2) read raw by the step: the pre kernel holds only the slices, which the step
+  // reads; fused, the product would have no storage, and so neither would its slices.
+  const std::string rawChunks = R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %w : [2*n, n]
+  pre {
+    %0 = linear %x, %w : [B, 2*n]
+    fused {
+      %1 = slice %0 {offset = 0} : [B, n]
+      %2 = slice %0 {offset = n} : [B, n]
+    }
+  }
+  step {
+    fused {
+      %3 = add %1, %h : [B, n]
+      %4 = tanh %3 : [B, n]
+      %5 = mul %4, %2 : [B, n]
+    }
+  }
+  yield %h = %5
+  output %5
+}
+)";
+  checkPass(passes::fuseMatMul, rawChunks, rawChunks, /*expectChanged=*/false);
+}
+
 TEST(FuseMatMul, AProductReadWholeJoinsItsKernelThroughOneSlice) {
   checkPass(passes::fuseMatMul, R"(cell @t(n) {
   input %x : [B, n]
