@@ -174,8 +174,9 @@ std::vector<ShapeObservation> observe(const ir::Cell& cell, const LayerProgram::
                                       int64_t slots) {
   std::vector<ShapeObservation> observations;
   for (size_t i = 0; i < slot.params.size(); ++i)
-    observations.push_back({cell.params[i].get(), slot.params[i].shape(),
-                            fmt::format("{}: tensor '{}'", weightsSource, slot.paramNames[i])});
+    if (slot.params[i].rank() > 0) // not a zero bias of a bias-free file, made later
+      observations.push_back({cell.params[i].get(), slot.params[i].shape(),
+                              fmt::format("{}: tensor '{}'", weightsSource, slot.paramNames[i])});
   if (layerInput)
     observations.push_back(
         {cell.inputs[0].get(),
@@ -224,10 +225,13 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
     int64_t layerOutput = 0;
     for (int direction = 0; direction < program->directions_; ++direction) {
       Slot slot;
+      std::vector<size_t> zeroBiases; // bias=False: zeros once the sizes are known
       for (const auto& [name, tensor] :
            collectParameters(cell, weights, weightsSource, layer, direction == 1)) {
+        if (!tensor)
+          zeroBiases.push_back(slot.params.size());
         slot.paramNames.push_back(name);
-        slot.params.push_back(*tensor);
+        slot.params.push_back(tensor ? *tensor : Tensor());
       }
       // Sizes from the weights (and, past layer 0, the previous layer's width).
       Tensor previous;
@@ -239,6 +243,8 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
           options.sizes, 1);
       slot.bound = cell.clone();
       slot.bound->bindSizes(sizes);
+      for (size_t i : zeroBiases)
+        slot.params[i] = Tensor({*cell.params[i]->shape[0].evaluate(sizes)});
       // The generated code implements inference dropout only.
       bool interpret = options.engine == Engine::Interpreter ||
                        (options.training && ir::containsOp(*slot.bound, ir::Op::Dropout));

@@ -80,9 +80,10 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
                                 layout.bidirectional ? " in both directions" : ""));
   auto params = collectParameters(cell, *request.weights, request.weightsSource);
   for (size_t i = 0; i < params.size(); ++i)
-    observations.push_back(
-        {cell.params[i].get(), params[i].second->shape(),
-         fmt::format("{}: tensor '{}'", request.weightsSource, params[i].first)});
+    if (params[i].second) // null: a zero bias of a bias-free file, made below
+      observations.push_back(
+          {cell.params[i].get(), params[i].second->shape(),
+           fmt::format("{}: tensor '{}'", request.weightsSource, params[i].first)});
   for (const auto& input : cell.inputs) {
     const Tensor& t = request.inputs.at(input->name);
     observations.push_back(
@@ -101,8 +102,9 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
   ir::verify(*bound);
 
   std::vector<Tensor> paramTensors;
-  for (const auto& [name, tensor] : params)
-    paramTensors.push_back(*tensor);
+  for (size_t i = 0; i < params.size(); ++i)
+    paramTensors.push_back(params[i].second ? *params[i].second
+                                            : Tensor({*cell.params[i]->shape[0].evaluate(sizes)}));
   std::vector<Tensor> inputs;
   for (const auto& input : cell.inputs)
     inputs.push_back(request.inputs.at(input->name));

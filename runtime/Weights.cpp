@@ -202,6 +202,10 @@ std::vector<std::pair<std::string, const Tensor*>> collectParameters(const ir::C
   for (const auto& param : cell.params) {
     std::string name = findParameterName(weights, param->name, layer, reverse);
     auto it = weights.find(name);
+    if (it == weights.end() && isBias(param.get()) && isBiasFree(weights)) {
+      found.emplace_back(name, nullptr); // bias=False: zero
+      continue;
+    }
     if (it == weights.end()) {
       std::string have;
       for (const auto& [key, tensor] : weights)
@@ -216,6 +220,18 @@ std::vector<std::pair<std::string, const Tensor*>> collectParameters(const ir::C
     found.emplace_back(name, &it->second);
   }
   return found;
+}
+
+bool isBias(const ir::Value* param) {
+  return param->argKind == ir::ArgKind::Param && param->shape.size() == 1 &&
+         param->name.rfind("bias", 0) == 0;
+}
+
+bool isBiasFree(const TensorMap& weights) {
+  return std::none_of(weights.begin(), weights.end(), [](const auto& entry) {
+    auto name = parseLayerName(entry.first);
+    return (name ? name->base : entry.first).rfind("bias", 0) == 0;
+  });
 }
 
 } // namespace rnnc

@@ -50,9 +50,17 @@ WeightLayout inferWeightLayout(const ir::Cell& cell, const TensorMap& weights,
                                const std::string& source);
 
 // The parameters of `cell` for one layer and direction, in the cell's order. Throws UserError
-// for a missing tensor, listing what the file has.
+// for a missing tensor, listing what the file has; except for a bias of a file that holds no
+// bias at all (torch.nn.LSTM(bias=False) and the like: see isBiasFree), whose tensor pointer is
+// null: the bias is zero, of the shape the cell gives it once its sizes are known.
 std::vector<std::pair<std::string, const Tensor*>>
 collectParameters(const ir::Cell& cell, const TensorMap& weights, const std::string& source,
                   int layer = 0, bool reverse = false);
+
+// Whether a parameter is a bias (a vector whose name starts with "bias", as PyTorch names them:
+// bias_ih, bias_hh), and whether a weights file holds no bias of any layer: what PyTorch writes
+// for a module built with bias=False.
+bool isBias(const ir::Value* param);
+bool isBiasFree(const TensorMap& weights);
 
 } // namespace rnnc

@@ -81,6 +81,51 @@ TEST_F(ToolLayers, MIOpenGateOrderMatchesPyTorch) {
       1e-5f);
 }
 
+// PyTorch's state_dicts as people have them: a bias=False module (no bias_* tensors), and an
+// RNN inside a whole model (self.rnn: rnn.weight_ih_l0, ..., beside fc.weight).
+TEST_F(ToolLayers, BiasFreeWeightsAndASubmodulesWeightsMatchPyTorch) {
+  for (const char* name : {"lstm_l2_bi_nobias", "gru_l1_uni_len_nobias", "lstm_proj_l1_uni_nobias"})
+    EXPECT_LE(runAndCompare(name, {"--weights", kDir + name + "/weights.safetensors"}), 1e-5f)
+        << name;
+  const std::string name = "lstm_l2_bi_bf";
+  TensorMap model;
+  for (const auto& [key, tensor] : readSafeTensors(kDir + name + "/weights.safetensors"))
+    model["rnn." + key] = tensor;
+  model["fc.weight"] = Tensor({3, 10});
+  writeSafeTensors(path("model.safetensors"), model);
+  EXPECT_LE(
+      runAndCompare(name, {"--weights", path("model.safetensors"), "--weights-prefix", "rnn."}),
+      1e-5f);
+  test::ToolRunner tool(dir_);
+  test::ToolResult r = tool.run({"run", "--cell", "lstm", "--weights", path("model.safetensors"),
+                                 "--weights-prefix", "rnn.", "--input", kDir + name + "/input.npy",
+                                 "--batch-first", "--output", path("out.npy")});
+  EXPECT_EQ(r.exitCode, 0) << r;
+  EXPECT_NE(r.err.find("note: " + path("model.safetensors") +
+                       ": ignoring 1 tensor outside 'rnn.' (fc.weight)"),
+            std::string::npos)
+      << r;
+  r = tool.run({"run", "--cell", "lstm", "--weights", path("model.safetensors"), "--weights-prefix",
+                "encoder.", "--input", kDir + name + "/input.npy", "--output", path("out.npy")});
+  EXPECT_EQ(r.exitCode, 1) << r;
+  EXPECT_NE(r.err.find("no tensor's name starts with --weights-prefix 'encoder.'"),
+            std::string::npos)
+      << r;
+}
+
+TEST_F(ToolLayers, ANumberOfLayersBelowOneIsAnError) {
+  const std::string dir = kDir + "lstm_l2_bi_bf/";
+  for (const char* layers : {"0", "-1"}) {
+    test::ToolResult r = test::ToolRunner(dir_).run(
+        {"run", "--cell", "lstm", "--weights", dir + "weights.safetensors", "--input",
+         dir + "input.npy", "--batch-first", "--num-layers", layers, "--output", path("out.npy")});
+    EXPECT_EQ(r.exitCode, 1) << r;
+    EXPECT_NE(r.err.find(std::string("--num-layers must be at least 1, got ") + layers),
+              std::string::npos)
+        << r;
+  }
+}
+
 TEST_F(ToolLayers, BadLayerInputIsACleanError) {
   const std::string dir = kDir + "lstm_l2_bi_bf/";
   test::ToolRunner tool(dir_);

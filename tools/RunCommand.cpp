@@ -11,6 +11,7 @@
 
 #include <iostream>
 #include <memory>
+#include <optional>
 
 namespace rnnc::tools {
 namespace {
@@ -20,7 +21,8 @@ struct RunOptions {
   std::vector<std::string> inputs, states, finals, sizes;
   std::string h0, c0, hn, cn;
   bool train = false, interpret = false, bidirectional = false, batchFirst = false;
-  int numLayers = 0;
+  std::optional<int> numLayers;
+  std::string weightsPrefix; // keys of a submodule in a whole model's state_dict
   int64_t projSize = 0;
   double dropout = 0;
   std::string lengths, flatWeights, weightLayout = "pytorch";
@@ -88,6 +90,33 @@ std::map<std::string, std::string> inputFiles(const ir::Cell& cell,
   return files;
 }
 
+// The tensors of `weights` whose names start with `prefix`, under the rest of their names: a
+// submodule's state_dict (rnn.weight_ih_l0 -> weight_ih_l0) out of a whole model's. The others
+// are left out with a note on stderr; none with the prefix is an error.
+TensorMap selectPrefixed(const TensorMap& weights, const std::string& prefix,
+                         const std::string& source) {
+  TensorMap selected;
+  std::vector<std::string> ignored;
+  for (const auto& [key, tensor] : weights)
+    if (key.rfind(prefix, 0) == 0 && key.size() > prefix.size())
+      selected[key.substr(prefix.size())] = tensor;
+    else
+      ignored.push_back(key);
+  if (selected.empty()) {
+    std::string have;
+    for (const auto& [key, tensor] : weights)
+      have += (have.empty() ? "" : ", ") + key;
+    throw UserError(fmt::format("{}: no tensor's name starts with --weights-prefix '{}'; the file "
+                                "has: {}",
+                                source, prefix, have.empty() ? "nothing" : have));
+  }
+  if (!ignored.empty())
+    fmt::print(stderr, "rnnc: note: {}: ignoring {} tensor{} outside '{}' ({}{})\n", source,
+               ignored.size(), ignored.size() == 1 ? "" : "s", prefix, ignored.front(),
+               ignored.size() > 1 ? ", ..." : "");
+  return selected;
+}
+
 // The weights as a PyTorch state_dict, from a safetensors file or a flat buffer, in PyTorch's or
 // MIOpen's gate order.
 TensorMap loadWeights(const RunOptions& o, const std::string& mode) {
@@ -96,18 +125,16 @@ TensorMap loadWeights(const RunOptions& o, const std::string& mode) {
   TensorMap weights;
   if (!o.weights.empty()) {
     weights = readSafeTensors(o.weights);
+    if (!o.weightsPrefix.empty())
+      weights = selectPrefixed(weights, o.weightsPrefix, o.weights);
   } else {
     ir::SizeMap sizes = parseSizes(o.sizes);
     for (const char* needed : {"input_size", "hidden_size"})
       if (!sizes.count(needed))
         throw UserError(std::string("--flat-weights needs the layout: give --size ") + needed +
                         "=VALUE (and --num-layers, --bidirectional, --proj-size as they apply)");
-    FlatLayout layout{mode,
-                      sizes.at("input_size"),
-                      sizes.at("hidden_size"),
-                      o.projSize,
-                      o.numLayers > 0 ? o.numLayers : 1,
-                      o.bidirectional};
+    FlatLayout layout{mode,       sizes.at("input_size"),  sizes.at("hidden_size"),
+                      o.projSize, o.numLayers.value_or(1), o.bidirectional};
     weights = unflattenWeights(readNpyFloat32(o.flatWeights), layout, o.flatWeights);
   }
   if (o.weightLayout == "miopen")
@@ -116,6 +143,8 @@ TensorMap loadWeights(const RunOptions& o, const std::string& mode) {
 }
 
 int run(const RunOptions& o) {
+  if (o.numLayers && *o.numLayers < 1)
+    throw UserError(fmt::format("--num-layers must be at least 1, got {}", *o.numLayers));
   auto cell = frontend::loadCell(o.cell); // a bad cell name or file is reported first
   // Flat weights are laid out before there are weights to look at: --proj-size decides.
   TensorMap weights = loadWeights(o, projectedCell(o.cell, o.projSize > 0));
@@ -148,8 +177,7 @@ int run(const RunOptions& o) {
   auto finals = stateFiles(*cell, o.hn, "--hn", o.cn, "--cn", o.finals, "--final");
 
   LayerOptions options;
-  if (o.numLayers > 0)
-    options.numLayers = o.numLayers;
+  options.numLayers = o.numLayers;
   if (o.bidirectional)
     options.bidirectional = true;
   options.batchFirst = o.batchFirst;
@@ -213,6 +241,9 @@ CommandAction addRunCommand(CLI::App& app) {
                   "from the tensors otherwise");
   cmd->add_option("--num-layers", o->numLayers,
                   "Layers (checked against the weights: weight_ih_l0, weight_ih_l1, ...)");
+  cmd->add_option("--weights-prefix", o->weightsPrefix,
+                  "Take the tensors whose names start with this prefix (rnn. for a model's "
+                  "self.rnn), without it; the others are ignored with a note");
   cmd->add_flag("--bidirectional", o->bidirectional,
                 "Both directions (checked against the weights' _reverse tensors)");
   cmd->add_flag("--batch-first", o->batchFirst, "Input and output are [B, T, F]");
