@@ -1,5 +1,6 @@
-// Passes on IR text (IR in, expected IR out), and numerically: the reference interpreter gives
-// the same results before and after the whole pipeline.
+// Passes on IR text (IR in, expected IR out, and the interpreter's results the same on both),
+// and numerically: the reference interpreter gives the same results before and after the whole
+// pipeline.
 #include "frontend/BuiltinCells.h"
 #include "frontend/CellParser.h"
 #include "ir/Error.h"
@@ -15,6 +16,7 @@
 #include "passes/Premultiply.h"
 #include "passes/Simplify.h"
 #include "passes/SinkSlices.h"
+#include "runtime/Interpreter.h"
 #include "runtime/SequenceRunner.h"
 #include "tests/TestSupport.h"
 
@@ -27,8 +29,32 @@ using namespace rnnc;
 
 namespace {
 
+// What the reference interpreter computes for `cell` (its sizes bound to `size`, B = 3, T = 4)
+// on inputs, states and parameters drawn from `seed`: the outputs, then each final state.
+std::vector<Tensor> interpret(const ir::Cell& unbound, int64_t size, unsigned seed) {
+  auto cell = unbound.clone();
+  ir::SizeMap sizes;
+  for (const std::string& name : cell->sizeNames)
+    sizes[name] = size;
+  cell->bindSizes(sizes);
+  sizes[ir::kBatchSymbol] = 3;
+  std::mt19937 rng(seed);
+  TensorMap weights = test::randomWeights(*cell, sizes, rng);
+  std::vector<Tensor> params, inputs, states;
+  for (const auto& p : cell->params)
+    params.push_back(weights.at(p->name));
+  for (const auto& x : cell->inputs)
+    inputs.push_back(test::randomTensor({4, 3, *x->shape.back().evaluate(sizes)}, rng));
+  for (const auto& h : cell->states)
+    states.push_back(test::randomTensor({3, *h->shape.back().evaluate(sizes)}, rng));
+  std::vector<Tensor> results = {Interpreter(*cell, params).run(inputs, states)};
+  results.insert(results.end(), states.begin(), states.end());
+  return results;
+}
+
 // Parses `input`, runs `pass`, and compares the printed result with `expected` (parsed and
-// printed too, so that both sides are in canonical form).
+// printed too, so that both sides are in canonical form); then checks that the pass kept the
+// meaning: the interpreter gives the same outputs and final states before and after it.
 void checkPass(bool (*pass)(ir::Cell&), const std::string& input, const std::string& expected,
                bool expectChanged = true) {
   auto cell = ir::parseIR(input, "<input>");
@@ -36,6 +62,13 @@ void checkPass(bool (*pass)(ir::Cell&), const std::string& input, const std::str
   ir::verify(*cell);
   EXPECT_EQ(ir::toString(*cell), ir::toString(*ir::parseIR(expected, "<expected>")));
   EXPECT_EQ(changed, expectChanged);
+  auto before = ir::parseIR(input, "<input>");
+  for (int64_t size : {1, 5}) {
+    std::vector<Tensor> want = interpret(*before, size, 17), got = interpret(*cell, size, 17);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_LT(test::maxAbsDiff(got[i], want[i]), 1e-5)
+          << (i == 0 ? "outputs" : "final state " + std::to_string(i - 1)) << ", sizes " << size;
+  }
 }
 
 const char* kHeader = R"(cell @t(n) {
@@ -879,8 +912,11 @@ TEST_P(PipelineNumerics, OptimisedEqualsUnoptimisedOnRandomSizes) {
     for (const auto& s : original->states)
       request.initialStates[s->name] =
           test::randomTensor({1, batch, *s->shape[1].evaluate(sizes)}, rng);
+    // The interpreter on both sides: the unoptimised cell as written, and the pipeline's IR.
+    request.engine = Engine::Interpreter;
     SequenceResult expected = runSequence(*original, request);
     SequenceResult actual = runSequence(*optimised, request);
+    ASSERT_EQ(actual.engine, Engine::Interpreter);
     for (int64_t i = 0; i < expected.output.numel(); ++i)
       ASSERT_NEAR(actual.output.data()[i], expected.output.data()[i], 1e-5)
           << "T=" << steps << " B=" << batch << " hidden=" << hidden << " element " << i;
