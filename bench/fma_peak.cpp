@@ -225,7 +225,7 @@ double median(std::vector<double> v) {
       "Measures the fp32 FMA peak with N threads (default 1) on every vector width the CPU "
       "has, each run MS ms long (default 200), and prints the better width's median of R "
       "runs (default 5), the clock and FLOP per cycle as JSON.\n"
-      "--check: exit 1 unless the better width's FLOP per cycle is within 15%% of 16, 32 "
+      "--check: exit 1 unless the better width's FLOP per cycle is 75-115%% of 16, 32 "
       "or 64 (the cores we know), a meter that reads its own clock consistently.\n");
   std::exit(code);
 }
@@ -312,10 +312,12 @@ int main(int argc, char** argv) {
   if (check && std::string(bestIsa) != "generic") {
     // Every x86-64 core with FMA we know peaks at 16 (two 128-bit pipes), 32 (two 256-bit) or
     // 64 (two 512-bit) FLOP per cycle; the old meter, its chains in memory, read 20.5 on Zen 4.
+    // The clock is the integer chain's: Intel cores run heavy AVX-512 code a little slower, so
+    // down to 75% of a peak per cycle is accepted.
     const double perCycle = best / threads / bestGhz;
     bool near = false;
     for (double known : {16.0, 32.0, 64.0})
-      near |= perCycle > 0.85 * known && perCycle < 1.15 * known;
+      near |= perCycle > 0.75 * known && perCycle < 1.15 * known;
     if (!near) {
       std::fprintf(stderr,
                    "fma_peak: %.1f FLOP per cycle (%.1f GFLOP/s at %.2f GHz) is near no "
