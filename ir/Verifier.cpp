@@ -79,7 +79,9 @@ private:
     }
   }
 
-  // A matrix product leading a kernel (passes/FuseMatMul.h) is read only by slices inside it.
+  // A matrix product leading a kernel (passes/FuseMatMul.h) is read only by slices inside it,
+  // and those slices only inside it too: the product lives in registers, one tile at a time,
+  // so neither it nor a view of it has storage that code outside the kernel could read.
   void checkFusedProduct(const Block& block, const Instr& product) {
     for (const auto& user : block)
       for (const Value* operand : user->operands)
@@ -89,6 +91,23 @@ private:
                            user->kernel == product.kernel ? "in the kernel (only slices may read "
                                                             "it)"
                                                           : "outside the kernel"));
+    for (const auto& slice : block) {
+      if (slice->op != Op::Slice || slice->operands[0] != &product.result)
+        continue;
+      for (const Block* other : {&cell_.pre, &cell_.step})
+        for (const auto& user : *other)
+          for (const Value* operand : user->operands)
+            if (operand == &slice->result && user->kernel != product.kernel)
+              fail(fmt::format("a slice of the {} fused into kernel {} is read by a {} outside "
+                               "the kernel",
+                               opName(product.op), product.kernel, opName(user->op)));
+      bool leaves = cell_.output == &slice->result;
+      for (const StateUpdate& update : cell_.updates)
+        leaves |= update.next == &slice->result;
+      if (leaves)
+        fail(fmt::format("a slice of the {} fused into kernel {} leaves the step",
+                         opName(product.op), product.kernel));
+    }
     if (cell_.output == &product.result)
       fail(fmt::format("the {} fused into kernel {} is the cell's output", opName(product.op),
                        product.kernel));

@@ -192,6 +192,34 @@ TEST(Verifier, CatchesDuplicateArgumentNames) {
   expectUserError([&] { ir::verify(*cell); }, "argument name '%w' is used twice");
 }
 
+TEST(Verifier, CatchesASliceOfAFusedProductReadOutsideItsKernel) {
+  // The raw chunks of a premultiplied product, read by the step: fused into the pre kernel, the
+  // product has no storage, and neither have its slices (what fuse-matmul must not make).
+  const char* text = R"(cell @t(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %w : [2*n, n]
+  pre {
+    fused {
+      %0 = linear %x, %w : [B, 2*n]
+      %1 = slice %0 {offset = 0} : [B, n]
+      %2 = slice %0 {offset = n} : [B, n]
+    }
+  }
+  step {
+    fused {
+      %3 = add %1, %h : [B, n]
+      %4 = mul %3, %2 : [B, n]
+    }
+  }
+  yield %h = %4
+  output %4
+}
+)";
+  expectUserError([&] { ir::parseIR(text, "t.ir"); },
+                  "a slice of the linear fused into kernel 0 is read by a add outside the kernel");
+}
+
 TEST(Verifier, CatchesAValueFromAnotherCell) {
   auto cell = ir::parseIR(kValidIR);
   auto other = ir::parseIR(kValidIR);
@@ -211,16 +239,10 @@ TEST(Builder, ChecksShapesWhenANodeIsMade) {
 
 TEST(Cell, BindSizesRejectsUnknownAndNonPositiveSizes) {
   auto cell = ir::parseIR(kValidIR);
-  expectUserError(
-      [&] {
-        cell->bindSizes({{"width", 3}});
-      },
-      "cell 'tiny' has no size named 'width' (its sizes: hidden_size)");
-  expectUserError(
-      [&] {
-        cell->bindSizes({{"hidden_size", 0}});
-      },
-      "size 'hidden_size' must be positive");
+  expectUserError([&] { cell->bindSizes({{"width", 3}}); },
+                  "cell 'tiny' has no size named 'width' (its sizes: hidden_size)");
+  expectUserError([&] { cell->bindSizes({{"hidden_size", 0}}); },
+                  "size 'hidden_size' must be positive");
 }
 
 TEST(Cell, ReplaceAllUsesReachesOperandsUpdatesAndOutput) {
