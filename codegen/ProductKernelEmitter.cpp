@@ -106,7 +106,7 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   std::vector<const ir::Value*> rowOperands; // what the epilogue reads per row
   if (!group)
     sliceValues[0].push_back(&product.result);
-  for (size_t i = group ? group->first + 1 : 0; group && i < group->last; ++i) {
+  for (size_t i = group ? group->first + 1 : 0, end = group ? group->last : 0; i < end; ++i) {
     const ir::Instr& instr = *block[i];
     if (instr.op == Op::Slice && instr.operands[0] == &product.result) {
       auto at = std::find(packed.offsets.begin(), packed.offsets.end(),
@@ -125,7 +125,8 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     if (instr.op == Op::Slice)
       e.view(&instr.result);
   }
-  View x = e.view(product.operands[0]); // read from copies, below
+  const View source = e.view(product.operands[0]);
+  View x; // the copies of its rows the tiles read (PackedProduct::xBuffer), set below
   View result = group ? View{} : e.view(&product.result);
   llvm::Value* weights = e.buffers[packed.buffer];
   const int64_t fullBlocks = packed.columns / packed.width;
@@ -275,8 +276,7 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     });
   };
 
-  // The tiles read copies of the rows of x (PackedProduct::xBuffer), each thread its own.
-  const View source = x;
+  // The tiles read copies of the rows of x, each thread its own.
   llvm::Value* rowsPerThread = packed.splitRows ? e.constant(packed.chunkRows) : batchRows;
   llvm::Value* copies = e.b.CreateGEP(
       e.f32, e.buffers[packed.xBuffer],

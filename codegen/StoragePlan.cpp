@@ -122,14 +122,13 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
   const int64_t vectorWidth = target.vectorWidth;
   PackedProduct packed;
   packed.product = &product;
-  packed.standalone = product.kernel < 0;
-  packed.splitRows = packed.standalone || &block == &cell.pre;
-  if (packed.standalone) {
+  packed.splitRows = packed.standalone() || &block == &cell.pre;
+  if (packed.standalone()) { // one slice of all its columns
     packed.offsets.push_back(0);
     packed.columns = columnsOf(&product.result);
   }
   for (const auto& user : block)
-    if (!packed.standalone && user->op == ir::Op::Slice && user->operands[0] == &product.result) {
+    if (!packed.standalone() && user->op == ir::Op::Slice && user->operands[0] == &product.result) {
       int64_t offset = user->attrs.offset.constantValue();
       if (std::find(packed.offsets.begin(), packed.offsets.end(), offset) == packed.offsets.end())
         packed.offsets.push_back(offset);

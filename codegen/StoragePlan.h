@@ -53,9 +53,8 @@ struct PackedProduct {
   int64_t depth = 0;            // K, the product's inner dimension
   int64_t tileRows = 1;
   int64_t panelSlices = 1;
-  bool standalone = false; // in no kernel: tiles are stored to the product's own buffer
-  bool splitRows = false;  // threads split rows (in chunks), not column blocks
-  int64_t chunkRows = 0;   // with splitRows: rows per chunk, a multiple of tileRows
+  bool splitRows = false; // threads split rows (in chunks), not column blocks
+  int64_t chunkRows = 0;  // with splitRows: rows per chunk, a multiple of tileRows
   // The rows of x are first copied into this thread's part of buffer `xBuffer` (each chunk's
   // rows of a row-split product: PerThread, chunkRows rows; all B rows of the recurrent product
   // at each step: PerThreadStep), with a row stride of `xStride` floats that no two rows of a
@@ -66,6 +65,8 @@ struct PackedProduct {
   int64_t xStride = 0;
 
   int64_t slices() const { return static_cast<int64_t>(offsets.size()); }
+  // In no kernel: its tiles are stored to the product's own buffer.
+  bool standalone() const { return product->kernel < 0; }
   // Where the weights of (slice, depth 0) of block 0 start, in floats; depth k adds
   // k * panelWidth(slice), block b adds b * depth * slices() * width.
   int64_t sliceStart(int64_t slice) const;

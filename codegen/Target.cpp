@@ -26,14 +26,18 @@ Target targetFor(const HostTarget& host) {
   return target;
 }
 
-} // namespace
-
-Target hostTarget() {
-  Target target = targetFor(detectHostTarget());
+// `target` with this machine's cache sizes, where the OS gives them.
+Target withHostCaches(Target target) {
   long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
   if (l2 >= 128 * 1024) // 0 or -1 where the OS does not say; a smaller figure is not an L2
     target.l2Bytes = l2;
   return target;
+}
+
+} // namespace
+
+Target hostTarget() {
+  return withHostCaches(targetFor(detectHostTarget()));
 }
 
 Target namedCpuTarget(const std::string& cpu) {
@@ -41,11 +45,10 @@ Target namedCpuTarget(const std::string& cpu) {
 }
 
 Target runnableTarget(const std::string& cpu) {
-  Target host = hostTarget();
-  if (cpu.empty())
-    return host;
-  HostTarget named = namedX86Target(cpu);
   HostTarget here = detectHostTarget();
+  if (cpu.empty())
+    return withHostCaches(targetFor(here));
+  HostTarget named = namedX86Target(cpu);
   for (const std::string& feature : named.features) {
     bool vector = feature.rfind("avx", 0) == 0 || feature.rfind("amx", 0) == 0 ||
                   feature == "fma" || feature == "f16c";
@@ -53,9 +56,7 @@ Target runnableTarget(const std::string& cpu) {
       throw UserError("cannot run code for CPU '" + cpu + "' here: this CPU (" + here.cpu +
                       ") lacks " + feature);
   }
-  Target target = targetFor(named);
-  target.l2Bytes = host.l2Bytes;
-  return target;
+  return withHostCaches(targetFor(named));
 }
 
 } // namespace rnnc::codegen

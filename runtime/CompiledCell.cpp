@@ -13,8 +13,6 @@
 #include "runtime/ThreadTeam.h"
 
 #include <chrono>
-#include <cstdlib>
-#include <limits>
 #include <mutex>
 #include <numeric>
 #include <optional>

@@ -67,7 +67,7 @@ void expectMatchesInterpreter(const Shape& shape, const std::string& cpu, const 
   std::vector<Tensor> inputs = {
       test::randomTensor({shape.steps, shape.batch, shape.input}, rng, 1.0f)};
   std::vector<Tensor> states;
-  for (const auto& st : cell->states)
+  for (size_t i = 0; i < cell->states.size(); ++i)
     states.push_back(test::randomTensor({shape.batch, shape.hidden}, rng));
   std::vector<Tensor> expectedStates = states;
   Tensor expected = Interpreter(*cell, params).run(inputs, expectedStates);

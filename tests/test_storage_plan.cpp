@@ -67,7 +67,7 @@ TEST(StoragePlan, TheLstmKernelStoresBothStatesAndTheOutputDirectly) {
   // Both products are standalone (fuse-matmul is off), tiled over rows and stored.
   ASSERT_EQ(plan.packedProducts.size(), 2u);
   for (const codegen::PackedProduct& packed : plan.packedProducts) {
-    EXPECT_TRUE(packed.standalone);
+    EXPECT_TRUE(packed.standalone());
     EXPECT_TRUE(packed.splitRows);
     EXPECT_EQ(plan.buffers.at(plan.bufferOf.at(&packed.product->result)).cols, 16);
   }
@@ -94,7 +94,7 @@ TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
   EXPECT_EQ(countRows(plan, codegen::Rows::PerThread, false), 1);
   EXPECT_EQ(countRows(plan, codegen::Rows::PerThreadStep, false), 1);
   codegen::PackedProduct packed = recurrentProduct(*lstm, kAvx2);
-  EXPECT_FALSE(packed.standalone);
+  EXPECT_FALSE(packed.standalone());
   EXPECT_TRUE(plan.buffers.at(packed.buffer).packedWeights);
   EXPECT_EQ(plan.buffers[packed.buffer].fixedRows * plan.buffers[packed.buffer].cols,
             3 * 20 * 4 * 8);
@@ -149,7 +149,7 @@ TEST(StoragePlan, TheInputProjectionIsTiledOverRowsInChunksThatFitInL2) {
     EXPECT_EQ(input.product->operands[0]->name, "x");
     // Fused into the kernel that adds the biases: one slice of all 80 columns, in the classic
     // SGEMM tile (2 vectors wide, 6 rows on AVX2, 14 on AVX-512), split by rows.
-    EXPECT_FALSE(input.standalone);
+    EXPECT_FALSE(input.standalone());
     EXPECT_TRUE(input.splitRows);
     EXPECT_EQ(input.slices(), 1);
     EXPECT_EQ(input.columns, 80);
