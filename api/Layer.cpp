@@ -6,6 +6,7 @@
 #include "runtime/LayerRunner.h"
 #include "runtime/SafeTensors.h"
 #include "runtime/WeightLayouts.h"
+#include "runtime/Weights.h"
 
 #include <cstring>
 #include <vector>
@@ -19,8 +20,11 @@ struct Layer::Impl {
 
 namespace {
 
-std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const TensorMap& weights,
+std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const TensorMap& allWeights,
                                               const std::string& source) {
+  TensorMap weights = spec.weightsPrefix.empty()
+                          ? allWeights
+                          : selectPrefixed(allWeights, spec.weightsPrefix, source);
   auto cell = frontend::loadCell(projectedCell(spec.cell, holdsProjection(weights)));
   LayerOptions options;
   options.numLayers = spec.numLayers;
@@ -88,9 +92,23 @@ int64_t Layer::stateSize(const std::string& state) const {
   return impl_->program->stateSize(state);
 }
 
+std::vector<std::string> Layer::sideInputNames() const {
+  return impl_->program->sideInputNames();
+}
+
+int64_t Layer::sideInputSize(const std::string& name) const {
+  return impl_->program->sideInputSize(name);
+}
+
 void Layer::forward(const float* input, int64_t steps, int64_t batch, const float* h0,
                     const float* c0, const int64_t* lengths, float* output, float* hn,
                     float* cn) const {
+  forward(input, {}, steps, batch, h0, c0, lengths, output, hn, cn);
+}
+
+void Layer::forward(const float* input, const std::map<std::string, const float*>& sideInputs,
+                    int64_t steps, int64_t batch, const float* h0, const float* c0,
+                    const int64_t* lengths, float* output, float* hn, float* cn) const {
   const LayerProgram& program = *impl_->program;
   if (!input || !output || steps < 1 || batch < 1)
     throw UserError("forward needs an input, an output, and T and B of at least 1");
@@ -110,7 +128,15 @@ void Layer::forward(const float* input, int64_t steps, int64_t batch, const floa
   std::optional<Int64Array> lengthArray;
   if (lengths)
     lengthArray = Int64Array{{batch}, std::vector<int64_t>(lengths, lengths + batch)};
-  LayerResult result = program.run(copyIn(input, inputShape), initial, lengthArray);
+  std::map<std::string, Tensor> sides;
+  for (const auto& [name, data] : sideInputs) {
+    const int64_t features = program.sideInputSize(name);
+    if (!data)
+      throw UserError("side input '" + name + "' is a null pointer");
+    sides[name] = copyIn(data, impl_->batchFirst ? TensorShape{batch, steps, features}
+                                                 : TensorShape{steps, batch, features});
+  }
+  LayerResult result = program.run(copyIn(input, inputShape), initial, lengthArray, sides);
   copyOut(result.output, output);
   if (hn)
     copyOut(result.finalStates.at("h"), hn);

@@ -2,8 +2,13 @@
 
 #include "frontend/CellParser.h"
 #include "ir/Error.h"
+#include "ir/IRParser.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 namespace rnnc::frontend {
 namespace {
@@ -16,6 +21,15 @@ struct BuiltinCell {
 constexpr BuiltinCell kBuiltinCells[] = {
 #include "BuiltinCells.inc"
 };
+
+std::string readTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw UserError(path + ": cannot open IR file: " + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 } // namespace
 
@@ -34,6 +48,8 @@ std::optional<std::string_view> builtinCellSource(std::string_view name) {
 }
 
 std::unique_ptr<ir::Cell> loadCell(const std::string& nameOrPath) {
+  if (nameOrPath.ends_with(".rnnir"))
+    return ir::parseIR(readTextFile(nameOrPath), nameOrPath);
   bool looksLikePath = nameOrPath.size() > 5 && nameOrPath.ends_with(".cell");
   std::error_code ec;
   if (looksLikePath || std::filesystem::is_regular_file(nameOrPath, ec))

@@ -44,6 +44,45 @@ Tensor swapLeadingDims(const Tensor& t) {
   return out;
 }
 
+// [..., F0], [..., F1], ... -> [..., F0 + F1 + ...]: the layer's input and its side inputs as
+// one tensor, so that sorting, reversing and packing move them together.
+Tensor concatFeatures(const std::vector<const Tensor*>& parts) {
+  TensorShape shape = parts[0]->shape();
+  shape.back() = 0;
+  for (const Tensor* part : parts)
+    shape.back() += part->shape().back();
+  Tensor out(shape);
+  const int64_t rows = out.numel() / std::max<int64_t>(shape.back(), 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    float* to = row(out, r);
+    for (const Tensor* part : parts) {
+      const int64_t width = part->shape().back();
+      std::memcpy(to, row(*part, r), static_cast<size_t>(width) * sizeof(float));
+      to += width;
+    }
+  }
+  return out;
+}
+
+// The inverse: the cell's inputs out of the combined tensor.
+std::vector<Tensor> splitFeatures(const Tensor& t, const std::vector<int64_t>& widths) {
+  if (widths.size() == 1)
+    return {t};
+  std::vector<Tensor> parts;
+  const int64_t rows = t.numel() / std::max<int64_t>(t.shape().back(), 1);
+  int64_t offset = 0;
+  for (int64_t width : widths) {
+    TensorShape shape = t.shape();
+    shape.back() = width;
+    Tensor part(shape);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(row(part, r), row(t, r) + offset, static_cast<size_t>(width) * sizeof(float));
+    parts.push_back(std::move(part));
+    offset += width;
+  }
+  return parts;
+}
+
 // A packed batch run one stretch of steps with the same active batch at a time, each stretch a
 // padded run of its rows: for an executor with no packed entry of its own (the interpreter).
 Tensor
@@ -171,7 +210,8 @@ std::vector<ShapeObservation> observe(const ir::Cell& cell, const LayerProgram::
                                       const std::string& weightsSource, const Tensor* layerInput,
                                       int64_t batch, int layer,
                                       const std::map<std::string, Tensor>& initialStates,
-                                      int64_t slots) {
+                                      int64_t slots,
+                                      const std::map<std::string, Tensor>& sideInputs = {}) {
   std::vector<ShapeObservation> observations;
   for (size_t i = 0; i < slot.params.size(); ++i)
     if (slot.params[i].rank() > 0) // not a zero bias of a bias-free file, made later
@@ -185,6 +225,11 @@ std::vector<ShapeObservation> observe(const ir::Cell& cell, const LayerProgram::
              ? std::string("input")
              : fmt::format("the input of layer {} (the output of layer {})", layer, layer - 1),
          {{"T", layerInput->dim(0)}}});
+  for (const auto& [name, tensor] : sideInputs)
+    observations.push_back({cell.findArgument(name),
+                            {batch, tensor.dim(2)},
+                            fmt::format("side input '{}'", name),
+                            {{"T", tensor.dim(0)}}});
   for (const auto& state : cell.states) {
     auto it = initialStates.find(state->name);
     if (it != initialStates.end())
@@ -202,9 +247,6 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
                                                         const TensorMap& weights,
                                                         const std::string& weightsSource,
                                                         const LayerOptions& options) {
-  if (cell.inputs.size() != 1)
-    throw UserError(fmt::format("cell '{}' has {} inputs; layers stack cells with one input",
-                                cell.name, cell.inputs.size()));
   WeightLayout layout = inferWeightLayout(cell, weights, weightsSource);
   if (options.numLayers && *options.numLayers != layout.numLayers)
     throw UserError(fmt::format("{} holds {} layer(s) of cell '{}', but {} were asked for",
@@ -268,7 +310,8 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
 
 LayerResult LayerProgram::run(const Tensor& rawInput,
                               const std::map<std::string, Tensor>& initialStates,
-                              const std::optional<Int64Array>& lengthsGiven) const {
+                              const std::optional<Int64Array>& lengthsGiven,
+                              const std::map<std::string, Tensor>& sideInputs) const {
   const ir::Cell& cell = *cell_;
   const std::string inputLayout = options_.batchFirst ? "[B, T, input_size]" : "[T, B, input_size]";
   if (rawInput.rank() != 3)
@@ -294,6 +337,8 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
                                   state->shape[1].str()));
   }
 
+  std::map<std::string, Tensor> sides = checkedSideInputs(sideInputs, steps, batch);
+
   LayerResult result;
   result.numLayers = numLayers_;
   result.bidirectional = directions_ == 2;
@@ -305,10 +350,10 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
       const int64_t index = layer * directions_ + direction;
       const Slot& slot = slots_[static_cast<size_t>(index)];
       // Every tensor the caller gave, checked against the weights with full explanations.
-      solveCellSizes(
-          cell,
-          observe(cell, slot, weightsSource_, &layerInput, batch, layer, initialStates, slots),
-          options_.sizes, batch);
+      solveCellSizes(cell,
+                     observe(cell, slot, weightsSource_, &layerInput, batch, layer, initialStates,
+                             slots, sides),
+                     options_.sizes, batch);
       std::vector<Tensor> states;
       for (const auto& state : slot.bound->states) {
         auto it = initialStates.find(state->name);
@@ -319,31 +364,42 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
                                       std::vector<float>(row(it->second, index * batch),
                                                          row(it->second, (index + 1) * batch))));
       }
+      // The side inputs travel beside the layer's input through sorting and packing, and are
+      // split off again for the cell.
+      std::vector<const Tensor*> parts = {&layerInput};
+      std::vector<int64_t> widths = {layerInput.dim(2)};
+      for (size_t i = 1; i < cell.inputs.size(); ++i) {
+        parts.push_back(&sides.at(cell.inputs[i]->name));
+        widths.push_back(parts.back()->dim(2));
+      }
       Executor run;
       if (slot.compiled) {
         const int threads = threads_;
-        run.padded = [&slot, threads](const Tensor& in, std::vector<Tensor>& st) {
+        run.padded = [&slot, threads, widths](const Tensor& in, std::vector<Tensor>& st) {
           Tensor output;
           CompiledCell::Workspace workspace;
-          slot.compiled->run(*slot.prepared, {in}, st, output, workspace, threads);
+          slot.compiled->run(*slot.prepared, splitFeatures(in, widths), st, output, workspace,
+                             threads);
           return output;
         };
-        run.packed = [&slot, threads](const Tensor& in, const std::vector<int64_t>& batchSizes,
-                                      std::vector<Tensor>& st) {
+        run.packed = [&slot, threads, widths](const Tensor& in,
+                                              const std::vector<int64_t>& batchSizes,
+                                              std::vector<Tensor>& st) {
           Tensor output;
           CompiledCell::Workspace workspace;
-          slot.compiled->runPacked(*slot.prepared, {in}, batchSizes, st, output, workspace,
-                                   threads);
+          slot.compiled->runPacked(*slot.prepared, splitFeatures(in, widths), batchSizes, st,
+                                   output, workspace, threads);
           return output;
         };
       } else {
         ExecutionOptions execution{options_.training, options_.seed + static_cast<uint64_t>(index)};
         auto interpreter = std::make_shared<Interpreter>(*slot.bound, slot.params, execution);
-        run.padded = [interpreter](const Tensor& in, std::vector<Tensor>& st) {
-          return interpreter->run({in}, st);
+        run.padded = [interpreter, widths](const Tensor& in, std::vector<Tensor>& st) {
+          return interpreter->run(splitFeatures(in, widths), st);
         };
       }
-      DirectionRun out = runDirection(run, layerInput, std::move(states), lengths, direction == 1);
+      DirectionRun out = runDirection(run, parts.size() == 1 ? layerInput : concatFeatures(parts),
+                                      std::move(states), lengths, direction == 1);
       for (size_t s = 0; s < out.final.size(); ++s)
         finals[s].push_back(std::move(out.final[s]));
       directionOutputs.push_back(std::move(out.output));
@@ -375,6 +431,55 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
   return result;
 }
 
+std::map<std::string, Tensor>
+LayerProgram::checkedSideInputs(const std::map<std::string, Tensor>& given, int64_t steps,
+                                int64_t batch) const {
+  const ir::Cell& cell = *cell_;
+  const std::string layout = options_.batchFirst ? "[B, T, F]" : "[T, B, F]";
+  std::map<std::string, Tensor> sides;
+  for (const auto& [name, tensor] : given) {
+    const ir::Value* value = cell.findArgument(name);
+    if (!value || value->argKind != ir::ArgKind::Input)
+      throw UserError(fmt::format("a side input '{}' is given, but cell '{}' has no input of that "
+                                  "name",
+                                  name, cell.name));
+    if (value == cell.inputs[0].get())
+      throw UserError(fmt::format("'{}' is the first input of cell '{}', the layer's input: it is "
+                                  "given as the input, not as a side input",
+                                  name, cell.name));
+    if (tensor.rank() != 3)
+      throw UserError(fmt::format("side input '{}' has shape {}, expected {} (rank 3)", name,
+                                  tensor.shapeString(), layout));
+    Tensor t = options_.batchFirst ? swapLeadingDims(tensor) : tensor;
+    if (t.dim(0) != steps || t.dim(1) != batch)
+      throw UserError(fmt::format("side input '{}' has shape {}, but the input has T = {} and "
+                                  "B = {} ({})",
+                                  name, tensor.shapeString(), steps, batch, layout));
+    sides[name] = std::move(t);
+  }
+  for (size_t i = 1; i < cell.inputs.size(); ++i)
+    if (!sides.count(cell.inputs[i]->name))
+      throw UserError(fmt::format("cell '{}' reads the side input '{}' ({} with F = {}) beside "
+                                  "its input '{}', but none is given",
+                                  cell.name, cell.inputs[i]->name, layout,
+                                  cell.inputs[i]->shape[1].str(), cell.inputs[0]->name));
+  return sides;
+}
+
+std::vector<std::string> LayerProgram::sideInputNames() const {
+  std::vector<std::string> names;
+  for (size_t i = 1; i < cell_->inputs.size(); ++i)
+    names.push_back(cell_->inputs[i]->name);
+  return names;
+}
+
+int64_t LayerProgram::sideInputSize(const std::string& name) const {
+  const ir::Value* value = slots_.at(0).bound->findArgument(name);
+  if (!value || value->argKind != ir::ArgKind::Input || value == slots_[0].bound->inputs[0].get())
+    throw UserError(fmt::format("cell '{}' has no side input '{}'", cell_->name, name));
+  return codegen::columnsOf(value);
+}
+
 int64_t LayerProgram::stateSize(const std::string& state) const {
   const ir::Value* value = slots_.at(0).bound->findArgument(state);
   RNNC_INTERNAL_CHECK(value && value->argKind == ir::ArgKind::State, "no state " + state);
@@ -385,7 +490,7 @@ LayerResult runLayers(const ir::Cell& cell, const LayerRequest& request,
                       const LayerOptions& options) {
   RNNC_INTERNAL_CHECK(request.weights, "no weights given");
   return LayerProgram::build(cell, *request.weights, request.weightsSource, options)
-      ->run(request.input, request.initialStates, request.lengths);
+      ->run(request.input, request.initialStates, request.lengths, request.sideInputs);
 }
 
 } // namespace rnnc

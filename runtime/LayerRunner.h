@@ -7,6 +7,11 @@
 // one call of the compiled cell on contiguous data, so no compute is spent on padding, and a
 // finished sequence's state rows are left alone: they hold its state at its last valid step.
 // The reverse direction runs each sequence backwards from its own last valid step.
+//
+// A cell with several inputs (`input x[...], y[...]`) takes its first as the layer's input (layer
+// k > 0: layer k-1's output) and the others as side inputs: sequences every layer and direction
+// reads at the same time step as the layer's input (an attention context, an AUGRU's attention
+// score), each [T, B, F] like the input.
 #pragma once
 
 #include "ir/Cell.h"
@@ -36,6 +41,7 @@ struct LayerRequest {
   const TensorMap* weights = nullptr;
   std::string weightsSource = "weights";
   Tensor input;                                // [T, B, I] (or [B, T, I] with batchFirst)
+  std::map<std::string, Tensor> sideInputs;    // the cell's other inputs by name, [T, B, F] each
   std::map<std::string, Tensor> initialStates; // state name -> [L*D, B, F]; absent = zeros
   std::optional<Int64Array> lengths;           // [B], any order, each in [1, T]
 };
@@ -52,19 +58,26 @@ struct LayerResult {
 // can serve concurrent forward calls.
 class LayerProgram {
 public:
-  // `cell` has one input; each layer and direction binds its own sizes from `weights`. Throws
-  // UserError for weights that do not fit the cell or the options.
+  // Each layer and direction binds its own sizes from `weights` (and options.sizes; a size only
+  // a side input shows must be given there). Throws UserError for weights that do not fit the
+  // cell or the options.
   static std::shared_ptr<const LayerProgram> build(const ir::Cell& cell, const TensorMap& weights,
                                                    const std::string& weightsSource,
                                                    const LayerOptions& options);
 
+  // `sideInputs`: one tensor for each input of the cell past its first, by name, laid out like
+  // `input`.
   LayerResult run(const Tensor& input, const std::map<std::string, Tensor>& initialStates,
-                  const std::optional<Int64Array>& lengths) const;
+                  const std::optional<Int64Array>& lengths,
+                  const std::map<std::string, Tensor>& sideInputs = {}) const;
 
   int numLayers() const { return numLayers_; }
   int numDirections() const { return directions_; }
   int64_t inputSize() const { return inputSize_; }
   int64_t outputSize() const { return outputSize_; } // num_directions * H_out
+  // The names of the cell's inputs past the first, in declaration order, and their features.
+  std::vector<std::string> sideInputNames() const;
+  int64_t sideInputSize(const std::string& name) const;
   // Features of one slot of a state, as bound by the weights.
   int64_t stateSize(const std::string& state) const;
   const ir::Cell& cell() const { return *cell_; }
@@ -80,6 +93,9 @@ public:
 
 private:
   LayerProgram() = default;
+  // The side inputs checked against the cell and the input's T and B, in [T, B, F] layout.
+  std::map<std::string, Tensor> checkedSideInputs(const std::map<std::string, Tensor>& given,
+                                                  int64_t steps, int64_t batch) const;
   std::unique_ptr<ir::Cell> cell_;
   std::string weightsSource_;
   LayerOptions options_;

@@ -234,4 +234,23 @@ bool isBiasFree(const TensorMap& weights) {
   });
 }
 
+TensorMap selectPrefixed(const TensorMap& weights, const std::string& prefix,
+                         const std::string& source, std::vector<std::string>* ignored) {
+  TensorMap selected;
+  for (const auto& [key, tensor] : weights)
+    if (key.rfind(prefix, 0) == 0 && key.size() > prefix.size())
+      selected[key.substr(prefix.size())] = tensor;
+    else if (ignored)
+      ignored->push_back(key);
+  if (selected.empty()) {
+    std::string have;
+    for (const auto& [key, tensor] : weights)
+      have += (have.empty() ? "" : ", ") + key;
+    throw UserError(fmt::format("{}: no tensor's name starts with the weights prefix '{}'; the "
+                                "file has: {}",
+                                source, prefix, have.empty() ? "nothing" : have));
+  }
+  return selected;
+}
+
 } // namespace rnnc

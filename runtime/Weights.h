@@ -34,6 +34,12 @@ ir::SizeMap inferSizes(const ir::Cell& cell, const std::vector<ShapeObservation>
 ir::SizeMap solveCellSizes(const ir::Cell& cell, const std::vector<ShapeObservation>& observations,
                            const ir::SizeMap& given, int64_t batch);
 
+// The tensors of `weights` whose names start with `prefix`, under the rest of their names: a
+// submodule's state_dict (rnn.weight_ih_l0 -> weight_ih_l0) out of a whole model's. The names
+// left out go to `ignored` (when given); none with the prefix is a UserError listing the names.
+TensorMap selectPrefixed(const TensorMap& weights, const std::string& prefix,
+                         const std::string& source, std::vector<std::string>* ignored = nullptr);
+
 // The tensor name that holds parameter `param` for a layer and direction: the exact name if the
 // file has it, else PyTorch's `NAME_l{layer}` (`NAME_l{layer}_reverse`).
 std::string findParameterName(const TensorMap& weights, const std::string& param, int layer,

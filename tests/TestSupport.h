@@ -5,6 +5,7 @@
 #include "ir/Cell.h"
 #include "ir/Error.h"
 #include "runtime/SafeTensors.h"
+#include "tests/RandomTensors.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,18 @@
 #include <unistd.h>
 
 namespace rnnc::test {
+
+// Runs `action` and checks it throws a UserError whose message contains every fragment.
+inline void expectUserError(const std::function<void()>& action,
+                            std::initializer_list<std::string> fragments) {
+  try {
+    action();
+    ADD_FAILURE() << "expected a UserError";
+  } catch (const UserError& e) {
+    for (const std::string& fragment : fragments)
+      EXPECT_THAT(std::string(e.what()), testing::HasSubstr(fragment));
+  }
+}
 
 // A fixture with an empty directory of its own, per test and process, so that parallel runs
 // (ctest -j, two build trees) never share files.
@@ -64,29 +77,6 @@ protected:
 
   std::filesystem::path dir_;
 };
-
-// Uniform in [-bound, bound].
-inline Tensor randomTensor(TensorShape shape, std::mt19937& rng, float bound = 0.4f) {
-  std::uniform_real_distribution<float> dist(-bound, bound);
-  Tensor t(std::move(shape));
-  for (float& v : t.values())
-    v = dist(rng);
-  return t;
-}
-
-// Random values for every parameter of `cell` at `sizes`. Matrices are scaled by
-// 1/sqrt(fan-in), as PyTorch initialises them, so activations stay of order one at every size.
-inline TensorMap randomWeights(const ir::Cell& cell, const ir::SizeMap& sizes, std::mt19937& rng) {
-  TensorMap weights;
-  for (const auto& p : cell.params) {
-    TensorShape shape;
-    for (const ir::Dim& d : p->shape)
-      shape.push_back(*d.evaluate(sizes));
-    float bound = shape.size() == 2 ? 1.0f / std::sqrt(static_cast<float>(shape[1])) : 0.4f;
-    weights[p->name] = randomTensor(shape, rng, bound);
-  }
-  return weights;
-}
 
 // The largest |a[i] - b[i]|, after checking the shapes agree.
 inline float maxAbsDiff(const Tensor& a, const Tensor& b) {

@@ -104,6 +104,32 @@ TEST(Api, WeightsFromMemoryAndClearErrors) {
   }
 }
 
+// LayerSpec::weightsPrefix: a submodule's tensors out of a whole model's state_dict, the other
+// tensors ignored; no tensor with the prefix is an error listing the names.
+TEST(Api, WeightsPrefixTakesASubmodule) {
+  std::map<std::string, rnnc::WeightTensor> model = {
+      {"encoder.rnn.weight_ih_l0", {{2, 3}, std::vector<float>(6, 0.1f)}},
+      {"encoder.rnn.weight_hh_l0", {{2, 2}, std::vector<float>(4, -0.1f)}},
+      {"encoder.rnn.bias_ih_l0", {{2}, {0.0f, 0.5f}}},
+      {"encoder.rnn.bias_hh_l0", {{2}, {0.25f, 0.0f}}},
+      {"decoder.weight", {{4, 4}, std::vector<float>(16, 1.0f)}}};
+  rnnc::LayerSpec s = spec("rnn_tanh");
+  s.weightsPrefix = "encoder.rnn.";
+  rnnc::Layer layer = rnnc::Layer::fromWeights(s, model);
+  std::vector<float> x = {1, 2, 3}, y(2);
+  layer.forward(x.data(), 1, 1, nullptr, nullptr, nullptr, y.data(), nullptr, nullptr);
+  EXPECT_NEAR(y[0], std::tanh(0.6 + 0.25), 1e-6);
+  EXPECT_NEAR(y[1], std::tanh(0.6 + 0.5), 1e-6);
+  s.weightsPrefix = "decoder.rnn.";
+  try {
+    rnnc::Layer::fromWeights(s, model);
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'decoder.rnn.'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("decoder.weight"), std::string::npos) << e.what();
+  }
+}
+
 } // namespace
 
 namespace {

@@ -303,6 +303,39 @@ TEST_F(ToolTest, DumpReadsACellFile) {
   EXPECT_THAT(r.out, StartsWith("cell @gru(input_size, hidden_size)")) << r;
 }
 
+// An IR dump is a cell: what `compile --emit ir-opt` prints (pre block, fused kernels, bound
+// sizes) runs through `run` and `bench` and matches PyTorch as the cell it came from does.
+TEST_F(ToolTest, RunAndBenchReadAnIRDump) {
+  for (const char* size : {"", "hidden_size=7"}) {
+    SCOPED_TRACE(size);
+    std::vector<std::string> compile = {"compile", "lstm", "--emit", "ir-opt"};
+    if (*size)
+      compile.insert(compile.end(), {"--size", size});
+    ToolResult dumped = run(compile);
+    ASSERT_EQ(dumped.exitCode, 0) << dumped;
+    ASSERT_THAT(dumped.out, HasSubstr("fused {")) << dumped;
+    std::ofstream(path("lstm.rnnir")) << dumped.out;
+
+    ToolResult r =
+        run({"run", "--cell", path("lstm.rnnir"), "--weights",
+             fixtureFile("lstm_small", "weights.safetensors"), "--input",
+             fixtureFile("lstm_small", "input.npy"), "--h0", fixtureFile("lstm_small", "h0.npy"),
+             "--c0", fixtureFile("lstm_small", "c0.npy"), "--output", path("out.npy"), "--hn",
+             path("hn.npy"), "--cn", path("cn.npy")});
+    ASSERT_EQ(r.exitCode, 0) << r;
+    expectClose(path("out.npy"), fixtureFile("lstm_small", "output.npy"));
+    expectClose(path("hn.npy"), fixtureFile("lstm_small", "hn.npy"));
+    expectClose(path("cn.npy"), fixtureFile("lstm_small", "cn.npy"));
+  }
+  ToolResult bench = run({"bench", "--cell", path("lstm.rnnir"), "--seq", "3", "--batch", "2",
+                          "--input", "4", "--hidden", "7", "--repeat", "1", "--json"});
+  ASSERT_EQ(bench.exitCode, 0) << bench;
+  EXPECT_THAT(bench.out, HasSubstr("\"jit\"")) << bench;
+  ToolResult reread = run({"compile", path("lstm.rnnir"), "--emit", "ir"});
+  ASSERT_EQ(reread.exitCode, 0) << reread;
+  EXPECT_EQ(reread.out, readBytes(path("lstm.rnnir")));
+}
+
 // ---- Bad input: exit status 1 and a message with the key facts ---------------------------------
 
 // The arguments of a valid `rnnc run` on lstm_small, with any of them replaced.
@@ -485,6 +518,15 @@ TEST_F(ToolErrorTest, CellFileWithASyntaxErrorGivesFileLineColumn) {
     EXPECT_THAT(r.err, HasSubstr("  h2 = tanh(x + h))\n")) << r;
     EXPECT_THAT(r.err, HasSubstr("\n" + std::string(2 + 18, ' ') + "^\n")) << r;
   }
+}
+
+TEST_F(ToolErrorTest, IRFileWithAnErrorGivesFileLineColumn) {
+  std::ofstream(path("bad.rnnir")) << "cell @c(n) {\n  input %x : [B, n]\n  state %h : [B, n]\n"
+                                      "  step {\n    %0 = tanh %x, %h : [B, n]\n  }\n"
+                                      "  yield %h = %0\n  output %0\n}\n";
+  RunArgs a;
+  a.cell = path("bad.rnnir");
+  expectRunError(a, {path("bad.rnnir") + ":5:"});
 }
 
 TEST_F(ToolErrorTest, DumpOfAMissingCellFile) {

@@ -108,7 +108,7 @@ TEST_F(ToolLayers, BiasFreeWeightsAndASubmodulesWeightsMatchPyTorch) {
   r = tool.run({"run", "--cell", "lstm", "--weights", path("model.safetensors"), "--weights-prefix",
                 "encoder.", "--input", kDir + name + "/input.npy", "--output", path("out.npy")});
   EXPECT_EQ(r.exitCode, 1) << r;
-  EXPECT_NE(r.err.find("no tensor's name starts with --weights-prefix 'encoder.'"),
+  EXPECT_NE(r.err.find("no tensor's name starts with the weights prefix 'encoder.'"),
             std::string::npos)
       << r;
 }

@@ -290,7 +290,8 @@ CommandAction addBenchCommand(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand(
       "bench", "Time whole sequences of a cell (default: the fastrnns LSTM, T=100 B=64 I=H=512)");
-  cmd->add_option("--cell", o->cell, "Built-in cell name or .cell file")->default_val("lstm");
+  cmd->add_option("--cell", o->cell, "Built-in cell name, .cell file or .rnnir IR dump")
+      ->default_val("lstm");
   cmd->add_option("--seq", o->seq, "Sequence length T")->default_val(100);
   cmd->add_option("--batch", o->batch, "Batch size B")->default_val(64);
   cmd->add_option("--input", o->input, "input_size")->default_val(512);

@@ -61,7 +61,7 @@ int compile(const CompileOptions& o) {
 CommandAction addCompileCommand(CLI::App& app) {
   auto o = std::make_shared<CompileOptions>();
   CLI::App* cmd = app.add_subcommand("compile", "Optimise a cell and print a stage of it");
-  cmd->add_option("cell", o->cell, "Built-in cell name or .cell file")->required();
+  cmd->add_option("cell", o->cell, "Built-in cell name, .cell file or .rnnir IR dump")->required();
   cmd->add_option("--size", o->sizes, "Bind a named size: NAME=VALUE (repeatable)");
   cmd->add_option("--emit", o->emit,
                   "Stage to print: ir (as parsed), ir-opt (optimised), llvm, llvm-opt (after "

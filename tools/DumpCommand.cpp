@@ -20,7 +20,8 @@ struct DumpOptions {
 CommandAction addDumpCommand(CLI::App& app) {
   auto options = std::make_shared<DumpOptions>();
   CLI::App* cmd = app.add_subcommand("dump", "Print a cell's IR");
-  cmd->add_option("cell", options->cell, "Built-in cell name or .cell file")->required();
+  cmd->add_option("cell", options->cell, "Built-in cell name, .cell file or .rnnir IR dump")
+      ->required();
   cmd->add_option("--size", options->sizes, "Bind a named size: NAME=VALUE (repeatable)");
   return [options] {
     auto cell = frontend::loadCell(options->cell);

@@ -4,6 +4,7 @@
 #include "runtime/Npy.h"
 #include "runtime/SafeTensors.h"
 #include "runtime/WeightLayouts.h"
+#include "runtime/Weights.h"
 #include "tools/CommandLine.h"
 #include "tools/Commands.h"
 
@@ -73,48 +74,29 @@ std::map<std::string, std::string> stateFiles(const ir::Cell& cell, const std::s
 
 std::map<std::string, std::string> inputFiles(const ir::Cell& cell,
                                               const std::vector<std::string>& given) {
+  std::vector<std::string> names;
+  for (const auto& input : cell.inputs)
+    names.push_back(input->name);
   std::map<std::string, std::string> files;
   for (const auto& text : given) {
     size_t eq = text.find('=');
     std::string name = eq == std::string::npos ? "" : text.substr(0, eq);
     const ir::Value* named = name.empty() ? nullptr : cell.findArgument(name);
+    std::string file;
     if (named && named->argKind == ir::ArgKind::Input) {
-      files[name] = text.substr(eq + 1);
+      file = text.substr(eq + 1);
     } else if (cell.inputs.size() == 1 && given.size() == 1) {
-      files[cell.inputs[0]->name] = text;
+      name = cell.inputs[0]->name;
+      file = text;
     } else {
-      throw UserError(fmt::format("cell '{}' has {} inputs; give each as --input NAME=FILE",
-                                  cell.name, cell.inputs.size()));
+      throw UserError(fmt::format("--input {}: cell '{}' has the inputs {}; give each as --input "
+                                  "NAME=FILE",
+                                  text, cell.name, fmt::join(names, ", ")));
     }
+    if (!files.emplace(name, file).second)
+      throw UserError(fmt::format("input '{}' is given twice (--input)", name));
   }
   return files;
-}
-
-// The tensors of `weights` whose names start with `prefix`, under the rest of their names: a
-// submodule's state_dict (rnn.weight_ih_l0 -> weight_ih_l0) out of a whole model's. The others
-// are left out with a note on stderr; none with the prefix is an error.
-TensorMap selectPrefixed(const TensorMap& weights, const std::string& prefix,
-                         const std::string& source) {
-  TensorMap selected;
-  std::vector<std::string> ignored;
-  for (const auto& [key, tensor] : weights)
-    if (key.rfind(prefix, 0) == 0 && key.size() > prefix.size())
-      selected[key.substr(prefix.size())] = tensor;
-    else
-      ignored.push_back(key);
-  if (selected.empty()) {
-    std::string have;
-    for (const auto& [key, tensor] : weights)
-      have += (have.empty() ? "" : ", ") + key;
-    throw UserError(fmt::format("{}: no tensor's name starts with --weights-prefix '{}'; the file "
-                                "has: {}",
-                                source, prefix, have.empty() ? "nothing" : have));
-  }
-  if (!ignored.empty())
-    fmt::print(stderr, "rnnc: note: {}: ignoring {} tensor{} outside '{}' ({}{})\n", source,
-               ignored.size(), ignored.size() == 1 ? "" : "s", prefix, ignored.front(),
-               ignored.size() > 1 ? ", ..." : "");
-  return selected;
 }
 
 // The weights as a PyTorch state_dict, from a safetensors file or a flat buffer, in PyTorch's or
@@ -125,8 +107,14 @@ TensorMap loadWeights(const RunOptions& o, const std::string& mode) {
   TensorMap weights;
   if (!o.weights.empty()) {
     weights = readSafeTensors(o.weights);
-    if (!o.weightsPrefix.empty())
-      weights = selectPrefixed(weights, o.weightsPrefix, o.weights);
+    if (!o.weightsPrefix.empty()) {
+      std::vector<std::string> ignored;
+      weights = selectPrefixed(weights, o.weightsPrefix, o.weights, &ignored);
+      if (!ignored.empty())
+        fmt::print(stderr, "rnnc: note: {}: ignoring {} tensor{} outside '{}' ({}{})\n", o.weights,
+                   ignored.size(), ignored.size() == 1 ? "" : "s", o.weightsPrefix, ignored.front(),
+                   ignored.size() > 1 ? ", ..." : "");
+    }
   } else {
     ir::SizeMap sizes = parseSizes(o.sizes);
     for (const char* needed : {"input_size", "hidden_size"})
@@ -165,10 +153,20 @@ int run(const RunOptions& o) {
   LayerRequest request;
   request.weights = &weights;
   request.weightsSource = o.weights.empty() ? o.flatWeights : o.weights;
-  std::map<std::string, std::string> inputs = inputFiles(*cell, o.inputs);
-  if (inputs.size() != 1)
-    throw UserError("give the input sequence with --input FILE");
-  request.input = readNpyFloat32(inputs.begin()->second);
+  // The cell's first input is the layer's; the others are side inputs every layer reads.
+  bool haveInput = false;
+  for (const auto& [name, file] : inputFiles(*cell, o.inputs))
+    if (name == cell->inputs[0]->name) {
+      request.input = readNpyFloat32(file);
+      haveInput = true;
+    } else {
+      request.sideInputs[name] = readNpyFloat32(file);
+    }
+  if (!haveInput)
+    throw UserError(cell->inputs.size() == 1
+                        ? std::string("give the input sequence with --input FILE")
+                        : fmt::format("give cell '{}''s first input with --input {}=FILE",
+                                      cell->name, cell->inputs[0]->name));
   for (const auto& [name, file] :
        stateFiles(*cell, o.h0, "--h0", o.c0, "--c0", o.states, "--state"))
     request.initialStates[name] = readNpyFloat32(file);
@@ -210,7 +208,8 @@ int run(const RunOptions& o) {
 CommandAction addRunCommand(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run a cell over a sequence");
-  cmd->add_option("--cell", o->cell, "Built-in cell name or .cell file")->required();
+  cmd->add_option("--cell", o->cell, "Built-in cell name, .cell file or .rnnir IR dump")
+      ->required();
   cmd->add_option("--weights", o->weights, "Parameters (.safetensors, PyTorch state_dict names)");
   cmd->add_option("--flat-weights", o->flatWeights,
                   "Instead: one flat float32 buffer (.npy) in cuDNN/PyTorch order (per layer and "
@@ -222,8 +221,8 @@ CommandAction addRunCommand(CLI::App& app) {
       ->check(CLI::IsMember({"pytorch", "miopen"}))
       ->default_val("pytorch");
   cmd->add_option("--input", o->inputs,
-                  "Input sequence [T, B, I] (.npy); NAME=FILE for cells "
-                  "with several inputs")
+                  "Input sequence [T, B, I] (.npy); NAME=FILE for each input of a cell with "
+                  "several (the first feeds layer 0, the others every layer at each step)")
       ->required();
   cmd->add_option("--output", o->output, "Where to write the outputs [T, B, H] (.npy)")->required();
   cmd->add_option("--h0", o->h0,

@@ -26,6 +26,9 @@ struct LayerSpec {
   // "skylake-avx512", "znver4"...) instead of the host's, e.g. to measure the AVX2 kernels on an
   // AVX-512 machine; it must run here (an error names the missing extension). Empty: the host.
   std::string targetCpu;
+  // Take the tensors whose names start with this prefix ("rnn." for a model's self.rnn) under
+  // the rest of their names, ignoring the others: a submodule out of a whole model's state_dict.
+  std::string weightsPrefix;
 };
 
 // A named float32 tensor in C order, for weights given from memory.
@@ -48,6 +51,10 @@ public:
   int64_t outputSize() const; // num_directions * hidden (or proj) size: output features
   // The features of one slot of a state ("h", "c", ...), as in h0 [L*D, B, stateSize].
   int64_t stateSize(const std::string& state) const;
+  // A cell with several inputs (`input x[...], y[...]`) reads its first as the layer's input and
+  // the others as side inputs: sequences every layer and direction reads at the same step.
+  std::vector<std::string> sideInputNames() const; // in the cell's order; empty for one input
+  int64_t sideInputSize(const std::string& name) const;
 
   // Runs a batch. All pointers are caller-owned float32 (lengths int64) buffers in C order:
   //   input   [T, B, inputSize()]              ([B, T, ...] with batchFirst)
@@ -56,6 +63,11 @@ public:
   //   hn, cn  [L*D, B, stateSize("h"/"c")]     or null when not wanted
   //   lengths [B], each in [1, T], any order   or null when every sequence has T steps
   void forward(const float* input, int64_t steps, int64_t batch, const float* h0, const float* c0,
+               const int64_t* lengths, float* output, float* hn, float* cn) const;
+  // The same for a cell with side inputs: one buffer per name of sideInputNames(), laid out as
+  // `input` with sideInputSize(name) features.
+  void forward(const float* input, const std::map<std::string, const float*>& sideInputs,
+               int64_t steps, int64_t batch, const float* h0, const float* c0,
                const int64_t* lengths, float* output, float* hn, float* cn) const;
 
   // The same on PyTorch's packed form (torch.nn.utils.rnn.PackedSequence):
