@@ -288,6 +288,18 @@ void CellEmitter::emitInstruction(const ir::Instr& instr, llvm::Value* batchRows
                                llvm::ConstantFP::get(f32, instr.attrs.value)});
     return;
   }
+  case Op::LayerNormGrad: {
+    const ir::Value* x = instr.operands[0];
+    View in = view(x), grad = view(instr.operands[1]), out = view(&instr.result);
+    RowRange rows = rowsFor(x, batchRows);
+    b.CreateCall(layerNormGradFn,
+                 {b.CreateSub(rows.end, rows.begin), constant(columnsOf(x)),
+                  elementPointer(in, rows.begin, constant(0)), in.rowStride,
+                  elementPointer(grad, rows.begin, constant(0)), grad.rowStride,
+                  elementPointer(out, rows.begin, constant(0)), out.rowStride,
+                  llvm::ConstantFP::get(f32, instr.attrs.value)});
+    return;
+  }
   case Op::Concat: {
     View out = view(&instr.result);
     int64_t col = 0;
@@ -326,6 +338,7 @@ void CellEmitter::emitInstruction(const ir::Instr& instr, llvm::Value* batchRows
   case Op::Sqrt:
   case Op::Clamp:
   case Op::Dropout:
+  case Op::Step:
     break;
   }
   RNNC_INTERNAL_CHECK(false,

@@ -25,6 +25,9 @@ EmitContext::EmitContext(llvm::LLVMContext& llvmContext, const ir::Cell& cell,
       module->getOrInsertFunction(kBarrierSymbol, llvm::FunctionType::get(none, {ptr}, false));
   layerNormFn = module->getOrInsertFunction(
       kLayerNormSymbol, llvm::FunctionType::get(none, {i64, i64, ptr, i64, ptr, i64, f32}, false));
+  layerNormGradFn = module->getOrInsertFunction(
+      kLayerNormGradSymbol,
+      llvm::FunctionType::get(none, {i64, i64, ptr, i64, ptr, i64, ptr, i64, f32}, false));
 }
 
 View EmitContext::view(const ir::Value* value) {

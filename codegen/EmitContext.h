@@ -140,7 +140,8 @@ public:
   llvm::Type* f32 = nullptr;
   llvm::Type* i64 = nullptr;
   llvm::PointerType* ptr = nullptr;
-  llvm::FunctionCallee gemmFn, layerNormFn, barrierFn; // the runtime's helpers (RunArgs.h)
+  // The runtime's helpers (RunArgs.h).
+  llvm::FunctionCallee gemmFn, layerNormFn, layerNormGradFn, barrierFn;
   // The run's arguments, loaded on entry.
   llvm::Value* steps = nullptr;
   llvm::Value* batch = nullptr;

@@ -196,6 +196,12 @@ llvm::Value* KernelEmitter::compute(const ir::Instr& instr, Get& get, llvm::Type
     return intrinsic2(llvm::Intrinsic::maximum, operand(0), operand(1));
   case Op::Neg:
     return e.b.CreateFNeg(operand(0));
+  case Op::Step: { // 1 where x > 0, 0 where not, NaN stays NaN (an unordered compare)
+    llvm::Value* x = operand(0);
+    llvm::Value* one = llvm::ConstantFP::get(vec, 1.0), *zero = llvm::ConstantFP::get(vec, 0.0);
+    llvm::Value* positive = e.b.CreateSelect(e.b.CreateFCmpOGT(x, zero), one, zero);
+    return e.b.CreateSelect(e.b.CreateFCmpUNO(x, x), x, positive);
+  }
   case Op::Relu:
     return intrinsic2(llvm::Intrinsic::maximum, operand(0), llvm::ConstantFP::get(vec, 0.0));
   case Op::Clamp:
@@ -223,6 +229,7 @@ llvm::Value* KernelEmitter::compute(const ir::Instr& instr, Get& get, llvm::Type
   case Op::Linear:
   case Op::MatMul:
   case Op::LayerNorm:
+  case Op::LayerNormGrad:
     break;
   }
   RNNC_INTERNAL_CHECK(false, "no kernel code for " + std::string(ir::opName(instr.op)));

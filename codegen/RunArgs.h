@@ -45,6 +45,10 @@ using RnncBarrierFunction = void (*)(void* team);
 // Per row: y = (x - mean) / sqrt(var + eps).
 using RnncLayerNormFunction = void (*)(int64_t rows, int64_t cols, const float* x, int64_t ldx,
                                        float* y, int64_t ldy, float eps);
+// Per row: dx = (g - mean(g) - y mean(g y)) / sqrt(var + eps) with y = layernorm(x).
+using RnncLayerNormGradFunction = void (*)(int64_t rows, int64_t cols, const float* x,
+                                           int64_t ldx, const float* g, int64_t ldg, float* dx,
+                                           int64_t lddx, float eps);
 }
 
 namespace rnnc::codegen {
@@ -52,5 +56,6 @@ namespace rnnc::codegen {
 inline constexpr const char* kRunFunctionName = "rnnc_run";
 inline constexpr const char* kGemmSymbol = "rnnc_gemm";
 inline constexpr const char* kLayerNormSymbol = "rnnc_layernorm";
+inline constexpr const char* kLayerNormGradSymbol = "rnnc_layernorm_grad";
 inline constexpr const char* kBarrierSymbol = "rnnc_barrier";
 } // namespace rnnc::codegen

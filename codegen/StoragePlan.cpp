@@ -62,6 +62,9 @@ bool canUpdateInKernel(const ir::Cell& cell, const ir::StateUpdate& u) {
   const ir::Value* next = u.next;
   if (next->isArgument() || next->def->kernel < 0 || next->shape != u.state->shape)
     return false;
+  // A kernel stores what it computes; a view (a chunk read raw) or a constant it only reads.
+  if (ir::isView(next->def->op) || next->def->op == ir::Op::Const)
+    return false;
   const int kernel = next->def->kernel;
   // Position of the kernel's first instruction in the step block.
   size_t start = cell.step.size();

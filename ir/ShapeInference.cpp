@@ -129,6 +129,14 @@ Shape inferShape(Op op, const std::vector<const Shape*>& operands, const Attrs& 
     if (!(attrs.value > 0))
       fail(fmt::format("layernorm: eps must be positive, got {}", attrs.value));
     return *operands[0];
+  case Op::LayerNormGrad:
+    requireRank(op, *operands[0], 1, 2, "the operand");
+    if (*operands[1] != *operands[0])
+      fail(fmt::format("layernorm_grad: the gradient {} must have the operand's shape {}",
+                       shapeStr(*operands[1]), shapeStr(*operands[0])));
+    if (!(attrs.value > 0))
+      fail(fmt::format("layernorm_grad: eps must be positive, got {}", attrs.value));
+    return *operands[0];
   case Op::Clamp:
     if (!(attrs.lo <= attrs.hi))
       fail(fmt::format("clamp: lo ({}) must not exceed hi ({})", attrs.lo, attrs.hi));

@@ -49,6 +49,8 @@ std::optional<double> fold(const ir::Instr& instr, const std::vector<double>& in
     return std::sqrt(f(in[0]));
   case Op::Clamp:
     return std::isnan(in[0]) ? NAN : std::min(std::max(f(in[0]), f(a.lo)), f(a.hi));
+  case Op::Step:
+    return std::isnan(in[0]) ? NAN : f(in[0]) > 0 ? 1.0 : 0.0;
   default:
     return std::nullopt; // dropout is random in training; others are not elementwise on scalars
   }

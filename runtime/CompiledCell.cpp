@@ -26,6 +26,8 @@ namespace {
 codegen::Jit& processJit() {
   static codegen::Jit jit({{codegen::kGemmSymbol, reinterpret_cast<void*>(&rnnc_gemm)},
                            {codegen::kLayerNormSymbol, reinterpret_cast<void*>(&rnnc_layernorm)},
+                           {codegen::kLayerNormGradSymbol,
+                            reinterpret_cast<void*>(&rnnc_layernorm_grad)},
                            {codegen::kBarrierSymbol, reinterpret_cast<void*>(&rnnc_barrier)}});
   return jit;
 }

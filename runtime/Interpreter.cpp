@@ -93,6 +93,21 @@ void layerNorm(const Tensor& x, Tensor& out, double eps) {
   }
 }
 
+// dx = (g - mean(g) - y * mean(g * y)) / sqrt(var + eps), y = layernorm(x): the rows' means and
+// spreads recomputed from x.
+void layerNormGrad(const Tensor& x, const Tensor& g, Tensor& out, double eps) {
+  ConstMatrixMap in = view(x), grad = view(g);
+  MatrixMap dx = view(out);
+  for (Eigen::Index r = 0; r < in.rows(); ++r) {
+    float mean = in.row(r).mean();
+    Eigen::ArrayXf centered = (in.row(r).array() - mean).transpose();
+    float inverseSpread = 1.0f / std::sqrt(centered.square().mean() + static_cast<float>(eps));
+    Eigen::ArrayXf y = centered * inverseSpread;
+    Eigen::ArrayXf gr = grad.row(r).array().transpose();
+    dx.row(r) = ((gr - gr.mean() - y * (gr * y).mean()) * inverseSpread).transpose();
+  }
+}
+
 void evaluate(const ir::Instr& instr, const std::vector<const Tensor*>& in, Tensor& out,
               const EvalContext& ctx) {
   const ir::Attrs& a = instr.attrs;
@@ -171,6 +186,12 @@ void evaluate(const ir::Instr& instr, const std::vector<const Tensor*>& in, Tens
     return dropout(*in[0], out, a.value, ctx);
   case Op::LayerNorm:
     return layerNorm(*in[0], out, a.value);
+  case Op::LayerNormGrad:
+    return layerNormGrad(*in[0], *in[1], out, a.value);
+  case Op::Step:
+    return unary([](auto&& x) {
+      return x.unaryExpr([](float v) { return std::isnan(v) ? v : v > 0 ? 1.0f : 0.0f; });
+    });
   }
   RNNC_INTERNAL_CHECK(false, "interpreter has no rule for " + std::string(ir::opName(instr.op)));
 }

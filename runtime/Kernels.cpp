@@ -31,6 +31,20 @@ extern "C" void rnnc_gemm(int64_t transposeB, int64_t m, int64_t n, int64_t k, c
     C.noalias() = A * ConstView(b, k, n, Stride(ldb));
 }
 
+extern "C" void rnnc_layernorm_grad(int64_t rows, int64_t cols, const float* x, int64_t ldx,
+                                    const float* g, int64_t ldg, float* dx, int64_t lddx,
+                                    float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    Eigen::Map<const Eigen::ArrayXf> in(x + r * ldx, cols), grad(g + r * ldg, cols);
+    Eigen::Map<Eigen::ArrayXf> out(dx + r * lddx, cols);
+    float mean = in.mean();
+    float inverseSpread = 1.0f / std::sqrt((in - mean).square().mean() + eps);
+    Eigen::ArrayXf y = (in - mean) * inverseSpread;
+    float gMean = grad.mean(), gyMean = (grad * y).mean();
+    out = (grad - gMean - y * gyMean) * inverseSpread;
+  }
+}
+
 extern "C" void rnnc_layernorm(int64_t rows, int64_t cols, const float* x, int64_t ldx, float* y,
                                int64_t ldy, float eps) {
   for (int64_t r = 0; r < rows; ++r) {

@@ -1,5 +1,5 @@
-// The helpers generated code calls (codegen/RunArgs.h): a GEMM (Eigen's) and a row-wise layer
-// norm. Given to the JIT as absolute symbols.
+// The helpers generated code calls (codegen/RunArgs.h): a GEMM (Eigen's), a row-wise layer
+// norm and its gradient. Given to the JIT as absolute symbols.
 #pragma once
 
 #include <cstdint>
@@ -9,4 +9,6 @@ void rnnc_gemm(int64_t transposeB, int64_t m, int64_t n, int64_t k, const float*
                const float* b, int64_t ldb, float* c, int64_t ldc);
 void rnnc_layernorm(int64_t rows, int64_t cols, const float* x, int64_t ldx, float* y, int64_t ldy,
                     float eps);
+void rnnc_layernorm_grad(int64_t rows, int64_t cols, const float* x, int64_t ldx, const float* g,
+                         int64_t ldg, float* dx, int64_t lddx, float eps);
 }

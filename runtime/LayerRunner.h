@@ -15,7 +15,10 @@
 #pragma once
 
 #include "ir/Cell.h"
+#include "runtime/DirectionRun.h"
 #include "runtime/SequenceRunner.h"
+
+#include <functional>
 
 #include <map>
 #include <memory>
@@ -65,11 +68,19 @@ public:
                                                    const std::string& weightsSource,
                                                    const LayerOptions& options);
 
+  // Runs one layer in one direction in place of the slot's own executor (the gradient
+  // runner's training forward, which keeps what the backward reads): `input` holds the cell's
+  // inputs side by side, `widths` features each; `states` are the initial values.
+  using SlotRunner = std::function<DirectionRun(
+      int64_t slot, const Tensor& input, const std::vector<int64_t>& widths,
+      std::vector<Tensor> states, const std::vector<int64_t>& lengths, bool reverse)>;
+
   // `sideInputs`: one tensor for each input of the cell past its first, by name, laid out like
   // `input`.
   LayerResult run(const Tensor& input, const std::map<std::string, Tensor>& initialStates,
                   const std::optional<Int64Array>& lengths,
-                  const std::map<std::string, Tensor>& sideInputs = {}) const;
+                  const std::map<std::string, Tensor>& sideInputs = {},
+                  const SlotRunner& slotRunner = {}) const;
 
   int numLayers() const { return numLayers_; }
   int numDirections() const { return directions_; }
@@ -81,6 +92,7 @@ public:
   // Features of one slot of a state, as bound by the weights.
   int64_t stateSize(const std::string& state) const;
   const ir::Cell& cell() const { return *cell_; }
+  const LayerOptions& options() const { return options_; }
 
   // One layer in one direction.
   struct Slot {
@@ -90,12 +102,14 @@ public:
     std::shared_ptr<CompiledCell> compiled;                 // null: run on the interpreter
     std::shared_ptr<const CompiledCell::Prepared> prepared; // its parameter-only work, done
   };
+  const std::vector<Slot>& slots() const { return slots_; }
 
-private:
-  LayerProgram() = default;
   // The side inputs checked against the cell and the input's T and B, in [T, B, F] layout.
   std::map<std::string, Tensor> checkedSideInputs(const std::map<std::string, Tensor>& given,
                                                   int64_t steps, int64_t batch) const;
+
+private:
+  LayerProgram() = default;
   std::unique_ptr<ir::Cell> cell_;
   std::string weightsSource_;
   LayerOptions options_;

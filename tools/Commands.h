@@ -14,6 +14,7 @@ namespace rnnc::tools {
 using CommandAction = std::function<int()>;
 
 CommandAction addRunCommand(CLI::App& app);
+CommandAction addGradCommand(CLI::App& app);
 CommandAction addDumpCommand(CLI::App& app);
 CommandAction addBenchCommand(CLI::App& app);
 CommandAction addCompileCommand(CLI::App& app);

@@ -4,6 +4,7 @@
 #include "ir/Error.h"
 #include "ir/Printer.h"
 #include "ir/Verifier.h"
+#include "passes/Autodiff.h"
 #include "passes/PassManager.h"
 #include "tools/CommandLine.h"
 #include "tools/Commands.h"
@@ -19,6 +20,7 @@ struct CompileOptions {
   std::vector<std::string> sizes;
   std::string emit = "ir-opt";
   std::string targetCpu; // empty: this machine
+  bool grad = false;     // the backward cell instead (passes/Autodiff.h)
   PipelineFlags pipeline;
 };
 
@@ -35,6 +37,8 @@ int compile(const CompileOptions& o) {
     cell->bindSizes(sizes);
     ir::verify(*cell);
   }
+  if (o.grad)
+    cell = passes::deriveBackward(*cell).cell;
   if (o.emit == "ir") {
     std::cout << *cell;
     return 0;
@@ -72,6 +76,9 @@ CommandAction addCompileCommand(CLI::App& app) {
                   "Generate code for this x86-64 CPU, by LLVM's name (skylake-avx512, znver4, "
                   "x86-64-v3, ...), not for this machine: e.g. to read the AVX-512 kernels on a "
                   "machine without AVX-512");
+  cmd->add_flag("--grad", o->grad,
+                "The cell's backward step (one step of backpropagation through time, derived "
+                "by reverse-mode autodiff) instead of the cell");
   o->pipeline.addTo(*cmd);
   return [o] { return compile(*o); };
 }

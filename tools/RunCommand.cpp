@@ -1,5 +1,6 @@
 #include "frontend/BuiltinCells.h"
 #include "ir/Error.h"
+#include "runtime/Gradients.h"
 #include "runtime/LayerRunner.h"
 #include "runtime/Npy.h"
 #include "runtime/SafeTensors.h"
@@ -30,6 +31,9 @@ struct RunOptions {
   uint64_t seed = 0;
   int threads = 0; // 0: every core
   PipelineFlags pipeline;
+  // rnnc grad: the gradients flowing in, and where the gradients go.
+  std::string gradOutput, gradHn, gradCn, grads;
+  std::vector<std::string> gradFinals;
 };
 
 std::string stateNames(const ir::Cell& cell) {
@@ -130,7 +134,16 @@ TensorMap loadWeights(const RunOptions& o, const std::string& mode) {
   return weights;
 }
 
-int run(const RunOptions& o) {
+// Everything `run` and `grad` read: the cell, its weights and the layer's request and options.
+struct LayerJob {
+  std::unique_ptr<ir::Cell> cell;
+  TensorMap weights;
+  LayerRequest request;
+  LayerOptions options;
+  std::map<std::string, std::string> finals; // state -> where its final value goes
+};
+
+LayerJob prepareJob(const RunOptions& o) {
   if (o.numLayers && *o.numLayers < 1)
     throw UserError(fmt::format("--num-layers must be at least 1, got {}", *o.numLayers));
   auto cell = frontend::loadCell(o.cell); // a bad cell name or file is reported first
@@ -150,8 +163,10 @@ int run(const RunOptions& o) {
                                             ", hidden_size]"));
   }
 
-  LayerRequest request;
-  request.weights = &weights;
+  LayerJob job;
+  job.weights = std::move(weights);
+  LayerRequest& request = job.request;
+  request.weights = &job.weights;
   request.weightsSource = o.weights.empty() ? o.flatWeights : o.weights;
   // The cell's first input is the layer's; the others are side inputs every layer reads.
   bool haveInput = false;
@@ -172,9 +187,9 @@ int run(const RunOptions& o) {
     request.initialStates[name] = readNpyFloat32(file);
   if (!o.lengths.empty())
     request.lengths = readNpyInt64(o.lengths);
-  auto finals = stateFiles(*cell, o.hn, "--hn", o.cn, "--cn", o.finals, "--final");
+  job.finals = stateFiles(*cell, o.hn, "--hn", o.cn, "--cn", o.finals, "--final");
 
-  LayerOptions options;
+  LayerOptions& options = job.options;
   options.numLayers = o.numLayers;
   if (o.bidirectional)
     options.bidirectional = true;
@@ -195,19 +210,48 @@ int run(const RunOptions& o) {
   options.engine = o.interpret ? Engine::Interpreter : Engine::Jit;
   options.compile.pipeline = o.pipeline.options();
   options.compile.log = &std::cerr;
+  job.cell = std::move(cell);
+  return job;
+}
 
-  LayerResult result = runLayers(*cell, request, options);
+int run(const RunOptions& o) {
+  LayerJob job = prepareJob(o);
+  LayerResult result = runLayers(*job.cell, job.request, job.options);
   writeNpy(o.output, result.output);
-  for (const auto& [name, file] : finals)
+  for (const auto& [name, file] : job.finals)
     writeNpy(file, result.finalStates.at(name));
   return 0;
 }
 
-} // namespace
+// rnnc grad: the gradients of loss = sum(Y * DY) + sum(h_n * DHN) + sum(c_n * DCN) (+ any
+// state's), as torch.autograd.backward gives them with those grad tensors.
+int grad(const RunOptions& o) {
+  LayerJob job = prepareJob(o);
+  GradientRequest request;
+  request.weights = job.request.weights;
+  request.weightsSource = job.request.weightsSource;
+  request.input = job.request.input;
+  request.sideInputs = job.request.sideInputs;
+  request.initialStates = job.request.initialStates;
+  request.lengths = job.request.lengths;
+  if (!o.gradOutput.empty())
+    request.gradOutput = readNpyFloat32(o.gradOutput);
+  for (const auto& [name, file] : stateFiles(*job.cell, o.gradHn, "--grad-hn", o.gradCn,
+                                             "--grad-cn", o.gradFinals, "--grad-final"))
+    request.gradFinalStates[name] = readNpyFloat32(file);
+  GradientResult result = runGradients(*job.cell, request, job.options);
+  writeSafeTensors(o.grads, result.gradients);
+  if (!o.output.empty())
+    writeNpy(o.output, result.forward.output);
+  for (const auto& [name, file] : job.finals)
+    writeNpy(file, result.forward.finalStates.at(name));
+  return 0;
+}
 
-CommandAction addRunCommand(CLI::App& app) {
-  auto o = std::make_shared<RunOptions>();
-  CLI::App* cmd = app.add_subcommand("run", "Run a cell over a sequence");
+// The options `run` and `grad` share; `grad` writes the forward's results only when asked.
+CLI::App* addLayerCommand(CLI::App& app, const std::string& name, const std::string& help,
+                          const std::shared_ptr<RunOptions>& o, bool grad) {
+  CLI::App* cmd = app.add_subcommand(name, help);
   cmd->add_option("--cell", o->cell, "Built-in cell name, .cell file or .rnnir IR dump")
       ->required();
   cmd->add_option("--weights", o->weights, "Parameters (.safetensors, PyTorch state_dict names)");
@@ -224,7 +268,8 @@ CommandAction addRunCommand(CLI::App& app) {
                   "Input sequence [T, B, I] (.npy); NAME=FILE for each input of a cell with "
                   "several (the first feeds layer 0, the others every layer at each step)")
       ->required();
-  cmd->add_option("--output", o->output, "Where to write the outputs [T, B, H] (.npy)")->required();
+  cmd->add_option("--output", o->output, "Where to write the outputs [T, B, H] (.npy)")
+      ->required(!grad);
   cmd->add_option("--h0", o->h0,
                   "Initial hidden state h [num_layers * num_directions, B, H_out] (.npy); zeros "
                   "if absent");
@@ -263,7 +308,34 @@ CommandAction addRunCommand(CLI::App& app) {
                 "Run on the reference interpreter instead of the JIT (training mode with dropout "
                 "always does)");
   o->pipeline.addTo(*cmd);
+  return cmd;
+}
+
+} // namespace
+
+CommandAction addRunCommand(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  addLayerCommand(app, "run", "Run a cell over a sequence", o, false);
   return [o] { return run(*o); };
+}
+
+CommandAction addGradCommand(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = addLayerCommand(app, "grad",
+                                  "Gradients of a layer by backpropagation through time (the "
+                                  "backward derived from the cell), as torch.autograd gives them",
+                                  o, true);
+  cmd->add_option("--grad-output", o->gradOutput,
+                  "dLoss/d(output), laid out as the output (.npy); zeros if absent");
+  cmd->add_option("--grad-hn", o->gradHn, "dLoss/d(h_n) [L*D, B, H_out] (.npy); zeros if absent");
+  cmd->add_option("--grad-cn", o->gradCn, "dLoss/d(c_n) [L*D, B, H] (.npy); zeros if absent");
+  cmd->add_option("--grad-final", o->gradFinals,
+                  "dLoss/d(any final state): NAME=FILE (repeatable); zeros if absent");
+  cmd->add_option("--grads", o->grads,
+                  "Where to write the gradients (.safetensors): every parameter under its "
+                  "state_dict name, input, h0, c0 (any other state under its name)")
+      ->required();
+  return [o] { return grad(*o); };
 }
 
 } // namespace rnnc::tools

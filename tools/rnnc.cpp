@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::map<std::string, rnnc::tools::CommandAction> actions = {
       {"run", rnnc::tools::addRunCommand(app)},
+      {"grad", rnnc::tools::addGradCommand(app)},
       {"dump", rnnc::tools::addDumpCommand(app)},
       {"compile", rnnc::tools::addCompileCommand(app)},
       {"bench", rnnc::tools::addBenchCommand(app)},

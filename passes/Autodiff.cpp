@@ -1,0 +1,369 @@
+#include "passes/Autodiff.h"
+
+#include "ir/Builder.h"
+#include "ir/Error.h"
+#include "ir/Verifier.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+namespace rnnc::passes {
+namespace {
+
+using ir::Dim;
+using ir::Op;
+using ir::Value;
+
+Dim widthOf(const Value* v) {
+  return v->shape.empty() ? Dim::constant(1) : v->shape.back();
+}
+
+// The gradient of a value read through slices: the parts, each at its offset.
+struct SlicePart {
+  Dim offset, width;
+  Value* gradient;
+};
+
+class Differentiator {
+public:
+  Differentiator(const ir::Cell& forward, BackwardCell& out)
+      : forward_(forward), out_(out), b_(*out.cell, out.cell->step) {}
+
+  void run() {
+    declareArguments();
+    recomputeForward();
+    seedGradients();
+    for (auto it = recomputed_.rbegin(); it != recomputed_.rend(); ++it)
+      differentiate(**it);
+    finish();
+  }
+
+private:
+  ir::Cell& cell() { return *out_.cell; }
+
+  void declareArguments() {
+    ir::Cell& c = cell();
+    c.name = forward_.name + "_backward";
+    c.sizeNames = forward_.sizeNames;
+    c.sizes = forward_.sizes;
+    auto checkName = [&](const std::string& name) {
+      if (name.rfind(kGradPrefix, 0) == 0)
+        throw UserError(fmt::format("cell '{}': the argument name '{}' is reserved for "
+                                    "gradients (names starting with '{}')",
+                                    forward_.name, name, kGradPrefix));
+    };
+    for (const auto& x : forward_.inputs) {
+      checkName(x->name);
+      map_[x.get()] = c.addArgument(ir::ArgKind::Input, x->name, x->shape);
+    }
+    for (const auto& s : forward_.states) {
+      checkName(s->name);
+      map_[s.get()] = c.addArgument(ir::ArgKind::Input, s->name, s->shape);
+    }
+    gradOutput_ = c.addArgument(ir::ArgKind::Input, std::string(kGradPrefix) + "output",
+                                forward_.output->shape);
+    for (const auto& s : forward_.states)
+      gradStates_.push_back(
+          c.addArgument(ir::ArgKind::State, std::string(kGradPrefix) + s->name, s->shape));
+    for (const auto& p : forward_.params)
+      map_[p.get()] = c.addArgument(ir::ArgKind::Param, p->name, p->shape);
+  }
+
+  // The forward step again (its pre block first: every op is row-wise, so a hoisted value is
+  // the same per step), each value's twin in map_.
+  void recomputeForward() {
+    for (const ir::Block* block : {&forward_.pre, &forward_.step})
+      for (const auto& instr : *block) {
+        std::vector<Value*> operands;
+        for (const Value* operand : instr->operands)
+          operands.push_back(map_.at(operand));
+        Value* result = instr->op == Op::Slice
+                            ? b_.slice(operands[0], instr->attrs.offset, widthOf(&instr->result))
+                            : b_.create(instr->op, operands, instr->attrs);
+        map_[&instr->result] = result;
+        recomputed_.push_back(result->def);
+      }
+  }
+
+  void seedGradients() {
+    accumulate(map_.at(forward_.output), gradOutput_);
+    for (size_t i = 0; i < forward_.updates.size(); ++i)
+      accumulate(map_.at(forward_.updates[i].next), gradStates_[i]);
+  }
+
+  // --- building blocks ---
+  Value* constant(double v) { return b_.constant(v); }
+  Value* add(Value* a, Value* c) { return b_.create(Op::Add, {a, c}); }
+  Value* sub(Value* a, Value* c) { return b_.create(Op::Sub, {a, c}); }
+  Value* mul(Value* a, Value* c) { return b_.create(Op::Mul, {a, c}); }
+  Value* div(Value* a, Value* c) { return b_.create(Op::Div, {a, c}); }
+  Value* step(Value* a) { return b_.create(Op::Step, {a}); }
+
+  static bool isConstant(const Value* v) { return !v->isArgument() && v->def->op == Op::Const; }
+
+  void accumulate(Value* v, Value* gradient) {
+    if (isConstant(v))
+      return;
+    auto [it, fresh] = gradients_.emplace(v, gradient);
+    if (!fresh)
+      it->second = add(it->second, gradient);
+  }
+
+  // dLoss/dv: the direct contributions plus the parts its slices received, zeros where no
+  // slice reads; null when nothing depends on v.
+  Value* gradientOf(Value* v) {
+    Value* whole = nullptr;
+    if (auto it = gradients_.find(v); it != gradients_.end())
+      whole = it->second;
+    auto parts = sliceParts_.find(v);
+    if (parts == sliceParts_.end())
+      return whole;
+    std::vector<SlicePart>& list = parts->second;
+    // Parts of the same slice (CSE may not have run) add up first.
+    std::vector<SlicePart> merged;
+    for (const SlicePart& part : list) {
+      auto same = std::find_if(merged.begin(), merged.end(), [&](const SlicePart& m) {
+        return m.offset == part.offset && m.width == part.width;
+      });
+      if (same != merged.end())
+        same->gradient = add(same->gradient, part.gradient);
+      else
+        merged.push_back(part);
+    }
+    std::sort(merged.begin(), merged.end(), [](const SlicePart& a, const SlicePart& c) {
+      return (c.offset - a.offset).isProvablyPositive();
+    });
+    std::vector<Value*> pieces;
+    Dim cursor;
+    auto zeros = [&](Dim offset, Dim width) {
+      if (!v->isBatched())
+        throw UserError(fmt::format("autodiff: cell '{}' reads parts of a value without the "
+                                    "batch dimension ({}) through slices that leave gaps",
+                                    forward_.name, ir::shapeStr(v->shape)));
+      return mul(b_.slice(v, offset, width), constant(0));
+    };
+    for (const SlicePart& part : merged) {
+      Dim gap = part.offset - cursor;
+      if (gap.isProvablyPositive())
+        pieces.push_back(zeros(cursor, gap));
+      else if (gap != Dim())
+        throw UserError(fmt::format("autodiff: cell '{}' reads overlapping slices of one value "
+                                    "([{} : {}] and one ending at {})",
+                                    forward_.name, part.offset.str(),
+                                    (part.offset + part.width).str(), cursor.str()));
+      pieces.push_back(part.gradient);
+      cursor = part.offset + part.width;
+    }
+    Dim tail = widthOf(v) - cursor;
+    if (tail.isProvablyPositive())
+      pieces.push_back(zeros(cursor, tail));
+    Value* sliced = pieces.size() == 1 ? pieces[0] : b_.create(Op::Concat, pieces);
+    return whole ? add(whole, sliced) : sliced;
+  }
+
+  [[noreturn]] void unsupported(const ir::Instr& instr, const std::string& why) {
+    throw UserError(fmt::format("autodiff: cell '{}': cannot differentiate '{}': {}", forward_.name,
+                                ir::opName(instr.op), why));
+  }
+
+  Value* param(Value* v) const {
+    return v->isArgument() && v->argKind == ir::ArgKind::Param ? v : nullptr;
+  }
+
+  // --- the rules: add each operand's share of g = dLoss/d(result) ---
+  void differentiate(ir::Instr& instr) {
+    Value* r = &instr.result;
+    Value* g = gradientOf(r);
+    if (!g)
+      return; // nothing downstream depends on it
+    const std::vector<Value*> x = instr.operands;
+    switch (instr.op) {
+    case Op::Const:
+      return;
+    case Op::Slice:
+      sliceParts_[x[0]].push_back({instr.attrs.offset, widthOf(r), g});
+      return;
+    case Op::Concat: {
+      Dim offset;
+      for (Value* part : x) {
+        accumulate(part, b_.slice(g, offset, widthOf(part)));
+        offset = offset + widthOf(part);
+      }
+      return;
+    }
+    case Op::Linear:
+    case Op::MatMul: {
+      Value* w = param(x[1]);
+      if (!w)
+        unsupported(instr, "its weight is not a parameter");
+      if (!x[0]->isBatched())
+        unsupported(instr, "its operand has no batch dimension");
+      // da = g W (linear: W is [N, K]) or g W^T (matmul: W is [K, N]).
+      accumulate(x[0], b_.create(instr.op == Op::Linear ? Op::MatMul : Op::Linear, {g, w}));
+      weightFactors_.push_back({instr.op, w, x[0], g});
+      return;
+    }
+    case Op::Add:
+      accumulate(x[0], g);
+      accumulate(x[1], g);
+      return;
+    case Op::Sub:
+      accumulate(x[0], g);
+      accumulate(x[1], b_.create(Op::Neg, {g}));
+      return;
+    case Op::Mul:
+      accumulate(x[0], mul(g, x[1]));
+      accumulate(x[1], mul(g, x[0]));
+      return;
+    case Op::Div: // d(a/b) = da/b - r db/b
+      accumulate(x[0], div(g, x[1]));
+      accumulate(x[1], b_.create(Op::Neg, {div(mul(g, r), x[1])}));
+      return;
+    case Op::Min:
+    case Op::Max: {
+      // As torch.minimum/maximum: the winner takes g, a tie splits it evenly.
+      Value* winsA = instr.op == Op::Min ? sub(x[1], x[0]) : sub(x[0], x[1]);
+      Value* winsB = b_.create(Op::Neg, {winsA});
+      Value* shareA = mul(constant(0.5), add(constant(1), sub(step(winsA), step(winsB))));
+      accumulate(x[0], mul(g, shareA));
+      accumulate(x[1], mul(g, sub(constant(1), shareA)));
+      return;
+    }
+    case Op::Neg:
+      accumulate(x[0], b_.create(Op::Neg, {g}));
+      return;
+    case Op::Sigmoid:
+      accumulate(x[0], mul(g, mul(r, sub(constant(1), r))));
+      return;
+    case Op::Tanh:
+      accumulate(x[0], mul(g, sub(constant(1), mul(r, r))));
+      return;
+    case Op::Relu: // as torch: g where the result is positive
+      accumulate(x[0], mul(g, step(r)));
+      return;
+    case Op::Exp:
+      accumulate(x[0], mul(g, r));
+      return;
+    case Op::Log:
+      accumulate(x[0], div(g, x[0]));
+      return;
+    case Op::Sqrt:
+      accumulate(x[0], div(mul(g, constant(0.5)), r));
+      return;
+    case Op::Clamp: { // as torch: g where lo <= x <= hi
+      Value* below = step(sub(constant(instr.attrs.lo), x[0]));
+      Value* above = step(sub(x[0], constant(instr.attrs.hi)));
+      accumulate(x[0], mul(g, mul(sub(constant(1), below), sub(constant(1), above))));
+      return;
+    }
+    case Op::Dropout: // inference: the identity (training masks are the runner's)
+      accumulate(x[0], g);
+      return;
+    case Op::LayerNorm: {
+      ir::Attrs attrs;
+      attrs.value = instr.attrs.value;
+      accumulate(x[0], b_.create(Op::LayerNormGrad, {x[0], g}, attrs));
+      return;
+    }
+    case Op::Stack:
+      unsupported(instr, "stacked weights are made by passes, after differentiation");
+    case Op::Step:
+    case Op::LayerNormGrad:
+      unsupported(instr, "it is made by differentiation, which runs once");
+    }
+    unsupported(instr, "no rule");
+  }
+
+  // The states' gradients for the step before, and the output: every per-step gradient side
+  // by side.
+  void finish() {
+    ir::Cell& c = cell();
+    auto orZeros = [&](Value* gradient, Value* like) {
+      return gradient ? gradient : mul(like, constant(0));
+    };
+    for (size_t i = 0; i < forward_.states.size(); ++i) {
+      Value* state = map_.at(forward_.states[i].get());
+      c.updates.push_back({gradStates_[i], orZeros(gradientOf(state), state)});
+    }
+    std::vector<Value*> columns;
+    Dim offset;
+    auto place = [&](Value* v) {
+      Dim at = offset;
+      columns.push_back(v);
+      offset = offset + widthOf(v);
+      return at;
+    };
+    for (const auto& input : forward_.inputs) {
+      Value* x = map_.at(input.get());
+      Value* gradient = orZeros(gradientOf(x), x);
+      Dim at = place(gradient);
+      out_.segments.push_back(
+          {GradientSegment::Kind::Input, input->name, at, widthOf(x), Dim(), Dim()});
+    }
+    for (const WeightFactor& f : weightFactors_) {
+      Dim operandAt = place(f.operand);
+      Dim at = place(f.gradient);
+      out_.segments.push_back({f.op == Op::Linear ? GradientSegment::Kind::LinearWeight
+                                                  : GradientSegment::Kind::MatMulWeight,
+                               f.weight->name, at, widthOf(f.gradient), operandAt,
+                               widthOf(f.operand)});
+    }
+    for (const auto& p : forward_.params) {
+      Value* w = map_.at(p.get());
+      if (w->shape.size() != 1)
+        continue; // matrices: products only, handled above
+      Value* gradient = gradientOf(w);
+      if (!gradient)
+        continue;
+      if (!gradient->isBatched()) // a parameter-only path: one contribution per row all the same
+        unsupported(*gradient->def, "a parameter's gradient without the batch dimension");
+      Dim at = place(gradient);
+      out_.segments.push_back(
+          {GradientSegment::Kind::VectorWeight, p->name, at, widthOf(w), Dim(), Dim()});
+    }
+    c.output = columns.size() == 1 ? columns[0] : b_.create(Op::Concat, columns);
+    ir::verify(c);
+  }
+
+  struct WeightFactor {
+    Op op;
+    Value* weight;
+    Value* operand;
+    Value* gradient;
+  };
+
+  const ir::Cell& forward_;
+  BackwardCell& out_;
+  ir::Builder b_;
+  std::map<const Value*, Value*> map_; // forward value -> its twin in the backward cell
+  std::vector<ir::Instr*> recomputed_;
+  Value* gradOutput_ = nullptr;
+  std::vector<Value*> gradStates_;
+  std::map<Value*, Value*> gradients_;
+  std::map<Value*, std::vector<SlicePart>> sliceParts_;
+  std::vector<WeightFactor> weightFactors_;
+};
+
+} // namespace
+
+std::unique_ptr<ir::Cell> withEnteringStates(const ir::Cell& forward) {
+  std::unique_ptr<ir::Cell> cell = forward.clone();
+  cell->name = forward.name + "_training";
+  std::vector<Value*> columns = {cell->output};
+  for (const auto& state : cell->states)
+    columns.push_back(state.get());
+  cell->output = ir::Builder(*cell, cell->step).create(Op::Concat, columns);
+  ir::verify(*cell);
+  return cell;
+}
+
+BackwardCell deriveBackward(const ir::Cell& forward) {
+  BackwardCell out;
+  out.cell = std::make_unique<ir::Cell>();
+  Differentiator(forward, out).run();
+  return out;
+}
+
+} // namespace rnnc::passes

@@ -1,0 +1,58 @@
+// Reverse-mode differentiation of a cell's step (issue 14): from the forward cell, a backward
+// cell in the same IR that one time step of backpropagation through time runs, so that it goes
+// through the same passes, interpreter and code generator as any cell.
+//
+// The backward cell, for a forward cell with inputs X, states S and output y:
+//   inputs   X (this step's inputs), S (the states entering this step, kept by the forward) and
+//            `grad.output` (dLoss/dy of this step)
+//   states   `grad.<s>` for each s of S: dLoss/d(the next value of s made by this step); its
+//            update is dLoss/d(s entering this step), which the step before receives
+//   params   the forward's
+//   output   the per-step gradients side by side, described by `segments`: dLoss/dX, and what the
+//            sequence runner reduces over all rows (every step and sequence) into parameter
+//            gradients: for a product by a parameter W, the product's operand `a` and the
+//            gradient of its result `g` (dW = g^T a for linear, a^T g for matmul, one GEMM over
+//            all rows); for a parameter vector read elementwise, its per-row contribution (summed
+//            over the rows).
+// The step recomputes the forward (the passes hoist what does not depend on the states), so
+// the forward keeps only the states entering each step: h and c for an LSTM, as cuDNN's reserve
+// space keeps them, less the gates.
+#pragma once
+
+#include "ir/Cell.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace rnnc::passes {
+
+struct GradientSegment {
+  enum class Kind {
+    Input,        // dLoss/d(input `name`), [B, F]
+    LinearWeight, // linear(a, W = `name`): `operand` columns hold a, `columns` hold g
+    MatMulWeight, // matmul(a, W = `name`): the same, dW = a^T g
+    VectorWeight, // per-row contributions to dLoss/d(parameter `name`), summed over rows
+  };
+  Kind kind;
+  std::string name;
+  ir::Dim offset, width;               // the segment's columns in the backward cell's output
+  ir::Dim operandOffset, operandWidth; // LinearWeight and MatMulWeight: where a is
+};
+
+struct BackwardCell {
+  std::unique_ptr<ir::Cell> cell;
+  std::vector<GradientSegment> segments;
+};
+
+inline constexpr const char* kGradPrefix = "grad."; // grad.output, grad.h, grad.c, ...
+
+// Throws UserError naming the op for what cannot be differentiated (dropout in training is the
+// sequence runner's affair: its masks are inputs of neither cell).
+BackwardCell deriveBackward(const ir::Cell& forward);
+
+// The training forward: `forward` whose output is its output followed by the states entering
+// the step ([B, H + F1 + F2 + ...]): what the backward cell reads as inputs.
+std::unique_ptr<ir::Cell> withEnteringStates(const ir::Cell& forward);
+
+} // namespace rnnc::passes

@@ -1,0 +1,330 @@
+// Training (issue 14): the autodiff pass (IR in, IR out), gradients of whole layers against
+// PyTorch autograd in float64 (tests/fixtures/grads, made by make_grad_fixtures.py) through the
+// runtime on the JIT and the interpreter and through `rnnc grad`, and a custom cell with layer
+// norm and every differentiable op against central finite differences.
+#include "frontend/BuiltinCells.h"
+#include "frontend/CellParser.h"
+#include "ir/IRParser.h"
+#include "ir/Printer.h"
+#include "passes/Autodiff.h"
+#include "runtime/Gradients.h"
+#include "runtime/Npy.h"
+#include "tests/TestSupport.h"
+#include "tests/ToolRunner.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+namespace rnnc {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- The pass: IR in, IR out ---------------------------------------------------------------
+
+TEST(Autodiff, ElmanCellBackwardStep) {
+  auto forward = ir::parseIR(R"(cell @rnn(input_size, hidden_size) {
+  input %x : [B, input_size]
+  state %h : [B, hidden_size]
+  param %w : [hidden_size, input_size]
+  param %u : [hidden_size, hidden_size]
+  param %b : [hidden_size]
+  step {
+    %0 = linear %x, %w : [B, hidden_size]
+    %1 = linear %h, %u : [B, hidden_size]
+    %2 = add %0, %1 : [B, hidden_size]
+    %3 = add %2, %b : [B, hidden_size]
+    %4 = tanh %3 : [B, hidden_size]
+  }
+  yield %h = %4
+  output %4
+})");
+  passes::BackwardCell backward = passes::deriveBackward(*forward);
+  // dy flows in from the output and from the next step (grad.h); tanh' = 1 - y^2; then dx = g W,
+  // dh = g U, and the weights' factors (operand, g) side by side in the output.
+  EXPECT_EQ(ir::toString(*backward.cell), R"(cell @rnn_backward(input_size, hidden_size) {
+  input %x : [B, input_size]
+  input %h : [B, hidden_size]
+  input %grad.output : [B, hidden_size]
+  state %grad.h : [B, hidden_size]
+  param %w : [hidden_size, input_size]
+  param %u : [hidden_size, hidden_size]
+  param %b : [hidden_size]
+  step {
+    %0 = linear %x, %w : [B, hidden_size]
+    %1 = linear %h, %u : [B, hidden_size]
+    %2 = add %0, %1 : [B, hidden_size]
+    %3 = add %2, %b : [B, hidden_size]
+    %4 = tanh %3 : [B, hidden_size]
+    %5 = add %grad.output, %grad.h : [B, hidden_size]
+    %6 = mul %4, %4 : [B, hidden_size]
+    %7 = const {value = 1} : []
+    %8 = sub %7, %6 : [B, hidden_size]
+    %9 = mul %5, %8 : [B, hidden_size]
+    %10 = matmul %9, %u : [B, hidden_size]
+    %11 = matmul %9, %w : [B, input_size]
+    %12 = concat %11, %h, %9, %x, %9, %9 : [B, 4*hidden_size + 2*input_size]
+  }
+  yield %grad.h = %10
+  output %12
+}
+)");
+  using Kind = passes::GradientSegment::Kind;
+  ASSERT_EQ(backward.segments.size(), 4u);
+  EXPECT_EQ(backward.segments[0].kind, Kind::Input);
+  EXPECT_EQ(backward.segments[1].kind, Kind::LinearWeight);
+  EXPECT_EQ(backward.segments[1].name, "u");
+  EXPECT_EQ(backward.segments[1].operandOffset.str(), "input_size");
+  EXPECT_EQ(backward.segments[1].offset.str(), "hidden_size + input_size");
+  EXPECT_EQ(backward.segments[2].name, "w");
+  EXPECT_EQ(backward.segments[3].kind, Kind::VectorWeight);
+  EXPECT_EQ(backward.segments[3].name, "b");
+}
+
+// The gradient of a chunked value is its chunks' gradients side by side, zeros for a chunk
+// nothing reads; a layer norm's is layernorm_grad.
+TEST(Autodiff, ChunksAndLayerNorm) {
+  auto forward = frontend::parseCell(R"(cell c(n) {
+  input x[n]
+  state h[n]
+  param w[3*n, n]
+  a, b, unused = chunk(linear(x, w), 3)
+  h2 = layernorm(a * h) + b
+  return h = h2; output h2
+})",
+                                     "c.cell");
+  std::string text = ir::toString(*passes::deriveBackward(*forward).cell);
+  EXPECT_NE(text.find("layernorm_grad"), std::string::npos) << text;
+  // The third chunk's gradient is a zero block: a slice of the product times 0.
+  EXPECT_NE(text.find("slice %0 {offset = 2*n} : [B, n]"), std::string::npos) << text;
+  EXPECT_NE(text.find(" : [B, 3*n]"), std::string::npos) << text;
+}
+
+// ---- Whole layers against PyTorch autograd ---------------------------------------------------
+
+const fs::path kGradFixtures = fs::path(RNNC_SOURCE_DIR) / "tests" / "fixtures" / "grads";
+
+std::vector<std::string> gradCases() {
+  std::vector<std::string> cases;
+  for (const auto& entry : fs::directory_iterator(kGradFixtures))
+    if (entry.is_directory())
+      cases.push_back(entry.path().filename().string());
+  std::sort(cases.begin(), cases.end());
+  return cases;
+}
+
+std::string fixture(const std::string& name, const std::string& file) {
+  return (kGradFixtures / name / file).string();
+}
+
+// Every expected gradient is there and within 1e-4 of PyTorch's, relative to its largest value.
+void expectGradientsMatch(const TensorMap& actual, const TensorMap& expected) {
+  for (const auto& [name, want] : expected) {
+    SCOPED_TRACE(name);
+    auto it = actual.find(name);
+    ASSERT_NE(it, actual.end()) << "no gradient for " << name;
+    ASSERT_EQ(it->second.shape(), want.shape());
+    float scale = 1e-6f;
+    for (float v : want.values())
+      scale = std::max(scale, std::abs(v));
+    EXPECT_LE(test::maxAbsDiff(it->second, want) / scale, 1e-4f);
+  }
+  for (const auto& [name, tensor] : actual)
+    EXPECT_TRUE(expected.count(name)) << "a gradient PyTorch has not: " << name;
+}
+
+class PyTorchGradients : public testing::TestWithParam<std::string> {};
+
+TEST_P(PyTorchGradients, MatchAutogradInFloat64) {
+  const std::string name = GetParam();
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(fixture(name, "meta.json")));
+  TensorMap weights = readSafeTensors(fixture(name, "weights.safetensors"));
+  TensorMap expected = readSafeTensors(fixture(name, "grads.safetensors"));
+  std::string cellName = meta["cell"].get<std::string>();
+  if (meta["proj_size"].get<int>() > 0)
+    cellName = "lstm_proj";
+  auto cell = frontend::loadCell(cellName);
+  GradientRequest request;
+  request.weights = &weights;
+  request.input = readNpyFloat32(fixture(name, "input.npy"));
+  request.initialStates["h"] = readNpyFloat32(fixture(name, "h0.npy"));
+  request.gradOutput = readNpyFloat32(fixture(name, "grad_output.npy"));
+  request.gradFinalStates["h"] = readNpyFloat32(fixture(name, "grad_hn.npy"));
+  if (fs::exists(fixture(name, "c0.npy"))) {
+    request.initialStates["c"] = readNpyFloat32(fixture(name, "c0.npy"));
+    request.gradFinalStates["c"] = readNpyFloat32(fixture(name, "grad_cn.npy"));
+  }
+  if (fs::exists(fixture(name, "lengths.npy")))
+    request.lengths = readNpyInt64(fixture(name, "lengths.npy"));
+  for (Engine engine : {Engine::Jit, Engine::Interpreter})
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(std::string(engine == Engine::Jit ? "jit, " : "interpreter, ") +
+                   std::to_string(threads) + " threads");
+      LayerOptions options;
+      options.engine = engine;
+      options.threads = threads;
+      options.batchFirst = meta["batch_first"].get<bool>();
+      expectGradientsMatch(runGradients(*cell, request, options).gradients, expected);
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchGradients, testing::ValuesIn(gradCases()),
+                         [](const testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+// `rnnc grad` writes the same gradients, under the contract's names, into a safetensors file.
+class GradTool : public test::ScratchDirTest {};
+
+TEST_F(GradTool, WritesEveryGradientAsPyTorchNamesIt) {
+  for (const std::string name : {"lstm_l2_bi_len", "gru_l2_bi_bf_len", "lstm_proj_l2_bi"}) {
+    SCOPED_TRACE(name);
+    nlohmann::json meta = nlohmann::json::parse(std::ifstream(fixture(name, "meta.json")));
+    std::vector<std::string> args = {"grad",
+                                     "--cell",
+                                     meta["cell"].get<std::string>(),
+                                     "--weights",
+                                     fixture(name, "weights.safetensors"),
+                                     "--input",
+                                     fixture(name, "input.npy"),
+                                     "--h0",
+                                     fixture(name, "h0.npy"),
+                                     "--grad-output",
+                                     fixture(name, "grad_output.npy"),
+                                     "--grad-hn",
+                                     fixture(name, "grad_hn.npy"),
+                                     "--grads",
+                                     path("g.safetensors")};
+    if (fs::exists(fixture(name, "c0.npy")))
+      args.insert(args.end(),
+                  {"--c0", fixture(name, "c0.npy"), "--grad-cn", fixture(name, "grad_cn.npy")});
+    if (fs::exists(fixture(name, "lengths.npy")))
+      args.insert(args.end(), {"--lengths", fixture(name, "lengths.npy")});
+    if (meta["batch_first"].get<bool>())
+      args.push_back("--batch-first");
+    test::ToolResult r = test::ToolRunner(dir_).run(args);
+    ASSERT_EQ(r.exitCode, 0) << r;
+    expectGradientsMatch(readSafeTensors(path("g.safetensors")),
+                         readSafeTensors(fixture(name, "grads.safetensors")));
+  }
+}
+
+TEST_F(GradTool, AbsentGradientsAreZerosAndBadShapesAreErrors) {
+  const std::string name = "gru_l1_uni";
+  std::vector<std::string> args = {"grad",
+                                   "--cell",
+                                   "gru",
+                                   "--weights",
+                                   fixture(name, "weights.safetensors"),
+                                   "--input",
+                                   fixture(name, "input.npy"),
+                                   "--grads",
+                                   path("g.safetensors")};
+  test::ToolRunner tool(dir_);
+  test::ToolResult r = tool.run(args);
+  ASSERT_EQ(r.exitCode, 0) << r;
+  for (const auto& [key, grad] : readSafeTensors(path("g.safetensors")))
+    for (float v : grad.values())
+      ASSERT_EQ(v, 0.0f) << key; // loss = 0: every gradient is zero
+  args.insert(args.end(), {"--grad-hn", fixture(name, "input.npy")});
+  r = tool.run(args);
+  EXPECT_EQ(r.exitCode, 1) << r;
+  EXPECT_NE(r.err.find("the gradient of final state 'h' has shape"), std::string::npos) << r;
+}
+
+// ---- A custom cell against central finite differences -----------------------------------------
+
+// Layer norm, chunks read raw, every differentiable op, a parameter vector read elementwise,
+// and `x @ W` (matmul) beside linear().
+const char* kCustomCell = R"(cell custom(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size], c[hidden_size]
+  param w[3*hidden_size, input_size], u[hidden_size, 3*hidden_size], v[hidden_size]
+  param ln.weight[hidden_size]
+  a, b, g = chunk(linear(x, w) + h @ u, 3)
+  n = layernorm(a * sigmoid(b), ln.weight, eps=0.001)
+  q = min(n, clamp(g, -0.5, 0.8)) / (2 + tanh(v * c)) - max(relu(b), exp(tanh(g)) * 0.1)
+  c2 = sigmoid(g) * c + sqrt(sigmoid(a)) * tanh(q) + log(1 + sigmoid(b)) * 0.1
+  h2 = tanh(c2) * -sigmoid(n)
+  return h = h2, c = c2; output h2
+})";
+
+TEST(Gradients, CustomCellMatchesCentralDifferences) {
+  auto cell = frontend::parseCell(kCustomCell, "custom.cell");
+  std::mt19937 rng(5);
+  const int64_t steps = 4, batch = 3, input = 3, hidden = 4;
+  TensorMap weights =
+      test::randomWeights(*cell, {{"input_size", input}, {"hidden_size", hidden}}, rng);
+  for (auto& [name, t] : weights)
+    for (float& v : t.values())
+      v *= 2; // away from the linear regime
+  GradientRequest request;
+  request.weights = &weights;
+  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
+  request.initialStates["h"] = test::randomTensor({1, batch, hidden}, rng, 0.5f);
+  request.initialStates["c"] = test::randomTensor({1, batch, hidden}, rng, 0.5f);
+  request.gradOutput = test::randomTensor({steps, batch, hidden}, rng, 1.0f);
+  request.gradFinalStates["c"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
+  request.lengths = Int64Array{{batch}, {4, 1, 3}};
+  LayerOptions options;
+  options.engine = Engine::Jit;
+  GradientResult result = runGradients(*cell, request, options);
+
+  // The loss the gradients are of, on the interpreter, in double where it sums.
+  auto loss = [&](const GradientRequest& r) {
+    LayerOptions interpret;
+    interpret.engine = Engine::Interpreter;
+    LayerRequest layer;
+    layer.weights = r.weights;
+    layer.input = r.input;
+    layer.initialStates = r.initialStates;
+    layer.lengths = r.lengths;
+    LayerResult out = runLayers(*cell, layer, interpret);
+    double sum = 0;
+    for (int64_t i = 0; i < out.output.numel(); ++i)
+      sum += double(out.output.data()[i]) * r.gradOutput.data()[i];
+    const Tensor& cn = out.finalStates.at("c");
+    for (int64_t i = 0; i < cn.numel(); ++i)
+      sum += double(cn.data()[i]) * r.gradFinalStates.at("c").data()[i];
+    return sum;
+  };
+  // d loss / d t[i] by central differences, for a few entries of each tensor. Two step sizes
+  // that disagree mean a kink (min, max, clamp, relu) lies within the step: such an entry is
+  // skipped, and few may be.
+  int checked = 0, kinks = 0;
+  auto check = [&](const std::string& name, Tensor& t) {
+    SCOPED_TRACE(name);
+    const Tensor& analytic = result.gradients.at(name);
+    auto centralDifference = [&](int64_t i, float step) {
+      const float saved = t.data()[i];
+      t.data()[i] = saved + step;
+      double up = loss(request);
+      t.data()[i] = saved - step;
+      double down = loss(request);
+      t.data()[i] = saved;
+      return (up - down) / (2.0 * step);
+    };
+    for (int64_t i = 0; i < t.numel(); i += std::max<int64_t>(1, t.numel() / 5)) {
+      double coarse = centralDifference(i, 1e-2f), fine = centralDifference(i, 3e-3f);
+      double tolerance = 2e-3 * std::max(1.0, std::abs(fine));
+      if (std::abs(coarse - fine) > tolerance) {
+        ++kinks;
+        continue;
+      }
+      ++checked;
+      EXPECT_NEAR(analytic.data()[i], fine, tolerance) << "entry " << i;
+    }
+  };
+  for (auto& [name, t] : weights)
+    check(name, t);
+  check("input", request.input);
+  check("h0", request.initialStates["h"]);
+  check("c0", request.initialStates["c"]);
+  EXPECT_GE(checked, 8 * kinks) << checked << " entries checked, " << kinks << " at kinks";
+}
+
+} // namespace
+} // namespace rnnc
