@@ -3,12 +3,14 @@
 
 #include "frontend/BuiltinCells.h"
 #include "ir/Error.h"
+#include "runtime/Gradients.h"
 #include "runtime/LayerRunner.h"
 #include "runtime/SafeTensors.h"
 #include "runtime/WeightLayouts.h"
 #include "runtime/Weights.h"
 
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 namespace rnnc {
@@ -16,7 +18,28 @@ namespace rnnc {
 struct Layer::Impl {
   std::shared_ptr<const LayerProgram> program;
   bool batchFirst = false;
+  // For training, built on the first forwardTraining().
+  std::unique_ptr<ir::Cell> cell;
+  TensorMap weights;
+  std::string source;
+  LayerOptions options;
+  mutable std::once_flag trainingBuilt;
+  mutable std::shared_ptr<const GradientProgram> training;
+
+  const GradientProgram& trainingProgram() const {
+    std::call_once(trainingBuilt,
+                   [&] { training = GradientProgram::build(*cell, weights, source, options); });
+    return *training;
+  }
 };
+
+struct TrainingRecord::Impl {
+  TrainingTape tape;
+};
+
+int64_t TrainingRecord::workspaceBytes() const {
+  return impl_ ? impl_->tape.bytes() : 0;
+}
 
 namespace {
 
@@ -40,6 +63,10 @@ std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const Tenso
   auto impl = std::make_shared<Layer::Impl>();
   impl->program = LayerProgram::build(*cell, weights, source, options);
   impl->batchFirst = spec.batchFirst;
+  impl->cell = std::move(cell);
+  impl->weights = std::move(weights);
+  impl->source = source;
+  impl->options = options;
   return impl;
 }
 
@@ -142,6 +169,65 @@ void Layer::forward(const float* input, const std::map<std::string, const float*
     copyOut(result.finalStates.at("h"), hn);
   if (cn && result.finalStates.count("c"))
     copyOut(result.finalStates.at("c"), cn);
+}
+
+TrainingRecord Layer::forwardTraining(const float* input, int64_t steps, int64_t batch,
+                                      const float* h0, const float* c0, const int64_t* lengths,
+                                      float* output, float* hn, float* cn) const {
+  const LayerProgram& program = *impl_->program;
+  if (!input || !output || steps < 1 || batch < 1)
+    throw UserError("forwardTraining needs an input, an output, and T and B of at least 1");
+  const int64_t slots = program.numLayers() * program.numDirections();
+  TensorShape inputShape = impl_->batchFirst ? TensorShape{batch, steps, program.inputSize()}
+                                             : TensorShape{steps, batch, program.inputSize()};
+  std::map<std::string, Tensor> initial;
+  const float* given[] = {h0, c0};
+  const char* names[] = {"h", "c"};
+  for (int i = 0; i < 2; ++i)
+    if (given[i]) {
+      if (!program.cell().findArgument(names[i]))
+        throw UserError(std::string(names[i]) + "0 is given but cell '" + program.cell().name +
+                        "' has no state '" + names[i] + "'");
+      initial[names[i]] = copyIn(given[i], {slots, batch, program.stateSize(names[i])});
+    }
+  std::optional<Int64Array> lengthArray;
+  if (lengths)
+    lengthArray = Int64Array{{batch}, std::vector<int64_t>(lengths, lengths + batch)};
+  auto impl = std::make_shared<TrainingRecord::Impl>();
+  impl->tape = impl_->trainingProgram().forward(copyIn(input, inputShape), initial, lengthArray);
+  copyOut(impl->tape.forward.output, output);
+  if (hn)
+    copyOut(impl->tape.forward.finalStates.at("h"), hn);
+  if (cn && impl->tape.forward.finalStates.count("c"))
+    copyOut(impl->tape.forward.finalStates.at("c"), cn);
+  TrainingRecord record;
+  record.impl_ = std::move(impl);
+  return record;
+}
+
+std::map<std::string, WeightTensor> Layer::backward(const TrainingRecord& record,
+                                                    const float* gradOutput, const float* gradHn,
+                                                    const float* gradCn) const {
+  if (!record.impl_)
+    throw UserError("backward needs the record of a forwardTraining() call");
+  const TrainingTape& tape = record.impl_->tape;
+  GradientInputs grads;
+  if (gradOutput)
+    grads.output = copyIn(gradOutput, tape.forward.output.shape());
+  const float* given[] = {gradHn, gradCn};
+  const char* names[] = {"h", "c"};
+  for (int i = 0; i < 2; ++i)
+    if (given[i]) {
+      auto it = tape.forward.finalStates.find(names[i]);
+      if (it == tape.forward.finalStates.end())
+        throw UserError(std::string("a gradient of ") + names[i] + "n is given but cell '" +
+                        impl_->program->cell().name + "' has no state '" + names[i] + "'");
+      grads.finalStates[names[i]] = copyIn(given[i], it->second.shape());
+    }
+  std::map<std::string, WeightTensor> out;
+  for (auto& [name, tensor] : impl_->trainingProgram().backward(tape, grads))
+    out[name] = {tensor.shape(), std::move(tensor.values())};
+  return out;
 }
 
 void Layer::forwardPacked(const float* data, const int64_t* batchSizes, int64_t steps,

@@ -7,35 +7,33 @@
 #include <Eigen/Core>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace rnnc {
-namespace {
-
-using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using ConstRows = Eigen::Map<const RowMajor>;
 
 // The derived cells of one layer and direction, ready to run.
-struct SlotGradient {
+struct GradientProgram::Slot {
   std::unique_ptr<ir::Cell> forward; // the training forward (passes::withEnteringStates)
   passes::BackwardCell backward;
   std::shared_ptr<const CompiledCell> forwardCode, backwardCode; // null: the interpreter
   std::shared_ptr<const CompiledCell::Prepared> forwardPrepared, backwardPrepared;
   std::shared_ptr<const Interpreter> forwardInterpreter, backwardInterpreter;
 
-  // What the training forward kept.
-  Tensor input;                // the cell's inputs side by side, [T, B, sum of widths]
-  std::vector<int64_t> widths; // of each input
-  std::vector<Tensor> states;  // per state: the value entering each step, [T, B, F]
+  Executor forwardRun(int threads, std::vector<int64_t> widths) const {
+    return forwardCode ? jitExecutor(forwardCode, forwardPrepared, threads, std::move(widths))
+                       : interpreterExecutor(forwardInterpreter, std::move(widths));
+  }
+  Executor backwardRun(int threads, std::vector<int64_t> widths) const {
+    return backwardCode ? jitExecutor(backwardCode, backwardPrepared, threads, std::move(widths))
+                        : interpreterExecutor(backwardInterpreter, std::move(widths));
+  }
 };
 
-Executor executor(const std::shared_ptr<const CompiledCell>& code,
-                  const std::shared_ptr<const CompiledCell::Prepared>& prepared,
-                  const std::shared_ptr<const Interpreter>& interpreter, int threads,
-                  std::vector<int64_t> widths) {
-  return code ? jitExecutor(code, prepared, threads, std::move(widths))
-              : interpreterExecutor(interpreter, std::move(widths));
-}
+namespace {
+
+using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstRows = Eigen::Map<const RowMajor>;
 
 // Columns [offset, offset + width) of a [T, B, F] tensor.
 Tensor columns(const Tensor& t, int64_t offset, int64_t width) {
@@ -62,83 +60,109 @@ std::string initialStateGradientName(const std::string& state) {
   return state == "h" || state == "c" ? state + "0" : state;
 }
 
-GradientResult runGradients(const ir::Cell& cell, const GradientRequest& request,
-                            const LayerOptions& options) {
-  RNNC_INTERNAL_CHECK(request.weights, "no weights given");
+int64_t TrainingTape::bytes() const {
+  int64_t floats = 0;
+  for (const Slot& slot : slots) {
+    floats += slot.input.numel();
+    for (const Tensor& state : slot.states)
+      floats += state.numel();
+  }
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
+std::shared_ptr<const GradientProgram> GradientProgram::build(const ir::Cell& cell,
+                                                              const TensorMap& weights,
+                                                              const std::string& weightsSource,
+                                                              const LayerOptions& options) {
   if (options.training && ir::containsOp(cell, ir::Op::Dropout))
-    throw UserError(fmt::format("cell '{}' has dropout inside the cell; gradients in training "
-                                "mode run without it for now (dropout between layers works)",
+    throw UserError(fmt::format("cell '{}' has dropout inside the cell; its gradients in "
+                                "training mode are not supported yet (dropout between layers "
+                                "is)",
                                 cell.name));
+  auto program = std::shared_ptr<GradientProgram>(new GradientProgram);
+  program->options_ = options;
+  program->weightsSource_ = weightsSource;
   // The layer program binds every slot's sizes and parameters; the cells that run are derived.
   LayerOptions bindOnly = options;
   bindOnly.engine = Engine::Interpreter;
-  auto program = LayerProgram::build(cell, *request.weights, request.weightsSource, bindOnly);
-  const int directions = program->numDirections(), layers = program->numLayers();
-  const int threads = options.threads;
-
-  std::vector<SlotGradient> slots;
-  for (const LayerProgram::Slot& slot : program->slots()) {
-    SlotGradient s;
-    s.forward = passes::withEnteringStates(*slot.bound);
-    s.backward = passes::deriveBackward(*slot.bound);
+  program->program_ = LayerProgram::build(cell, weights, weightsSource, bindOnly);
+  for (const LayerProgram::Slot& slot : program->program_->slots()) {
+    auto s = std::make_shared<Slot>();
+    s->forward = passes::withEnteringStates(*slot.bound);
+    s->backward = passes::deriveBackward(*slot.bound);
     if (options.engine == Engine::Jit) {
-      s.forwardCode = CompiledCell::compile(*s.forward, options.compile);
-      s.forwardPrepared = s.forwardCode->prepare(slot.params, threads);
-      s.backwardCode = CompiledCell::compile(*s.backward.cell, options.compile);
-      s.backwardPrepared = s.backwardCode->prepare(slot.params, threads);
+      s->forwardCode = CompiledCell::compile(*s->forward, options.compile);
+      s->forwardPrepared = s->forwardCode->prepare(slot.params, options.threads);
+      s->backwardCode = CompiledCell::compile(*s->backward.cell, options.compile);
+      s->backwardPrepared = s->backwardCode->prepare(slot.params, options.threads);
     } else {
-      s.forwardInterpreter = std::make_shared<Interpreter>(*s.forward, slot.params);
-      s.backwardInterpreter = std::make_shared<Interpreter>(*s.backward.cell, slot.params);
+      s->forwardInterpreter = std::make_shared<Interpreter>(*s->forward, slot.params);
+      s->backwardInterpreter = std::make_shared<Interpreter>(*s->backward.cell, slot.params);
     }
-    slots.push_back(std::move(s));
+    program->slots_.push_back(std::move(s));
+    for (const std::string& name : slot.paramNames)
+      if (weights.count(name))
+        program->weightNames_.push_back(name);
   }
+  return program;
+}
 
-  // The training forward: the layer runner (checks, sorting, directions, dropout between
-  // layers, batch_first) with each slot run by its training cell, keeping its inputs and the
-  // states entering each step.
-  auto trainingRun = [&](int64_t index, const Tensor& input, const std::vector<int64_t>& widths,
-                         std::vector<Tensor> states, const std::vector<int64_t>& lengths,
+TrainingTape GradientProgram::forward(const Tensor& input,
+                                      const std::map<std::string, Tensor>& initialStates,
+                                      const std::optional<Int64Array>& lengths,
+                                      const std::map<std::string, Tensor>& sideInputs) const {
+  TrainingTape tape;
+  tape.slots.resize(slots_.size());
+  const int threads = options_.threads;
+  // The layer runner (checks, sorting, directions, dropout between layers, batch_first) with
+  // each slot run by its training cell, keeping its inputs and the states entering each step.
+  auto trainingRun = [&](int64_t index, const Tensor& in, const std::vector<int64_t>& widths,
+                         std::vector<Tensor> states, const std::vector<int64_t>& runLengths,
                          bool reverse) {
-    SlotGradient& s = slots[static_cast<size_t>(index)];
-    DirectionRun out = runDirection(
-        executor(s.forwardCode, s.forwardPrepared, s.forwardInterpreter, threads, widths), input,
-        std::move(states), lengths, reverse);
-    s.input = input;
-    s.widths = widths;
-    const ir::Cell& bound = *program->slots()[static_cast<size_t>(index)].bound;
+    const Slot& s = *slots_[static_cast<size_t>(index)];
+    DirectionRun out =
+        runDirection(s.forwardRun(threads, widths), in, std::move(states), runLengths, reverse);
+    TrainingTape::Slot& kept = tape.slots[static_cast<size_t>(index)];
+    kept.input = in;
+    kept.widths = widths;
+    const ir::Cell& bound = *program_->slots()[static_cast<size_t>(index)].bound;
     int64_t offset = codegen::columnsOf(bound.output);
-    s.states.clear();
     for (const auto& state : bound.states) {
       int64_t width = codegen::columnsOf(state.get());
-      s.states.push_back(columns(out.output, offset, width));
+      kept.states.push_back(columns(out.output, offset, width));
       offset += width;
     }
     out.output = columns(out.output, 0, codegen::columnsOf(bound.output));
     return out;
   };
-  GradientResult result;
-  result.forward = program->run(request.input, request.initialStates, request.lengths,
-                                request.sideInputs, trainingRun);
+  tape.forward = program_->run(input, initialStates, lengths, sideInputs, trainingRun);
+  const Tensor& first = tape.slots[0].input;
+  tape.lengths = checkedLengths(lengths, first.dim(0), first.dim(1));
+  return tape;
+}
 
-  const Tensor& firstInput = slots[0].input;
+TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInputs& given) const {
+  const ir::Cell& cell = program_->cell();
+  const int directions = program_->numDirections(), layers = program_->numLayers();
+  const int threads = options_.threads;
+  const Tensor& firstInput = tape.slots.at(0).input;
   const int64_t steps = firstInput.dim(0), batch = firstInput.dim(1);
-  std::vector<int64_t> lengths = checkedLengths(request.lengths, steps, batch);
-  const int64_t slotCount = static_cast<int64_t>(slots.size());
+  const int64_t slotCount = static_cast<int64_t>(slots_.size());
 
   // dLoss/d(output) in [T, B, D*H], checked.
-  const TensorShape outputShape = result.forward.output.shape();
+  const TensorShape outputShape = tape.forward.output.shape();
   Tensor gradOutput;
-  if (request.gradOutput.rank() == 0) { // none given
+  if (given.output.rank() == 0) { // none given
     gradOutput = Tensor({steps, batch, outputShape[2]});
   } else {
-    if (request.gradOutput.shape() != outputShape)
+    if (given.output.shape() != outputShape)
       throw UserError(fmt::format("the output gradient has shape {}, expected the output's {}",
-                                  request.gradOutput.shapeString(), shapeToString(outputShape)));
-    gradOutput = options.batchFirst ? swapLeadingDims(request.gradOutput) : request.gradOutput;
+                                  given.output.shapeString(), shapeToString(outputShape)));
+    gradOutput = options_.batchFirst ? swapLeadingDims(given.output) : given.output;
   }
-  for (const auto& [name, tensor] : request.gradFinalStates) {
-    auto it = result.forward.finalStates.find(name);
-    if (it == result.forward.finalStates.end())
+  for (const auto& [name, tensor] : given.finalStates) {
+    auto it = tape.forward.finalStates.find(name);
+    if (it == tape.forward.finalStates.end())
       throw UserError(fmt::format("a final-state gradient is given for '{}', but cell '{}' has "
                                   "no state of that name",
                                   name, cell.name));
@@ -147,25 +171,26 @@ GradientResult runGradients(const ir::Cell& cell, const GradientRequest& request
                                   name, tensor.shapeString(), it->second.shapeString()));
   }
 
-  TensorMap& grads = result.gradients;
+  TensorMap grads;
   for (const auto& state : cell.states)
     grads[initialStateGradientName(state->name)] =
-        Tensor({slotCount, batch, program->stateSize(state->name)});
+        Tensor({slotCount, batch, program_->stateSize(state->name)});
 
   Tensor gradLayerOutput = std::move(gradOutput); // dLoss/d(this layer's output), [T, B, D*H]
   for (int layer = layers - 1; layer >= 0; --layer) {
     Tensor gradLayerInput;
     for (int direction = 0; direction < directions; ++direction) {
       const int64_t index = layer * directions + direction;
-      SlotGradient& s = slots[static_cast<size_t>(index)];
-      const LayerProgram::Slot& slot = program->slots()[static_cast<size_t>(index)];
+      const Slot& s = *slots_[static_cast<size_t>(index)];
+      const TrainingTape::Slot& kept = tape.slots[static_cast<size_t>(index)];
+      const LayerProgram::Slot& slot = program_->slots()[static_cast<size_t>(index)];
       const int64_t outWidth = codegen::columnsOf(slot.bound->output);
 
       // The backward step's inputs side by side: the cell's inputs, the states entering each
       // step, the output gradient of this direction.
-      std::vector<const Tensor*> parts = {&s.input};
-      std::vector<int64_t> widths = s.widths;
-      for (const Tensor& state : s.states) {
+      std::vector<const Tensor*> parts = {&kept.input};
+      std::vector<int64_t> widths = kept.widths;
+      for (const Tensor& state : kept.states) {
         parts.push_back(&state);
         widths.push_back(state.dim(2));
       }
@@ -175,9 +200,9 @@ GradientResult runGradients(const ir::Cell& cell, const GradientRequest& request
       std::vector<Tensor> gradStates;
       for (const auto& state : slot.bound->states) {
         int64_t features = codegen::columnsOf(state.get());
-        auto it = request.gradFinalStates.find(state->name);
+        auto it = given.finalStates.find(state->name);
         gradStates.push_back(
-            it == request.gradFinalStates.end()
+            it == given.finalStates.end()
                 ? Tensor({batch, features})
                 : Tensor({batch, features},
                          std::vector<float>(row(it->second, index * batch),
@@ -185,9 +210,8 @@ GradientResult runGradients(const ir::Cell& cell, const GradientRequest& request
       }
       // Backwards in time: from each sequence's end for the forward direction, from its start
       // for the reverse one.
-      DirectionRun back = runDirection(
-          executor(s.backwardCode, s.backwardPrepared, s.backwardInterpreter, threads, widths),
-          concatFeatures(parts), std::move(gradStates), lengths, direction == 0);
+      DirectionRun back = runDirection(s.backwardRun(threads, widths), concatFeatures(parts),
+                                       std::move(gradStates), tape.lengths, direction == 0);
       for (size_t k = 0; k < slot.bound->states.size(); ++k) {
         Tensor& all = grads.at(initialStateGradientName(slot.bound->states[k]->name));
         std::memcpy(row(all, index * batch), back.final[k].data(),
@@ -203,17 +227,15 @@ GradientResult runGradients(const ir::Cell& cell, const GradientRequest& request
         using Kind = passes::GradientSegment::Kind;
         if (seg.kind == Kind::Input) {
           Tensor g = columns(o, at, width);
-          bool layerInput = inputIndex++ == 0;
-          std::string name = layerInput ? "input" : seg.name;
-          if (layerInput) {
-            if (gradLayerInput.numel() == 0 || gradLayerInput.rank() != 3)
+          if (inputIndex++ == 0) { // the layer's input
+            if (gradLayerInput.rank() != 3)
               gradLayerInput = std::move(g);
             else
               addInto(gradLayerInput, g);
-          } else if (!grads.count(name)) {
-            grads[name] = std::move(g);
+          } else if (!grads.count(seg.name)) { // a side input: every layer reads it
+            grads[seg.name] = std::move(g);
           } else {
-            addInto(grads[name], g);
+            addInto(grads[seg.name], g);
           }
           continue;
         }
@@ -223,7 +245,7 @@ GradientResult runGradients(const ir::Cell& cell, const GradientRequest& request
           ++p;
         RNNC_INTERNAL_CHECK(p < slot.params.size(), "no parameter " + seg.name);
         const std::string& name = slot.paramNames[p];
-        if (!request.weights->count(name))
+        if (std::find(weightNames_.begin(), weightNames_.end(), name) == weightNames_.end())
           continue;
         const Tensor& weight = slot.params[p];
         auto [it, fresh] = grads.emplace(name, Tensor(weight.shape()));
@@ -242,18 +264,39 @@ GradientResult runGradients(const ir::Cell& cell, const GradientRequest& request
       }
     }
     // Down a layer: through the dropout between layers, as the forward applied it.
-    if (layer > 0 && options.training && options.dropout > 0) {
+    if (layer > 0 && options_.training && options_.dropout > 0) {
       Tensor mask({steps, batch, gradLayerInput.dim(2)}, 1.0f);
-      dropoutBetweenLayers(mask, options.dropout, options.seed, layer - 1);
+      dropoutBetweenLayers(mask, options_.dropout, options_.seed, layer - 1);
       for (int64_t i = 0; i < mask.numel(); ++i)
         gradLayerInput.data()[i] *= mask.data()[i];
     }
     gradLayerOutput = std::move(gradLayerInput);
   }
-  grads["input"] = options.batchFirst ? swapLeadingDims(gradLayerOutput) : gradLayerOutput;
-  for (auto& [name, tensor] : grads)
-    if (request.sideInputs.count(name) && options.batchFirst)
-      tensor = swapLeadingDims(tensor);
+  grads["input"] = options_.batchFirst ? swapLeadingDims(gradLayerOutput) : gradLayerOutput;
+  if (options_.batchFirst)
+    for (const std::string& side : program_->sideInputNames())
+      if (grads.count(side))
+        grads[side] = swapLeadingDims(grads[side]);
+  // Parameters no path reaches (none in a well-formed cell) still get their zero gradient.
+  for (size_t i = 0; i < program_->slots().size(); ++i) {
+    const LayerProgram::Slot& slot = program_->slots()[i];
+    for (size_t p = 0; p < slot.params.size(); ++p)
+      if (std::find(weightNames_.begin(), weightNames_.end(), slot.paramNames[p]) !=
+          weightNames_.end())
+        grads.emplace(slot.paramNames[p], Tensor(slot.params[p].shape()));
+  }
+  return grads;
+}
+
+GradientResult runGradients(const ir::Cell& cell, const GradientRequest& request,
+                            const LayerOptions& options) {
+  RNNC_INTERNAL_CHECK(request.weights, "no weights given");
+  auto program = GradientProgram::build(cell, *request.weights, request.weightsSource, options);
+  TrainingTape tape =
+      program->forward(request.input, request.initialStates, request.lengths, request.sideInputs);
+  GradientResult result;
+  result.gradients = program->backward(tape, {request.gradOutput, request.gradFinalStates});
+  result.forward = std::move(tape.forward);
   return result;
 }
 

@@ -7,6 +7,7 @@
 #include "ir/IRParser.h"
 #include "ir/Printer.h"
 #include "passes/Autodiff.h"
+#include "rnnc/rnnc.h"
 #include "runtime/Gradients.h"
 #include "runtime/Npy.h"
 #include "tests/TestSupport.h"
@@ -324,6 +325,43 @@ TEST(Gradients, CustomCellMatchesCentralDifferences) {
   check("h0", request.initialStates["h"]);
   check("c0", request.initialStates["c"]);
   EXPECT_GE(checked, 8 * kinks) << checked << " entries checked, " << kinks << " at kinks";
+}
+
+// ---- The C++ API: forwardTraining, then backward -------------------------------------------
+
+TEST(Gradients, TheApiGivesPyTorchsGradients) {
+  const std::string name = "lstm_l2_bi_len";
+  rnnc::LayerSpec spec;
+  spec.threads = 2;
+  rnnc::Layer layer = rnnc::Layer::fromFile(spec, fixture(name, "weights.safetensors"));
+  Tensor x = readNpyFloat32(fixture(name, "input.npy"));
+  Tensor h0 = readNpyFloat32(fixture(name, "h0.npy")), c0 = readNpyFloat32(fixture(name, "c0.npy"));
+  Int64Array lengths = readNpyInt64(fixture(name, "lengths.npy"));
+  const int64_t steps = x.dim(0), batch = x.dim(1);
+  Tensor y({steps, batch, layer.outputSize()}), hn(h0.shape()), cn(c0.shape());
+  rnnc::TrainingRecord record =
+      layer.forwardTraining(x.data(), steps, batch, h0.data(), c0.data(), lengths.values.data(),
+                            y.data(), hn.data(), cn.data());
+  // The states entering each step of 2 layers x 2 directions: h and c, T*B rows each.
+  EXPECT_GE(record.workspaceBytes(), 4 * 2 * steps * batch * 6 * int64_t{sizeof(float)});
+  // The forward's results are inference's.
+  Tensor yInference(y.shape());
+  layer.forward(x.data(), steps, batch, h0.data(), c0.data(), lengths.values.data(),
+                yInference.data(), nullptr, nullptr);
+  EXPECT_LT(test::maxAbsDiff(y, yInference), 1e-6);
+
+  Tensor gy = readNpyFloat32(fixture(name, "grad_output.npy"));
+  Tensor ghn = readNpyFloat32(fixture(name, "grad_hn.npy"));
+  Tensor gcn = readNpyFloat32(fixture(name, "grad_cn.npy"));
+  TensorMap actual;
+  for (auto& [key, w] : layer.backward(record, gy.data(), ghn.data(), gcn.data()))
+    actual[key] = Tensor(w.shape, w.values);
+  expectGradientsMatch(actual, readSafeTensors(fixture(name, "grads.safetensors")));
+  // A record is reusable: the same gradients again.
+  auto again = layer.backward(record, gy.data(), ghn.data(), gcn.data());
+  EXPECT_EQ(
+      again.at("weight_hh_l1_reverse").values,
+      layer.backward(record, gy.data(), ghn.data(), gcn.data()).at("weight_hh_l1_reverse").values);
 }
 
 } // namespace

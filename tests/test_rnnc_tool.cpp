@@ -289,6 +289,20 @@ TEST_F(ToolTest, BenchRunsEveryPathAndReportsThemAsJson) {
     EXPECT_THAT(r.out, HasSubstr(key)) << r;
 }
 
+// `rnnc bench --backward`: training (forward + derived backward) on every path, and the size of
+// the training workspace.
+TEST_F(ToolTest, BenchBackwardTimesTrainingOnEveryPath) {
+  ToolResult r = run({"bench", "--backward", "--seq", "3", "--batch", "2", "--input", "4",
+                      "--hidden", "5", "--repeat", "1", "--json"});
+  ASSERT_EQ(r.exitCode, 0) << r;
+  for (const char* key : {"\"train_interpreter\"", "\"train_jit_no_fuse\"", "\"train_jit\"",
+                          "\"training_workspace_bytes\""})
+    EXPECT_THAT(r.out, HasSubstr(key)) << r;
+  // The states entering each step, h and c, and the input the backward reads: 3*2*(4+5+5)
+  // floats.
+  EXPECT_THAT(r.out, HasSubstr("\"training_workspace_bytes\":336")) << r;
+}
+
 TEST_F(ToolTest, BenchEltwiseReportsFusedUnfusedAndTriad) {
   ToolResult r = run({"bench", "--eltwise", "--batch", "3", "--hidden", "8", "--repeat", "1"});
   ASSERT_EQ(r.exitCode, 0) << r;

@@ -6,6 +6,7 @@
 #include "ir/Error.h"
 #include "ir/Verifier.h"
 #include "runtime/CompiledCell.h"
+#include "runtime/Gradients.h"
 #include "runtime/Interpreter.h"
 #include "runtime/LayerRunner.h"
 #include "tools/CommandLine.h"
@@ -34,7 +35,8 @@ struct BenchOptions {
   int repeat = 5, warmup = 1;
   int threads = 1; // the JIT paths; the interpreter is single-threaded
   bool eltwise = false;
-  bool jitOnly = false; // only the fully optimised JIT: for bench/compare
+  bool jitOnly = false;  // only the fully optimised JIT: for bench/compare
+  bool backward = false; // forward + backward (training) instead of inference
   bool json = false;
   std::string targetCpu; // empty: the host
   std::vector<std::string> sizes;
@@ -205,7 +207,46 @@ int bench(const BenchOptions& o) {
       compiled->run(*prepared, inputs, states, output, workspace, o.threads);
     });
   };
-  if (!o.jitOnly) {
+  // Training: the forward that keeps the states, then the backward derived from the cell, on
+  // random output gradients; every path on the same data.
+  int64_t trainingBytes = 0;
+  auto trainingTiming = [&](Engine engine, passes::PipelineOptions pipeline) {
+    TensorMap weights;
+    for (size_t i = 0; i < cell->params.size(); ++i)
+      weights[cell->params[i]->name] = params[i];
+    LayerOptions options;
+    options.engine = engine;
+    options.threads = o.threads;
+    options.compile.pipeline = pipeline;
+    options.compile.cache.disk = false;
+    options.compile.targetCpu = o.targetCpu;
+    auto program = GradientProgram::build(*cell, weights, "random weights", options);
+    std::map<std::string, Tensor> initial;
+    for (size_t i = 0; i < cell->states.size(); ++i)
+      initial[cell->states[i]->name] =
+          initialStates[i].reshaped({1, initialStates[i].dim(0), initialStates[i].dim(1)});
+    GradientInputs grads;
+    grads.output = randomTensor({o.seq, o.batch, codegen::columnsOf(cell->output)}, 1.0f, rng);
+    return timeRepeats(o.warmup, o.repeat, [&] {
+      TrainingTape tape = program->forward(inputs[0], initial, std::nullopt);
+      trainingBytes = tape.bytes();
+      program->backward(tape, grads);
+    });
+  };
+  if (o.backward) {
+    if (cell->inputs.size() != 1)
+      throw UserError("--backward times cells with one input");
+    if (!o.jitOnly) {
+      paths.push_back({"train_interpreter", "fwd+bwd, interpreter (unfused)",
+                       trainingTiming(Engine::Interpreter, {})});
+      passes::PipelineOptions noFuse;
+      noFuse.fuse = false;
+      paths.push_back(
+          {"train_jit_no_fuse", "fwd+bwd, jit, no fusion", trainingTiming(Engine::Jit, noFuse)});
+    }
+    paths.push_back({"train_jit", "fwd+bwd, jit, all passes", trainingTiming(Engine::Jit, {})});
+  }
+  if (!o.jitOnly && !o.backward) {
     Interpreter interpreter(*cell, params);
     paths.push_back({"interpreter", "interpreter (unfused)", timeRepeats(o.warmup, o.repeat, [&] {
                        std::vector<Tensor> states = initialStates;
@@ -219,15 +260,18 @@ int bench(const BenchOptions& o) {
     paths.push_back(
         {"jit_no_fuse_matmul", "jit, product apart + kernel", jitTiming(noMatMulFusion)});
   }
-  paths.push_back({"jit", "jit, all passes", jitTiming({})});
+  if (!o.backward)
+    paths.push_back({"jit", "jit, all passes", jitTiming({})});
   std::optional<CompileTimes> compileTimes;
   std::optional<VariableLength> varlen;
-  if (!o.jitOnly) {
+  if (!o.jitOnly && !o.backward) {
     compileTimes = measureCompileTimes(*cell, o.repeat, o.targetCpu);
     varlen = measureVariableLength(*cell, params, inputs, initialStates, o, rng);
   }
 
-  double gflop = matmulFlops(*cell, o.seq, o.batch) * 1e-9;
+  // Training does the products three times: forward, the gradient of their operands, the
+  // weights' gradients (the backward's recomputation of the forward is not counted).
+  double gflop = matmulFlops(*cell, o.seq, o.batch) * 1e-9 * (o.backward ? 3 : 1);
   if (o.json) {
     nlohmann::json out = {{"cell", cell->name},
                           {"T", o.seq},
@@ -245,6 +289,8 @@ int bench(const BenchOptions& o) {
       out["paths"][path.key] = {{"median_ms", path.timing.median},
                                 {"min_ms", path.timing.min},
                                 {"max_ms", path.timing.max}};
+    if (o.backward)
+      out["training_workspace_bytes"] = trainingBytes;
     if (compileTimes)
       out["compile_ms"] = {{"cold", compileTimes->cold}, {"disk_cache", compileTimes->cached}};
     if (varlen)
@@ -272,6 +318,8 @@ int bench(const BenchOptions& o) {
     fmt::print("{:<32}{:>12.3f}{:>10.3f}{:>10.3f}{:>10.1f}{:>8.2f}x\n", path.name, t.median, t.min,
                t.max, gflop / (t.median * 1e-3), paths.front().timing.median / t.median);
   }
+  if (o.backward)
+    fmt::print("\ntraining workspace (the states entering every step): {} bytes\n", trainingBytes);
   if (varlen)
     fmt::print("\nvariable length (layer runner, JIT): lengths uniform in [1, {}] (mean {:.1f}) "
                "take {:.3f} ms, {:.0f}% of the {:.3f} ms padded run\n",
@@ -310,6 +358,9 @@ CommandAction addBenchCommand(CLI::App& app) {
                 "Time only the fully optimised JIT (no interpreter, compile or variable-length "
                 "runs)");
   cmd->add_flag("--json", o->json, "Print the results as one JSON object");
+  cmd->add_flag("--backward", o->backward,
+                "Time training: forward + backward (the derived backward cell and the weight "
+                "gradients), fused and unfused JIT against the interpreter");
   cmd->add_option("--target-cpu", o->targetCpu,
                   "Generate for this x86-64 CPU by LLVM's name and run it here (haswell: the AVX2 "
                   "code on an AVX-512 host); default: the host");

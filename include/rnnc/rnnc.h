@@ -37,6 +37,18 @@ struct WeightTensor {
   std::vector<float> values;
 };
 
+// What a training forward kept for its backward: the states entering every step of every layer
+// and direction, and the inputs each read (the training workspace). Opaque; cheap to copy.
+class TrainingRecord {
+public:
+  int64_t workspaceBytes() const;
+  struct Impl;
+
+private:
+  friend class Layer;
+  std::shared_ptr<const Impl> impl_;
+};
+
 class Layer {
 public:
   // Weights from a safetensors file with PyTorch state_dict names (weight_ih_l0, ...).
@@ -77,6 +89,18 @@ public:
   //   sortedIndices [batch]: the caller's batch index of each sorted position (null: identity);
   //                h0/c0/hn/cn are in the caller's order, as PyTorch's are
   //   outputData   [sum(batchSizes), outputSize()], packed like data
+  // Training: forward() that also returns what backward() reads (the first call compiles the
+  // layer's training forward and backward, derived from the cell).
+  TrainingRecord forwardTraining(const float* input, int64_t steps, int64_t batch, const float* h0,
+                                 const float* c0, const int64_t* lengths, float* output, float* hn,
+                                 float* cn) const;
+  // The gradients of loss = sum(output * gradOutput) + sum(hn * gradHn) + sum(cn * gradCn)
+  // (a null gradient is zeros), as torch.autograd gives them: every parameter under its name in
+  // the weights, "input" (laid out as the input), "h0" and "c0" ([L*D, B, stateSize]).
+  std::map<std::string, WeightTensor> backward(const TrainingRecord& record,
+                                               const float* gradOutput, const float* gradHn,
+                                               const float* gradCn) const;
+
   void forwardPacked(const float* data, const int64_t* batchSizes, int64_t steps,
                      const int64_t* sortedIndices, const float* h0, const float* c0,
                      float* outputData, float* hn, float* cn) const;
