@@ -133,16 +133,29 @@ void Layer::forward(const float* input, int64_t steps, int64_t batch, const floa
   forward(input, {}, steps, batch, h0, c0, lengths, output, hn, cn);
 }
 
-void Layer::forward(const float* input, const std::map<std::string, const float*>& sideInputs,
-                    int64_t steps, int64_t batch, const float* h0, const float* c0,
-                    const int64_t* lengths, float* output, float* hn, float* cn) const {
-  const LayerProgram& program = *impl_->program;
+namespace {
+
+// A forward call's buffers as the layer runner's tensors, checked.
+struct ForwardArgs {
+  Tensor input;
+  std::map<std::string, Tensor> initialStates, sideInputs;
+  std::optional<Int64Array> lengths;
+};
+
+ForwardArgs forwardArgs(const Layer::Impl& impl, const char* call, const float* input,
+                        const std::map<std::string, const float*>& sideInputs, int64_t steps,
+                        int64_t batch, const float* h0, const float* c0, const int64_t* lengths,
+                        const float* output) {
+  const LayerProgram& program = *impl.program;
   if (!input || !output || steps < 1 || batch < 1)
-    throw UserError("forward needs an input, an output, and T and B of at least 1");
+    throw UserError(std::string(call) + " needs an input, an output, and T and B of at least 1");
+  auto sequence = [&](int64_t features) {
+    return impl.batchFirst ? TensorShape{batch, steps, features}
+                           : TensorShape{steps, batch, features};
+  };
+  ForwardArgs args;
+  args.input = copyIn(input, sequence(program.inputSize()));
   const int64_t slots = program.numLayers() * program.numDirections();
-  TensorShape inputShape = impl_->batchFirst ? TensorShape{batch, steps, program.inputSize()}
-                                             : TensorShape{steps, batch, program.inputSize()};
-  std::map<std::string, Tensor> initial;
   const float* given[] = {h0, c0};
   const char* names[] = {"h", "c"};
   for (int i = 0; i < 2; ++i)
@@ -150,20 +163,20 @@ void Layer::forward(const float* input, const std::map<std::string, const float*
       if (!program.cell().findArgument(names[i]))
         throw UserError(std::string(names[i]) + "0 is given but cell '" + program.cell().name +
                         "' has no state '" + names[i] + "'");
-      initial[names[i]] = copyIn(given[i], {slots, batch, program.stateSize(names[i])});
+      args.initialStates[names[i]] = copyIn(given[i], {slots, batch, program.stateSize(names[i])});
     }
-  std::optional<Int64Array> lengthArray;
   if (lengths)
-    lengthArray = Int64Array{{batch}, std::vector<int64_t>(lengths, lengths + batch)};
-  std::map<std::string, Tensor> sides;
+    args.lengths = Int64Array{{batch}, std::vector<int64_t>(lengths, lengths + batch)};
   for (const auto& [name, data] : sideInputs) {
     const int64_t features = program.sideInputSize(name);
     if (!data)
       throw UserError("side input '" + name + "' is a null pointer");
-    sides[name] = copyIn(data, impl_->batchFirst ? TensorShape{batch, steps, features}
-                                                 : TensorShape{steps, batch, features});
+    args.sideInputs[name] = copyIn(data, sequence(features));
   }
-  LayerResult result = program.run(copyIn(input, inputShape), initial, lengthArray, sides);
+  return args;
+}
+
+void copyOutResults(const LayerResult& result, float* output, float* hn, float* cn) {
   copyOut(result.output, output);
   if (hn)
     copyOut(result.finalStates.at("h"), hn);
@@ -171,35 +184,26 @@ void Layer::forward(const float* input, const std::map<std::string, const float*
     copyOut(result.finalStates.at("c"), cn);
 }
 
+} // namespace
+
+void Layer::forward(const float* input, const std::map<std::string, const float*>& sideInputs,
+                    int64_t steps, int64_t batch, const float* h0, const float* c0,
+                    const int64_t* lengths, float* output, float* hn, float* cn) const {
+  ForwardArgs args =
+      forwardArgs(*impl_, "forward", input, sideInputs, steps, batch, h0, c0, lengths, output);
+  copyOutResults(impl_->program->run(args.input, args.initialStates, args.lengths, args.sideInputs),
+                 output, hn, cn);
+}
+
 TrainingRecord Layer::forwardTraining(const float* input, int64_t steps, int64_t batch,
                                       const float* h0, const float* c0, const int64_t* lengths,
                                       float* output, float* hn, float* cn) const {
-  const LayerProgram& program = *impl_->program;
-  if (!input || !output || steps < 1 || batch < 1)
-    throw UserError("forwardTraining needs an input, an output, and T and B of at least 1");
-  const int64_t slots = program.numLayers() * program.numDirections();
-  TensorShape inputShape = impl_->batchFirst ? TensorShape{batch, steps, program.inputSize()}
-                                             : TensorShape{steps, batch, program.inputSize()};
-  std::map<std::string, Tensor> initial;
-  const float* given[] = {h0, c0};
-  const char* names[] = {"h", "c"};
-  for (int i = 0; i < 2; ++i)
-    if (given[i]) {
-      if (!program.cell().findArgument(names[i]))
-        throw UserError(std::string(names[i]) + "0 is given but cell '" + program.cell().name +
-                        "' has no state '" + names[i] + "'");
-      initial[names[i]] = copyIn(given[i], {slots, batch, program.stateSize(names[i])});
-    }
-  std::optional<Int64Array> lengthArray;
-  if (lengths)
-    lengthArray = Int64Array{{batch}, std::vector<int64_t>(lengths, lengths + batch)};
+  ForwardArgs args =
+      forwardArgs(*impl_, "forwardTraining", input, {}, steps, batch, h0, c0, lengths, output);
   auto impl = std::make_shared<TrainingRecord::Impl>();
-  impl->tape = impl_->trainingProgram().forward(copyIn(input, inputShape), initial, lengthArray);
-  copyOut(impl->tape.forward.output, output);
-  if (hn)
-    copyOut(impl->tape.forward.finalStates.at("h"), hn);
-  if (cn && impl->tape.forward.finalStates.count("c"))
-    copyOut(impl->tape.forward.finalStates.at("c"), cn);
+  impl->tape = impl_->trainingProgram().forward(args.input, args.initialStates, args.lengths,
+                                                args.sideInputs);
+  copyOutResults(impl->tape.forward, output, hn, cn);
   TrainingRecord record;
   record.impl_ = std::move(impl);
   return record;

@@ -6,6 +6,7 @@
 #include "passes/Autodiff.h"
 #include "passes/PassManager.h"
 #include "runtime/SequenceRunner.h"
+#include "tests/PassSettings.h"
 #include "tests/TestSupport.h"
 
 #include <gtest/gtest.h>
@@ -77,27 +78,6 @@ const char* kBackwardLike = R"(cell backward_like(input_size, hidden_size) {
   return d = a; output o
 })";
 
-struct Setting {
-  std::string name;
-  passes::PipelineOptions pipeline;
-};
-
-// The default pipeline, each pass disabled alone, no premultiply, no fusion.
-std::vector<Setting> everySetting() {
-  std::vector<Setting> settings = {{"default", {}}};
-  for (const passes::Pass& pass : passes::allPasses()) {
-    passes::PipelineOptions options;
-    options.disabled.insert(pass.name);
-    settings.push_back({"without " + pass.name, options});
-  }
-  passes::PipelineOptions noPremul, noFuse;
-  noPremul.premultiply = false;
-  noFuse.fuse = false;
-  settings.push_back({"no premultiply", noPremul});
-  settings.push_back({"no fusion", noFuse});
-  return settings;
-}
-
 // Runs `cell` on random weights, inputs and initial states under every setting and thread count,
 // against the interpreter.
 void expectEverySettingMatchesTheInterpreter(const ir::Cell& cell) {
@@ -119,7 +99,7 @@ void expectEverySettingMatchesTheInterpreter(const ir::Cell& cell) {
   request.engine = Engine::Interpreter;
   SequenceResult expected = runSequence(cell, request);
   request.engine = Engine::Jit; // the disk cache (the tests' own) spares the second thread count
-  for (const Setting& setting : everySetting())
+  for (const test::PassSetting& setting : test::everyPassSetting())
     for (int threads : {1, 2}) {
       SCOPED_TRACE(cell.name + ", " + setting.name + ", " + std::to_string(threads) + " threads");
       request.compile.pipeline = setting.pipeline;

@@ -13,6 +13,7 @@
 #include "ir/Error.h"
 #include "passes/PassManager.h"
 #include "runtime/SequenceRunner.h"
+#include "tests/PassSettings.h"
 #include "tests/RandomTensors.h"
 #include "tests/fuzz/CellGenerator.h"
 
@@ -28,30 +29,6 @@
 using namespace rnnc;
 
 namespace {
-
-struct Setting {
-  std::string name;
-  passes::PipelineOptions pipeline;
-};
-
-// The default pipeline, each pass disabled alone, no premultiply, no fusion.
-std::vector<Setting> everySetting() {
-  std::vector<Setting> settings = {{"default", {}}};
-  std::set<std::string> seen;
-  for (const passes::Pass& pass : passes::allPasses()) {
-    if (!seen.insert(pass.name).second)
-      continue;
-    passes::PipelineOptions options;
-    options.disabled.insert(pass.name);
-    settings.push_back({"--disable-pass " + pass.name, options});
-  }
-  passes::PipelineOptions noPremul, noFuse;
-  noPremul.premultiply = false;
-  noFuse.fuse = false;
-  settings.push_back({"--no-premul", noPremul});
-  settings.push_back({"--no-fuse", noFuse});
-  return settings;
-}
 
 // The largest difference relative to the reference's magnitude (at least 1).
 double relativeError(const Tensor& actual, const Tensor& expected) {
@@ -89,7 +66,8 @@ struct Options {
 
 class Fuzzer {
 public:
-  explicit Fuzzer(Options options) : options_(std::move(options)), settings_(everySetting()) {
+  explicit Fuzzer(Options options)
+      : options_(std::move(options)), settings_(test::everyPassSetting()) {
     cacheDirectory_ =
         (std::filesystem::temp_directory_path() / fmt::format("rnnc_fuzz_cells_{}", ::getpid()))
             .string();
@@ -144,7 +122,7 @@ public:
       request.compile.sequenceBufferBytes = 1;
     int failures = 0;
     for (const std::string& target : options_.targets)
-      for (const Setting& setting : settings_)
+      for (const test::PassSetting& setting : settings_)
         for (int threads : {1, 2}) {
           std::string where = fmt::format("{}, target {}, {} thread{}, T = {}, B = {}",
                                           setting.name, target.empty() ? "host" : target, threads,
@@ -221,7 +199,7 @@ private:
   }
 
   Options options_;
-  std::vector<Setting> settings_;
+  std::vector<test::PassSetting> settings_;
   std::string cacheDirectory_; // this run's own compile cache
   int64_t runs_ = 0;
   int64_t reported_ = -1;
