@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Times torch.nn.LSTM / torch.nn.GRU / torch.nn.RNN (tanh) forward inference on one shape; prints one line of JSON.
+"""Times torch.nn.LSTM / torch.nn.GRU / torch.nn.RNN (tanh) forward inference (or, with --backward, forward + autograd backward) on one shape; prints one line of JSON.
 
     /usr/bin/python3 bench/pytorch_rnn.py --cell lstm --seq 100 --batch 64 --input 512 \
         --hidden 512 --threads 2 --repeat 5 --warmup 1
@@ -73,6 +73,8 @@ def main():
     parser.add_argument("--threads", type=positive, default=1, help="torch.set_num_threads")
     parser.add_argument("--repeat", type=positive, default=5, help="timed runs")
     parser.add_argument("--warmup", type=non_negative, default=1, help="untimed runs first")
+    parser.add_argument("--backward", action="store_true",
+                        help="train mode: forward, then y.sum().backward() (input grads too)")
     args = parser.parse_args()
     # torch.set_num_threads does not reach the BLAS library torch loads (Debian's torch uses
     # the system libblas.so.3, OpenBLAS when installed, which starts one thread per core):
@@ -98,13 +100,31 @@ def main():
     state = (h0, torch.rand(1, args.batch, args.hidden) * 2 - 1) if args.cell == "lstm" else h0
 
     times = []
-    with torch.no_grad():
+    if args.backward:
+        rnn.train()
+        x.requires_grad_(True)
+
+        def step():
+            rnn.zero_grad(set_to_none=True)
+            x.grad = None
+            out, _ = rnn(x, state)
+            out.sum().backward()
+            return out.detach()
+
         for _ in range(args.warmup):
-            rnn(x, state)
+            step()
         for _ in range(args.repeat):
             start = time.perf_counter()
-            y, _ = rnn(x, state)
+            y = step()
             times.append((time.perf_counter() - start) * 1e3)
+    else:
+        with torch.no_grad():
+            for _ in range(args.warmup):
+                rnn(x, state)
+            for _ in range(args.repeat):
+                start = time.perf_counter()
+                y, _ = rnn(x, state)
+                times.append((time.perf_counter() - start) * 1e3)
     checksum = float(y.sum())
     if checksum != checksum:  # NaN
         print("pytorch_rnn.py: the output is not finite", file=sys.stderr)
@@ -123,6 +143,7 @@ def main():
         "max_ms": max(times),
         "repeat": args.repeat,
         "warmup": args.warmup,
+        "backward": args.backward,
         "version": torch.__version__,
         "mkldnn_enabled": bool(torch.backends.mkldnn.is_available()),
         "blas": loaded_blas(),

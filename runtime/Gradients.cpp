@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 namespace rnnc {
 
@@ -47,6 +48,30 @@ void addInto(Tensor& to, const Tensor& from) {
   RNNC_INTERNAL_CHECK(to.numel() == from.numel(), "gradient shapes differ");
   for (int64_t i = 0; i < to.numel(); ++i)
     to.data()[i] += from.data()[i];
+}
+
+// dW += G^T A (linear) or A^T G (matmul) over all rows, the rows of dW split between
+// `threads` threads: the weight gradients are the training's largest products.
+template <class G, class A>
+void accumulateWeightGradient(Eigen::Map<RowMajor>& dW, const G& g, const A& a, bool linear,
+                              int threads) {
+  const int64_t rows = dW.rows();
+  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows / 16)));
+  auto part = [&](int index) {
+    const int64_t begin = rows * index / threads, end = rows * (index + 1) / threads;
+    if (linear) // dW [N, K]: rows are G's columns
+      dW.middleRows(begin, end - begin).noalias() +=
+          g.middleCols(begin, end - begin).transpose() * a;
+    else // dW [K, N]: rows are A's columns
+      dW.middleRows(begin, end - begin).noalias() +=
+          a.middleCols(begin, end - begin).transpose() * g;
+  };
+  std::vector<std::thread> helpers;
+  for (int i = 1; i < threads; ++i)
+    helpers.emplace_back(part, i);
+  part(0);
+  for (std::thread& t : helpers)
+    t.join();
 }
 
 int64_t constantOf(const ir::Dim& d) {
@@ -148,6 +173,8 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
   const Tensor& firstInput = tape.slots.at(0).input;
   const int64_t steps = firstInput.dim(0), batch = firstInput.dim(1);
   const int64_t slotCount = static_cast<int64_t>(slots_.size());
+  const int gemmThreads =
+      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   // dLoss/d(output) in [T, B, D*H], checked.
   const TensorShape outputShape = tape.forward.output.shape();
@@ -252,15 +279,12 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
         Eigen::Map<RowMajor> dW(it->second.data(), weight.shape()[0],
                                 weight.rank() == 2 ? weight.shape()[1] : 1);
         auto g = rows.middleCols(at, width);
-        if (seg.kind == Kind::VectorWeight) {
-          dW.col(0) += g.colwise().sum().transpose();
+        if (seg.kind == Kind::VectorWeight) { // a product by ones: contiguous rows, not strided
+          dW.col(0).transpose().noalias() += Eigen::RowVectorXf::Ones(g.rows()) * g;
           continue;
         }
         auto a = rows.middleCols(constantOf(seg.operandOffset), constantOf(seg.operandWidth));
-        if (seg.kind == Kind::LinearWeight)
-          dW.noalias() += g.transpose() * a; // [N, K]
-        else
-          dW.noalias() += a.transpose() * g; // [K, N]
+        accumulateWeightGradient(dW, g, a, seg.kind == Kind::LinearWeight, gemmThreads);
       }
     }
     // Down a layer: through the dropout between layers, as the forward applied it.
