@@ -217,11 +217,17 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target) {
         plan.packedProducts.push_back(std::move(packed));
       }
       // A next state stored over the state by its kernel needs no buffer of its own, unless
-      // something besides the update reads it outside the kernel.
+      // something besides the update reads it outside the kernel: another update too (one
+      // value the next value of two states, one of which the kernel cannot store over).
+      bool nextState = false, everyUpdateInKernel = true;
       for (const ir::StateUpdate& update : cell.updates)
-        if (update.next == value && canUpdateInKernel(cell, update) &&
-            !usedOutsideKernel(cell, *instr, /*countUpdates=*/false))
-          kernelInternal = true;
+        if (update.next == value) {
+          nextState = true;
+          everyUpdateInKernel &= canUpdateInKernel(cell, update);
+        }
+      if (nextState && everyUpdateInKernel &&
+          !usedOutsideKernel(cell, *instr, /*countUpdates=*/false))
+        kernelInternal = true;
       if (kernelInternal)
         continue;
       if (!inPre && value == cell.output) {

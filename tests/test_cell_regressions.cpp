@@ -67,6 +67,20 @@ const char* kRawChunkState = R"(cell raw_chunk_state(hidden_size) {
   return d = a; output b
 })";
 
+// Found by the fuzzer: one value the next value of two states, where the kernel could store it
+// over one state (h, read nowhere) but not the other (c, read by the products); the plan kept it
+// in registers, and c's update read a value with no storage.
+const char* kOneValueTwoStates = R"(cell one_value_two_states(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size], c[hidden_size]
+  param w[3*hidden_size, hidden_size], b[3*hidden_size], u[4*hidden_size, hidden_size]
+  param v[hidden_size, input_size]
+  g1, g2, g3 = chunk(c @ w^T + b, 3)
+  q1, q2, q3, q4 = chunk(c @ u^T, 4)
+  n = g2 + x @ v^T
+  return h = n, c = n; output q3
+})";
+
 const char* kBackwardLike = R"(cell backward_like(input_size, hidden_size) {
   input x[input_size], gy[hidden_size], m[hidden_size]
   state d[hidden_size]
@@ -116,7 +130,8 @@ TEST(CellRegressions, ReproductionsRunUnderEveryPassSetting) {
   for (const auto& [name, source] :
        {std::pair{"raw_chunks", kRawChunks}, std::pair{"mgu", kMinimalGatedUnit},
         std::pair{"merged_matmuls", kMergedMatMuls}, std::pair{"backward_like", kBackwardLike},
-        std::pair{"raw_chunk_state", kRawChunkState}})
+        std::pair{"raw_chunk_state", kRawChunkState},
+        std::pair{"one_value_two_states", kOneValueTwoStates}})
     expectEverySettingMatchesTheInterpreter(
         *frontend::parseCell(source, std::string(name) + ".cell"));
 }
