@@ -288,27 +288,32 @@ private:
       c.updates.push_back({gradStates_[i], orZeros(gradientOf(state), state)});
     }
     std::vector<Value*> columns;
+    std::map<Value*, Dim> placed;
     Dim offset;
     auto place = [&](Value* v) {
-      Dim at = offset;
-      columns.push_back(v);
-      offset = offset + widthOf(v);
-      return at;
+      auto [it, fresh] = placed.emplace(v, offset);
+      if (fresh) {
+        columns.push_back(v);
+        offset = offset + widthOf(v);
+      }
+      return it->second;
     };
     for (const auto& input : forward_.inputs) {
       Value* x = map_.at(input.get());
       Value* gradient = orZeros(gradientOf(x), x);
       Dim at = place(gradient);
-      out_.segments.push_back(
-          {GradientSegment::Kind::Input, input->name, at, widthOf(x), Dim(), Dim()});
+      out_.segments.push_back({GradientSegment::Kind::Input, input->name, at, widthOf(x)});
     }
     for (const WeightFactor& f : weightFactors_) {
-      Dim operandAt = place(f.operand);
-      Dim at = place(f.gradient);
-      out_.segments.push_back({f.op == Op::Linear ? GradientSegment::Kind::LinearWeight
-                                                  : GradientSegment::Kind::MatMulWeight,
-                               f.weight->name, at, widthOf(f.gradient), operandAt,
-                               widthOf(f.operand)});
+      GradientSegment segment{f.op == Op::Linear ? GradientSegment::Kind::LinearWeight
+                                                 : GradientSegment::Kind::MatMulWeight,
+                              f.weight->name, place(f.gradient), widthOf(f.gradient)};
+      if (f.operand->isArgument())
+        segment.operandInput = f.operand->name;
+      else
+        segment.operandOffset = place(f.operand);
+      segment.operandWidth = widthOf(f.operand);
+      out_.segments.push_back(segment);
     }
     for (const auto& p : forward_.params) {
       Value* w = map_.at(p.get());
@@ -320,8 +325,7 @@ private:
       if (!gradient->isBatched()) // a parameter-only path: one contribution per row all the same
         unsupported(*gradient->def, "a parameter's gradient without the batch dimension");
       Dim at = place(gradient);
-      out_.segments.push_back(
-          {GradientSegment::Kind::VectorWeight, p->name, at, widthOf(w), Dim(), Dim()});
+      out_.segments.push_back({GradientSegment::Kind::VectorWeight, p->name, at, widthOf(w)});
     }
     c.output = columns.size() == 1 ? columns[0] : b_.create(Op::Concat, columns);
     ir::verify(c);

@@ -10,10 +10,12 @@
 //   params   the forward's
 //   output   the per-step gradients side by side, described by `segments`: dLoss/dX, and what the
 //            sequence runner reduces over all rows (every step and sequence) into parameter
-//            gradients: for a product by a parameter W, the product's operand `a` and the
-//            gradient of its result `g` (dW = g^T a for linear, a^T g for matmul, one GEMM over
-//            all rows); for a parameter vector read elementwise, its per-row contribution (summed
-//            over the rows).
+//            gradients: for a product by a parameter W, the gradient of its result `g` and its
+//            operand `a` (dW = g^T a for linear, a^T g for matmul, one GEMM over all rows); for a
+//            parameter vector read elementwise, its per-row contribution (summed over the rows).
+//            Each value is placed once (an LSTM's gate gradients serve W_ih, W_hh and both
+//            biases), and an operand that is an input of the backward cell (x, h) is not placed
+//            at all: the runner reads it where it gave it.
 // The step recomputes the forward (the passes hoist what does not depend on the states), so
 // the forward keeps only the states entering each step: h and c for an LSTM, as cuDNN's reserve
 // space keeps them, less the gates.
@@ -36,8 +38,11 @@ struct GradientSegment {
   };
   Kind kind;
   std::string name;
-  ir::Dim offset, width;               // the segment's columns in the backward cell's output
-  ir::Dim operandOffset, operandWidth; // LinearWeight and MatMulWeight: where a is
+  ir::Dim offset, width; // the segment's columns in the backward cell's output
+  // LinearWeight and MatMulWeight: where a is: the input of the backward cell of this name, or
+  // (empty name) these columns of the output.
+  std::string operandInput;
+  ir::Dim operandOffset, operandWidth;
 };
 
 struct BackwardCell {

@@ -224,6 +224,22 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       Tensor gradOut = columns(gradLayerOutput, direction * outWidth, outWidth);
       parts.push_back(&gradOut);
       widths.push_back(outWidth);
+      // Where each input of the backward cell (the cell's inputs, then its states) is in them.
+      std::map<std::string, int64_t> inputColumn;
+      {
+        int64_t at = 0;
+        size_t w = 0;
+        for (const auto& input : slot.bound->inputs) {
+          inputColumn[input->name] = at;
+          at += widths[w++];
+        }
+        for (const auto& state : slot.bound->states) {
+          inputColumn[state->name] = at;
+          at += widths[w++];
+        }
+      }
+      Tensor backwardInput = concatFeatures(parts);
+      ConstRows inputRows(backwardInput.data(), steps * batch, backwardInput.dim(2));
       std::vector<Tensor> gradStates;
       for (const auto& state : slot.bound->states) {
         int64_t features = codegen::columnsOf(state.get());
@@ -237,7 +253,7 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       }
       // Backwards in time: from each sequence's end for the forward direction, from its start
       // for the reverse one.
-      DirectionRun back = runDirection(s.backwardRun(threads, widths), concatFeatures(parts),
+      DirectionRun back = runDirection(s.backwardRun(threads, widths), backwardInput,
                                        std::move(gradStates), tape.lengths, direction == 0);
       for (size_t k = 0; k < slot.bound->states.size(); ++k) {
         Tensor& all = grads.at(initialStateGradientName(slot.bound->states[k]->name));
@@ -283,7 +299,12 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
           dW.col(0).transpose().noalias() += Eigen::RowVectorXf::Ones(g.rows()) * g;
           continue;
         }
-        auto a = rows.middleCols(constantOf(seg.operandOffset), constantOf(seg.operandWidth));
+        // The operand: an input of the backward cell as given (rows past a sequence's length
+        // meet zero gradients), or columns of its output.
+        auto a = seg.operandInput.empty()
+                     ? rows.middleCols(constantOf(seg.operandOffset), constantOf(seg.operandWidth))
+                     : inputRows.middleCols(inputColumn.at(seg.operandInput),
+                                            constantOf(seg.operandWidth));
         accumulateWeightGradient(dW, g, a, seg.kind == Kind::LinearWeight, gemmThreads);
       }
     }

@@ -45,7 +45,8 @@ TEST(Autodiff, ElmanCellBackwardStep) {
 })");
   passes::BackwardCell backward = passes::deriveBackward(*forward);
   // dy flows in from the output and from the next step (grad.h); tanh' = 1 - y^2; then dx = g W,
-  // dh = g U, and the weights' factors (operand, g) side by side in the output.
+  // dh = g U, and g once in the output: the factor of U, W and b (their operands x and h are
+  // the backward's own inputs).
   EXPECT_EQ(ir::toString(*backward.cell), R"(cell @rnn_backward(input_size, hidden_size) {
   input %x : [B, input_size]
   input %h : [B, hidden_size]
@@ -67,7 +68,7 @@ TEST(Autodiff, ElmanCellBackwardStep) {
     %9 = mul %5, %8 : [B, hidden_size]
     %10 = matmul %9, %u : [B, hidden_size]
     %11 = matmul %9, %w : [B, input_size]
-    %12 = concat %11, %h, %9, %x, %9, %9 : [B, 4*hidden_size + 2*input_size]
+    %12 = concat %11, %9 : [B, hidden_size + input_size]
   }
   yield %grad.h = %10
   output %12
@@ -78,9 +79,12 @@ TEST(Autodiff, ElmanCellBackwardStep) {
   EXPECT_EQ(backward.segments[0].kind, Kind::Input);
   EXPECT_EQ(backward.segments[1].kind, Kind::LinearWeight);
   EXPECT_EQ(backward.segments[1].name, "u");
-  EXPECT_EQ(backward.segments[1].operandOffset.str(), "input_size");
-  EXPECT_EQ(backward.segments[1].offset.str(), "hidden_size + input_size");
+  EXPECT_EQ(backward.segments[1].operandInput, "h");
+  EXPECT_EQ(backward.segments[1].offset.str(), "input_size");
   EXPECT_EQ(backward.segments[2].name, "w");
+  EXPECT_EQ(backward.segments[2].operandInput, "x");
+  EXPECT_EQ(backward.segments[2].offset.str(), "input_size");
+  EXPECT_EQ(backward.segments[3].offset.str(), "input_size");
   EXPECT_EQ(backward.segments[3].kind, Kind::VectorWeight);
   EXPECT_EQ(backward.segments[3].name, "b");
 }
