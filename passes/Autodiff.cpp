@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 namespace rnnc::passes {
 namespace {
@@ -57,6 +58,7 @@ private:
     for (const auto& x : forward_.inputs) {
       checkName(x->name);
       map_[x.get()] = c.addArgument(ir::ArgKind::Input, x->name, x->shape);
+      forwardInputs_.insert(map_[x.get()]);
     }
     for (const auto& s : forward_.states) {
       checkName(s->name);
@@ -200,8 +202,13 @@ private:
         unsupported(instr, "its weight is not a parameter");
       if (!x[0]->isBatched())
         unsupported(instr, "its operand has no batch dimension");
-      // da = g W (linear: W is [N, K]) or g W^T (matmul: W is [K, N]).
-      accumulate(x[0], b_.create(instr.op == Op::Linear ? Op::MatMul : Op::Linear, {g, w}));
+      // da = g W (linear: W is [N, K]) or g W^T (matmul: W is [K, N]). For an input of the
+      // forward the runner does it, one product over every step after the loop: in the loop
+      // it would cost a per-step product, and nothing in the loop reads it.
+      if (forwardInputs_.count(x[0]))
+        inputFactors_.push_back({instr.op, w, x[0], g});
+      else
+        accumulate(x[0], b_.create(instr.op == Op::Linear ? Op::MatMul : Op::Linear, {g, w}));
       weightFactors_.push_back({instr.op, w, x[0], g});
       return;
     }
@@ -300,9 +307,17 @@ private:
     };
     for (const auto& input : forward_.inputs) {
       Value* x = map_.at(input.get());
-      Value* gradient = orZeros(gradientOf(x), x);
-      Dim at = place(gradient);
-      out_.segments.push_back({GradientSegment::Kind::Input, input->name, at, widthOf(x)});
+      if (Value* gradient = gradientOf(x)) // what elementwise reads of x contribute
+        out_.segments.push_back(
+            {GradientSegment::Kind::Input, input->name, place(gradient), widthOf(x)});
+    }
+    for (const WeightFactor& f : inputFactors_) {
+      GradientSegment segment{f.op == Op::Linear ? GradientSegment::Kind::InputByLinear
+                                                 : GradientSegment::Kind::InputByMatMul,
+                              f.operand->name, place(f.gradient), widthOf(f.gradient)};
+      segment.weight = f.weight->name;
+      segment.operandWidth = widthOf(f.operand);
+      out_.segments.push_back(segment);
     }
     for (const WeightFactor& f : weightFactors_) {
       GradientSegment segment{f.op == Op::Linear ? GradientSegment::Kind::LinearWeight
@@ -348,6 +363,8 @@ private:
   std::map<Value*, Value*> gradients_;
   std::map<Value*, std::vector<SlicePart>> sliceParts_;
   std::vector<WeightFactor> weightFactors_;
+  std::vector<WeightFactor> inputFactors_; // products of forward inputs: dx = g W by the runner
+  std::set<Value*> forwardInputs_;
 };
 
 } // namespace

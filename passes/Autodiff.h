@@ -31,10 +31,12 @@ namespace rnnc::passes {
 
 struct GradientSegment {
   enum class Kind {
-    Input,        // dLoss/d(input `name`), [B, F]
-    LinearWeight, // linear(a, W = `name`): `operand` columns hold a, `columns` hold g
-    MatMulWeight, // matmul(a, W = `name`): the same, dW = a^T g
-    VectorWeight, // per-row contributions to dLoss/d(parameter `name`), summed over rows
+    Input,         // dLoss/d(input `name`), [B, F] (what its elementwise uses contribute)
+    InputByLinear, // linear(x = input `name`, W = `weight`): g here; the runner adds g W to dx
+    InputByMatMul, // matmul(x = input `name`, W = `weight`): the runner adds g W^T to dx
+    LinearWeight,  // linear(a, W = `name`): `operand` columns hold a, `columns` hold g
+    MatMulWeight,  // matmul(a, W = `name`): the same, dW = a^T g
+    VectorWeight,  // per-row contributions to dLoss/d(parameter `name`), summed over rows
   };
   Kind kind;
   std::string name;
@@ -42,6 +44,7 @@ struct GradientSegment {
   // LinearWeight and MatMulWeight: where a is: the input of the backward cell of this name, or
   // (empty name) these columns of the output.
   std::string operandInput;
+  std::string weight; // InputByLinear, InputByMatMul: the weight's name
   ir::Dim operandOffset, operandWidth;
 };
 

@@ -74,6 +74,28 @@ void accumulateWeightGradient(Eigen::Map<RowMajor>& dW, const G& g, const A& a, 
     t.join();
 }
 
+// C += A B (or A B^T), the rows of C split between `threads` threads.
+template <class A, class B>
+void accumulateRowProduct(Eigen::Map<RowMajor>& c, const A& a, const B& b, bool transposeB,
+                          int threads) {
+  const int64_t rows = c.rows();
+  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows / 16)));
+  auto part = [&](int index) {
+    const int64_t begin = rows * index / threads, end = rows * (index + 1) / threads;
+    if (transposeB)
+      c.middleRows(begin, end - begin).noalias() +=
+          a.middleRows(begin, end - begin) * b.transpose();
+    else
+      c.middleRows(begin, end - begin).noalias() += a.middleRows(begin, end - begin) * b;
+  };
+  std::vector<std::thread> helpers;
+  for (int i = 1; i < threads; ++i)
+    helpers.emplace_back(part, i);
+  part(0);
+  for (std::thread& t : helpers)
+    t.join();
+}
+
 int64_t constantOf(const ir::Dim& d) {
   RNNC_INTERNAL_CHECK(d.isConstant(), "unbound size in a gradient segment: " + d.str());
   return d.constantValue();
@@ -264,22 +286,35 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       // The segments of the per-step output: input gradients, parameter gradient factors.
       const Tensor& o = back.output; // [T, B, W], zero past each length
       ConstRows rows(o.data(), steps * batch, o.dim(2));
-      int inputIndex = 0;
+      // dLoss/d(an input): the layer's (its first), or a side input's, which every layer reads.
+      auto inputGradient = [&](const std::string& name, int64_t width) -> Tensor& {
+        Tensor& t = name == slot.bound->inputs[0]->name ? gradLayerInput : grads[name];
+        if (t.rank() != 3)
+          t = Tensor({steps, batch, width});
+        return t;
+      };
       for (const passes::GradientSegment& seg : s.backward.segments) {
         const int64_t at = constantOf(seg.offset), width = constantOf(seg.width);
         using Kind = passes::GradientSegment::Kind;
         if (seg.kind == Kind::Input) {
-          Tensor g = columns(o, at, width);
-          if (inputIndex++ == 0) { // the layer's input
-            if (gradLayerInput.rank() != 3)
-              gradLayerInput = std::move(g);
-            else
-              addInto(gradLayerInput, g);
-          } else if (!grads.count(seg.name)) { // a side input: every layer reads it
-            grads[seg.name] = std::move(g);
-          } else {
-            addInto(grads[seg.name], g);
-          }
+          addInto(inputGradient(seg.name, width), columns(o, at, width));
+          continue;
+        }
+        if (seg.kind == Kind::InputByLinear || seg.kind == Kind::InputByMatMul) {
+          // dx += g W (or g W^T) for every row at once.
+          size_t p = 0;
+          while (p < slot.bound->params.size() && slot.bound->params[p]->name != seg.weight)
+            ++p;
+          RNNC_INTERNAL_CHECK(p < slot.params.size(), "no parameter " + seg.weight);
+          const Tensor& weight = slot.params[p];
+          ConstRows w(weight.data(), weight.shape()[0], weight.shape()[1]);
+          Tensor& dx = inputGradient(seg.name, constantOf(seg.operandWidth));
+          Eigen::Map<RowMajor> dX(dx.data(), steps * batch, dx.dim(2));
+          auto g = rows.middleCols(at, width);
+          if (seg.kind == Kind::InputByLinear)
+            accumulateRowProduct(dX, g, w, /*transposeB=*/false, gemmThreads);
+          else
+            accumulateRowProduct(dX, g, w, /*transposeB=*/true, gemmThreads);
           continue;
         }
         // The parameter's name in the weights; none for a bias a bias-free file lacks.

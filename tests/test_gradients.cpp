@@ -44,9 +44,9 @@ TEST(Autodiff, ElmanCellBackwardStep) {
   output %4
 })");
   passes::BackwardCell backward = passes::deriveBackward(*forward);
-  // dy flows in from the output and from the next step (grad.h); tanh' = 1 - y^2; then dx = g W,
-  // dh = g U, and g once in the output: the factor of U, W and b (their operands x and h are
-  // the backward's own inputs).
+  // dy flows in from the output and from the next step (grad.h); tanh' = 1 - y^2; then dh = g U
+  // in the loop, and g once in the output: the factor of U, W, b and of dx = g W (their
+  // operands x and h are the backward's own inputs).
   EXPECT_EQ(ir::toString(*backward.cell), R"(cell @rnn_backward(input_size, hidden_size) {
   input %x : [B, input_size]
   input %h : [B, hidden_size]
@@ -67,24 +67,24 @@ TEST(Autodiff, ElmanCellBackwardStep) {
     %8 = sub %7, %6 : [B, hidden_size]
     %9 = mul %5, %8 : [B, hidden_size]
     %10 = matmul %9, %u : [B, hidden_size]
-    %11 = matmul %9, %w : [B, input_size]
-    %12 = concat %11, %9 : [B, hidden_size + input_size]
   }
   yield %grad.h = %10
-  output %12
+  output %9
 }
 )");
   using Kind = passes::GradientSegment::Kind;
   ASSERT_EQ(backward.segments.size(), 4u);
-  EXPECT_EQ(backward.segments[0].kind, Kind::Input);
+  // dx = g w for all steps at once, by the runner after the loop.
+  EXPECT_EQ(backward.segments[0].kind, Kind::InputByLinear);
+  EXPECT_EQ(backward.segments[0].name, "x");
+  EXPECT_EQ(backward.segments[0].weight, "w");
   EXPECT_EQ(backward.segments[1].kind, Kind::LinearWeight);
   EXPECT_EQ(backward.segments[1].name, "u");
   EXPECT_EQ(backward.segments[1].operandInput, "h");
-  EXPECT_EQ(backward.segments[1].offset.str(), "input_size");
   EXPECT_EQ(backward.segments[2].name, "w");
   EXPECT_EQ(backward.segments[2].operandInput, "x");
-  EXPECT_EQ(backward.segments[2].offset.str(), "input_size");
-  EXPECT_EQ(backward.segments[3].offset.str(), "input_size");
+  for (const auto& segment : backward.segments)
+    EXPECT_EQ(segment.offset.str(), "0"); // g, once
   EXPECT_EQ(backward.segments[3].kind, Kind::VectorWeight);
   EXPECT_EQ(backward.segments[3].name, "b");
 }
@@ -257,48 +257,33 @@ const char* kCustomCell = R"(cell custom(input_size, hidden_size) {
   return h = h2, c = c2; output h2
 })";
 
-TEST(Gradients, CustomCellMatchesCentralDifferences) {
-  auto cell = frontend::parseCell(kCustomCell, "custom.cell");
-  std::mt19937 rng(5);
-  const int64_t steps = 4, batch = 3, input = 3, hidden = 4;
-  TensorMap weights =
-      test::randomWeights(*cell, {{"input_size", input}, {"hidden_size", hidden}}, rng);
-  for (auto& [name, t] : weights)
-    for (float& v : t.values())
-      v *= 2; // away from the linear regime
-  GradientRequest request;
-  request.weights = &weights;
-  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
-  request.initialStates["h"] = test::randomTensor({1, batch, hidden}, rng, 0.5f);
-  request.initialStates["c"] = test::randomTensor({1, batch, hidden}, rng, 0.5f);
-  request.gradOutput = test::randomTensor({steps, batch, hidden}, rng, 1.0f);
-  request.gradFinalStates["c"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
-  request.lengths = Int64Array{{batch}, {4, 1, 3}};
-  LayerOptions options;
+// Every gradient runGradients gives for `request` (JIT) against central differences of the loss
+// on the interpreter, for a few entries of every parameter, input, side input and initial state.
+// Two step sizes that disagree mean a kink (min, max, clamp, relu) lies within the step: such
+// an entry is skipped, and few may be.
+void expectCentralDifferences(const ir::Cell& cell, GradientRequest& request,
+                              LayerOptions options) {
+  TensorMap& weights = const_cast<TensorMap&>(*request.weights);
   options.engine = Engine::Jit;
-  GradientResult result = runGradients(*cell, request, options);
-
-  // The loss the gradients are of, on the interpreter, in double where it sums.
-  auto loss = [&](const GradientRequest& r) {
-    LayerOptions interpret;
+  GradientResult result = runGradients(cell, request, options);
+  auto loss = [&] {
+    LayerOptions interpret = options;
     interpret.engine = Engine::Interpreter;
     LayerRequest layer;
-    layer.weights = r.weights;
-    layer.input = r.input;
-    layer.initialStates = r.initialStates;
-    layer.lengths = r.lengths;
-    LayerResult out = runLayers(*cell, layer, interpret);
-    double sum = 0;
+    layer.weights = request.weights;
+    layer.input = request.input;
+    layer.sideInputs = request.sideInputs;
+    layer.initialStates = request.initialStates;
+    layer.lengths = request.lengths;
+    LayerResult out = runLayers(cell, layer, interpret);
+    double sum = 0; // in double where it sums
     for (int64_t i = 0; i < out.output.numel(); ++i)
-      sum += double(out.output.data()[i]) * r.gradOutput.data()[i];
-    const Tensor& cn = out.finalStates.at("c");
-    for (int64_t i = 0; i < cn.numel(); ++i)
-      sum += double(cn.data()[i]) * r.gradFinalStates.at("c").data()[i];
+      sum += double(out.output.data()[i]) * request.gradOutput.data()[i];
+    for (const auto& [name, grad] : request.gradFinalStates)
+      for (int64_t i = 0; i < grad.numel(); ++i)
+        sum += double(out.finalStates.at(name).data()[i]) * grad.data()[i];
     return sum;
   };
-  // d loss / d t[i] by central differences, for a few entries of each tensor. Two step sizes
-  // that disagree mean a kink (min, max, clamp, relu) lies within the step: such an entry is
-  // skipped, and few may be.
   int checked = 0, kinks = 0;
   auto check = [&](const std::string& name, Tensor& t) {
     SCOPED_TRACE(name);
@@ -306,9 +291,9 @@ TEST(Gradients, CustomCellMatchesCentralDifferences) {
     auto centralDifference = [&](int64_t i, float step) {
       const float saved = t.data()[i];
       t.data()[i] = saved + step;
-      double up = loss(request);
+      double up = loss();
       t.data()[i] = saved - step;
-      double down = loss(request);
+      double down = loss();
       t.data()[i] = saved;
       return (up - down) / (2.0 * step);
     };
@@ -326,9 +311,68 @@ TEST(Gradients, CustomCellMatchesCentralDifferences) {
   for (auto& [name, t] : weights)
     check(name, t);
   check("input", request.input);
-  check("h0", request.initialStates["h"]);
-  check("c0", request.initialStates["c"]);
+  for (auto& [name, t] : request.sideInputs)
+    check(name, t);
+  for (auto& [name, t] : request.initialStates)
+    check(initialStateGradientName(name), t);
   EXPECT_GE(checked, 8 * kinks) << checked << " entries checked, " << kinks << " at kinks";
+}
+
+TEST(Gradients, CustomCellMatchesCentralDifferences) {
+  auto cell = frontend::parseCell(kCustomCell, "custom.cell");
+  std::mt19937 rng(5);
+  const int64_t steps = 4, batch = 3, input = 3, hidden = 4;
+  TensorMap weights =
+      test::randomWeights(*cell, {{"input_size", input}, {"hidden_size", hidden}}, rng);
+  for (auto& [name, t] : weights)
+    for (float& v : t.values())
+      v *= 2; // away from the linear regime
+  GradientRequest request;
+  request.weights = &weights;
+  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
+  request.initialStates["h"] = test::randomTensor({1, batch, hidden}, rng, 0.5f);
+  request.initialStates["c"] = test::randomTensor({1, batch, hidden}, rng, 0.5f);
+  request.gradOutput = test::randomTensor({steps, batch, hidden}, rng, 1.0f);
+  request.gradFinalStates["c"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
+  request.lengths = Int64Array{{batch}, {4, 1, 3}};
+  expectCentralDifferences(*cell, request, {});
+}
+
+// A side input every layer and direction reads: its gradient sums theirs. Two layers, both
+// directions, lengths, batch_first.
+TEST(Gradients, SideInputsOfAStackMatchCentralDifferences) {
+  auto cell = frontend::parseCell(R"(cell ctx(input_size, context_size, hidden_size) {
+  input x[input_size], ctx[context_size]
+  state h[hidden_size]
+  param weight_ih[hidden_size, input_size], weight_ch[hidden_size, context_size]
+  param weight_hh[hidden_size, hidden_size], bias_ih[hidden_size]
+  h2 = tanh(linear(x, weight_ih, bias_ih) + ctx @ weight_ch^T + linear(h, weight_hh))
+  return h = h2; output h2
+})",
+                                  "ctx.cell");
+  std::mt19937 rng(9);
+  const int64_t steps = 3, batch = 3, input = 2, context = 3, hidden = 4;
+  TensorMap weights;
+  for (int layer = 0; layer < 2; ++layer)
+    for (const char* suffix : {"", "_reverse"}) {
+      std::string s = "_l" + std::to_string(layer) + suffix;
+      weights["weight_ih" + s] =
+          test::randomTensor({hidden, layer ? 2 * hidden : input}, rng, 0.6f);
+      weights["weight_ch" + s] = test::randomTensor({hidden, context}, rng, 0.6f);
+      weights["weight_hh" + s] = test::randomTensor({hidden, hidden}, rng, 0.6f);
+      weights["bias_ih" + s] = test::randomTensor({hidden}, rng, 0.6f);
+    }
+  GradientRequest request;
+  request.weights = &weights;
+  request.input = test::randomTensor({batch, steps, input}, rng, 1.0f);
+  request.sideInputs["ctx"] = test::randomTensor({batch, steps, context}, rng, 1.0f);
+  request.initialStates["h"] = test::randomTensor({4, batch, hidden}, rng, 0.5f);
+  request.gradOutput = test::randomTensor({batch, steps, 2 * hidden}, rng, 1.0f);
+  request.gradFinalStates["h"] = test::randomTensor({4, batch, hidden}, rng, 1.0f);
+  request.lengths = Int64Array{{batch}, {2, 3, 1}};
+  LayerOptions options;
+  options.batchFirst = true;
+  expectCentralDifferences(*cell, request, options);
 }
 
 // ---- The C++ API: forwardTraining, then backward -------------------------------------------
