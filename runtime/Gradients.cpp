@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 namespace rnnc {
@@ -50,22 +51,12 @@ void addInto(Tensor& to, const Tensor& from) {
     to.data()[i] += from.data()[i];
 }
 
-// dW += G^T A (linear) or A^T G (matmul) over all rows, the rows of dW split between
-// `threads` threads: the weight gradients are the training's largest products.
-template <class G, class A>
-void accumulateWeightGradient(Eigen::Map<RowMajor>& dW, const G& g, const A& a, bool linear,
-                              int threads) {
-  const int64_t rows = dW.rows();
+// Runs work(begin, end) over rows [0, rows) split between up to `threads` threads (at least 16
+// rows each): the products below are the training's largest, and each output row is one
+// thread's.
+void splitRows(int64_t rows, int threads, const std::function<void(int64_t, int64_t)>& work) {
   threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows / 16)));
-  auto part = [&](int index) {
-    const int64_t begin = rows * index / threads, end = rows * (index + 1) / threads;
-    if (linear) // dW [N, K]: rows are G's columns
-      dW.middleRows(begin, end - begin).noalias() +=
-          g.middleCols(begin, end - begin).transpose() * a;
-    else // dW [K, N]: rows are A's columns
-      dW.middleRows(begin, end - begin).noalias() +=
-          a.middleCols(begin, end - begin).transpose() * g;
-  };
+  auto part = [&](int index) { work(rows * index / threads, rows * (index + 1) / threads); };
   std::vector<std::thread> helpers;
   for (int i = 1; i < threads; ++i)
     helpers.emplace_back(part, i);
@@ -74,26 +65,31 @@ void accumulateWeightGradient(Eigen::Map<RowMajor>& dW, const G& g, const A& a, 
     t.join();
 }
 
-// C += A B (or A B^T), the rows of C split between `threads` threads.
+// dW += G^T A (linear: dW [N, K], its rows G's columns) or A^T G (matmul: dW [K, N]).
+template <class G, class A>
+void accumulateWeightGradient(Eigen::Map<RowMajor>& dW, const G& g, const A& a, bool linear,
+                              int threads) {
+  splitRows(dW.rows(), threads, [&](int64_t begin, int64_t end) {
+    if (linear)
+      dW.middleRows(begin, end - begin).noalias() +=
+          g.middleCols(begin, end - begin).transpose() * a;
+    else
+      dW.middleRows(begin, end - begin).noalias() +=
+          a.middleCols(begin, end - begin).transpose() * g;
+  });
+}
+
+// C += A B (or A B^T).
 template <class A, class B>
 void accumulateRowProduct(Eigen::Map<RowMajor>& c, const A& a, const B& b, bool transposeB,
                           int threads) {
-  const int64_t rows = c.rows();
-  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows / 16)));
-  auto part = [&](int index) {
-    const int64_t begin = rows * index / threads, end = rows * (index + 1) / threads;
+  splitRows(c.rows(), threads, [&](int64_t begin, int64_t end) {
     if (transposeB)
       c.middleRows(begin, end - begin).noalias() +=
           a.middleRows(begin, end - begin) * b.transpose();
     else
       c.middleRows(begin, end - begin).noalias() += a.middleRows(begin, end - begin) * b;
-  };
-  std::vector<std::thread> helpers;
-  for (int i = 1; i < threads; ++i)
-    helpers.emplace_back(part, i);
-  part(0);
-  for (std::thread& t : helpers)
-    t.join();
+  });
 }
 
 int64_t constantOf(const ir::Dim& d) {
