@@ -18,17 +18,13 @@ namespace rnnc {
 struct Layer::Impl {
   std::shared_ptr<const LayerProgram> program;
   bool batchFirst = false;
-  // For training, built on the first forwardTraining().
-  std::unique_ptr<ir::Cell> cell;
-  TensorMap weights;
-  std::string source;
-  LayerOptions options;
+  // For training, built over `program` on the first forwardTraining().
   mutable std::once_flag trainingBuilt;
   mutable std::shared_ptr<const GradientProgram> training;
 
   const GradientProgram& trainingProgram() const {
     std::call_once(trainingBuilt,
-                   [&] { training = GradientProgram::build(*cell, weights, source, options); });
+                   [&] { training = GradientProgram::build(program, program->options()); });
     return *training;
   }
 };
@@ -63,10 +59,6 @@ std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const Tenso
   auto impl = std::make_shared<Layer::Impl>();
   impl->program = LayerProgram::build(*cell, weights, source, options);
   impl->batchFirst = spec.batchFirst;
-  impl->cell = std::move(cell);
-  impl->weights = std::move(weights);
-  impl->source = source;
-  impl->options = options;
   return impl;
 }
 

@@ -24,11 +24,11 @@ namespace {
 
 // One JIT per process, like a code cache: every compiled cell is loaded into it.
 codegen::Jit& processJit() {
-  static codegen::Jit jit({{codegen::kGemmSymbol, reinterpret_cast<void*>(&rnnc_gemm)},
-                           {codegen::kLayerNormSymbol, reinterpret_cast<void*>(&rnnc_layernorm)},
-                           {codegen::kLayerNormGradSymbol,
-                            reinterpret_cast<void*>(&rnnc_layernorm_grad)},
-                           {codegen::kBarrierSymbol, reinterpret_cast<void*>(&rnnc_barrier)}});
+  static codegen::Jit jit(
+      {{codegen::kGemmSymbol, reinterpret_cast<void*>(&rnnc_gemm)},
+       {codegen::kLayerNormSymbol, reinterpret_cast<void*>(&rnnc_layernorm)},
+       {codegen::kLayerNormGradSymbol, reinterpret_cast<void*>(&rnnc_layernorm_grad)},
+       {codegen::kBarrierSymbol, reinterpret_cast<void*>(&rnnc_barrier)}});
   return jit;
 }
 

@@ -92,6 +92,15 @@ void accumulateRowProduct(Eigen::Map<RowMajor>& c, const A& a, const B& b, bool 
   });
 }
 
+// The index of the parameter called `name` in a slot's cell.
+size_t paramIndex(const LayerProgram::Slot& slot, const std::string& name) {
+  for (size_t p = 0; p < slot.bound->params.size(); ++p)
+    if (slot.bound->params[p]->name == name)
+      return p;
+  RNNC_INTERNAL_CHECK(false, "no parameter " + name);
+  return 0;
+}
+
 int64_t constantOf(const ir::Dim& d) {
   RNNC_INTERNAL_CHECK(d.isConstant(), "unbound size in a gradient segment: " + d.str());
   return d.constantValue();
@@ -117,6 +126,16 @@ std::shared_ptr<const GradientProgram> GradientProgram::build(const ir::Cell& ce
                                                               const TensorMap& weights,
                                                               const std::string& weightsSource,
                                                               const LayerOptions& options) {
+  // The layer program binds every slot's sizes and parameters; the cells that run are derived,
+  // so its own forward is not compiled.
+  LayerOptions bindOnly = options;
+  bindOnly.engine = Engine::Interpreter;
+  return build(LayerProgram::build(cell, weights, weightsSource, bindOnly), options);
+}
+
+std::shared_ptr<const GradientProgram>
+GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOptions& options) {
+  const ir::Cell& cell = layers->cell();
   if (options.training && ir::containsOp(cell, ir::Op::Dropout))
     throw UserError(fmt::format("cell '{}' has dropout inside the cell; its gradients in "
                                 "training mode are not supported yet (dropout between layers "
@@ -124,11 +143,7 @@ std::shared_ptr<const GradientProgram> GradientProgram::build(const ir::Cell& ce
                                 cell.name));
   auto program = std::shared_ptr<GradientProgram>(new GradientProgram);
   program->options_ = options;
-  program->weightsSource_ = weightsSource;
-  // The layer program binds every slot's sizes and parameters; the cells that run are derived.
-  LayerOptions bindOnly = options;
-  bindOnly.engine = Engine::Interpreter;
-  program->program_ = LayerProgram::build(cell, weights, weightsSource, bindOnly);
+  program->program_ = std::move(layers);
   for (const LayerProgram::Slot& slot : program->program_->slots()) {
     auto s = std::make_shared<Slot>();
     s->forward = passes::withEnteringStates(*slot.bound);
@@ -143,9 +158,6 @@ std::shared_ptr<const GradientProgram> GradientProgram::build(const ir::Cell& ce
       s->backwardInterpreter = std::make_shared<Interpreter>(*s->backward.cell, slot.params);
     }
     program->slots_.push_back(std::move(s));
-    for (const std::string& name : slot.paramNames)
-      if (weights.count(name))
-        program->weightNames_.push_back(name);
   }
   return program;
 }
@@ -168,14 +180,15 @@ TrainingTape GradientProgram::forward(const Tensor& input,
     TrainingTape::Slot& kept = tape.slots[static_cast<size_t>(index)];
     kept.input = in;
     kept.widths = widths;
+    // The training cell's output: the cell's output, then each state entering the step.
     const ir::Cell& bound = *program_->slots()[static_cast<size_t>(index)].bound;
-    int64_t offset = codegen::columnsOf(bound.output);
-    for (const auto& state : bound.states) {
-      int64_t width = codegen::columnsOf(state.get());
-      kept.states.push_back(columns(out.output, offset, width));
-      offset += width;
-    }
-    out.output = columns(out.output, 0, codegen::columnsOf(bound.output));
+    std::vector<int64_t> outputWidths = {codegen::columnsOf(bound.output)};
+    for (const auto& state : bound.states)
+      outputWidths.push_back(codegen::columnsOf(state.get()));
+    std::vector<Tensor> parts = splitFeatures(out.output, outputWidths);
+    out.output = std::move(parts[0]);
+    kept.states.assign(std::make_move_iterator(parts.begin() + 1),
+                       std::make_move_iterator(parts.end()));
     return out;
   };
   tape.forward = program_->run(input, initialStates, lengths, sideInputs, trainingRun);
@@ -298,11 +311,7 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
         }
         if (seg.kind == Kind::InputByLinear || seg.kind == Kind::InputByMatMul) {
           // dx += g W (or g W^T) for every row at once.
-          size_t p = 0;
-          while (p < slot.bound->params.size() && slot.bound->params[p]->name != seg.weight)
-            ++p;
-          RNNC_INTERNAL_CHECK(p < slot.params.size(), "no parameter " + seg.weight);
-          const Tensor& weight = slot.params[p];
+          const Tensor& weight = slot.params[paramIndex(slot, seg.weight)];
           ConstRows w(weight.data(), weight.shape()[0], weight.shape()[1]);
           Tensor& dx = inputGradient(seg.name, constantOf(seg.operandWidth));
           Eigen::Map<RowMajor> dX(dx.data(), steps * batch, dx.dim(2));
@@ -314,13 +323,10 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
           continue;
         }
         // The parameter's name in the weights; none for a bias a bias-free file lacks.
-        size_t p = 0;
-        while (p < slot.bound->params.size() && slot.bound->params[p]->name != seg.name)
-          ++p;
-        RNNC_INTERNAL_CHECK(p < slot.params.size(), "no parameter " + seg.name);
-        const std::string& name = slot.paramNames[p];
-        if (std::find(weightNames_.begin(), weightNames_.end(), name) == weightNames_.end())
+        const size_t p = paramIndex(slot, seg.name);
+        if (!slot.inWeights[p])
           continue;
+        const std::string& name = slot.paramNames[p];
         const Tensor& weight = slot.params[p];
         auto [it, fresh] = grads.emplace(name, Tensor(weight.shape()));
         Eigen::Map<RowMajor> dW(it->second.data(), weight.shape()[0],
@@ -357,8 +363,7 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
   for (size_t i = 0; i < program_->slots().size(); ++i) {
     const LayerProgram::Slot& slot = program_->slots()[i];
     for (size_t p = 0; p < slot.params.size(); ++p)
-      if (std::find(weightNames_.begin(), weightNames_.end(), slot.paramNames[p]) !=
-          weightNames_.end())
+      if (slot.inWeights[p])
         grads.emplace(slot.paramNames[p], Tensor(slot.params[p].shape()));
   }
   return grads;

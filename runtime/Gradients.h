@@ -49,6 +49,10 @@ public:
                                                       const TensorMap& weights,
                                                       const std::string& weightsSource,
                                                       const LayerOptions& options);
+  // Over a layer program already built (its slots' bound cells and parameters; its own
+  // compiled forward is not used), run as `options` say.
+  static std::shared_ptr<const GradientProgram> build(std::shared_ptr<const LayerProgram> layers,
+                                                      const LayerOptions& options);
 
   // The forward (as LayerProgram::run) keeping what backward() reads.
   TrainingTape forward(const Tensor& input, const std::map<std::string, Tensor>& initialStates,
@@ -70,17 +74,10 @@ private:
   std::shared_ptr<const LayerProgram> program_; // the slots' bound cells and parameters
   std::vector<std::shared_ptr<const Slot>> slots_;
   LayerOptions options_;
-  std::string weightsSource_;
-  std::vector<std::string> weightNames_; // those the weights hold: the gradients to give
 };
 
-struct GradientRequest {
-  const TensorMap* weights = nullptr;
-  std::string weightsSource = "weights";
-  Tensor input;                                  // [T, B, I] (or [B, T, I] with batchFirst)
-  std::map<std::string, Tensor> sideInputs;      // as in LayerRequest
-  std::map<std::string, Tensor> initialStates;   // state name -> [L*D, B, F]; absent = zeros
-  std::optional<Int64Array> lengths;             // [B], any order, each in [1, T]
+// A layer's request and the gradients flowing in.
+struct GradientRequest : LayerRequest {
   Tensor gradOutput;                             // dLoss/d(output); empty = zeros
   std::map<std::string, Tensor> gradFinalStates; // by state name, [L*D, B, F]; absent = zeros
 };

@@ -86,6 +86,7 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
           zeroBiases.push_back(slot.params.size());
         slot.paramNames.push_back(name);
         slot.params.push_back(tensor ? *tensor : Tensor());
+        slot.inWeights.push_back(tensor != nullptr);
       }
       // Sizes from the weights (and, past layer 0, the previous layer's width).
       Tensor previous;

@@ -98,6 +98,7 @@ public:
   struct Slot {
     std::vector<std::string> paramNames; // as in the weights, for messages
     std::vector<Tensor> params;
+    std::vector<bool> inWeights; // per parameter; false: a zero bias a bias-free file lacks
     std::shared_ptr<ir::Cell> bound;
     std::shared_ptr<CompiledCell> compiled;                 // null: run on the interpreter
     std::shared_ptr<const CompiledCell::Prepared> prepared; // its parameter-only work, done

@@ -228,12 +228,7 @@ int run(const RunOptions& o) {
 int grad(const RunOptions& o) {
   LayerJob job = prepareJob(o);
   GradientRequest request;
-  request.weights = job.request.weights;
-  request.weightsSource = job.request.weightsSource;
-  request.input = job.request.input;
-  request.sideInputs = job.request.sideInputs;
-  request.initialStates = job.request.initialStates;
-  request.lengths = job.request.lengths;
+  static_cast<LayerRequest&>(request) = job.request;
   if (!o.gradOutput.empty())
     request.gradOutput = readNpyFloat32(o.gradOutput);
   for (const auto& [name, file] : stateFiles(*job.cell, o.gradHn, "--grad-hn", o.gradCn,
