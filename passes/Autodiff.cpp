@@ -3,6 +3,7 @@
 #include "ir/Builder.h"
 #include "ir/Error.h"
 #include "ir/Verifier.h"
+#include "passes/DeadCodeElimination.h"
 
 #include <fmt/format.h>
 
@@ -29,8 +30,8 @@ struct SlicePart {
 
 class Differentiator {
 public:
-  Differentiator(const ir::Cell& forward, BackwardCell& out)
-      : forward_(forward), out_(out), b_(*out.cell, out.cell->step) {}
+  Differentiator(const ir::Cell& forward, ForwardValues policy, BackwardCell& out)
+      : forward_(forward), policy_(policy), out_(out), b_(*out.cell, out.cell->step) {}
 
   void run() {
     declareArguments();
@@ -39,6 +40,9 @@ public:
     for (auto it = recomputed_.rbegin(); it != recomputed_.rend(); ++it)
       differentiate(**it);
     finish();
+    if (policy_ == ForwardValues::Keep)
+      readKeptValues();
+    ir::verify(cell());
   }
 
 private:
@@ -50,10 +54,11 @@ private:
     c.sizeNames = forward_.sizeNames;
     c.sizes = forward_.sizes;
     auto checkName = [&](const std::string& name) {
-      if (name.rfind(kGradPrefix, 0) == 0)
-        throw UserError(fmt::format("cell '{}': the argument name '{}' is reserved for "
-                                    "gradients (names starting with '{}')",
-                                    forward_.name, name, kGradPrefix));
+      for (const char* prefix : {kGradPrefix, kKeptPrefix})
+        if (name.rfind(prefix, 0) == 0)
+          throw UserError(fmt::format("cell '{}': the argument name '{}' is reserved for "
+                                      "training (names starting with '{}')",
+                                      forward_.name, name, prefix));
     };
     for (const auto& x : forward_.inputs) {
       checkName(x->name);
@@ -343,7 +348,52 @@ private:
       out_.segments.push_back({GradientSegment::Kind::VectorWeight, p->name, at, widthOf(w)});
     }
     c.output = columns.size() == 1 ? columns[0] : b_.create(Op::Concat, columns);
-    ir::verify(c);
+  }
+
+  // Which forward values the training forward keeps, so that the backward step runs none of
+  // the forward's products again (for an LSTM they are half the step's work: x W_ih and
+  // h W_hh). Walking the forward in order, a value the gradients read is kept when it depends
+  // on a product through values not kept already; the rest is recomputed, elementwise from
+  // kept values, inputs and states. An LSTM keeps its four activated gates (c' and tanh(c')
+  // are recomputed from them and c), a GRU r, z, n and h W_hn + b_hn, a tanh RNN h'. Each kept
+  // value becomes an input `kept.<k>` of the backward cell, and what only computed it is dead.
+  void readKeptValues() {
+    ir::Cell& c = cell();
+    std::set<const Value*> recomputed;
+    for (const ir::Instr* instr : recomputed_)
+      recomputed.insert(&instr->result);
+    std::set<const Value*> read; // recomputed values the gradients read
+    for (const auto& instr : c.step)
+      if (!recomputed.count(&instr->result))
+        for (const Value* operand : instr->operands)
+          if (recomputed.count(operand))
+            read.insert(operand);
+    for (const ir::StateUpdate& update : c.updates)
+      if (recomputed.count(update.next))
+        read.insert(update.next);
+    if (recomputed.count(c.output))
+      read.insert(c.output);
+
+    std::set<const Value*> reachesProduct; // through values not kept
+    for (size_t position = 0; position < recomputed_.size(); ++position) {
+      ir::Instr& instr = *recomputed_[position];
+      bool product = instr.op == Op::Linear || instr.op == Op::MatMul;
+      for (const Value* operand : instr.operands)
+        product = product || reachesProduct.count(operand);
+      if (!product)
+        continue;
+      if (!read.count(&instr.result)) {
+        reachesProduct.insert(&instr.result);
+        continue;
+      }
+      RNNC_INTERNAL_CHECK(instr.result.isBatched(), "a kept value without the batch dimension");
+      Value* kept = c.addArgument(ir::ArgKind::Input,
+                                  fmt::format("{}{}", kKeptPrefix, out_.kept.size()),
+                                  instr.result.shape);
+      ir::replaceAllUses(c, &instr.result, kept);
+      out_.kept.push_back(position);
+    }
+    eliminateDeadCode(c);
   }
 
   struct WeightFactor {
@@ -354,6 +404,7 @@ private:
   };
 
   const ir::Cell& forward_;
+  const ForwardValues policy_;
   BackwardCell& out_;
   ir::Builder b_;
   std::map<const Value*, Value*> map_; // forward value -> its twin in the backward cell
@@ -369,21 +420,29 @@ private:
 
 } // namespace
 
-std::unique_ptr<ir::Cell> withEnteringStates(const ir::Cell& forward) {
+std::unique_ptr<ir::Cell> trainingForward(const ir::Cell& forward, const BackwardCell& backward) {
   std::unique_ptr<ir::Cell> cell = forward.clone();
   cell->name = forward.name + "_training";
+  std::vector<ir::Instr*> instrs; // in the order deriveBackward counts positions
+  for (ir::Block* block : {&cell->pre, &cell->step})
+    for (auto& instr : *block)
+      instrs.push_back(instr.get());
   std::vector<Value*> columns = {cell->output};
   for (const auto& state : cell->states)
     columns.push_back(state.get());
+  for (size_t position : backward.kept) {
+    RNNC_INTERNAL_CHECK(position < instrs.size(), "a kept value the forward does not have");
+    columns.push_back(&instrs[position]->result);
+  }
   cell->output = ir::Builder(*cell, cell->step).create(Op::Concat, columns);
   ir::verify(*cell);
   return cell;
 }
 
-BackwardCell deriveBackward(const ir::Cell& forward) {
+BackwardCell deriveBackward(const ir::Cell& forward, ForwardValues policy) {
   BackwardCell out;
   out.cell = std::make_unique<ir::Cell>();
-  Differentiator(forward, out).run();
+  Differentiator(forward, policy, out).run();
   return out;
 }
 

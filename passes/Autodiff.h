@@ -3,8 +3,9 @@
 // through the same passes, interpreter and code generator as any cell.
 //
 // The backward cell, for a forward cell with inputs X, states S and output y:
-//   inputs   X (this step's inputs), S (the states entering this step, kept by the forward) and
-//            `grad.output` (dLoss/dy of this step)
+//   inputs   X (this step's inputs), S (the states entering this step, kept by the forward),
+//            `grad.output` (dLoss/dy of this step) and `kept.<k>`: the forward values the
+//            training forward kept at this step (see ForwardValues)
 //   states   `grad.<s>` for each s of S: dLoss/d(the next value of s made by this step); its
 //            update is dLoss/d(s entering this step), which the step before receives
 //   params   the forward's
@@ -16,9 +17,13 @@
 //            Each value is placed once (an LSTM's gate gradients serve W_ih, W_hh and both
 //            biases), and an operand that is an input of the backward cell (x, h) is not placed
 //            at all: the runner reads it where it gave it.
-// The step recomputes the forward (the passes hoist what does not depend on the states), so
-// the forward keeps only the states entering each step: h and c for an LSTM, as cuDNN's reserve
-// space keeps them, less the gates.
+//
+// What the forward keeps (like cuDNN's reserve space): by default every value the gradients
+// read that depends on a product, so that the backward step runs none of the forward's
+// products again; an LSTM keeps its four activated gates besides the states entering each step
+// (h and c), as cuDNN keeps the gates and c. Recompute keeps only the states entering each step
+// and runs the forward step again inside the backward one (the passes hoist what does not
+// depend on the states): half the memory, a third more matrix work.
 #pragma once
 
 #include "ir/Cell.h"
@@ -51,16 +56,24 @@ struct GradientSegment {
 struct BackwardCell {
   std::unique_ptr<ir::Cell> cell;
   std::vector<GradientSegment> segments;
+  // The kept forward values, by position in the forward's instructions (pre block, then step
+  // block); the backward cell's last inputs, `kept.0`, `kept.1`, ..., read them in this order.
+  std::vector<size_t> kept;
 };
 
 inline constexpr const char* kGradPrefix = "grad."; // grad.output, grad.h, grad.c, ...
+inline constexpr const char* kKeptPrefix = "kept."; // the kept forward values
+
+enum class ForwardValues { Keep, Recompute };
 
 // Throws UserError naming the op for what cannot be differentiated (dropout in training is the
 // sequence runner's affair: its masks are inputs of neither cell).
-BackwardCell deriveBackward(const ir::Cell& forward);
+BackwardCell deriveBackward(const ir::Cell& forward,
+                            ForwardValues policy = ForwardValues::Keep);
 
 // The training forward: `forward` whose output is its output followed by the states entering
-// the step ([B, H + F1 + F2 + ...]): what the backward cell reads as inputs.
-std::unique_ptr<ir::Cell> withEnteringStates(const ir::Cell& forward);
+// the step and the values `backward` keeps ([B, H + F1 + F2 + ... + K0 + K1 + ...]): what the
+// backward cell reads as inputs.
+std::unique_ptr<ir::Cell> trainingForward(const ir::Cell& forward, const BackwardCell& backward);
 
 } // namespace rnnc::passes

@@ -16,7 +16,7 @@ namespace rnnc {
 
 // The derived cells of one layer and direction, ready to run.
 struct GradientProgram::Slot {
-  std::unique_ptr<ir::Cell> forward; // the training forward (passes::withEnteringStates)
+  std::unique_ptr<ir::Cell> forward; // the training forward (passes::trainingForward)
   passes::BackwardCell backward;
   std::shared_ptr<const CompiledCell> forwardCode, backwardCode; // null: the interpreter
   std::shared_ptr<const CompiledCell::Prepared> forwardPrepared, backwardPrepared;
@@ -25,6 +25,20 @@ struct GradientProgram::Slot {
   Executor forwardRun(int threads, std::vector<int64_t> widths) const {
     return forwardCode ? jitExecutor(forwardCode, forwardPrepared, threads, std::move(widths))
                        : interpreterExecutor(forwardInterpreter, std::move(widths));
+  }
+  // The backward cell's inputs `kept.<k>` (its last ones): their widths, and all of them.
+  std::vector<int64_t> keptWidths() const {
+    const auto& inputs = backward.cell->inputs;
+    std::vector<int64_t> widths;
+    for (size_t k = inputs.size() - backward.kept.size(); k < inputs.size(); ++k)
+      widths.push_back(codegen::columnsOf(inputs[k].get()));
+    return widths;
+  }
+  int64_t keptWidth() const {
+    int64_t sum = 0;
+    for (int64_t w : keptWidths())
+      sum += w;
+    return sum;
   }
   Executor backwardRun(int threads, std::vector<int64_t> widths) const {
     return backwardCode ? jitExecutor(backwardCode, backwardPrepared, threads, std::move(widths))
@@ -118,6 +132,7 @@ int64_t TrainingTape::bytes() const {
     floats += slot.input.numel();
     for (const Tensor& state : slot.states)
       floats += state.numel();
+    floats += slot.kept.numel();
   }
   return floats * static_cast<int64_t>(sizeof(float));
 }
@@ -125,16 +140,19 @@ int64_t TrainingTape::bytes() const {
 std::shared_ptr<const GradientProgram> GradientProgram::build(const ir::Cell& cell,
                                                               const TensorMap& weights,
                                                               const std::string& weightsSource,
-                                                              const LayerOptions& options) {
+                                                              const LayerOptions& options,
+                                                              passes::ForwardValues forwardValues) {
   // The layer program binds every slot's sizes and parameters; the cells that run are derived,
   // so its own forward is not compiled.
   LayerOptions bindOnly = options;
   bindOnly.engine = Engine::Interpreter;
-  return build(LayerProgram::build(cell, weights, weightsSource, bindOnly), options);
+  return build(LayerProgram::build(cell, weights, weightsSource, bindOnly), options,
+               forwardValues);
 }
 
 std::shared_ptr<const GradientProgram>
-GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOptions& options) {
+GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOptions& options,
+                       passes::ForwardValues forwardValues) {
   const ir::Cell& cell = layers->cell();
   if (options.training && ir::containsOp(cell, ir::Op::Dropout))
     throw UserError(fmt::format("cell '{}' has dropout inside the cell; its gradients in "
@@ -146,8 +164,8 @@ GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOp
   program->program_ = std::move(layers);
   for (const LayerProgram::Slot& slot : program->program_->slots()) {
     auto s = std::make_shared<Slot>();
-    s->forward = passes::withEnteringStates(*slot.bound);
-    s->backward = passes::deriveBackward(*slot.bound);
+    s->backward = passes::deriveBackward(*slot.bound, forwardValues);
+    s->forward = passes::trainingForward(*slot.bound, s->backward);
     if (options.engine == Engine::Jit) {
       s->forwardCode = CompiledCell::compile(*s->forward, options.compile);
       s->forwardPrepared = s->forwardCode->prepare(slot.params, options.threads);
@@ -180,13 +198,21 @@ TrainingTape GradientProgram::forward(const Tensor& input,
     TrainingTape::Slot& kept = tape.slots[static_cast<size_t>(index)];
     kept.input = in;
     kept.widths = widths;
-    // The training cell's output: the cell's output, then each state entering the step.
+    // The training cell's output: the cell's output, each state entering the step, then the
+    // kept values.
     const ir::Cell& bound = *program_->slots()[static_cast<size_t>(index)].bound;
     std::vector<int64_t> outputWidths = {codegen::columnsOf(bound.output)};
     for (const auto& state : bound.states)
       outputWidths.push_back(codegen::columnsOf(state.get()));
+    const int64_t keptWidth = s.keptWidth();
+    if (keptWidth > 0)
+      outputWidths.push_back(keptWidth);
     std::vector<Tensor> parts = splitFeatures(out.output, outputWidths);
     out.output = std::move(parts[0]);
+    if (keptWidth > 0) {
+      kept.kept = std::move(parts.back());
+      parts.pop_back();
+    }
     kept.states.assign(std::make_move_iterator(parts.begin() + 1),
                        std::make_move_iterator(parts.end()));
     return out;
@@ -245,7 +271,7 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       const int64_t outWidth = codegen::columnsOf(slot.bound->output);
 
       // The backward step's inputs side by side: the cell's inputs, the states entering each
-      // step, the output gradient of this direction.
+      // step, the output gradient of this direction, the kept forward values.
       std::vector<const Tensor*> parts = {&kept.input};
       std::vector<int64_t> widths = kept.widths;
       for (const Tensor& state : kept.states) {
@@ -255,6 +281,11 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       Tensor gradOut = columns(gradLayerOutput, direction * outWidth, outWidth);
       parts.push_back(&gradOut);
       widths.push_back(outWidth);
+      if (s.keptWidth() > 0) {
+        parts.push_back(&kept.kept);
+        for (int64_t w : s.keptWidths())
+          widths.push_back(w);
+      }
       // Where each input of the backward cell (the cell's inputs, then its states) is in them.
       std::map<std::string, int64_t> inputColumn;
       {

@@ -13,6 +13,7 @@
 // GEMM, vectors as column sums, never per step.
 #pragma once
 
+#include "passes/Autodiff.h"
 #include "runtime/LayerRunner.h"
 
 #include <map>
@@ -30,6 +31,7 @@ struct TrainingTape {
     Tensor input;                // the cell's inputs side by side, [T, B, sum of widths]
     std::vector<int64_t> widths; // of each input
     std::vector<Tensor> states;  // per state: the value entering each step, [T, B, F]
+    Tensor kept; // the forward values the backward reads (passes::BackwardCell::kept) [T, B, K]
   };
   std::vector<Slot> slots;
   // The bytes the tape holds beyond the forward's results (the training workspace).
@@ -48,11 +50,13 @@ public:
   static std::shared_ptr<const GradientProgram> build(const ir::Cell& cell,
                                                       const TensorMap& weights,
                                                       const std::string& weightsSource,
-                                                      const LayerOptions& options);
+                                                      const LayerOptions& options,
+                                                      passes::ForwardValues forwardValues = {});
   // Over a layer program already built (its slots' bound cells and parameters; its own
   // compiled forward is not used), run as `options` say.
   static std::shared_ptr<const GradientProgram> build(std::shared_ptr<const LayerProgram> layers,
-                                                      const LayerOptions& options);
+                                                      const LayerOptions& options,
+                                                      passes::ForwardValues forwardValues = {});
 
   // The forward (as LayerProgram::run) keeping what backward() reads.
   TrainingTape forward(const Tensor& input, const std::map<std::string, Tensor>& initialStates,

@@ -44,9 +44,75 @@ TEST(Autodiff, ElmanCellBackwardStep) {
   output %4
 })");
   passes::BackwardCell backward = passes::deriveBackward(*forward);
-  // dy flows in from the output and from the next step (grad.h); tanh' = 1 - y^2; then dh = g U
-  // in the loop, and g once in the output: the factor of U, W, b and of dx = g W (their
-  // operands x and h are the backward's own inputs).
+  // dy flows in from the output and from the next step (grad.h); tanh' = 1 - y^2 with y the
+  // value the forward kept (no product of the forward runs again); then dh = g U in the loop,
+  // and g once in the output: the factor of U, W, b and of dx = g W (their operands x and h are
+  // the backward's own inputs).
+  EXPECT_EQ(ir::toString(*backward.cell), R"(cell @rnn_backward(input_size, hidden_size) {
+  input %x : [B, input_size]
+  input %h : [B, hidden_size]
+  input %grad.output : [B, hidden_size]
+  input %kept.0 : [B, hidden_size]
+  state %grad.h : [B, hidden_size]
+  param %w : [hidden_size, input_size]
+  param %u : [hidden_size, hidden_size]
+  param %b : [hidden_size]
+  step {
+    %0 = add %grad.output, %grad.h : [B, hidden_size]
+    %1 = mul %kept.0, %kept.0 : [B, hidden_size]
+    %2 = const {value = 1} : []
+    %3 = sub %2, %1 : [B, hidden_size]
+    %4 = mul %0, %3 : [B, hidden_size]
+    %5 = matmul %4, %u : [B, hidden_size]
+  }
+  yield %grad.h = %5
+  output %4
+}
+)");
+  EXPECT_EQ(backward.kept, std::vector<size_t>{4}); // %4 = tanh
+  // The training forward outputs y, the state entering the step, and the kept value.
+  std::string training = ir::toString(*passes::trainingForward(*forward, backward));
+  EXPECT_NE(training.find("= concat %4, %h, %4 : [B, 3*hidden_size]"), std::string::npos)
+      << training;
+  using Kind = passes::GradientSegment::Kind;
+  ASSERT_EQ(backward.segments.size(), 4u);
+  // dx = g w for all steps at once, by the runner after the loop.
+  EXPECT_EQ(backward.segments[0].kind, Kind::InputByLinear);
+  EXPECT_EQ(backward.segments[0].name, "x");
+  EXPECT_EQ(backward.segments[0].weight, "w");
+  EXPECT_EQ(backward.segments[1].kind, Kind::LinearWeight);
+  EXPECT_EQ(backward.segments[1].name, "u");
+  EXPECT_EQ(backward.segments[1].operandInput, "h");
+  EXPECT_EQ(backward.segments[2].name, "w");
+  EXPECT_EQ(backward.segments[2].operandInput, "x");
+  for (const auto& segment : backward.segments)
+    EXPECT_EQ(segment.offset.str(), "0"); // g, once
+  EXPECT_EQ(backward.segments[3].kind, Kind::VectorWeight);
+  EXPECT_EQ(backward.segments[3].name, "b");
+}
+
+// With ForwardValues::Recompute the forward keeps only the states entering each step, and the
+// backward step runs the forward step again before its gradients.
+TEST(Autodiff, RecomputeRunsTheForwardStepAgain) {
+  auto forward = ir::parseIR(R"(cell @rnn(input_size, hidden_size) {
+  input %x : [B, input_size]
+  state %h : [B, hidden_size]
+  param %w : [hidden_size, input_size]
+  param %u : [hidden_size, hidden_size]
+  param %b : [hidden_size]
+  step {
+    %0 = linear %x, %w : [B, hidden_size]
+    %1 = linear %h, %u : [B, hidden_size]
+    %2 = add %0, %1 : [B, hidden_size]
+    %3 = add %2, %b : [B, hidden_size]
+    %4 = tanh %3 : [B, hidden_size]
+  }
+  yield %h = %4
+  output %4
+})");
+  passes::BackwardCell backward =
+      passes::deriveBackward(*forward, passes::ForwardValues::Recompute);
+  EXPECT_TRUE(backward.kept.empty());
   EXPECT_EQ(ir::toString(*backward.cell), R"(cell @rnn_backward(input_size, hidden_size) {
   input %x : [B, input_size]
   input %h : [B, hidden_size]
@@ -72,21 +138,30 @@ TEST(Autodiff, ElmanCellBackwardStep) {
   output %9
 }
 )");
-  using Kind = passes::GradientSegment::Kind;
-  ASSERT_EQ(backward.segments.size(), 4u);
-  // dx = g w for all steps at once, by the runner after the loop.
-  EXPECT_EQ(backward.segments[0].kind, Kind::InputByLinear);
-  EXPECT_EQ(backward.segments[0].name, "x");
-  EXPECT_EQ(backward.segments[0].weight, "w");
-  EXPECT_EQ(backward.segments[1].kind, Kind::LinearWeight);
-  EXPECT_EQ(backward.segments[1].name, "u");
-  EXPECT_EQ(backward.segments[1].operandInput, "h");
-  EXPECT_EQ(backward.segments[2].name, "w");
-  EXPECT_EQ(backward.segments[2].operandInput, "x");
-  for (const auto& segment : backward.segments)
-    EXPECT_EQ(segment.offset.str(), "0"); // g, once
-  EXPECT_EQ(backward.segments[3].kind, Kind::VectorWeight);
-  EXPECT_EQ(backward.segments[3].name, "b");
+}
+
+// An LSTM keeps its four activated gates (cuDNN's reserve space: the gates and c; h and c enter
+// the backward as states) and its backward step has one product: dh = dgates W_hh.
+TEST(Autodiff, LstmKeepsItsGatesAndRunsNoForwardProduct) {
+  auto forward = frontend::loadCell("lstm");
+  passes::BackwardCell backward = passes::deriveBackward(*forward);
+  ASSERT_EQ(backward.kept.size(), 4u);
+  const auto& inputs = backward.cell->inputs;
+  for (size_t k = inputs.size() - 4; k < inputs.size(); ++k)
+    EXPECT_EQ(ir::shapeStr(inputs[k]->shape), "[B, hidden_size]");
+  int products = 0;
+  for (const auto& instr : backward.cell->step)
+    if (instr->op == ir::Op::Linear || instr->op == ir::Op::MatMul)
+      ++products;
+  EXPECT_EQ(products, 1) << ir::toString(*backward.cell);
+  // Each kept value is a gate's activation in the forward.
+  std::vector<const ir::Instr*> forwardInstrs;
+  for (const auto& instr : forward->step)
+    forwardInstrs.push_back(instr.get());
+  for (size_t position : backward.kept) {
+    ir::Op op = forwardInstrs.at(position)->op;
+    EXPECT_TRUE(op == ir::Op::Sigmoid || op == ir::Op::Tanh) << ir::opName(op);
+  }
 }
 
 // The gradient of a chunked value is its chunks' gradients side by side, zeros for a chunk
@@ -101,7 +176,8 @@ TEST(Autodiff, ChunksAndLayerNorm) {
   return h = h2; output h2
 })",
                                      "c.cell");
-  std::string text = ir::toString(*passes::deriveBackward(*forward).cell);
+  std::string text = ir::toString(
+      *passes::deriveBackward(*forward, passes::ForwardValues::Recompute).cell);
   EXPECT_NE(text.find("layernorm_grad"), std::string::npos) << text;
   // The third chunk's gradient is a zero block: a slice of the product times 0.
   EXPECT_NE(text.find("slice %0 {offset = 2*n} : [B, n]"), std::string::npos) << text;

@@ -298,9 +298,9 @@ TEST_F(ToolTest, BenchBackwardTimesTrainingOnEveryPath) {
   for (const char* key : {"\"train_interpreter\"", "\"train_jit_no_fuse\"", "\"train_jit\"",
                           "\"training_workspace_bytes\""})
     EXPECT_THAT(r.out, HasSubstr(key)) << r;
-  // The states entering each step, h and c, and the input the backward reads: 3*2*(4+5+5)
-  // floats.
-  EXPECT_THAT(r.out, HasSubstr("\"training_workspace_bytes\":336")) << r;
+  // The input the backward reads, the states entering each step (h and c) and the four
+  // activated gates: 3*2*(4+5+5+4*5) floats.
+  EXPECT_THAT(r.out, HasSubstr("\"training_workspace_bytes\":816")) << r;
 }
 
 TEST_F(ToolTest, BenchEltwiseReportsFusedUnfusedAndTriad) {

@@ -209,8 +209,9 @@ int bench(const BenchOptions& o) {
   };
   // Training: the forward that keeps the states, then the backward derived from the cell, on
   // random output gradients; every path on the same data.
-  int64_t trainingBytes = 0;
-  auto trainingTiming = [&](Engine engine, passes::PipelineOptions pipeline) {
+  int64_t trainingBytes = 0, recomputeBytes = 0;
+  auto trainingTiming = [&](Engine engine, passes::PipelineOptions pipeline,
+                            passes::ForwardValues forwardValues, int64_t& bytes) {
     TensorMap weights;
     for (size_t i = 0; i < cell->params.size(); ++i)
       weights[cell->params[i]->name] = params[i];
@@ -220,7 +221,8 @@ int bench(const BenchOptions& o) {
     options.compile.pipeline = pipeline;
     options.compile.cache.disk = false;
     options.compile.targetCpu = o.targetCpu;
-    auto program = GradientProgram::build(*cell, weights, "random weights", options);
+    auto program =
+        GradientProgram::build(*cell, weights, "random weights", options, forwardValues);
     std::map<std::string, Tensor> initial;
     for (size_t i = 0; i < cell->states.size(); ++i)
       initial[cell->states[i]->name] =
@@ -229,22 +231,27 @@ int bench(const BenchOptions& o) {
     grads.output = randomTensor({o.seq, o.batch, codegen::columnsOf(cell->output)}, 1.0f, rng);
     return timeRepeats(o.warmup, o.repeat, [&] {
       TrainingTape tape = program->forward(inputs[0], initial, std::nullopt);
-      trainingBytes = tape.bytes();
+      bytes = tape.bytes();
       program->backward(tape, grads);
     });
   };
   if (o.backward) {
     if (cell->inputs.size() != 1)
       throw UserError("--backward times cells with one input");
+    using passes::ForwardValues;
     if (!o.jitOnly) {
       paths.push_back({"train_interpreter", "fwd+bwd, interpreter (unfused)",
-                       trainingTiming(Engine::Interpreter, {})});
+                       trainingTiming(Engine::Interpreter, {}, ForwardValues::Keep, trainingBytes)});
       passes::PipelineOptions noFuse;
       noFuse.fuse = false;
+      paths.push_back({"train_jit_no_fuse", "fwd+bwd, jit, no fusion",
+                       trainingTiming(Engine::Jit, noFuse, ForwardValues::Keep, trainingBytes)});
       paths.push_back(
-          {"train_jit_no_fuse", "fwd+bwd, jit, no fusion", trainingTiming(Engine::Jit, noFuse)});
+          {"train_jit_recompute", "fwd+bwd, jit, forward recomputed",
+           trainingTiming(Engine::Jit, {}, ForwardValues::Recompute, recomputeBytes)});
     }
-    paths.push_back({"train_jit", "fwd+bwd, jit, all passes", trainingTiming(Engine::Jit, {})});
+    paths.push_back({"train_jit", "fwd+bwd, jit, all passes",
+                     trainingTiming(Engine::Jit, {}, ForwardValues::Keep, trainingBytes)});
   }
   if (!o.jitOnly && !o.backward) {
     Interpreter interpreter(*cell, params);
@@ -270,7 +277,8 @@ int bench(const BenchOptions& o) {
   }
 
   // Training does the products three times: forward, the gradient of their operands, the
-  // weights' gradients (the backward's recomputation of the forward is not counted).
+  // weights' gradients (the recomputation of the forward, on the path that does it, is not
+  // counted).
   double gflop = matmulFlops(*cell, o.seq, o.batch) * 1e-9 * (o.backward ? 3 : 1);
   if (o.json) {
     nlohmann::json out = {{"cell", cell->name},
@@ -291,6 +299,8 @@ int bench(const BenchOptions& o) {
                                 {"max_ms", path.timing.max}};
     if (o.backward)
       out["training_workspace_bytes"] = trainingBytes;
+    if (recomputeBytes > 0)
+      out["training_workspace_bytes_recompute"] = recomputeBytes;
     if (compileTimes)
       out["compile_ms"] = {{"cold", compileTimes->cold}, {"disk_cache", compileTimes->cached}};
     if (varlen)
@@ -319,7 +329,12 @@ int bench(const BenchOptions& o) {
                t.max, gflop / (t.median * 1e-3), paths.front().timing.median / t.median);
   }
   if (o.backward)
-    fmt::print("\ntraining workspace (the states entering every step): {} bytes\n", trainingBytes);
+    fmt::print("\ntraining workspace (the inputs, the states entering every step and the values "
+               "the backward reads): {} bytes\n",
+               trainingBytes);
+  if (recomputeBytes > 0)
+    fmt::print("with the forward recomputed in the backward (inputs and states only): {} bytes\n",
+               recomputeBytes);
   if (varlen)
     fmt::print("\nvariable length (layer runner, JIT): lengths uniform in [1, {}] (mean {:.1f}) "
                "take {:.3f} ms, {:.0f}% of the {:.3f} ms padded run\n",
