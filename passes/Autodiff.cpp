@@ -387,9 +387,9 @@ private:
         continue;
       }
       RNNC_INTERNAL_CHECK(instr.result.isBatched(), "a kept value without the batch dimension");
-      Value* kept = c.addArgument(ir::ArgKind::Input,
-                                  fmt::format("{}{}", kKeptPrefix, out_.kept.size()),
-                                  instr.result.shape);
+      Value* kept =
+          c.addArgument(ir::ArgKind::Input, fmt::format("{}{}", kKeptPrefix, out_.kept.size()),
+                        instr.result.shape);
       ir::replaceAllUses(c, &instr.result, kept);
       out_.kept.push_back(position);
     }

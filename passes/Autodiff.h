@@ -68,8 +68,7 @@ enum class ForwardValues { Keep, Recompute };
 
 // Throws UserError naming the op for what cannot be differentiated (dropout in training is the
 // sequence runner's affair: its masks are inputs of neither cell).
-BackwardCell deriveBackward(const ir::Cell& forward,
-                            ForwardValues policy = ForwardValues::Keep);
+BackwardCell deriveBackward(const ir::Cell& forward, ForwardValues policy = ForwardValues::Keep);
 
 // The training forward: `forward` whose output is its output followed by the states entering
 // the step and the values `backward` keeps ([B, H + F1 + F2 + ... + K0 + K1 + ...]): what the

@@ -146,8 +146,7 @@ std::shared_ptr<const GradientProgram> GradientProgram::build(const ir::Cell& ce
   // so its own forward is not compiled.
   LayerOptions bindOnly = options;
   bindOnly.engine = Engine::Interpreter;
-  return build(LayerProgram::build(cell, weights, weightsSource, bindOnly), options,
-               forwardValues);
+  return build(LayerProgram::build(cell, weights, weightsSource, bindOnly), options, forwardValues);
 }
 
 std::shared_ptr<const GradientProgram>

@@ -47,11 +47,9 @@ struct GradientInputs {
 // A layer built once for training: every slot's training forward and backward compiled.
 class GradientProgram {
 public:
-  static std::shared_ptr<const GradientProgram> build(const ir::Cell& cell,
-                                                      const TensorMap& weights,
-                                                      const std::string& weightsSource,
-                                                      const LayerOptions& options,
-                                                      passes::ForwardValues forwardValues = {});
+  static std::shared_ptr<const GradientProgram>
+  build(const ir::Cell& cell, const TensorMap& weights, const std::string& weightsSource,
+        const LayerOptions& options, passes::ForwardValues forwardValues = {});
   // Over a layer program already built (its slots' bound cells and parameters; its own
   // compiled forward is not used), run as `options` say.
   static std::shared_ptr<const GradientProgram> build(std::shared_ptr<const LayerProgram> layers,

@@ -176,8 +176,8 @@ TEST(Autodiff, ChunksAndLayerNorm) {
   return h = h2; output h2
 })",
                                      "c.cell");
-  std::string text = ir::toString(
-      *passes::deriveBackward(*forward, passes::ForwardValues::Recompute).cell);
+  std::string text =
+      ir::toString(*passes::deriveBackward(*forward, passes::ForwardValues::Recompute).cell);
   EXPECT_NE(text.find("layernorm_grad"), std::string::npos) << text;
   // The third chunk's gradient is a zero block: a slice of the product times 0.
   EXPECT_NE(text.find("slice %0 {offset = 2*n} : [B, n]"), std::string::npos) << text;

@@ -221,8 +221,7 @@ int bench(const BenchOptions& o) {
     options.compile.pipeline = pipeline;
     options.compile.cache.disk = false;
     options.compile.targetCpu = o.targetCpu;
-    auto program =
-        GradientProgram::build(*cell, weights, "random weights", options, forwardValues);
+    auto program = GradientProgram::build(*cell, weights, "random weights", options, forwardValues);
     std::map<std::string, Tensor> initial;
     for (size_t i = 0; i < cell->states.size(); ++i)
       initial[cell->states[i]->name] =
@@ -240,15 +239,15 @@ int bench(const BenchOptions& o) {
       throw UserError("--backward times cells with one input");
     using passes::ForwardValues;
     if (!o.jitOnly) {
-      paths.push_back({"train_interpreter", "fwd+bwd, interpreter (unfused)",
-                       trainingTiming(Engine::Interpreter, {}, ForwardValues::Keep, trainingBytes)});
+      paths.push_back(
+          {"train_interpreter", "fwd+bwd, interpreter (unfused)",
+           trainingTiming(Engine::Interpreter, {}, ForwardValues::Keep, trainingBytes)});
       passes::PipelineOptions noFuse;
       noFuse.fuse = false;
       paths.push_back({"train_jit_no_fuse", "fwd+bwd, jit, no fusion",
                        trainingTiming(Engine::Jit, noFuse, ForwardValues::Keep, trainingBytes)});
-      paths.push_back(
-          {"train_jit_recompute", "fwd+bwd, jit, forward recomputed",
-           trainingTiming(Engine::Jit, {}, ForwardValues::Recompute, recomputeBytes)});
+      paths.push_back({"train_jit_recompute", "fwd+bwd, jit, forward recomputed",
+                       trainingTiming(Engine::Jit, {}, ForwardValues::Recompute, recomputeBytes)});
     }
     paths.push_back({"train_jit", "fwd+bwd, jit, all passes",
                      trainingTiming(Engine::Jit, {}, ForwardValues::Keep, trainingBytes)});

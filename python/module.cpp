@@ -1,0 +1,212 @@
+// The compiled half of the Python module (`rnnc._rnnc`): a layer program built from a cell and
+// numpy weights, run on numpy arrays with the GIL released. It only converts: every check,
+// size inference and error message is the runtime's (runtime/LayerRunner.h), and everything
+// torch-shaped (modules, PackedSequence, torch tensors) is the Python half, rnnc/__init__.py.
+#include "frontend/BuiltinCells.h"
+#include "frontend/CellParser.h"
+#include "ir/Error.h"
+#include "ir/Printer.h"
+#include "passes/PassManager.h"
+#include "runtime/LayerRunner.h"
+#include "runtime/WeightLayouts.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <sstream>
+
+namespace py = pybind11;
+
+namespace rnnc::python {
+namespace {
+
+// float32 in C order: numpy converts anything else (float64, strided views) with a copy.
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using IndexArray = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+Tensor toTensor(const FloatArray& a) {
+  TensorShape shape(a.shape(), a.shape() + a.ndim());
+  Tensor t(std::move(shape));
+  std::memcpy(t.data(), a.data(), static_cast<size_t>(t.numel()) * sizeof(float));
+  return t;
+}
+
+// The tensor's storage handed to numpy (no copy): the array keeps the tensor alive.
+py::array toArray(Tensor&& t) {
+  auto* owned = new Tensor(std::move(t));
+  py::capsule free(owned, [](void* p) { delete static_cast<Tensor*>(p); });
+  return py::array_t<float>(owned->shape(), owned->data(), free);
+}
+
+// A built-in name, a .cell or .rnnir path, or the cell's source text (anything with a brace).
+std::unique_ptr<ir::Cell> loadCell(const std::string& cell) {
+  if (cell.find('{') != std::string::npos)
+    return frontend::parseCell(cell, "<cell source>");
+  return frontend::loadCell(cell);
+}
+
+TensorMap toTensors(const std::map<std::string, FloatArray>& arrays) {
+  TensorMap tensors;
+  for (const auto& [name, array] : arrays)
+    tensors[name] = toTensor(array);
+  return tensors;
+}
+
+class Layer {
+public:
+  Layer(const std::string& cellSpec, const std::map<std::string, FloatArray>& weights,
+        const std::map<std::string, int64_t>& sizes, std::optional<int> numLayers,
+        std::optional<bool> bidirectional, bool batchFirst, bool jit, int threads,
+        const std::string& targetCpu) {
+    TensorMap tensors = toTensors(weights);
+    // A built-in LSTM with weight_hr_l0 is torch's projected LSTM.
+    const bool builtin = frontend::builtinCellSource(cellSpec).has_value();
+    cell_ = loadCell(builtin ? projectedCell(cellSpec, holdsProjection(tensors)) : cellSpec);
+    if (threads < 0)
+      throw UserError("threads must be 0 (automatic) or positive, not " + std::to_string(threads));
+    LayerOptions options;
+    options.numLayers = numLayers;
+    options.bidirectional = bidirectional;
+    options.batchFirst = batchFirst;
+    options.engine = jit ? Engine::Jit : Engine::Interpreter;
+    options.threads = threads;
+    options.compile.targetCpu = targetCpu;
+    options.sizes = {sizes.begin(), sizes.end()};
+    py::gil_scoped_release unlocked; // compiling takes a while; other Python threads go on
+    program_ = LayerProgram::build(*cell_, tensors, "the state dict", options);
+  }
+
+  // (output, {state: final value}) for input [T, B, I] ([B, T, I] batch_first).
+  py::tuple forward(const FloatArray& input, const std::map<std::string, FloatArray>& states,
+                    const std::optional<IndexArray>& lengths,
+                    const std::map<std::string, FloatArray>& sideInputs) const {
+    if (input.ndim() != 3)
+      throw UserError("the input has " + std::to_string(input.ndim()) +
+                      " dimensions, expected 3: [T, B, input_size] ([B, T, input_size] with "
+                      "batch_first)");
+    Tensor x = toTensor(input);
+    std::map<std::string, Tensor> initial, sides;
+    for (const auto& [name, array] : states)
+      initial[name] = toTensor(array);
+    for (const auto& [name, array] : sideInputs)
+      sides[name] = toTensor(array);
+    std::optional<Int64Array> lengthArray;
+    if (lengths) {
+      lengthArray =
+          Int64Array{TensorShape(lengths->shape(), lengths->shape() + lengths->ndim()),
+                     std::vector<int64_t>(lengths->data(), lengths->data() + lengths->size())};
+    }
+    LayerResult result;
+    {
+      py::gil_scoped_release unlocked;
+      result = program_->run(x, initial, lengthArray, sides);
+    }
+    py::dict finals;
+    for (auto& [name, tensor] : result.finalStates)
+      finals[py::str(name)] = toArray(std::move(tensor));
+    return py::make_tuple(toArray(std::move(result.output)), finals);
+  }
+
+  int numLayers() const { return program_->numLayers(); }
+  int numDirections() const { return program_->numDirections(); }
+  int64_t inputSize() const { return program_->inputSize(); }
+  int64_t outputSize() const { return program_->outputSize(); }
+  std::vector<std::string> stateNames() const {
+    std::vector<std::string> names;
+    for (const auto& state : program_->cell().states)
+      names.push_back(state->name);
+    return names;
+  }
+  int64_t stateSize(const std::string& name) const {
+    const ir::Value* value = program_->cell().findArgument(name);
+    if (!value || value->argKind != ir::ArgKind::State)
+      throw UserError("cell '" + program_->cell().name + "' has no state '" + name + "'");
+    return program_->stateSize(name);
+  }
+  std::vector<std::string> sideInputNames() const { return program_->sideInputNames(); }
+  const ir::Cell& boundCell() const { return *program_->slots().at(0).bound; }
+
+private:
+  std::unique_ptr<ir::Cell> cell_;
+  std::shared_ptr<const LayerProgram> program_;
+};
+
+// The IR of `cell` (sizes bound) through the pipeline: after every pass ("all"), after the named
+// pass, or the optimised result (None).
+std::string pipelineIR(const ir::Cell& cell, const std::optional<std::string>& after) {
+  std::unique_ptr<ir::Cell> copy = cell.clone();
+  passes::PipelineOptions options;
+  std::ostringstream log;
+  if (after && *after == "all") {
+    options.printAfterAll = true;
+  } else if (after) {
+    bool known = false;
+    for (const passes::Pass& pass : passes::allPasses())
+      known = known || pass.name == *after;
+    if (!known) {
+      std::string names;
+      for (const passes::Pass& pass : passes::allPasses())
+        names += (names.empty() ? "" : ", ") + pass.name;
+      throw UserError("no pass named '" + *after + "'; the passes are: " + names);
+    }
+    options.printAfter.insert(*after);
+  }
+  passes::runPipeline(*copy, options, log);
+  if (!after)
+    return ir::toString(*copy);
+  return log.str();
+}
+
+} // namespace
+} // namespace rnnc::python
+
+PYBIND11_MODULE(_rnnc, m) {
+  using namespace rnnc;
+  using namespace rnnc::python;
+  m.doc() = "rnnc's compiled layer programs (use the rnnc package, not this module)";
+  // Bad input is the caller's: ValueError with the runtime's message (tensor, both shapes).
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p)
+        std::rethrow_exception(p);
+    } catch (const UserError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    }
+  });
+  m.attr("__version__") = RNNC_VERSION;
+  m.def("builtin_cells", &frontend::builtinCellNames);
+  m.def(
+      "cell_ir",
+      [](const std::string& cell, const std::map<std::string, int64_t>& sizes,
+         const std::optional<std::string>& after) {
+        auto parsed = python::loadCell(cell);
+        if (!sizes.empty())
+          parsed->bindSizes({sizes.begin(), sizes.end()});
+        return pipelineIR(*parsed, after);
+      },
+      py::arg("cell"), py::arg("sizes"), py::arg("after"));
+  py::class_<python::Layer>(m, "Layer")
+      .def(py::init<const std::string&, const std::map<std::string, FloatArray>&,
+                    const std::map<std::string, int64_t>&, std::optional<int>, std::optional<bool>,
+                    bool, bool, int, const std::string&>(),
+           py::arg("cell"), py::arg("weights"), py::arg("sizes"), py::arg("num_layers"),
+           py::arg("bidirectional"), py::arg("batch_first"), py::arg("jit"), py::arg("threads"),
+           py::arg("target_cpu"))
+      .def("forward", &python::Layer::forward, py::arg("input"), py::arg("states"),
+           py::arg("lengths"), py::arg("side_inputs"))
+      .def_property_readonly("num_layers", &python::Layer::numLayers)
+      .def_property_readonly("num_directions", &python::Layer::numDirections)
+      .def_property_readonly("input_size", &python::Layer::inputSize)
+      .def_property_readonly("output_size", &python::Layer::outputSize)
+      .def_property_readonly("state_names", &python::Layer::stateNames)
+      .def_property_readonly("side_input_names", &python::Layer::sideInputNames)
+      .def("state_size", &python::Layer::stateSize)
+      .def(
+          "ir",
+          [](const python::Layer& layer, const std::optional<std::string>& after) {
+            return pipelineIR(layer.boundCell(), after);
+          },
+          py::arg("after"));
+}

@@ -1,0 +1,17 @@
+"""rnnc from Python: JIT-compiled recurrent layers.
+
+``rnnc.LSTM``, ``rnnc.GRU`` and ``rnnc.RNN`` take torch.nn's constructor arguments and
+state_dict, and are called like torch.nn's modules; ``rnnc.Layer`` runs any cell (a built-in
+name, a ``.cell`` file or the cell's source text) with its states by name. Tensors in give
+tensors out: torch in, torch out; numpy in, numpy out.
+
+    import rnnc, torch
+    lstm = rnnc.from_torch(torch.nn.LSTM(512, 512, num_layers=2))
+    y, (h_n, c_n) = lstm(torch.randn(100, 64, 512))
+"""
+
+from . import _rnnc
+from ._rnnc import __version__, builtin_cells
+from .layers import GRU, LSTM, RNN, Layer, from_torch
+
+__all__ = ["LSTM", "GRU", "RNN", "Layer", "from_torch", "builtin_cells", "__version__"]

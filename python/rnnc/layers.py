@@ -1,0 +1,424 @@
+"""The Python half of rnnc's module: torch-shaped modules over the compiled layer programs.
+
+Everything here converts and checks arguments the way torch.nn does; building, size inference,
+running and the shape checks of the runtime are rnnc's C++ (``_rnnc``). A module compiles once,
+on its first call after its weights are set (and comes from rnnc's disk cache in later
+processes); calls may come from many threads at once, and each releases the GIL while it runs.
+"""
+
+import math
+import os
+import threading
+
+import numpy as np
+
+from . import _rnnc
+
+try:
+    import torch
+    from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
+except ImportError:  # numpy alone is enough, without PackedSequence
+    torch = None
+    PackedSequence = None
+
+
+def _is_torch(x):
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _as_array(x, name):
+    """x as float32 numpy in C order: a view of a contiguous float32 CPU tensor or array, a
+    converted copy of any other floating-point one; anything else is rejected by name."""
+    if _is_torch(x):
+        if x.device.type != "cpu":
+            raise ValueError(f"{name} is on {x.device}; rnnc runs on the CPU: pass {name}.cpu()")
+        if not x.is_floating_point():
+            raise TypeError(f"{name} has dtype {x.dtype}; rnnc takes floating-point tensors "
+                            "(float32, or others converted to float32)")
+        x = x.detach()
+        if x.dtype != torch.float32:
+            x = x.float()
+        return x.contiguous().numpy()
+    a = np.asarray(x)
+    if not np.issubdtype(a.dtype, np.floating):
+        raise TypeError(f"{name} has dtype {a.dtype}; rnnc takes floating-point arrays "
+                        "(float32, or others converted to float32)")
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _lengths_array(lengths, batch):
+    a = lengths.cpu().numpy() if _is_torch(lengths) else np.asarray(lengths)
+    if not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"lengths has dtype {a.dtype}; expected integers")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _like(array, as_torch):
+    return torch.from_numpy(array) if as_torch else array
+
+
+def _shape(x):
+    return list(x.shape)
+
+
+class _Program:
+    """A compiled layer program, built on first use and again after the weights change."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._layer = None
+
+    def get(self, build):
+        with self._lock:
+            if self._layer is None:
+                self._layer = build()
+            return self._layer
+
+    def reset(self):
+        with self._lock:
+            self._layer = None
+
+
+class Layer:
+    """Any cell as a layer: ``cell`` is a built-in name (``rnnc.builtin_cells()``), the path of a
+    ``.cell`` file or the cell's source text. Sizes the weights do not show are keyword
+    arguments (``Layer(src, attention_size=32)``); num_layers and bidirectional are checked
+    against the weights, or inferred from them when None.
+
+        layer = rnnc.Layer("gru", input_size=8, hidden_size=16)
+        layer.load_state_dict(torch.nn.GRU(8, 16).state_dict())
+        y, final = layer(x, {"h": h0})       # final: {"h": h_n}
+    """
+
+    def __init__(self, cell, input_size=None, hidden_size=None, num_layers=None,
+                 bidirectional=None, batch_first=False, *, threads=0, jit=True, target_cpu="",
+                 **sizes):
+        self.cell = os.fspath(cell)
+        self.sizes = {name: int(value) for name, value in sizes.items()}
+        if input_size is not None:
+            self.sizes["input_size"] = int(input_size)
+        if hidden_size is not None:
+            self.sizes["hidden_size"] = int(hidden_size)
+        self.num_layers = num_layers
+        self.bidirectional = bidirectional
+        self.batch_first = bool(batch_first)
+        self.threads = int(threads)
+        self.jit = bool(jit)
+        self.target_cpu = target_cpu
+        self._weights = None
+        self._program = _Program()
+
+    def load_state_dict(self, state_dict):
+        """Weights under the cell's parameter names (PyTorch's for the built-in cells: weight_ih_l0,
+        bias_hh_l1_reverse, ...), as torch tensors or numpy arrays."""
+        self._weights = {name: _as_array(value, f"state_dict['{name}']")
+                         for name, value in state_dict.items()}
+        self._program.reset()
+
+    def state_dict(self):
+        if self._weights is None:
+            return {}
+        as_torch = torch is not None
+        return {name: _like(value.copy(), as_torch) for name, value in self._weights.items()}
+
+    def _layer(self):
+        if self._weights is None:
+            raise ValueError(f"{self._describe()} has no weights: call load_state_dict first")
+        return self._program.get(self._build)
+
+    def _build(self):
+        # input_size is the first layer's (the others read the layer below), so it is checked
+        # here rather than bound in every layer.
+        sizes = {name: value for name, value in self.sizes.items() if name != "input_size"}
+        layer = _rnnc.Layer(self.cell, self._weights, sizes, self.num_layers, self.bidirectional,
+                            self.batch_first, self.jit, self.threads, self.target_cpu)
+        given = self.sizes.get("input_size")
+        if given is not None and given != layer.input_size:
+            raise ValueError(f"input_size={given} is given, but the weights' first layer reads "
+                             f"{layer.input_size} input features")
+        return layer
+
+    def _describe(self):
+        return f"rnnc.Layer({self.cell!r})" if "{" not in self.cell else "rnnc.Layer(<cell source>)"
+
+    def __call__(self, input, states=None, lengths=None, **side_inputs):
+        """``y, final = layer(x, {"h": h0, ...})``: x [T, B, I] ([B, T, I] with batch_first),
+        each state [num_layers * num_directions, B, F] (absent ones start at zero), lengths [B]
+        (each sequence's own length; outputs past it are zero). Side inputs of a cell with
+        several inputs by name, laid out as x. Returns the output and every final state by name."""
+        as_torch = _is_torch(input)
+        x = _as_array(input, "input")
+        given = {name: _as_array(value, f"states['{name}']")
+                 for name, value in (states or {}).items()}
+        sides = {name: _as_array(value, name) for name, value in side_inputs.items()}
+        lens = None if lengths is None else _lengths_array(lengths, x.shape[1])
+        y, finals = self._layer().forward(x, given, lens, sides)
+        return _like(y, as_torch), {name: _like(v, as_torch) for name, v in finals.items()}
+
+    forward = __call__
+
+    def ir(self, after=None):
+        """The cell's IR through rnnc's passes: after every pass (``after="all"``, each headed by
+        its pass), after one pass by name, or the optimised IR (None). With weights loaded, the
+        sizes are theirs; otherwise the sizes given to the constructor."""
+        if self._weights is not None:
+            return self._layer().ir(after)
+        return _rnnc.cell_ir(self.cell, self.sizes, after)
+
+    @property
+    def state_names(self):
+        return self._layer().state_names
+
+
+class _TorchRNN:
+    """torch.nn.LSTM, GRU and RNN: the same constructor, state_dict names, call and results."""
+
+    _gates = 1
+    _mode = "RNN"
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, proj_size=0, *, threads=0, jit=True,
+                 target_cpu=""):
+        if not isinstance(hidden_size, int) or hidden_size <= 0:
+            raise ValueError(f"hidden_size must be a positive integer, not {hidden_size!r}")
+        if not isinstance(num_layers, int) or num_layers <= 0:
+            raise ValueError(f"num_layers must be a positive integer, not {num_layers!r}")
+        if not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or isinstance(dropout, bool):
+            raise ValueError("dropout should be a number in range [0, 1] representing the "
+                             f"probability of an element being zeroed, not {dropout!r}")
+        if proj_size < 0:
+            raise ValueError("proj_size should be a positive integer or zero to disable projections")
+        if proj_size and self._mode != "LSTM":
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        if proj_size >= hidden_size:
+            raise ValueError("proj_size has to be smaller than hidden_size")
+        self.input_size = int(input_size)
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.bias = bool(bias)
+        self.batch_first = bool(batch_first)
+        self.dropout = float(dropout)
+        self.bidirectional = bool(bidirectional)
+        self.proj_size = int(proj_size)
+        self.training = True
+        self._options = dict(threads=threads, jit=jit, target_cpu=target_cpu)
+        self._program = _Program()
+        # torch.nn's initialisation: every weight and bias uniform in [-1/sqrt(H), 1/sqrt(H)].
+        bound = 1.0 / math.sqrt(hidden_size)
+        rng = np.random.default_rng()
+        self._weights = {name: rng.uniform(-bound, bound, shape).astype(np.float32)
+                         for name, shape in self._shapes().items()}
+
+    def _cell(self):
+        return {"LSTM": "lstm", "GRU": "gru"}.get(self._mode)
+
+    def _shapes(self):
+        """Every parameter's name and shape, in torch's order."""
+        shapes = {}
+        directions = 2 if self.bidirectional else 1
+        real_hidden = self.proj_size or self.hidden_size
+        gates = self._gates * self.hidden_size
+        for layer in range(self.num_layers):
+            layer_input = self.input_size if layer == 0 else real_hidden * directions
+            for suffix in [""] + (["_reverse"] if self.bidirectional else []):
+                s = f"_l{layer}{suffix}"
+                shapes["weight_ih" + s] = (gates, layer_input)
+                shapes["weight_hh" + s] = (gates, real_hidden)
+                if self.bias:
+                    shapes["bias_ih" + s] = (gates,)
+                    shapes["bias_hh" + s] = (gates,)
+                if self.proj_size:
+                    shapes["weight_hr" + s] = (self.proj_size, self.hidden_size)
+        return shapes
+
+    def train(self, mode=True):
+        self.training = bool(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def load_state_dict(self, state_dict, strict=True):
+        """A torch module's state_dict (torch tensors or numpy arrays); every name must be one this
+        module has, with its shape, and (strict) every one of them given."""
+        shapes = self._shapes()
+        unexpected = sorted(set(state_dict) - set(shapes))
+        missing = sorted(set(shapes) - set(state_dict))
+        if unexpected or (strict and missing):
+            raise KeyError(f"Error(s) in loading state_dict for {type(self).__name__}: "
+                           f"missing keys {missing}, unexpected keys {unexpected}")
+        weights = dict(self._weights)
+        for name, value in state_dict.items():
+            array = _as_array(value, f"state_dict['{name}']")
+            if tuple(array.shape) != shapes[name]:
+                raise ValueError(f"state_dict['{name}'] has shape {_shape(array)}, expected "
+                                 f"{list(shapes[name])}")
+            weights[name] = array
+        self._weights = weights
+        self._program.reset()
+
+    def state_dict(self):
+        as_torch = torch is not None
+        return {name: _like(self._weights[name].copy(), as_torch) for name in self._shapes()}
+
+    def _layer(self):
+        def build():
+            cell = self._cell()
+            if cell is None:  # RNN
+                cell = "rnn_tanh" if self.nonlinearity == "tanh" else "rnn_relu"
+            return _rnnc.Layer(cell, self._weights, {}, self.num_layers, self.bidirectional,
+                               self.batch_first, self._options["jit"], self._options["threads"],
+                               self._options["target_cpu"])
+        return self._program.get(build)
+
+    def ir(self, after=None):
+        """The cell's IR after rnnc's passes, with this module's sizes (see Layer.ir)."""
+        return self._layer().ir(after)
+
+    def __call__(self, input, hx=None):
+        return self.forward(input, hx)
+
+    def forward(self, input, hx=None):
+        if self.training and self.dropout > 0 and self.num_layers > 1:
+            raise NotImplementedError(
+                f"{type(self).__name__}(dropout={self.dropout}) in training mode: rnnc's Python "
+                "modules run inference, where dropout between layers is the identity; call "
+                ".eval() first (training from Python is not there yet)")
+        packed = PackedSequence is not None and isinstance(input, PackedSequence)
+        lengths = None
+        if packed:
+            padded, lengths = pad_packed_sequence(input, batch_first=self.batch_first)
+            sequence = padded
+        else:
+            sequence = input
+        as_torch = _is_torch(sequence)
+        x = _as_array(sequence, "input")
+        batched = x.ndim == 3
+        if x.ndim == 2 and not packed:  # unbatched, as torch.nn allows: [T, I]
+            x = x[:, None, :] if not self.batch_first else x[None, :, :]
+        elif x.ndim != 3:
+            raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got {x.ndim}D "
+                             f"input of shape {_shape(x)}")
+        x = np.ascontiguousarray(x)
+        batch = x.shape[0] if self.batch_first else x.shape[1]
+        states = self._initial_states(hx, batch, batched)
+        lens = None if lengths is None else _lengths_array(lengths, batch)
+        y, finals = self._layer().forward(x, states, lens, {})
+        if not batched:
+            y = y[0] if self.batch_first else y[:, 0]
+            finals = {name: value[:, 0] for name, value in finals.items()}
+        y = _like(np.ascontiguousarray(y), as_torch)
+        finals = {name: _like(np.ascontiguousarray(v), as_torch) for name, v in finals.items()}
+        if packed:
+            y = self._repack(y, input, self.batch_first)
+        if self._mode == "LSTM":
+            return y, (finals["h"], finals["c"])
+        return y, finals["h"]
+
+    def _state_shapes(self, batch):
+        slots = self.num_layers * (2 if self.bidirectional else 1)
+        shapes = {"h": [slots, batch, self.proj_size or self.hidden_size]}
+        if self._mode == "LSTM":
+            shapes["c"] = [slots, batch, self.hidden_size]
+        return shapes
+
+    def _initial_states(self, hx, batch, batched):
+        if hx is None:
+            return {}
+        if self._mode == "LSTM":
+            if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+                raise ValueError("LSTM expects hx as a tuple (h_0, c_0)")
+            given = {"h": hx[0], "c": hx[1]}
+            labels = {"h": "hx[0] (h_0)", "c": "hx[1] (c_0)"}
+        else:
+            given = {"h": hx}
+            labels = {"h": "hx (h_0)"}
+        states = {}
+        for name, value in given.items():
+            array = _as_array(value, labels[name])
+            if not batched and array.ndim == 2:
+                array = array[:, None, :]
+            expected = self._state_shapes(batch)[name]
+            if _shape(array) != expected:
+                raise ValueError(f"{labels[name]} has shape {_shape(array)}, expected {expected} "
+                                 "[num_layers * num_directions, batch, features]")
+            states[name] = np.ascontiguousarray(array)
+        return states
+
+    @staticmethod
+    def _repack(y, packed_input, batch_first):
+        """The padded output (the caller's batch order) as a PackedSequence laid out as the
+        input: step t's rows are the first batch_sizes[t] sequences in sorted order."""
+        batch_sizes = packed_input.batch_sizes
+        order = packed_input.sorted_indices
+        if order is None:
+            order = torch.arange(int(batch_sizes[0]))
+        steps = torch.repeat_interleave(torch.arange(len(batch_sizes)), batch_sizes)
+        sequences = order[torch.cat([torch.arange(int(n)) for n in batch_sizes])]
+        data = y[sequences, steps] if batch_first else y[steps, sequences]
+        return PackedSequence(data, batch_sizes, packed_input.sorted_indices,
+                              packed_input.unsorted_indices)
+
+    def __repr__(self):
+        args = [str(self.input_size), str(self.hidden_size)]
+        for name, default in [("num_layers", 1), ("bias", True), ("batch_first", False),
+                              ("dropout", 0.0), ("bidirectional", False), ("proj_size", 0)]:
+            if getattr(self, name) != default:
+                args.append(f"{name}={getattr(self, name)}")
+        return f"rnnc.{type(self).__name__}({', '.join(args)})"
+
+
+class LSTM(_TorchRNN):
+    """torch.nn.LSTM, run by rnnc: ``y, (h_n, c_n) = lstm(x, (h_0, c_0))``."""
+
+    _gates = 4
+    _mode = "LSTM"
+
+
+class GRU(_TorchRNN):
+    """torch.nn.GRU, run by rnnc: ``y, h_n = gru(x, h_0)``."""
+
+    _gates = 3
+    _mode = "GRU"
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, **options):
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, **options)
+
+
+class RNN(_TorchRNN):
+    """torch.nn.RNN (tanh or relu), run by rnnc: ``y, h_n = rnn(x, h_0)``."""
+
+    _gates = 1
+    _mode = "RNN"
+
+    def __init__(self, input_size, hidden_size, num_layers=1, nonlinearity="tanh", bias=True,
+                 batch_first=False, dropout=0.0, bidirectional=False, **options):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"Unknown nonlinearity '{nonlinearity}'. Select from 'tanh' or 'relu'.")
+        self.nonlinearity = nonlinearity
+        super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, **options)
+
+
+def from_torch(module, **options):
+    """The rnnc equivalent of a torch.nn.LSTM, GRU or RNN: same options, its weights, its
+    training flag. ``options``: threads, jit, target_cpu."""
+    if torch is None:
+        raise ImportError("rnnc.from_torch needs torch")
+    if not isinstance(module, (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)):
+        raise TypeError(f"rnnc.from_torch takes a torch.nn.LSTM, GRU or RNN, not "
+                        f"{type(module).__name__}")
+    common = dict(num_layers=module.num_layers, bias=module.bias, batch_first=module.batch_first,
+                  dropout=module.dropout, bidirectional=module.bidirectional, **options)
+    if isinstance(module, torch.nn.LSTM):
+        ours = LSTM(module.input_size, module.hidden_size, proj_size=module.proj_size, **common)
+    elif isinstance(module, torch.nn.GRU):
+        ours = GRU(module.input_size, module.hidden_size, **common)
+    else:
+        ours = RNN(module.input_size, module.hidden_size, nonlinearity=module.nonlinearity,
+                   **common)
+    ours.load_state_dict(module.state_dict())
+    ours.train(module.training)
+    return ours

@@ -1,0 +1,190 @@
+"""rnnc.LSTM, GRU and RNN against torch.nn: every constructor option, hx given or not,
+PackedSequence, unbatched input, numpy and torch in and out, and the errors torch users expect."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import rnnc
+
+torch = pytest.importorskip("torch")
+from torch.nn.utils.rnn import pack_padded_sequence  # noqa: E402
+
+TOLERANCE = 1e-5
+
+
+def assert_close(ours, theirs, what):
+    ours = ours.detach().numpy() if isinstance(ours, torch.Tensor) else np.asarray(ours)
+    theirs = theirs.detach().numpy()
+    assert ours.shape == theirs.shape, f"{what}: shape {ours.shape} vs torch's {theirs.shape}"
+    scale = max(1.0, float(np.abs(theirs).max()))
+    error = float(np.abs(ours - theirs).max()) / scale
+    assert error <= TOLERANCE, f"{what}: max error {error:.3g} relative to {scale:.3g}"
+
+
+def torch_module(mode, *args, **kwargs):
+    torch.manual_seed(7)
+    module = {"LSTM": torch.nn.LSTM, "GRU": torch.nn.GRU, "RNN_TANH": torch.nn.RNN,
+              "RNN_RELU": torch.nn.RNN}[mode]
+    if mode == "RNN_RELU":
+        kwargs["nonlinearity"] = "relu"
+    return module(*args, **kwargs).eval()
+
+
+def initial_state(mode, module, batch):
+    slots = module.num_layers * (2 if module.bidirectional else 1)
+    h0 = torch.randn(slots, batch, module.proj_size or module.hidden_size)
+    if mode == "LSTM":
+        return (h0, torch.randn(slots, batch, module.hidden_size))
+    return h0
+
+
+def compare_outputs(mode, ours, theirs):
+    assert_close(ours[0], theirs[0], "output")
+    if mode == "LSTM":
+        assert_close(ours[1][0], theirs[1][0], "h_n")
+        assert_close(ours[1][1], theirs[1][1], "c_n")
+    else:
+        assert_close(ours[1], theirs[1], "h_n")
+
+
+OPTIONS = [dict(num_layers=layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias)
+           for layers, bidirectional, batch_first, bias
+           in itertools.product([1, 2], [False, True], [False, True], [True, False])]
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN_TANH", "RNN_RELU"])
+@pytest.mark.parametrize("options", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+def test_same_results_as_torch_for_every_option(mode, options):
+    module = torch_module(mode, 5, 7, **options)
+    ours = rnnc.from_torch(module)
+    steps, batch = 4, 3
+    x = torch.randn(batch, steps, 5) if options["batch_first"] else torch.randn(steps, batch, 5)
+    with torch.no_grad():
+        compare_outputs(mode, ours(x), module(x))
+        hx = initial_state(mode, module, batch)
+        compare_outputs(mode, ours(x, hx), module(x, hx))
+
+
+@pytest.mark.parametrize("options", [dict(), dict(num_layers=2, bidirectional=True),
+                                     dict(batch_first=True, bias=False)])
+def test_lstm_with_projections(options):
+    module = torch_module("LSTM", 6, 8, proj_size=3, **options)
+    ours = rnnc.from_torch(module)
+    x = torch.randn(5, 2, 6) if not options.get("batch_first") else torch.randn(2, 5, 6)
+    with torch.no_grad():
+        compare_outputs("LSTM", ours(x), module(x))
+        hx = initial_state("LSTM", module, 2)
+        compare_outputs("LSTM", ours(x, hx), module(x, hx))
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN_TANH"])
+@pytest.mark.parametrize("options", [dict(), dict(num_layers=2, bidirectional=True),
+                                     dict(batch_first=True)])
+def test_packed_sequence_in_gives_packed_sequence_out(mode, options):
+    module = torch_module(mode, 4, 6, **options)
+    ours = rnnc.from_torch(module)
+    lengths = torch.tensor([3, 5, 1, 4])
+    padded = torch.randn(4, 5, 4) if options.get("batch_first") else torch.randn(5, 4, 4)
+    packed = pack_padded_sequence(padded, lengths, batch_first=options.get("batch_first", False),
+                                  enforce_sorted=False)
+    hx = initial_state(mode, module, 4)
+    with torch.no_grad():
+        for args in [(packed,), (packed, hx)]:
+            y, final = ours(*args)
+            want_y, want_final = module(*args)
+            assert isinstance(y, torch.nn.utils.rnn.PackedSequence)
+            assert torch.equal(y.batch_sizes, want_y.batch_sizes)
+            assert torch.equal(y.sorted_indices, want_y.sorted_indices)
+            assert torch.equal(y.unsorted_indices, want_y.unsorted_indices)
+            compare_outputs(mode, (y.data, final), (want_y.data, want_final))
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_unbatched_input(mode):
+    module = torch_module(mode, 3, 4, num_layers=2)
+    ours = rnnc.from_torch(module)
+    x = torch.randn(6, 3)
+    with torch.no_grad():
+        compare_outputs(mode, ours(x), module(x))
+        hx = tuple(s[:, 0] for s in initial_state(mode, module, 1)) if mode == "LSTM" \
+            else initial_state(mode, module, 1)[:, 0]
+        compare_outputs(mode, ours(x, hx), module(x, hx))
+
+
+def test_numpy_in_numpy_out_and_torch_in_torch_out():
+    module = torch_module("GRU", 3, 4)
+    ours = rnnc.from_torch(module)
+    x = np.random.default_rng(0).standard_normal((5, 2, 3)).astype(np.float32)
+    y, h = ours(x)
+    assert isinstance(y, np.ndarray) and isinstance(h, np.ndarray)
+    assert y.dtype == np.float32 and y.shape == (5, 2, 4)
+    y_torch, h_torch = ours(torch.from_numpy(x))
+    assert isinstance(y_torch, torch.Tensor) and isinstance(h_torch, torch.Tensor)
+    np.testing.assert_array_equal(y, y_torch.numpy())
+    # float64 is converted; the result is float32 either way.
+    y64, _ = ours(x.astype(np.float64))
+    np.testing.assert_allclose(y64, y, rtol=0, atol=1e-6)
+
+
+def test_other_dtypes_and_shapes_are_rejected_clearly():
+    ours = rnnc.from_torch(torch_module("LSTM", 3, 4, num_layers=2))
+    with pytest.raises(TypeError, match="int64"):
+        ours(torch.ones(5, 2, 3, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"input.*\[5, 2, 9\].*3|3.*\[5, 2, 9\]"):
+        ours(torch.randn(5, 2, 9))
+    h0, c0 = torch.zeros(2, 2, 4), torch.zeros(2, 2, 4)
+    with pytest.raises(ValueError, match=r"h_0.*\[1, 2, 4\].*\[2, 2, 4\]"):
+        ours(torch.randn(5, 2, 3), (torch.zeros(1, 2, 4), c0))
+    with pytest.raises(ValueError, match=r"c_0.*\[2, 2, 5\].*\[2, 2, 4\]"):
+        ours(torch.randn(5, 2, 3), (h0, torch.zeros(2, 2, 5)))
+    with pytest.raises(ValueError, match="4D"):
+        ours(torch.randn(5, 2, 3, 1))
+    with pytest.raises(ValueError, match=r"weight_hh_l0.*\[16, 5\].*\[16, 4\]"):
+        ours.load_state_dict({**ours.state_dict(), "weight_hh_l0": torch.zeros(16, 5)})
+    with pytest.raises(KeyError, match="weight_ih_l1"):
+        ours.load_state_dict({"weight_ih_l0": torch.zeros(16, 3)})
+
+
+def test_constructor_checks_as_torch():
+    with pytest.raises(ValueError, match="proj_size"):
+        rnnc.GRU(3, 4, proj_size=2)
+    with pytest.raises(ValueError, match="proj_size"):
+        rnnc.LSTM(3, 4, proj_size=4)
+    with pytest.raises(ValueError, match="nonlinearity"):
+        rnnc.RNN(3, 4, nonlinearity="sigmoid")
+    with pytest.raises(ValueError, match="dropout"):
+        rnnc.LSTM(3, 4, dropout=1.5)
+
+
+def test_own_initial_weights_and_state_dict_round_trip():
+    ours = rnnc.LSTM(3, 4, num_layers=2, bidirectional=True, proj_size=2)
+    module = torch.nn.LSTM(3, 4, num_layers=2, bidirectional=True, proj_size=2).eval()
+    assert list(ours.state_dict()) == list(module.state_dict())
+    bound = 1 / 2  # 1/sqrt(hidden_size)
+    assert all(float(v.abs().max()) <= bound for v in ours.state_dict().values())
+    module.load_state_dict(ours.state_dict())
+    x = torch.randn(4, 2, 3)
+    with torch.no_grad():
+        compare_outputs("LSTM", ours(x), module(x))
+
+
+def test_dropout_between_layers_in_training_mode_is_refused_and_eval_runs():
+    module = torch_module("LSTM", 3, 4, num_layers=2, dropout=0.5)
+    ours = rnnc.from_torch(module).train()
+    with pytest.raises(NotImplementedError, match="eval"):
+        ours(torch.randn(4, 2, 3))
+    ours.eval()
+    with torch.no_grad():
+        compare_outputs("LSTM", ours(torch.ones(4, 2, 3)), module(torch.ones(4, 2, 3)))
+
+
+def test_from_torch_takes_only_recurrent_modules():
+    with pytest.raises(TypeError, match="Linear"):
+        rnnc.from_torch(torch.nn.Linear(3, 4))
+
+
+def test_repr_names_the_options():
+    assert repr(rnnc.LSTM(3, 4, num_layers=2, batch_first=True)) == \
+        "rnnc.LSTM(3, 4, num_layers=2, batch_first=True)"
