@@ -7,6 +7,7 @@
 #include "ir/Error.h"
 #include "ir/Printer.h"
 #include "passes/PassManager.h"
+#include "runtime/Gradients.h"
 #include "runtime/LayerRunner.h"
 #include "runtime/WeightLayouts.h"
 
@@ -54,59 +55,93 @@ TensorMap toTensors(const std::map<std::string, FloatArray>& arrays) {
   return tensors;
 }
 
+// What both the inference and the training layer are built from.
+struct LayerArgs {
+  std::unique_ptr<ir::Cell> cell;
+  TensorMap weights;
+  LayerOptions options;
+};
+
+LayerArgs layerArgs(const std::string& cellSpec, const std::map<std::string, FloatArray>& weights,
+                    const std::map<std::string, int64_t>& sizes, std::optional<int> numLayers,
+                    std::optional<bool> bidirectional, bool batchFirst, bool jit, int threads,
+                    const std::string& targetCpu) {
+  LayerArgs args;
+  args.weights = toTensors(weights);
+  // A built-in LSTM with weight_hr_l0 is torch's projected LSTM.
+  const bool builtin = frontend::builtinCellSource(cellSpec).has_value();
+  args.cell = loadCell(builtin ? projectedCell(cellSpec, holdsProjection(args.weights)) : cellSpec);
+  if (threads < 0)
+    throw UserError("threads must be 0 (automatic) or positive, not " + std::to_string(threads));
+  LayerOptions& options = args.options;
+  options.numLayers = numLayers;
+  options.bidirectional = bidirectional;
+  options.batchFirst = batchFirst;
+  options.engine = jit ? Engine::Jit : Engine::Interpreter;
+  options.threads = threads;
+  options.compile.targetCpu = targetCpu;
+  options.sizes = {sizes.begin(), sizes.end()};
+  return args;
+}
+
+// The arguments of a forward call as the runtime's tensors.
+struct ForwardArgs {
+  Tensor input;
+  std::map<std::string, Tensor> states, sideInputs;
+  std::optional<Int64Array> lengths;
+};
+
+ForwardArgs forwardArgs(const FloatArray& input, const std::map<std::string, FloatArray>& states,
+                        const std::optional<IndexArray>& lengths,
+                        const std::map<std::string, FloatArray>& sideInputs) {
+  if (input.ndim() != 3)
+    throw UserError("the input has " + std::to_string(input.ndim()) +
+                    " dimensions, expected 3: [T, B, input_size] ([B, T, input_size] with "
+                    "batch_first)");
+  ForwardArgs args;
+  args.input = toTensor(input);
+  for (const auto& [name, array] : states)
+    args.states[name] = toTensor(array);
+  for (const auto& [name, array] : sideInputs)
+    args.sideInputs[name] = toTensor(array);
+  if (lengths)
+    args.lengths =
+        Int64Array{TensorShape(lengths->shape(), lengths->shape() + lengths->ndim()),
+                   std::vector<int64_t>(lengths->data(), lengths->data() + lengths->size())};
+  return args;
+}
+
+py::dict toDict(std::map<std::string, Tensor>&& tensors) {
+  py::dict out;
+  for (auto& [name, tensor] : tensors)
+    out[py::str(name)] = toArray(std::move(tensor));
+  return out;
+}
+
 class Layer {
 public:
   Layer(const std::string& cellSpec, const std::map<std::string, FloatArray>& weights,
         const std::map<std::string, int64_t>& sizes, std::optional<int> numLayers,
         std::optional<bool> bidirectional, bool batchFirst, bool jit, int threads,
         const std::string& targetCpu) {
-    TensorMap tensors = toTensors(weights);
-    // A built-in LSTM with weight_hr_l0 is torch's projected LSTM.
-    const bool builtin = frontend::builtinCellSource(cellSpec).has_value();
-    cell_ = loadCell(builtin ? projectedCell(cellSpec, holdsProjection(tensors)) : cellSpec);
-    if (threads < 0)
-      throw UserError("threads must be 0 (automatic) or positive, not " + std::to_string(threads));
-    LayerOptions options;
-    options.numLayers = numLayers;
-    options.bidirectional = bidirectional;
-    options.batchFirst = batchFirst;
-    options.engine = jit ? Engine::Jit : Engine::Interpreter;
-    options.threads = threads;
-    options.compile.targetCpu = targetCpu;
-    options.sizes = {sizes.begin(), sizes.end()};
+    LayerArgs args = layerArgs(cellSpec, weights, sizes, numLayers, bidirectional, batchFirst, jit,
+                               threads, targetCpu);
+    cell_ = std::move(args.cell);
     py::gil_scoped_release unlocked; // compiling takes a while; other Python threads go on
-    program_ = LayerProgram::build(*cell_, tensors, "the state dict", options);
+    program_ = LayerProgram::build(*cell_, args.weights, "the state dict", args.options);
   }
 
   // (output, {state: final value}) for input [T, B, I] ([B, T, I] batch_first).
   py::tuple forward(const FloatArray& input, const std::map<std::string, FloatArray>& states,
                     const std::optional<IndexArray>& lengths,
                     const std::map<std::string, FloatArray>& sideInputs) const {
-    if (input.ndim() != 3)
-      throw UserError("the input has " + std::to_string(input.ndim()) +
-                      " dimensions, expected 3: [T, B, input_size] ([B, T, input_size] with "
-                      "batch_first)");
-    Tensor x = toTensor(input);
-    std::map<std::string, Tensor> initial, sides;
-    for (const auto& [name, array] : states)
-      initial[name] = toTensor(array);
-    for (const auto& [name, array] : sideInputs)
-      sides[name] = toTensor(array);
-    std::optional<Int64Array> lengthArray;
-    if (lengths) {
-      lengthArray =
-          Int64Array{TensorShape(lengths->shape(), lengths->shape() + lengths->ndim()),
-                     std::vector<int64_t>(lengths->data(), lengths->data() + lengths->size())};
-    }
+    ForwardArgs args = forwardArgs(input, states, lengths, sideInputs);
     LayerResult result;
     {
       py::gil_scoped_release unlocked;
-      result = program_->run(x, initial, lengthArray, sides);
+      result = program_->run(args.input, args.states, args.lengths, args.sideInputs);
     }
-    py::dict finals;
-    for (auto& [name, tensor] : result.finalStates)
-      finals[py::str(name)] = toArray(std::move(tensor));
-    return py::make_tuple(toArray(std::move(result.output)), finals);
+    return py::make_tuple(toArray(std::move(result.output)), toDict(std::move(result.finalStates)));
   }
 
   int numLayers() const { return program_->numLayers(); }
@@ -131,6 +166,66 @@ public:
 private:
   std::unique_ptr<ir::Cell> cell_;
   std::shared_ptr<const LayerProgram> program_;
+};
+
+// What a training forward kept for its backward; opaque to Python.
+struct Tape {
+  std::shared_ptr<const TrainingTape> tape;
+};
+
+// A layer for training, built for one set of weights (an optimiser step changes them, and the
+// next forward builds anew: the compiled code comes from the memory cache, only the weights are
+// packed again). Dropout between layers, when given, is drawn from `seed`.
+class Training {
+public:
+  Training(const std::string& cellSpec, const std::map<std::string, FloatArray>& weights,
+           const std::map<std::string, int64_t>& sizes, std::optional<int> numLayers,
+           std::optional<bool> bidirectional, bool batchFirst, bool jit, int threads,
+           const std::string& targetCpu, double dropout, uint64_t seed) {
+    LayerArgs args = layerArgs(cellSpec, weights, sizes, numLayers, bidirectional, batchFirst, jit,
+                               threads, targetCpu);
+    args.options.training = true;
+    args.options.dropout = dropout;
+    args.options.seed = seed;
+    py::gil_scoped_release unlocked;
+    program_ = GradientProgram::build(*args.cell, args.weights, "the parameters", args.options);
+  }
+
+  // (output, {state: final value}, tape).
+  py::tuple forward(const FloatArray& input, const std::map<std::string, FloatArray>& states,
+                    const std::optional<IndexArray>& lengths) const {
+    ForwardArgs args = forwardArgs(input, states, lengths, {});
+    auto tape = std::make_shared<TrainingTape>();
+    {
+      py::gil_scoped_release unlocked;
+      *tape = program_->forward(args.input, args.states, args.lengths);
+    }
+    LayerResult result = tape->forward; // a copy: the tape keeps its own
+    return py::make_tuple(toArray(std::move(result.output)), toDict(std::move(result.finalStates)),
+                          Tape{tape});
+  }
+
+  // Every gradient by name (parameters as in the weights, "input", "h0", "c0" or the state's
+  // name) for loss = sum(output * grad_output) + sum(final state * its gradient).
+  py::dict backward(const Tape& tape, const std::optional<FloatArray>& gradOutput,
+                    const std::map<std::string, FloatArray>& gradFinals) const {
+    if (!tape.tape)
+      throw UserError("backward needs the tape of a training forward");
+    GradientInputs grads;
+    if (gradOutput)
+      grads.output = toTensor(*gradOutput);
+    for (const auto& [name, array] : gradFinals)
+      grads.finalStates[name] = toTensor(array);
+    TensorMap result;
+    {
+      py::gil_scoped_release unlocked;
+      result = program_->backward(*tape.tape, grads);
+    }
+    return toDict(std::move(result));
+  }
+
+private:
+  std::shared_ptr<const GradientProgram> program_;
 };
 
 // The IR of `cell` (sizes bound) through the pipeline: after every pass ("all"), after the named
@@ -209,4 +304,15 @@ PYBIND11_MODULE(_rnnc, m) {
             return pipelineIR(layer.boundCell(), after);
           },
           py::arg("after"));
+  py::class_<Tape>(m, "Tape");
+  py::class_<Training>(m, "Training")
+      .def(py::init<const std::string&, const std::map<std::string, FloatArray>&,
+                    const std::map<std::string, int64_t>&, std::optional<int>, std::optional<bool>,
+                    bool, bool, int, const std::string&, double, uint64_t>(),
+           py::arg("cell"), py::arg("weights"), py::arg("sizes"), py::arg("num_layers"),
+           py::arg("bidirectional"), py::arg("batch_first"), py::arg("jit"), py::arg("threads"),
+           py::arg("target_cpu"), py::arg("dropout"), py::arg("seed"))
+      .def("forward", &Training::forward, py::arg("input"), py::arg("states"), py::arg("lengths"))
+      .def("backward", &Training::backward, py::arg("tape"), py::arg("grad_output"),
+           py::arg("grad_finals"));
 }

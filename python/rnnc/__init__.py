@@ -8,10 +8,18 @@ tensors out: torch in, torch out; numpy in, numpy out.
     import rnnc, torch
     lstm = rnnc.from_torch(torch.nn.LSTM(512, 512, num_layers=2))
     y, (h_n, c_n) = lstm(torch.randn(100, 64, 512))
+
+``rnnc.nn.LSTM``, ``GRU`` and ``RNN`` are torch.nn's modules trained through rnnc: their forward
+and backward are rnnc's (a torch.autograd.Function).
 """
 
 from . import _rnnc
 from ._rnnc import __version__, builtin_cells
 from .layers import GRU, LSTM, RNN, Layer, from_torch
+
+try:  # rnnc.nn: torch modules trained through rnnc, where torch is installed
+    from . import nn
+except ImportError:
+    pass
 
 __all__ = ["LSTM", "GRU", "RNN", "Layer", "from_torch", "builtin_cells", "__version__"]

@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from . import _rnnc
+from ._packed import repack
 
 try:
     import torch
@@ -310,7 +311,7 @@ class _TorchRNN:
         y = _like(np.ascontiguousarray(y), as_torch)
         finals = {name: _like(np.ascontiguousarray(v), as_torch) for name, v in finals.items()}
         if packed:
-            y = self._repack(y, input, self.batch_first)
+            y = repack(y, input, self.batch_first)
         if self._mode == "LSTM":
             return y, (finals["h"], finals["c"])
         return y, finals["h"]
@@ -344,20 +345,6 @@ class _TorchRNN:
                                  "[num_layers * num_directions, batch, features]")
             states[name] = np.ascontiguousarray(array)
         return states
-
-    @staticmethod
-    def _repack(y, packed_input, batch_first):
-        """The padded output (the caller's batch order) as a PackedSequence laid out as the
-        input: step t's rows are the first batch_sizes[t] sequences in sorted order."""
-        batch_sizes = packed_input.batch_sizes
-        order = packed_input.sorted_indices
-        if order is None:
-            order = torch.arange(int(batch_sizes[0]))
-        steps = torch.repeat_interleave(torch.arange(len(batch_sizes)), batch_sizes)
-        sequences = order[torch.cat([torch.arange(int(n)) for n in batch_sizes])]
-        data = y[sequences, steps] if batch_first else y[steps, sequences]
-        return PackedSequence(data, batch_sizes, packed_input.sorted_indices,
-                              packed_input.unsorted_indices)
 
     def __repr__(self):
         args = [str(self.input_size), str(self.hidden_size)]
