@@ -15,6 +15,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <cstring>
 #include <sstream>
 
@@ -65,7 +66,7 @@ struct LayerArgs {
 LayerArgs layerArgs(const std::string& cellSpec, const std::map<std::string, FloatArray>& weights,
                     const std::map<std::string, int64_t>& sizes, std::optional<int> numLayers,
                     std::optional<bool> bidirectional, bool batchFirst, bool jit, int threads,
-                    const std::string& targetCpu) {
+                    const std::string& targetCpu, bool fuse = true) {
   LayerArgs args;
   args.weights = toTensors(weights);
   // A built-in LSTM with weight_hr_l0 is torch's projected LSTM.
@@ -80,6 +81,7 @@ LayerArgs layerArgs(const std::string& cellSpec, const std::map<std::string, Flo
   options.engine = jit ? Engine::Jit : Engine::Interpreter;
   options.threads = threads;
   options.compile.targetCpu = targetCpu;
+  options.compile.pipeline.fuse = fuse;
   options.sizes = {sizes.begin(), sizes.end()};
   return args;
 }
@@ -123,9 +125,9 @@ public:
   Layer(const std::string& cellSpec, const std::map<std::string, FloatArray>& weights,
         const std::map<std::string, int64_t>& sizes, std::optional<int> numLayers,
         std::optional<bool> bidirectional, bool batchFirst, bool jit, int threads,
-        const std::string& targetCpu) {
+        const std::string& targetCpu, bool fuse) {
     LayerArgs args = layerArgs(cellSpec, weights, sizes, numLayers, bidirectional, batchFirst, jit,
-                               threads, targetCpu);
+                               threads, targetCpu, fuse);
     cell_ = std::move(args.cell);
     py::gil_scoped_release unlocked; // compiling takes a while; other Python threads go on
     program_ = LayerProgram::build(*cell_, args.weights, "the state dict", args.options);
@@ -142,6 +144,23 @@ public:
       result = program_->run(args.input, args.states, args.lengths, args.sideInputs);
     }
     return py::make_tuple(toArray(std::move(result.output)), toDict(std::move(result.finalStates)));
+  }
+
+  // The seconds of each of `repeats` calls as a C++ caller makes them (the arguments converted,
+  // the layer run), timed in C++: what the Python call's overhead is measured against.
+  std::vector<double> timeNative(const FloatArray& input,
+                                 const std::map<std::string, FloatArray>& states,
+                                 int repeats) const {
+    std::vector<double> seconds;
+    py::gil_scoped_release unlocked;
+    for (int r = 0; r < repeats; ++r) {
+      auto start = std::chrono::steady_clock::now();
+      ForwardArgs args = forwardArgs(input, states, std::nullopt, {});
+      LayerResult result = program_->run(args.input, args.states, args.lengths, args.sideInputs);
+      seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    return seconds;
   }
 
   int numLayers() const { return program_->numLayers(); }
@@ -273,6 +292,25 @@ PYBIND11_MODULE(_rnnc, m) {
   m.attr("__version__") = RNNC_VERSION;
   m.def("builtin_cells", &frontend::builtinCellNames);
   m.def(
+      "cell_params",
+      [](const std::string& cell, const std::map<std::string, int64_t>& sizes) {
+        auto parsed = python::loadCell(cell);
+        parsed->bindSizes({sizes.begin(), sizes.end()});
+        py::dict shapes;
+        for (const auto& param : parsed->params) {
+          std::vector<int64_t> shape;
+          for (const ir::Dim& d : param->shape) {
+            if (!d.isConstant())
+              throw UserError("cell '" + parsed->name + "': parameter '" + param->name +
+                              "' has size " + d.str() + "; give every size it depends on");
+            shape.push_back(d.constantValue());
+          }
+          shapes[py::str(param->name)] = py::tuple(py::cast(shape));
+        }
+        return shapes;
+      },
+      py::arg("cell"), py::arg("sizes"));
+  m.def(
       "cell_ir",
       [](const std::string& cell, const std::map<std::string, int64_t>& sizes,
          const std::optional<std::string>& after) {
@@ -285,10 +323,12 @@ PYBIND11_MODULE(_rnnc, m) {
   py::class_<python::Layer>(m, "Layer")
       .def(py::init<const std::string&, const std::map<std::string, FloatArray>&,
                     const std::map<std::string, int64_t>&, std::optional<int>, std::optional<bool>,
-                    bool, bool, int, const std::string&>(),
+                    bool, bool, int, const std::string&, bool>(),
            py::arg("cell"), py::arg("weights"), py::arg("sizes"), py::arg("num_layers"),
            py::arg("bidirectional"), py::arg("batch_first"), py::arg("jit"), py::arg("threads"),
-           py::arg("target_cpu"))
+           py::arg("target_cpu"), py::arg("fuse") = true)
+      .def("time_native", &python::Layer::timeNative, py::arg("input"), py::arg("states"),
+           py::arg("repeats"))
       .def("forward", &python::Layer::forward, py::arg("input"), py::arg("states"),
            py::arg("lengths"), py::arg("side_inputs"))
       .def_property_readonly("num_layers", &python::Layer::numLayers)

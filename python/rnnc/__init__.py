@@ -15,6 +15,7 @@ and backward are rnnc's (a torch.autograd.Function).
 
 from . import _rnnc
 from ._rnnc import __version__, builtin_cells
+from .benchmark import bench
 from .layers import GRU, LSTM, RNN, Layer, from_torch
 
 try:  # rnnc.nn: torch modules trained through rnnc, where torch is installed
@@ -22,4 +23,4 @@ try:  # rnnc.nn: torch modules trained through rnnc, where torch is installed
 except ImportError:
     pass
 
-__all__ = ["LSTM", "GRU", "RNN", "Layer", "from_torch", "builtin_cells", "__version__"]
+__all__ = ["LSTM", "GRU", "RNN", "Layer", "from_torch", "bench", "builtin_cells", "__version__"]

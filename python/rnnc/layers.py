@@ -31,6 +31,11 @@ def _as_array(x, name):
     """x as float32 numpy in C order: a view of a contiguous float32 CPU tensor or array, a
     converted copy of any other floating-point one; anything else is rejected by name."""
     if _is_torch(x):
+        if x.dtype is torch.float32 and not x.requires_grad and x.is_contiguous():
+            try:  # the common case, a view: as cheap as a call gets
+                return x.numpy()
+            except (TypeError, RuntimeError):  # not on the CPU, or otherwise unusual: below
+                pass
         if x.device.type != "cpu":
             raise ValueError(f"{name} is on {x.device}; rnnc runs on the CPU: pass {name}.cpu()")
         if not x.is_floating_point():
@@ -70,6 +75,9 @@ class _Program:
         self._layer = None
 
     def get(self, build):
+        layer = self._layer  # built already: no lock (reading one attribute is atomic)
+        if layer is not None:
+            return layer
         with self._lock:
             if self._layer is None:
                 self._layer = build()
@@ -263,14 +271,15 @@ class _TorchRNN:
         return {name: _like(self._weights[name].copy(), as_torch) for name in self._shapes()}
 
     def _layer(self):
-        def build():
-            cell = self._cell()
-            if cell is None:  # RNN
-                cell = "rnn_tanh" if self.nonlinearity == "tanh" else "rnn_relu"
-            return _rnnc.Layer(cell, self._weights, {}, self.num_layers, self.bidirectional,
-                               self.batch_first, self._options["jit"], self._options["threads"],
-                               self._options["target_cpu"])
-        return self._program.get(build)
+        return self._program.get(self._build)
+
+    def _build(self):
+        cell = self._cell()
+        if cell is None:  # RNN
+            cell = "rnn_tanh" if self.nonlinearity == "tanh" else "rnn_relu"
+        return _rnnc.Layer(cell, self._weights, {}, self.num_layers, self.bidirectional,
+                           self.batch_first, self._options["jit"], self._options["threads"],
+                           self._options["target_cpu"])
 
     def ir(self, after=None):
         """The cell's IR after rnnc's passes, with this module's sizes (see Layer.ir)."""
@@ -296,25 +305,26 @@ class _TorchRNN:
         x = _as_array(sequence, "input")
         batched = x.ndim == 3
         if x.ndim == 2 and not packed:  # unbatched, as torch.nn allows: [T, I]
-            x = x[:, None, :] if not self.batch_first else x[None, :, :]
+            x = np.ascontiguousarray(x[:, None, :] if not self.batch_first else x[None, :, :])
         elif x.ndim != 3:
             raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got {x.ndim}D "
                              f"input of shape {_shape(x)}")
-        x = np.ascontiguousarray(x)
         batch = x.shape[0] if self.batch_first else x.shape[1]
-        states = self._initial_states(hx, batch, batched)
+        states = self._initial_states(hx, batch, batched) if hx is not None else {}
         lens = None if lengths is None else _lengths_array(lengths, batch)
         y, finals = self._layer().forward(x, states, lens, {})
+        results = [y, finals["h"]] + ([finals["c"]] if self._mode == "LSTM" else [])
         if not batched:
-            y = y[0] if self.batch_first else y[:, 0]
-            finals = {name: value[:, 0] for name, value in finals.items()}
-        y = _like(np.ascontiguousarray(y), as_torch)
-        finals = {name: _like(np.ascontiguousarray(v), as_torch) for name, v in finals.items()}
+            results[0] = y[0] if self.batch_first else y[:, 0]
+            results[1:] = [np.ascontiguousarray(f[:, 0]) for f in results[1:]]
+            results[0] = np.ascontiguousarray(results[0])
+        if as_torch:
+            results = [torch.from_numpy(r) for r in results]
         if packed:
-            y = repack(y, input, self.batch_first)
+            results[0] = repack(results[0], input, self.batch_first)
         if self._mode == "LSTM":
-            return y, (finals["h"], finals["c"])
-        return y, finals["h"]
+            return results[0], (results[1], results[2])
+        return results[0], results[1]
 
     def _state_shapes(self, batch):
         slots = self.num_layers * (2 if self.bidirectional else 1)

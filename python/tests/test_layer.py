@@ -137,3 +137,19 @@ def test_one_layer_serves_many_threads_at_once():
 
 def test_builtin_cells_are_listed():
     assert {"lstm", "gru", "rnn_tanh"} <= set(rnnc.builtin_cells())
+
+
+def test_bench_times_fused_and_unfused_paths():
+    result = rnnc.bench("gru", seq=4, batch=2, input_size=8, hidden_size=16, repeat=2)
+    assert set(result["paths"]) == {"jit", "jit_no_fuse", "interpreter"}
+    for timing in result["paths"].values():
+        assert 0 < timing["min_ms"] <= timing["median_ms"] <= timing["max_ms"]
+    assert result["fused_speedup"] == pytest.approx(
+        result["paths"]["jit_no_fuse"]["median_ms"] / result["paths"]["jit"]["median_ms"])
+    assert result["sizes"] == {"input_size": 8, "hidden_size": 16}
+    # The C++ side times a call the way a C++ caller makes it: positive, one entry per repeat.
+    layer = rnnc.Layer("gru", input_size=8, hidden_size=16)
+    layer.load_state_dict({name: np.zeros(shape, np.float32) for name, shape in
+                           rnnc._rnnc.cell_params("gru", {"input_size": 8, "hidden_size": 16}).items()})
+    seconds = layer._layer().time_native(np.zeros((3, 2, 8), np.float32), {}, 4)
+    assert len(seconds) == 4 and min(seconds) > 0
