@@ -312,6 +312,7 @@ private:
   Operand parseUnary() {
     if (lexer_.peek().is("-")) {
       Token minus = lexer_.next();
+      Lexer::Nesting nesting(lexer_, minus);
       Operand x = parseUnary();
       if (x.number) {
         x.number = -*x.number;
@@ -346,6 +347,7 @@ private:
     }
     if (t.is("(")) {
       Token open = lexer_.next();
+      Lexer::Nesting nesting(lexer_, open);
       Operand inner = parseExpression();
       lexer_.expect(")", "to close the parenthesis");
       inner.token = open;
@@ -420,6 +422,7 @@ private:
         {"exp", Op::Exp},         {"log", Op::Log},   {"sqrt", Op::Sqrt}};
     if (fn.text == "chunk")
       lexer_.errorAt(fn, "chunk(x, n) must be assigned to n names: a, b = chunk(x, 2)");
+    Lexer::Nesting nesting(lexer_, fn);
     CallArgs args = parseCallArgs();
     if (fn.text != "layernorm")
       checkKeywords(fn, args, {});

@@ -153,6 +153,18 @@ int countUses(const Cell& cell, const Value* value) {
   return uses;
 }
 
+std::unordered_map<const Value*, int> useCounts(const Cell& cell) {
+  std::unordered_map<const Value*, int> uses;
+  for (const Block* block : {&cell.pre, &cell.step})
+    for (const auto& instr : *block)
+      for (const Value* operand : instr->operands)
+        ++uses[operand];
+  for (const StateUpdate& update : cell.updates)
+    ++uses[update.next];
+  ++uses[cell.output];
+  return uses;
+}
+
 bool hasPackableWeights(const Cell& cell, const Instr& product) {
   if (!isMatrixProduct(product.op) || product.operands.size() != 2)
     return false;

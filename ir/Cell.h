@@ -18,6 +18,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace rnnc::ir {
@@ -108,6 +109,10 @@ bool containsOp(const Cell& cell, Op op);
 
 // The number of uses of `value` (operands, updates, output).
 int countUses(const Cell& cell, const Value* value);
+// Every value's number of uses at once, for passes that ask about many values: countUses per
+// value would make them quadratic in the cell's size (cubic for an add tree walked from each
+// of its nodes).
+std::unordered_map<const Value*, int> useCounts(const Cell& cell);
 
 // Whether `product` is a linear or matmul of a batched [B, K] operand by a matrix ([N, K] or
 // [K, N]) that is known before the time loop: a parameter, or made by the pre block. Such a

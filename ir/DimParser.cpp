@@ -9,6 +9,7 @@ namespace {
 Dim parseAtom(Lexer& lexer, const SizeNameCheck& check) {
   const Token& token = lexer.peek();
   if (token.is("(")) {
+    Lexer::Nesting nesting(lexer, token);
     lexer.next();
     Dim inner = parseDim(lexer, check);
     lexer.expect(")", "to close the parenthesised dimension");

@@ -19,6 +19,13 @@ constexpr std::string_view kPunctuation = "()[]{},=:;+-*/@^%";
 
 } // namespace
 
+Lexer::Nesting::Nesting(Lexer& lexer, const Token& at) : lexer_(lexer) {
+  if (lexer.depth_ >= kMaxNesting)
+    lexer.errorAt(at, "nested more than " + std::to_string(kMaxNesting) +
+                          " levels deep (parentheses, calls or unary minus signs)");
+  ++lexer.depth_;
+}
+
 Lexer::Lexer(std::string source, std::string file)
     : source_(std::move(source)), file_(std::move(file)) {
   size_t start = 0;

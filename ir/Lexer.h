@@ -42,12 +42,28 @@ public:
 
   static std::string describe(const Token& token); // "identifier 'x'", "')'", "end of file"
 
+  // One level of a construct the parsers descend into (a parenthesis, a unary minus, a call's
+  // arguments), held while they parse inside it: past kMaxNesting levels the parse stops with
+  // an error at the token, where it would otherwise overflow the stack.
+  class Nesting {
+  public:
+    Nesting(Lexer& lexer, const Token& at);
+    ~Nesting() { --lexer_.depth_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+  private:
+    Lexer& lexer_;
+  };
+  static constexpr int kMaxNesting = 256;
+
 private:
   void tokenize();
   std::string source_, file_;
   std::vector<std::string> lines_;
   std::vector<Token> tokens_;
   size_t pos_ = 0;
+  int depth_ = 0; // Nesting levels now open
 };
 
 } // namespace rnnc

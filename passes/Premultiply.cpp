@@ -52,7 +52,27 @@ bool isAdd(const ir::Value* v) {
 // single-use adds of the root's own dependence. When two or more leaves depend on less than the
 // root, they are summed first (parameter-only ones before the rest) and the root is rebuilt as
 // `same-dependence terms + that sum`. Returns whether it rewrote; the old adds are left dead.
-bool reassociate(ir::Cell& cell, ir::Block& block, size_t rootIndex, DependenceMap& dependence) {
+using UseCounts = std::unordered_map<const ir::Value*, int>;
+
+int usesOf(const UseCounts& uses, const ir::Value* v) {
+  auto it = uses.find(v);
+  return it == uses.end() ? 0 : it->second;
+}
+
+// Whether the add `v` is inside a larger tree: its one use is an add of its own dependence, so
+// the tree's root finds it (and a rewrite from it alone could find nothing the root's misses).
+bool innerAdd(const ir::Instr& v, const UseCounts& uses,
+              const std::unordered_map<const ir::Value*, const ir::Instr*>& users,
+              DependenceMap& dependence) {
+  if (v.op != Op::Add || usesOf(uses, &v.result) != 1)
+    return false;
+  auto user = users.find(&v.result);
+  return user != users.end() && user->second->op == Op::Add &&
+         dependence(&user->second->result) == dependence(&v.result);
+}
+
+bool reassociate(ir::Cell& cell, ir::Block& block, size_t rootIndex, DependenceMap& dependence,
+                 const UseCounts& uses) {
   ir::Instr& root = *block[rootIndex];
   Dependence rootDep = dependence(&root.result);
   if (root.op != Op::Add || rootDep == Dependence::ParamsOnly)
@@ -62,7 +82,7 @@ bool reassociate(ir::Cell& cell, ir::Block& block, size_t rootIndex, DependenceM
   while (!stack.empty()) {
     ir::Value* v = stack.back();
     stack.pop_back();
-    if (isAdd(v) && dependence(v) == rootDep && ir::countUses(cell, v) == 1) {
+    if (isAdd(v) && dependence(v) == rootDep && usesOf(uses, v) == 1) {
       stack.push_back(v->def->operands[1]);
       stack.push_back(v->def->operands[0]);
     } else if (dependence(v) == rootDep) {
@@ -135,12 +155,24 @@ void exposeBiases(ir::Cell& cell, ir::Block& block) {
 
 void reassociateAll(ir::Cell& cell, ir::Block& block) {
   DependenceMap dependence(cell);
-  // Each rewrite leaves at most one lower-dependence term per tree, so this terminates.
-  for (size_t i = 0; i < block.size(); ++i)
-    if (reassociate(cell, block, i, dependence)) {
-      eliminateDeadCode(cell); // keeps use counts exact for the next tree
-      i = static_cast<size_t>(-1);
-    }
+  // Each rewrite leaves at most one lower-dependence term per tree, so this terminates. Only
+  // trees' roots are tried: each rewrite is then linear in the cell, and there is at most one
+  // per tree.
+  bool rewrote = true;
+  while (rewrote) {
+    rewrote = false;
+    const UseCounts uses = ir::useCounts(cell);
+    std::unordered_map<const ir::Value*, const ir::Instr*> users; // of single-use values
+    for (const auto& instr : block)
+      for (const ir::Value* operand : instr->operands)
+        users[operand] = instr.get();
+    for (size_t i = 0; i < block.size() && !rewrote; ++i)
+      if (!innerAdd(*block[i], uses, users, dependence) &&
+          reassociate(cell, block, i, dependence, uses)) {
+        eliminateDeadCode(cell); // keeps use counts exact for the next tree
+        rewrote = true;
+      }
+  }
 }
 
 } // namespace
