@@ -125,7 +125,7 @@ std::vector<const float*> pointers(const std::vector<Tensor>& tensors) {
 class RunThreads {
 public:
   explicit RunThreads(int threads) : automatic_(threads == 0) {
-    RNNC_INTERNAL_CHECK(threads >= 0, "a negative thread count");
+    checkThreadCount(threads);
     if (automatic_)
       threads = ThreadGovernor::shared().threadsFor(defaultThreadCount());
     if (threads > 1) {

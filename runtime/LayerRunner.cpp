@@ -3,6 +3,7 @@
 #include "codegen/StoragePlan.h"
 #include "ir/Error.h"
 #include "runtime/DirectionRun.h"
+#include "runtime/ThreadTeam.h"
 #include "runtime/Weights.h"
 
 #include <fmt/format.h>
@@ -59,6 +60,7 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
                                                         const TensorMap& weights,
                                                         const std::string& weightsSource,
                                                         const LayerOptions& options) {
+  checkThreadCount(options.threads); // before any compiling
   WeightLayout layout = inferWeightLayout(cell, weights, weightsSource);
   if (options.numLayers && *options.numLayers != layout.numLayers)
     throw UserError(fmt::format("{} holds {} layer(s) of cell '{}', but {} were asked for",

@@ -1,7 +1,11 @@
 #include "runtime/ThreadTeam.h"
 
+#include "ir/Error.h"
+
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include <sched.h>
 
@@ -61,16 +65,30 @@ std::chrono::nanoseconds Barrier::takeSlept() {
 }
 
 ThreadTeam::ThreadTeam(int threads) : size_(threads), barrier_(threads) {
-  for (int thread = 1; thread < threads; ++thread)
-    workers_.emplace_back([this, thread] { work(thread); });
+  try {
+    workers_.reserve(static_cast<size_t>(std::max(threads - 1, 0)));
+    for (int thread = 1; thread < threads; ++thread)
+      workers_.emplace_back([this, thread] { work(thread); });
+  } catch (const std::exception& e) { // std::system_error, std::bad_alloc
+    const size_t started = workers_.size();
+    stopWorkers(); // a destructor does not run for a constructor that throws
+    throw UserError("cannot start " + std::to_string(threads) + " threads (the system refused " +
+                    "after " + std::to_string(started + 1) + ": " + e.what() +
+                    "); ask for fewer (--threads, LayerSpec::threads)");
+  }
 }
 
 ThreadTeam::~ThreadTeam() {
+  stopWorkers();
+}
+
+void ThreadTeam::stopWorkers() {
   stopping_.store(true, std::memory_order_release);
   started_.fetch_add(1, std::memory_order_acq_rel);
   started_.notify_all();
   for (std::thread& worker : workers_)
     worker.join();
+  workers_.clear();
 }
 
 void ThreadTeam::work(int thread) {
@@ -130,6 +148,29 @@ int defaultThreadCount() {
   if (sched_getaffinity(0, sizeof(set), &set) == 0)
     return std::max(1, CPU_COUNT(&set));
   return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int maxThreadCount() {
+  if (const char* given = std::getenv("RNNC_MAX_THREADS")) {
+    char* end = nullptr;
+    long value = std::strtol(given, &end, 10);
+    if (end == given || *end != '\0' || value < 1 || value > 1 << 20)
+      throw UserError(std::string("RNNC_MAX_THREADS='") + given +
+                      "' is not a thread count (a positive integer)");
+    return static_cast<int>(value);
+  }
+  return std::max(8, 4 * static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+void checkThreadCount(int threads) {
+  if (threads < 0)
+    throw UserError("the thread count must be 0 (automatic) or positive, not " +
+                    std::to_string(threads));
+  const int most = maxThreadCount();
+  if (threads > most)
+    throw UserError("a run on " + std::to_string(threads) + " threads: at most " +
+                    std::to_string(most) + " are allowed (4 per hardware thread; set " +
+                    "RNNC_MAX_THREADS to allow more)");
 }
 
 } // namespace rnnc

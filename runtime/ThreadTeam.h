@@ -40,6 +40,8 @@ private:
 
 class ThreadTeam {
 public:
+  // Throws UserError, with every thread it started stopped again, when the system cannot start
+  // them all (thread limits, memory for their stacks).
   explicit ThreadTeam(int threads);
   ~ThreadTeam();
   ThreadTeam(const ThreadTeam&) = delete;
@@ -53,6 +55,7 @@ public:
 
 private:
   void work(int thread);
+  void stopWorkers();
 
   const int size_;
   Barrier barrier_;
@@ -85,6 +88,14 @@ private:
 
 // The threads a run uses by default: the cores this process may run on.
 int defaultThreadCount();
+
+// The most threads a run may ask for: 4 per hardware thread (at least 8), or what the
+// environment variable RNNC_MAX_THREADS says. More is never faster (every step is split between
+// them and they meet at a barrier each step), and thousands only exhaust memory or the
+// system's thread limit.
+int maxThreadCount();
+// A requested thread count (0: automatic) checked against it; UserError otherwise.
+void checkThreadCount(int threads);
 
 } // namespace rnnc
 

@@ -40,14 +40,18 @@ public:
   explicit ToolRunner(std::filesystem::path dir, std::string tool = RNNC_TOOL_PATH)
       : dir_(std::move(dir)), tool_(std::move(tool)) {}
 
-  ToolResult run(const std::vector<std::string>& args) const {
+  ToolResult run(const std::vector<std::string>& args) const { return run(args, ""); }
+
+  // With `shellPrefix` run first in the same shell: limits (`ulimit -v 1000000; `) or
+  // environment (`export RNNC_MAX_THREADS=9; `).
+  ToolResult run(const std::vector<std::string>& args, const std::string& shellPrefix) const {
     const std::filesystem::path outFile = dir_ / "tool.stdout";
     const std::filesystem::path errFile = dir_ / "tool.stderr";
     ToolResult result;
     result.command = quote(tool_);
     for (const std::string& arg : args)
       result.command.append(" ").append(quote(arg)); // not `" " + ...`: GCC 12 -Wrestrict noise
-    std::string shell = "cd ";
+    std::string shell = shellPrefix + "cd ";
     shell.append(quote(dir_.string()))
         .append(" && ")
         .append(result.command)

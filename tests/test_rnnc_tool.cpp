@@ -198,6 +198,28 @@ TEST_F(ToolTest, AbsentInitialStatesAreZeros) {
 
 // ---- Help and usage ----------------------------------------------------------------------------
 
+// Threads: more than the documented maximum is a clear error, and when the system cannot start
+// the threads asked for (here: too little address space for their stacks), the error says so,
+// where the team's constructor once threw past live threads into std::terminate (exit 134).
+TEST_F(ToolTest, ThreadCountsTheSystemCannotGiveAreErrorsNotAborts) {
+  const std::vector<std::string> bench = {"bench", "--seq",    "3", "--batch",  "2", "--input",
+                                          "4",     "--hidden", "4", "--repeat", "1", "--jit-only"};
+  std::vector<std::string> tooMany = bench;
+  tooMany.insert(tooMany.end(), {"--threads", "100000"});
+  ToolResult r = run(tooMany);
+  EXPECT_EQ(r.exitCode, 1) << r;
+  EXPECT_THAT(r.err, HasSubstr("100000 threads: at most")) << r;
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves more address space than the limit this test sets";
+#else
+  std::vector<std::string> refused = bench;
+  refused.insert(refused.end(), {"--threads", "3000"});
+  r = ToolRunner(dir_).run(refused, "ulimit -v 1500000; export RNNC_MAX_THREADS=5000; ");
+  EXPECT_EQ(r.exitCode, 1) << r;
+  EXPECT_THAT(r.err, HasSubstr("cannot start 3000 threads")) << r;
+#endif
+}
+
 TEST_F(ToolTest, HelpListsTheSubcommands) {
   ToolResult r = run({"--help"});
   ASSERT_EQ(r.exitCode, 0) << r;

@@ -1,13 +1,17 @@
 // The thread teams and barrier the generated code runs on: every thread sees every other
 // thread's writes from before a barrier, rounds never mix, and oversubscribed teams (more
 // threads than this machine's cores, so waiters must sleep) finish.
+#include "ir/Error.h"
 #include "runtime/ThreadGovernor.h"
 #include "runtime/ThreadTeam.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -161,6 +165,32 @@ TEST(ThreadTeam, ThePoolLendsIdleTeamsAgain) {
 
 TEST(ThreadTeam, DefaultThreadCountIsTheCoresWeMayUse) {
   EXPECT_GE(defaultThreadCount(), 1);
+}
+
+// A thread count is bounded: 4 per hardware thread unless RNNC_MAX_THREADS allows more; more is
+// a UserError naming both numbers, not thousands of threads (20,000 on 2 cores once ran a
+// 4-step sequence in 56 s) or an abort.
+TEST(ThreadTeam, ThreadCountsAreBoundedUnlessTheEnvironmentAllowsMore) {
+  const int most = std::max(8, 4 * static_cast<int>(std::thread::hardware_concurrency()));
+  unsetenv("RNNC_MAX_THREADS");
+  EXPECT_EQ(maxThreadCount(), most);
+  EXPECT_NO_THROW(checkThreadCount(0));
+  EXPECT_NO_THROW(checkThreadCount(most));
+  try {
+    checkThreadCount(most + 1);
+    ADD_FAILURE() << "no error for " << most + 1 << " threads";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(most + 1) + " threads: at most " +
+                                         std::to_string(most)),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(checkThreadCount(-1), UserError);
+  setenv("RNNC_MAX_THREADS", "100000", 1);
+  EXPECT_NO_THROW(checkThreadCount(100000));
+  setenv("RNNC_MAX_THREADS", "lots", 1);
+  EXPECT_THROW(maxThreadCount(), UserError);
+  unsetenv("RNNC_MAX_THREADS");
 }
 
 } // namespace
