@@ -2,6 +2,7 @@
 
 #include "frontend/CellParser.h"
 #include "ir/Error.h"
+#include "ir/FileIO.h"
 #include "ir/IRParser.h"
 
 #include <cerrno>
@@ -23,12 +24,7 @@ constexpr BuiltinCell kBuiltinCells[] = {
 };
 
 std::string readTextFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw UserError(path + ": cannot open IR file: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return readFileBytes(path);
 }
 
 } // namespace

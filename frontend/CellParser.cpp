@@ -2,6 +2,7 @@
 
 #include "ir/Builder.h"
 #include "ir/DimParser.h"
+#include "ir/FileIO.h"
 #include "ir/Lexer.h"
 #include "ir/ShapeInference.h"
 #include "ir/Verifier.h"
@@ -620,12 +621,7 @@ std::unique_ptr<ir::Cell> parseCell(const std::string& source, const std::string
 }
 
 std::unique_ptr<ir::Cell> parseCellFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    throw UserError(path + ": cannot open cell file: " + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parseCell(text.str(), path);
+  return parseCell(readFileBytes(path), path);
 }
 
 } // namespace rnnc::frontend

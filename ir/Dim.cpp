@@ -1,6 +1,34 @@
 #include "ir/Dim.h"
 
+#include "ir/Error.h"
+
+#include <string>
+
 namespace rnnc::ir {
+namespace {
+
+// Sizes are int64_t; arithmetic past that range would wrap into a plausible size
+// (4611686018427387905*4 is 4), so it is an error instead.
+[[noreturn]] void overflow(int64_t a, const char* op, int64_t b) {
+  throw UserError("size arithmetic overflows: " + std::to_string(a) + " " + op + " " +
+                  std::to_string(b) + " is outside the 64-bit range sizes have");
+}
+
+int64_t add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r))
+    overflow(a, "+", b);
+  return r;
+}
+
+int64_t multiply(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r))
+    overflow(a, "*", b);
+  return r;
+}
+
+} // namespace
 
 Dim Dim::constant(int64_t value) {
   Dim d;
@@ -23,8 +51,8 @@ void Dim::normalize() {
 Dim Dim::operator+(const Dim& other) const {
   Dim d = *this;
   for (const auto& [name, coeff] : other.terms_)
-    d.terms_[name] += coeff;
-  d.offset_ += other.offset_;
+    d.terms_[name] = add(d.terms_[name], coeff);
+  d.offset_ = add(d.offset_, other.offset_);
   d.normalize();
   return d;
 }
@@ -36,8 +64,8 @@ Dim Dim::operator-(const Dim& other) const {
 Dim Dim::operator*(int64_t factor) const {
   Dim d = *this;
   for (auto& [name, coeff] : d.terms_)
-    coeff *= factor;
-  d.offset_ *= factor;
+    coeff = multiply(coeff, factor);
+  d.offset_ = multiply(d.offset_, factor);
   d.normalize();
   return d;
 }
@@ -74,7 +102,7 @@ Dim Dim::substitute(const SizeMap& sizes) const {
   for (const auto& [name, coeff] : terms_) {
     auto it = sizes.find(name);
     if (it != sizes.end())
-      d.offset_ += coeff * it->second;
+      d.offset_ = add(d.offset_, multiply(coeff, it->second));
     else
       d.terms_[name] = coeff;
   }

@@ -40,13 +40,15 @@ Dim parseTerm(Lexer& lexer, const SizeNameCheck& check) {
   while (lexer.peek().is("*")) {
     Token star = lexer.next();
     Dim factor = parseAtom(lexer, check);
-    if (product.isConstant())
-      product = factor * product.constantValue();
-    else if (factor.isConstant())
-      product = product * factor.constantValue();
-    else
+    if (!product.isConstant() && !factor.isConstant())
       lexer.errorAt(star, "dimensions must be linear in the sizes: cannot multiply '" +
                               product.str() + "' by '" + factor.str() + "'");
+    try {
+      product = product.isConstant() ? factor * product.constantValue()
+                                     : product * factor.constantValue();
+    } catch (const UserError& e) {
+      lexer.errorAt(star, e.what());
+    }
   }
   return product;
 }
@@ -56,9 +58,13 @@ Dim parseTerm(Lexer& lexer, const SizeNameCheck& check) {
 Dim parseDim(Lexer& lexer, const SizeNameCheck& check) {
   Dim sum = parseTerm(lexer, check);
   while (lexer.peek().is("+") || lexer.peek().is("-")) {
-    bool minus = lexer.next().is("-");
+    Token op = lexer.next();
     Dim term = parseTerm(lexer, check);
-    sum = minus ? sum - term : sum + term;
+    try {
+      sum = op.is("-") ? sum - term : sum + term;
+    } catch (const UserError& e) {
+      lexer.errorAt(op, e.what());
+    }
   }
   return sum;
 }

@@ -1,6 +1,6 @@
 #include "runtime/CompileCache.h"
 
-#include "runtime/FileIO.h"
+#include "ir/FileIO.h"
 
 #include <atomic>
 #include <cstdint>

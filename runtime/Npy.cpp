@@ -12,7 +12,7 @@
 #include "runtime/Npy.h"
 
 #include "ir/Error.h"
-#include "runtime/FileIO.h"
+#include "ir/FileIO.h"
 
 #include <bit>
 #include <cerrno>

@@ -9,7 +9,7 @@
 #include "runtime/SafeTensors.h"
 
 #include "ir/Error.h"
-#include "runtime/FileIO.h"
+#include "ir/FileIO.h"
 
 #include <algorithm>
 #include <bit>

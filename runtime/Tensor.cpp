@@ -2,6 +2,10 @@
 
 #include "ir/Error.h"
 
+#include <limits>
+#include <new>
+#include <string>
+
 namespace rnnc {
 
 std::string shapeToString(const TensorShape& shape) {
@@ -16,13 +20,33 @@ std::string shapeToString(const TensorShape& shape) {
 
 int64_t numElements(const TensorShape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape)
-    n *= d;
+  for (int64_t d : shape) {
+    if (d < 0)
+      throw UserError("a tensor shape " + shapeToString(shape) + " with a negative dimension");
+    // Elements and their bytes stay within int64_t: every size computed from them is exact.
+    if (__builtin_mul_overflow(n, d, &n) || n > std::numeric_limits<int64_t>::max() / 8)
+      throw UserError("a tensor of shape " + shapeToString(shape) +
+                      " has more elements than memory can hold");
+  }
   return n;
 }
 
+namespace {
+
+std::vector<float> allocate(const TensorShape& shape, float fill) {
+  const int64_t n = numElements(shape);
+  try {
+    return std::vector<float>(static_cast<size_t>(n), fill);
+  } catch (const std::bad_alloc&) {
+    throw UserError("out of memory for a tensor of shape " + shapeToString(shape) + " (" +
+                    std::to_string(n * static_cast<int64_t>(sizeof(float))) + " bytes)");
+  }
+}
+
+} // namespace
+
 Tensor::Tensor(TensorShape shape, float fill)
-    : shape_(std::move(shape)), data_(static_cast<size_t>(numElements(shape_)), fill) {}
+    : shape_(std::move(shape)), data_(allocate(shape_, fill)) {}
 
 Tensor::Tensor(TensorShape shape, std::vector<float> values)
     : shape_(std::move(shape)), data_(std::move(values)) {

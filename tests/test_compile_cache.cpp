@@ -3,7 +3,7 @@
 #include "frontend/BuiltinCells.h"
 #include "runtime/CompileCache.h"
 #include "runtime/CompiledCell.h"
-#include "runtime/FileIO.h"
+#include "ir/FileIO.h"
 #include "tests/TestSupport.h"
 
 #include <gtest/gtest.h>
