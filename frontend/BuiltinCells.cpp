@@ -24,7 +24,7 @@ constexpr BuiltinCell kBuiltinCells[] = {
 };
 
 std::string readTextFile(const std::string& path) {
-  return readFileBytes(path);
+  return readFileBytes(path, "IR file");
 }
 
 } // namespace

@@ -621,7 +621,7 @@ std::unique_ptr<ir::Cell> parseCell(const std::string& source, const std::string
 }
 
 std::unique_ptr<ir::Cell> parseCellFile(const std::string& path) {
-  return parseCell(readFileBytes(path), path);
+  return parseCell(readFileBytes(path, "cell file"), path);
 }
 
 } // namespace rnnc::frontend

@@ -38,19 +38,21 @@ int64_t maxFileBytes() {
   return int64_t{64} << 30;
 }
 
-std::string readFileBytes(const std::string& path) {
+std::string readFileBytes(const std::string& path, const std::string& kind) {
   FilePtr file(std::fopen(path.c_str(), "rb"));
   if (!file)
-    fail(path, "cannot open file");
+    fail(path, "cannot open " + kind);
   struct stat info{};
   if (fstat(fileno(file.get()), &info) != 0)
-    fail(path, "cannot read file");
-  if (S_ISDIR(info.st_mode))
-    throw UserError(fmt::format("{}: cannot read file: it is a directory", path));
+    fail(path, "cannot read " + kind);
+  if (S_ISDIR(info.st_mode)) {
+    errno = EISDIR;
+    fail(path, "cannot read " + kind);
+  }
   if (!S_ISREG(info.st_mode) && !S_ISFIFO(info.st_mode))
-    throw UserError(fmt::format("{}: cannot read file: not a regular file or a pipe (a device "
+    throw UserError(fmt::format("{}: cannot read {}: not a regular file or a pipe (a device "
                                 "or socket is never read whole)",
-                                path));
+                                path, kind));
   const int64_t most = maxFileBytes();
   auto tooLarge = [&] {
     throw UserError(fmt::format("{}: the file is larger than {} bytes, the most rnnc reads "
@@ -75,7 +77,7 @@ std::string readFileBytes(const std::string& path) {
         fmt::format("{}: out of memory reading the file ({} bytes read)", path, bytes.size()));
   }
   if (std::ferror(file.get()))
-    fail(path, "cannot read file");
+    fail(path, "cannot read " + kind);
   return bytes;
 }
 

@@ -12,7 +12,8 @@ namespace rnnc {
 // The file's bytes; throws UserError "PATH: cannot open file: REASON" (or read). Only regular
 // files and pipes are read (a device such as /dev/zero never ends), and at most
 // maxFileBytes(): a longer file, or one memory cannot hold, is an error naming the file.
-std::string readFileBytes(const std::string& path);
+// `kind` names the file in messages ("cell file": "PATH: cannot open cell file: REASON").
+std::string readFileBytes(const std::string& path, const std::string& kind = "file");
 
 // 64 GiB, or the environment variable RNNC_MAX_FILE_BYTES.
 int64_t maxFileBytes();

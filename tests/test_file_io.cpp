@@ -51,7 +51,7 @@ TEST_F(FileIOTest, ReadsARegularFileWhole) {
 
 TEST_F(FileIOTest, DevicesAndDirectoriesAreRefusedByName) {
   EXPECT_THAT(errorOf("/dev/zero"), HasSubstr("/dev/zero: cannot read file: not a regular file"));
-  EXPECT_THAT(errorOf(dir_.string()), HasSubstr("it is a directory"));
+  EXPECT_THAT(errorOf(dir_.string()), HasSubstr("cannot read file: Is a directory"));
   EXPECT_THAT(errorOf((dir_ / "absent").string()), HasSubstr("absent: cannot open file"));
 }
 
