@@ -208,10 +208,12 @@ private:
     Value* result = nullptr;
     try {
       if (*op == Op::Slice) {
+        if (operands.size() != 1)
+          lexer_.errorAt(opToken,
+                         "slice takes one operand, not " + std::to_string(operands.size()));
         if (written.empty())
           lexer_.errorAt(shapeToken, "a slice's result cannot be a scalar");
-        result =
-            builder.slice(operands.empty() ? nullptr : operands[0], attrs.offset, written.back());
+        result = builder.slice(operands[0], attrs.offset, written.back());
       } else {
         result = builder.create(*op, operands, attrs);
       }

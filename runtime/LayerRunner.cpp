@@ -61,6 +61,10 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
                                                         const std::string& weightsSource,
                                                         const LayerOptions& options) {
   checkThreadCount(options.threads); // before any compiling
+  if (options.numLayers && *options.numLayers < 1)
+    throw UserError(fmt::format("a layer needs at least 1 layer, not {}", *options.numLayers));
+  if (!(options.dropout >= 0 && options.dropout < 1)) // NaN too
+    throw UserError(fmt::format("dropout must be in [0, 1), not {}", options.dropout));
   WeightLayout layout = inferWeightLayout(cell, weights, weightsSource);
   if (options.numLayers && *options.numLayers != layout.numLayers)
     throw UserError(fmt::format("{} holds {} layer(s) of cell '{}', but {} were asked for",

@@ -64,17 +64,23 @@ std::string shortDump(const json& value) {
   return text;
 }
 
-// Parses the header, rejecting duplicate tensor names (which nlohmann would silently merge, losing
-// a tensor) and absurd nesting.
+// Parses the header, rejecting duplicate keys in any object (nlohmann would silently keep the
+// last: a tensor lost, or of two `dtype`s the second, so that the file meant one thing or another
+// by the order of its keys) and absurd nesting.
 json parseHeader(const std::string& path, std::string_view text) {
-  std::set<std::string> names;
+  std::vector<std::set<std::string>> objects; // the keys of each object being read
   auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
     if (depth > kMaxJsonDepth)
       fail(path, "header is not a valid safetensors header: JSON nested too deeply");
-    if (event == json::parse_event_t::key && depth == 1) {
-      const auto& name = parsed.get_ref<const std::string&>();
-      if (!names.insert(name).second)
-        fail(path, "header lists tensor '" + name + "' twice");
+    if (event == json::parse_event_t::object_start)
+      objects.emplace_back();
+    else if (event == json::parse_event_t::object_end && !objects.empty())
+      objects.pop_back();
+    else if (event == json::parse_event_t::key && !objects.empty()) {
+      const auto& key = parsed.get_ref<const std::string&>();
+      if (!objects.back().insert(key).second)
+        fail(path, depth == 1 ? "header lists tensor '" + key + "' twice"
+                              : "header gives key '" + key + "' twice in one entry");
     }
     return true;
   };

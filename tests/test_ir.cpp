@@ -116,6 +116,15 @@ TEST(IRParser, RejectsUndefinedValues) {
                   "t.ir:10:18: error: use of undefined value '%42'");
 }
 
+// Operands in the wrong number are the file's error at the op (a slice without one was an
+// internal error in the builder).
+TEST(IRParser, RejectsOperandCountsTheOpDoesNotTake) {
+  expectUserError([] { ir::parseIR(replaced("= add %0, %h", "= slice {offset = 0}"), "t.ir"); },
+                  "t.ir:10:10: error: slice takes one operand, not 0");
+  expectUserError([] { ir::parseIR(replaced("= add %0, %h", "= add %0"), "t.ir"); },
+                  "t.ir:10:10: error: add takes 2 operand(s), got 1");
+}
+
 TEST(IRParser, RejectsStatesInThePreBlock) {
   expectUserError([] { ir::parseIR(replaced("linear %x, %w", "linear %h, %w"), "t.ir"); },
                   "the pre block cannot use state '%h'");

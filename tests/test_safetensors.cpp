@@ -38,8 +38,7 @@ protected:
                        std::initializer_list<std::string> fragments) {
     SCOPED_TRACE(json);
     std::string p = writeBytes(safetensorsFile(json, data));
-    expectError(
-        p, [&] { readSafeTensors(p); }, fragments);
+    expectError(p, [&] { readSafeTensors(p); }, fragments);
   }
 
   static std::string u64(uint64_t value) {
@@ -220,6 +219,15 @@ TEST_F(SafeTensorsTest, DuplicateTensorName) {
   expectReadError(R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
                   R"("x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
                   floatBytes({1, 2}), {"tensor 'x' twice"});
+}
+
+// A key given twice inside an entry is an error in either order (nlohmann keeps the last, so the
+// file once read as F32 one way round and was refused the other).
+TEST_F(SafeTensorsTest, DuplicateKeyInAnEntryEitherOrder) {
+  expectReadError(R"({"x":{"dtype":"F64","dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                  floatBytes({1}), {"key 'dtype' twice"});
+  expectReadError(R"({"x":{"dtype":"F32","dtype":"F64","shape":[1],"data_offsets":[0,4]}})",
+                  floatBytes({1}), {"key 'dtype' twice"});
 }
 
 // --- Malformed files: the entries --------------------------------------------------------------

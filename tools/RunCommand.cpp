@@ -194,7 +194,7 @@ LayerJob prepareJob(const RunOptions& o) {
   if (o.bidirectional)
     options.bidirectional = true;
   options.batchFirst = o.batchFirst;
-  if (o.dropout < 0 || o.dropout >= 1)
+  if (!(o.dropout >= 0 && o.dropout < 1)) // NaN too
     throw UserError(fmt::format("--dropout must be in [0, 1), got {}", o.dropout));
   options.dropout = o.dropout;
   options.training = o.train;
