@@ -1,28 +1,43 @@
 #include "runtime/CompileCache.h"
 
+#include "ir/Error.h"
 #include "ir/FileIO.h"
 
+#include <fmt/format.h>
+#include <openssl/evp.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
+#include <set>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace rnnc {
 namespace {
 
-constexpr std::string_view kMagic = "RNNC-CACHE-1\n";
+namespace fs = std::filesystem;
 
-uint64_t fnv1a(std::string_view text, uint64_t seed) {
-  uint64_t hash = seed;
-  for (unsigned char c : text) {
-    hash ^= c;
-    hash *= 0x100000001b3ULL;
-  }
-  return hash;
+constexpr std::string_view kMagic = "RNNC-CACHE-2\n";
+constexpr size_t kDigestBytes = 32; // SHA-256
+
+std::string sha256(std::string_view bytes) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), out, &length, EVP_sha256(), nullptr) != 1 ||
+      length != kDigestBytes)
+    throw InternalError("SHA-256 failed (OpenSSL)");
+  return std::string(reinterpret_cast<const char*>(out), length);
 }
 
 void appendU64(std::string& out, uint64_t v) {
@@ -31,7 +46,7 @@ void appendU64(std::string& out, uint64_t v) {
 }
 
 bool readU64(std::string_view bytes, size_t& at, uint64_t& v) {
-  if (bytes.size() - at < 8 || at > bytes.size())
+  if (at > bytes.size() || bytes.size() - at < 8)
     return false;
   v = 0;
   for (int i = 0; i < 8; ++i)
@@ -43,6 +58,32 @@ bool readU64(std::string_view bytes, size_t& at, uint64_t& v) {
 const char* environment(const char* name) {
   const char* value = std::getenv(name);
   return value && *value ? value : nullptr;
+}
+
+int64_t byteLimit(const char* variable, int64_t fallback) {
+  const char* given = environment(variable);
+  if (!given)
+    return fallback;
+  char* end = nullptr;
+  long long value = std::strtoll(given, &end, 10);
+  if (end == given || *end != '\0' || value < 1)
+    throw UserError(fmt::format("{}='{}' is not a byte count", variable, given));
+  return value;
+}
+
+// One warning per directory and process: a cache that cannot be used is worth saying once.
+void warnOnce(const std::string& directory, const std::string& why) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (warned.insert(directory).second)
+    std::fprintf(stderr,
+                 "rnnc: warning: not using the compile cache %s: %s; compiling without it\n",
+                 directory.c_str(), why.c_str());
+}
+
+bool isEntryName(const fs::path& path) {
+  return path.extension() == ".o" && path.stem().string().size() == 2 * kDigestBytes;
 }
 
 } // namespace
@@ -63,73 +104,202 @@ std::string defaultCacheDirectory() {
     return std::string(xdg) + "/rnnc";
   if (const char* home = environment("HOME"))
     return std::string(home) + "/.cache/rnnc";
-  return std::filesystem::temp_directory_path().string() + "/rnnc-cache";
+  return ""; // never a shared temporary directory: another user could have made it first
+}
+
+std::string preparePrivateDirectory(const std::string& directory) {
+  if (directory.empty())
+    return "no directory (set RNNC_CACHE_DIR, XDG_CACHE_HOME or HOME)";
+  std::error_code ec;
+  fs::path path(directory);
+  if (path.has_parent_path())
+    fs::create_directories(path.parent_path(), ec); // the parents are the user's business
+  if (mkdir(directory.c_str(), 0700) != 0 && errno != EEXIST)
+    return fmt::format("cannot create it: {}", std::strerror(errno));
+  // Opened without following a link, so that what is checked is what is used.
+  int fd = open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ELOOP || errno == ENOTDIR
+               ? std::string("it is not a directory (a symbolic link or a file)")
+               : fmt::format("cannot open it: {}", std::strerror(errno));
+  struct stat info{};
+  std::string why;
+  if (fstat(fd, &info) != 0)
+    why = fmt::format("cannot inspect it: {}", std::strerror(errno));
+  else if (info.st_uid != geteuid())
+    why = fmt::format("it belongs to user id {}, not to this user ({})", info.st_uid, geteuid());
+  else if ((info.st_mode & 077) != 0 && fchmod(fd, 0700) != 0)
+    why = fmt::format("others may write to it and it cannot be made private: {}",
+                      std::strerror(errno));
+  close(fd);
+  return why;
 }
 
 std::string digest(const std::string& text) {
-  char out[33];
-  std::snprintf(out, sizeof out, "%016llx%016llx",
-                static_cast<unsigned long long>(fnv1a(text, 0xcbf29ce484222325ULL)),
-                static_cast<unsigned long long>(fnv1a(text, 0x84222325cbf29ce4ULL)));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : sha256(text)) {
+    out.push_back(kHex[c >> 4]);
+    out.push_back(kHex[c & 15]);
+  }
   return out;
 }
 
-DiskCache::DiskCache(std::string directory)
-    : directory_(directory.empty() ? defaultCacheDirectory() : std::move(directory)) {}
-
-std::string DiskCache::pathFor(const std::string& key) const {
-  return directory_ + "/" + digest(key) + ".o";
-}
-
-std::optional<std::string> DiskCache::load(const std::string& key) const {
-  std::string bytes;
-  try {
-    bytes = readFileBytes(pathFor(key));
-  } catch (const std::exception&) {
-    return std::nullopt; // absent or unreadable: a miss
-  }
-  std::string_view view = bytes;
-  if (!view.starts_with(kMagic) || view.size() < kMagic.size() + 8)
-    return std::nullopt;
-  uint64_t checksum = 0;
-  size_t end = view.size() - 8;
-  size_t at = end;
-  if (!readU64(view, at, checksum) || checksum != fnv1a(view.substr(0, end), 0))
-    return std::nullopt;
-  at = kMagic.size();
-  uint64_t keyLength = 0, objectLength = 0;
-  if (!readU64(view, at, keyLength) || keyLength > end - at || view.substr(at, keyLength) != key)
-    return std::nullopt; // a different key with the same digest, or a stale format
-  at += keyLength;
-  if (!readU64(view, at, objectLength) || objectLength != end - at)
-    return std::nullopt;
-  return std::string(view.substr(at, objectLength));
-}
-
-void DiskCache::store(const std::string& key, const std::string& object) const {
-  std::error_code ec;
-  std::filesystem::create_directories(directory_, ec);
-  if (ec)
-    return;
+std::string encodeCacheEntry(const std::string& key, const std::string& object) {
   std::string entry(kMagic);
   appendU64(entry, key.size());
   entry += key;
   appendU64(entry, object.size());
   entry += object;
-  appendU64(entry, fnv1a(entry, 0));
+  entry += sha256(entry);
+  return entry;
+}
+
+int64_t maxCacheEntryBytes() {
+  return byteLimit("RNNC_CACHE_MAX_ENTRY_BYTES", int64_t{256} << 20);
+}
+
+int64_t maxCacheBytes() {
+  return byteLimit("RNNC_CACHE_MAX_BYTES", int64_t{1} << 30);
+}
+
+DiskCache::DiskCache(std::string directory)
+    : directory_(directory.empty() ? defaultCacheDirectory() : std::move(directory)) {
+  std::string why = preparePrivateDirectory(directory_);
+  usable_ = why.empty();
+  if (!usable_)
+    warnOnce(directory_.empty() ? "(none)" : directory_, why);
+}
+
+std::string DiskCache::pathFor(const std::string& key) const {
+  return directory_ + "/" + digest(key) + ".o";
+}
+
+void DiskCache::remove(const std::string& key) const {
+  if (usable_)
+    unlink(pathFor(key).c_str());
+}
+
+std::optional<std::string> DiskCache::load(const std::string& key) const {
+  if (!usable_)
+    return std::nullopt;
+  const std::string path = pathFor(key);
+  // Not following links, not blocking on a FIFO: only this user's regular files are entries.
+  int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT)
+      unlink(path.c_str()); // a link or something else that is no entry
+    return std::nullopt;
+  }
+  auto reject = [&] {
+    close(fd);
+    unlink(path.c_str()); // rebuilt by the caller, not failing every later run
+    return std::nullopt;
+  };
+  struct stat info{};
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode) || info.st_uid != geteuid() ||
+      info.st_size > maxCacheEntryBytes())
+    return reject();
+  std::string bytes(static_cast<size_t>(info.st_size), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (n <= 0)
+      return reject();
+    done += static_cast<size_t>(n);
+  }
+  // Verified in full before anything is used: the digest over the rest, then the exact key.
+  std::string_view view = bytes;
+  if (!view.starts_with(kMagic) || view.size() < kMagic.size() + 16 + kDigestBytes)
+    return reject();
+  const size_t end = view.size() - kDigestBytes;
+  if (sha256(view.substr(0, end)) != view.substr(end))
+    return reject();
+  size_t at = kMagic.size();
+  uint64_t keyLength = 0, objectLength = 0;
+  if (!readU64(view, at, keyLength) || keyLength > end - at || view.substr(at, keyLength) != key)
+    return reject(); // another key under this name, or an older format
+  at += keyLength;
+  if (!readU64(view, at, objectLength) || objectLength != end - at)
+    return reject();
+  futimens(fd, nullptr); // used now: the last to go when the cache is pruned
+  close(fd);
+  return std::string(view.substr(at, objectLength));
+}
+
+void DiskCache::store(const std::string& key, const std::string& object) const {
+  if (!usable_)
+    return;
+  const std::string entry = encodeCacheEntry(key, object);
+  if (static_cast<int64_t>(entry.size()) > maxCacheEntryBytes())
+    return;
   static std::atomic<uint64_t> counter{0};
-  std::string temporary = pathFor(key) + ".tmp." + std::to_string(getpid()) + "." +
-                          std::to_string(counter++) + "." + std::to_string(std::random_device{}());
-  try {
-    writeFileBytes(temporary, {entry});
-  } catch (const std::exception&) {
-    std::filesystem::remove(temporary, ec);
+  const std::string temporary =
+      fmt::format("{}.tmp.{}.{}.{}", pathFor(key), getpid(), counter++, std::random_device{}());
+  int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return; // best effort: a cache that cannot be written costs the next process a compile
+  size_t done = 0;
+  while (done < entry.size()) {
+    ssize_t n = write(fd, entry.data() + done, entry.size() - done);
+    if (n <= 0)
+      break;
+    done += static_cast<size_t>(n);
+  }
+  bool ok = done == entry.size();
+  ok = close(fd) == 0 && ok;
+  // rename() replaces atomically: readers see the old entry or the new one, never a mix.
+  if (!ok || rename(temporary.c_str(), pathFor(key).c_str()) != 0) {
+    unlink(temporary.c_str());
     return;
   }
-  // rename() replaces atomically: readers see the old entry or the new one, never a mix.
-  std::filesystem::rename(temporary, pathFor(key), ec);
-  if (ec)
-    std::filesystem::remove(temporary, ec);
+  prune();
+}
+
+void DiskCache::prune() const {
+  struct Entry {
+    fs::path path;
+    int64_t bytes;
+    fs::file_time_type used;
+  };
+  std::vector<Entry> entries;
+  int64_t total = 0;
+  std::error_code ec;
+  const auto now = fs::file_time_type::clock::now();
+  for (fs::directory_iterator it(directory_, ec), endIt; !ec && it != endIt; it.increment(ec)) {
+    const fs::path& path = it->path();
+    auto status = it->symlink_status(ec);
+    if (ec || !fs::is_regular_file(status))
+      continue;
+    auto time = it->last_write_time(ec);
+    if (ec)
+      continue;
+    // A writer that died between writing and renaming left this behind.
+    if (path.filename().string().find(".o.tmp.") != std::string::npos) {
+      if (now - time > std::chrono::hours(1))
+        fs::remove(path, ec);
+      continue;
+    }
+    if (!isEntryName(path))
+      continue;
+    int64_t bytes = static_cast<int64_t>(it->file_size(ec));
+    if (ec)
+      continue;
+    entries.push_back({path, bytes, time});
+    total += bytes;
+  }
+  const int64_t most = maxCacheBytes();
+  if (total <= most)
+    return;
+  // The least recently used first, down to three quarters of the limit.
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.used < b.used; });
+  for (const Entry& entry : entries) {
+    if (total <= most / 4 * 3)
+      break;
+    if (fs::remove(entry.path, ec))
+      total -= entry.bytes;
+  }
 }
 
 } // namespace rnnc

@@ -83,16 +83,28 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
   }
 
   std::optional<std::string> object;
-  DiskCache disk(options.cache.directory);
-  if (options.cache.disk)
-    object = disk.load(key);
+  std::optional<DiskCache> disk;
+  if (options.cache.disk) {
+    disk.emplace(options.cache.directory);
+    object = disk->load(key);
+  }
+  std::optional<codegen::Jit::Loaded> cached;
+  if (object) {
+    try {
+      cached = processJit().load(*object, codegen::kRunFunctionName);
+    } catch (const std::exception&) {
+      disk->remove(key); // verified but not loadable: rebuilt below, not failing every run
+      object.reset();
+    }
+  }
   compiled->source_ = object ? CodeSource::DiskCache : CodeSource::Compiled;
   if (!object) {
     object = codegen::generate(*compiled->cell_, compiled->plan_, target, codegen::Stage::Object);
-    if (options.cache.disk)
-      disk.store(key, *object);
+    if (disk)
+      disk->store(key, *object);
   }
-  codegen::Jit::Loaded loaded = processJit().load(*object, codegen::kRunFunctionName);
+  codegen::Jit::Loaded loaded =
+      cached ? std::move(*cached) : processJit().load(*object, codegen::kRunFunctionName);
   compiled->function_ = reinterpret_cast<void (*)(const void*)>(loaded.address);
   compiled->lifetime_ = std::move(loaded.lifetime);
   compiled->compileMs_ = elapsed();

@@ -1,15 +1,23 @@
 // The compile cache: hits from memory and disk, and corrupt, truncated, stale or concurrently
 // written entries detected and recompiled, never trusted.
 #include "frontend/BuiltinCells.h"
+#include "ir/FileIO.h"
 #include "runtime/CompileCache.h"
 #include "runtime/CompiledCell.h"
-#include "ir/FileIO.h"
 #include "tests/TestSupport.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
 #include <thread>
+#include <vector>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 using namespace rnnc;
 
@@ -122,10 +130,124 @@ TEST_F(CompileCacheTest, ConcurrentWritersLeaveOneValidEntry) {
   EXPECT_EQ(CompiledCell::compile(*cell_, options())->source(), CodeSource::DiskCache);
 }
 
+// ---- A cache that trusts nothing (issue 18) ---------------------------------------------------
+
+// The key text stored in an entry (after the magic and the key's length).
+std::string keyOf(const std::string& entry) {
+  const size_t magic = std::string("RNNC-CACHE-2\n").size();
+  uint64_t length = 0;
+  for (int i = 0; i < 8; ++i)
+    length |= static_cast<uint64_t>(static_cast<unsigned char>(entry[magic + i])) << (8 * i);
+  return entry.substr(magic + 8, length);
+}
+
+TEST_F(CompileCacheTest, ADirectoryOfAnotherUserIsNotUsed) {
+  std::filesystem::create_directories(directory_);
+  if (chown(directory_.c_str(), 65534, 65534) != 0)
+    GTEST_SKIP() << "changing a directory's owner needs root";
+  EXPECT_FALSE(DiskCache(directory_.string()).usable());
+  EXPECT_NE(preparePrivateDirectory(directory_.string()).find("belongs to user id 65534"),
+            std::string::npos);
+  EXPECT_EQ(CompiledCell::compile(*cell_, options())->source(), CodeSource::Compiled);
+  EXPECT_EQ(CompiledCell::compile(*cell_, options())->source(), CodeSource::Compiled);
+  EXPECT_TRUE(entries().empty()) << "an entry was written into another user's directory";
+}
+
+TEST_F(CompileCacheTest, DirectoriesAreMadePrivateAndLinksRefused) {
+  std::filesystem::create_directories(directory_);
+  chmod(directory_.c_str(), 0777);
+  CompiledCell::compile(*cell_, options());
+  EXPECT_EQ(std::filesystem::status(directory_).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_all);
+  std::filesystem::path link = dir_ / "link";
+  std::filesystem::create_directory_symlink(directory_, link);
+  EXPECT_NE(preparePrivateDirectory(link.string()).find("not a directory"), std::string::npos);
+}
+
+TEST_F(CompileCacheTest, NoDirectoryMeansNoDiskCacheNeverATemporaryOne) {
+  const char* names[] = {"RNNC_CACHE_DIR", "XDG_CACHE_HOME", "HOME"};
+  std::vector<std::optional<std::string>> saved;
+  for (const char* name : names) {
+    const char* value = std::getenv(name);
+    saved.push_back(value ? std::optional<std::string>(value) : std::nullopt);
+    unsetenv(name);
+  }
+  EXPECT_EQ(defaultCacheDirectory(), "");
+  EXPECT_FALSE(DiskCache("").usable());
+  for (size_t i = 0; i < saved.size(); ++i)
+    if (saved[i])
+      setenv(names[i], saved[i]->c_str(), 1);
+}
+
+// What sits at an entry's path and is no entry: a FIFO (once blocked forever), a link, a huge
+// sparse file (once read whole), an entry of another key grafted under this one (once ran the
+// other cell's code on this one's buffers), one whose digest does not match, one that is well
+// formed but whose code does not load. Each is deleted and rebuilt, and never blocks.
+TEST_F(CompileCacheTest, WhatIsNoEntryIsDeletedAndRebuilt) {
+  auto reference = runIt(*CompiledCell::compile(*cell_, options()));
+  ASSERT_EQ(entries().size(), 1u);
+  const std::filesystem::path entry = entries()[0];
+  const std::string good = readFileBytes(entry.string());
+  const std::string key = keyOf(good);
+  ASSERT_NE(key.find("LLVM"), std::string::npos);
+
+  auto other = frontend::loadCell("gru");
+  other->bindSizes({{"input_size", 3}, {"hidden_size", 7}});
+  std::filesystem::path otherDir = dir_ / "other";
+  CompileOptions o = options();
+  o.cache.directory = otherDir.string();
+  CompiledCell::compile(*other, o);
+  std::string grafted;
+  for (const auto& e : std::filesystem::directory_iterator(otherDir))
+    grafted = readFileBytes(e.path().string());
+
+  std::string forged = good;
+  forged[forged.size() / 2] ^= 1;
+  const std::string unloadable = encodeCacheEntry(key, "not an object file");
+  std::vector<std::function<void()>> plant = {
+      [&] { ASSERT_EQ(mkfifo(entry.c_str(), 0600), 0); },
+      [&] { std::filesystem::create_symlink("/etc/passwd", entry); },
+      [&] {
+        writeFileBytes(entry.string(), {good});
+        ASSERT_EQ(truncate(entry.c_str(), int64_t{6} << 30), 0); // 6 GB, sparse
+      },
+      [&] { writeFileBytes(entry.string(), {grafted}); },
+      [&] { writeFileBytes(entry.string(), {forged}); },
+      [&] { writeFileBytes(entry.string(), {unloadable}); },
+  };
+  for (size_t i = 0; i < plant.size(); ++i) {
+    SCOPED_TRACE("case " + std::to_string(i));
+    std::filesystem::remove(entry);
+    plant[i]();
+    auto recompiled = CompiledCell::compile(*cell_, options());
+    EXPECT_EQ(recompiled->source(), CodeSource::Compiled);
+    EXPECT_EQ(runIt(*recompiled), reference);
+    EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(entry)));
+    EXPECT_EQ(readFileBytes(entry.string()), good) << "the bad entry was not replaced";
+  }
+}
+
+TEST_F(CompileCacheTest, TheLeastRecentlyUsedEntriesGoPastTheSizeLimit) {
+  CompiledCell::compile(*cell_, options());
+  ASSERT_EQ(entries().size(), 1u);
+  const auto oneEntry = static_cast<int64_t>(std::filesystem::file_size(entries()[0]));
+  setenv("RNNC_CACHE_MAX_BYTES", std::to_string(oneEntry * 5 / 2).c_str(), 1);
+  for (int hidden : {6, 7, 8, 9}) {
+    auto other = frontend::loadCell("gru");
+    other->bindSizes({{"input_size", 3}, {"hidden_size", hidden}});
+    CompiledCell::compile(*other, options());
+    CompiledCell::compile(*cell_, options()); // used again: kept
+  }
+  unsetenv("RNNC_CACHE_MAX_BYTES");
+  EXPECT_LE(entries().size(), 2u);
+  EXPECT_EQ(CompiledCell::compile(*cell_, options())->source(), CodeSource::DiskCache);
+}
+
 TEST(CompileCacheKey, DigestIsStableAndSpreads) {
   EXPECT_EQ(digest("abc"), digest("abc"));
   EXPECT_NE(digest("abc"), digest("abd"));
-  EXPECT_EQ(digest("").size(), 32u);
+  EXPECT_EQ(digest("").size(), 64u); // SHA-256
+  EXPECT_EQ(digest("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 } // namespace

@@ -3,6 +3,7 @@
 //  - help, `dump`, and the zero default for absent initial states;
 //  - every kind of bad input exits with status 1 and a message on stderr with the key facts.
 #include "ir/Error.h"
+#include "ir/FileIO.h"
 #include "runtime/Npy.h"
 #include "runtime/SafeTensors.h"
 #include "tests/ToolRunner.h"
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -218,6 +220,33 @@ TEST_F(ToolTest, ThreadCountsTheSystemCannotGiveAreErrorsNotAborts) {
   EXPECT_EQ(r.exitCode, 1) << r;
   EXPECT_THAT(r.err, HasSubstr("cannot start 3000 threads")) << r;
 #endif
+}
+
+// Several processes filling one fresh cache at once (each compiles, writes a temporary file and
+// renames it into place) all succeed with the same result, and leave one entry per kernel and
+// no temporary files; the next process runs from the cache.
+TEST_F(ToolTest, ConcurrentProcessesShareOneCache) {
+  const std::string fixtureDir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/lstm_small/";
+  const fs::path cache = dir_ / "shared-cache";
+  std::string command = "cd '" + dir_.string() + "' && for i in 1 2 3 4 5 6; do RNNC_CACHE_DIR='" +
+                        cache.string() + "' '" + RNNC_TOOL_PATH + "' run --cell lstm --weights '" +
+                        fixtureDir + "weights.safetensors' --input '" + fixtureDir +
+                        "input.npy' --output out$i.npy 2>err$i.txt & done; wait";
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  const std::string first = readFileBytes((dir_ / "out1.npy").string());
+  for (int i = 1; i <= 6; ++i) {
+    EXPECT_EQ(readFileBytes((dir_ / ("err" + std::to_string(i) + ".txt")).string()), "");
+    EXPECT_EQ(readFileBytes((dir_ / ("out" + std::to_string(i) + ".npy")).string()), first);
+  }
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(cache)) {
+    EXPECT_EQ(e.path().extension(), ".o") << e.path() << " left behind";
+    ++entries;
+  }
+  EXPECT_GE(entries, 1);
+  ToolResult again = run({"run", "--cell", "lstm", "--weights", fixtureDir + "weights.safetensors",
+                          "--input", fixtureDir + "input.npy", "--output", "again.npy"});
+  EXPECT_EQ(again.exitCode, 0) << again;
 }
 
 TEST_F(ToolTest, HelpListsTheSubcommands) {
