@@ -55,28 +55,28 @@ def main():
 
     small = rnnc.LSTM(64, 64, threads=1).eval()
     x_small = rng.standard_normal((1, 1, 64)).astype(np.float32)
-    small_times = measure(small, x_small, 2000, args.rounds)
-    native = small_times["C++ (same layer)"]
-    print("call overhead, LSTM T=1 B=1 I=H=64, 1 thread (median us per call)")
-    for name, t in small_times.items():
-        extra = "" if name.startswith("C++") else f"   +{(t - native) * 1e6:.2f} us"
-        print(f"  {name:<22}{t * 1e6:9.2f}{extra}")
-    worst = max(t for n, t in small_times.items() if not n.startswith("C++")) - native
-    print(f"  target: at most 10 us above C++: {'met' if worst <= 10e-6 else 'NOT met'} "
-          f"(+{worst * 1e6:.2f} us)\n")
-
+    report("call overhead, LSTM T=1 B=1 I=H=64, 1 thread (median us per call)",
+           measure(small, x_small, 2000, args.rounds), scale=1e6,
+           excess=lambda t, native: t - native, limit=10e-6,
+           show=lambda e: f"+{e * 1e6:.2f} us", target="at most 10 us above C++")
+    print()
     big = rnnc.LSTM(512, 512, threads=1).eval()
     x_big = rng.standard_normal((100, 64, 512)).astype(np.float32)
-    big_times = measure(big, x_big, 3, args.rounds)
-    native = big_times["C++ (same layer)"]
-    print("throughput, LSTM T=100 B=64 I=H=512 (the fastrnns default), 1 thread (median ms)")
-    for name, t in big_times.items():
-        extra = "" if name.startswith("C++") else f"   {100 * (t / native - 1):+.1f}%"
-        print(f"  {name:<22}{t * 1e3:9.2f}{extra}")
-    worst = max(t for n, t in big_times.items() if not n.startswith("C++")) / native - 1
-    print(f"  target: within 3% of C++: {'met' if worst <= 0.03 else 'NOT met'} "
-          f"({100 * worst:+.1f}%)")
+    report("throughput, LSTM T=100 B=64 I=H=512 (the fastrnns default), 1 thread (median ms)",
+           measure(big, x_big, 3, args.rounds), scale=1e3,
+           excess=lambda t, native: t / native - 1, limit=0.03,
+           show=lambda e: f"{100 * e:+.1f}%", target="within 3% of C++")
 
+
+def report(title, times, scale, excess, limit, show, target):
+    """One table: each Python path's median against the C++ call's, and the target's verdict."""
+    native = times["C++ (same layer)"]
+    print(title)
+    for name, t in times.items():
+        extra = "" if name.startswith("C++") else "   " + show(excess(t, native))
+        print(f"  {name:<22}{t * scale:9.2f}{extra}")
+    worst = max(excess(t, native) for n, t in times.items() if not n.startswith("C++"))
+    print(f"  target: {target}: {'met' if worst <= limit else 'NOT met'} ({show(worst)})")
 
 if __name__ == "__main__":
     main()
