@@ -159,7 +159,11 @@ int maxThreadCount() {
                       "' is not a thread count (a positive integer)");
     return static_cast<int>(value);
   }
-  return std::max(8, 4 * static_cast<int>(std::thread::hardware_concurrency()));
+  // Asked once: hardware_concurrency() reads the system's CPU list, several microseconds that a
+  // batch-1 step would pay on every call.
+  static const int fromHardware =
+      std::max(8, 4 * static_cast<int>(std::thread::hardware_concurrency()));
+  return fromHardware;
 }
 
 void checkThreadCount(int threads) {
