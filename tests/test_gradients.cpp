@@ -26,8 +26,8 @@ namespace fs = std::filesystem;
 
 // ---- The pass: IR in, IR out ---------------------------------------------------------------
 
-TEST(Autodiff, ElmanCellBackwardStep) {
-  auto forward = ir::parseIR(R"(cell @rnn(input_size, hidden_size) {
+// tanh(x W^T + h U^T + b): the forward both forms of its backward are derived from.
+constexpr const char* kElmanCell = R"(cell @rnn(input_size, hidden_size) {
   input %x : [B, input_size]
   state %h : [B, hidden_size]
   param %w : [hidden_size, input_size]
@@ -42,7 +42,10 @@ TEST(Autodiff, ElmanCellBackwardStep) {
   }
   yield %h = %4
   output %4
-})");
+})";
+
+TEST(Autodiff, ElmanCellBackwardStep) {
+  auto forward = ir::parseIR(kElmanCell);
   passes::BackwardCell backward = passes::deriveBackward(*forward);
   // dy flows in from the output and from the next step (grad.h); tanh' = 1 - y^2 with y the
   // value the forward kept (no product of the forward runs again); then dh = g U in the loop,
@@ -94,22 +97,7 @@ TEST(Autodiff, ElmanCellBackwardStep) {
 // With ForwardValues::Recompute the forward keeps only the states entering each step, and the
 // backward step runs the forward step again before its gradients.
 TEST(Autodiff, RecomputeRunsTheForwardStepAgain) {
-  auto forward = ir::parseIR(R"(cell @rnn(input_size, hidden_size) {
-  input %x : [B, input_size]
-  state %h : [B, hidden_size]
-  param %w : [hidden_size, input_size]
-  param %u : [hidden_size, hidden_size]
-  param %b : [hidden_size]
-  step {
-    %0 = linear %x, %w : [B, hidden_size]
-    %1 = linear %h, %u : [B, hidden_size]
-    %2 = add %0, %1 : [B, hidden_size]
-    %3 = add %2, %b : [B, hidden_size]
-    %4 = tanh %3 : [B, hidden_size]
-  }
-  yield %h = %4
-  output %4
-})");
+  auto forward = ir::parseIR(kElmanCell);
   passes::BackwardCell backward =
       passes::deriveBackward(*forward, passes::ForwardValues::Recompute);
   EXPECT_TRUE(backward.kept.empty());
