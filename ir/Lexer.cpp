@@ -73,7 +73,9 @@ void Lexer::tokenize() {
       while (end < source_.size()) {
         if (isIdentChar(source_[end]))
           ++end;
-        else if (source_[end] == '.' && end + 1 < source_.size() && isIdentStart(source_[end + 1]))
+        // Dotted parts may start with a digit: PyTorch's `layers.0.weight`, the backward
+        // cell's `kept.0`.
+        else if (source_[end] == '.' && end + 1 < source_.size() && isIdentChar(source_[end + 1]))
           ++end;
         else
           break;

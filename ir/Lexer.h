@@ -23,8 +23,8 @@ struct Token {
 class Lexer {
 public:
   // Tokenizes the whole text; throws UserError at the first character it does not know.
-  // Identifiers may contain dots between parts (`layernorm_i.weight`) so that parameter names
-  // can be PyTorch state_dict names.
+  // Identifiers may contain dots between parts (`layernorm_i.weight`, `layers.0.weight`) so that
+  // parameter names can be PyTorch state_dict names.
   Lexer(std::string source, std::string file);
 
   const Token& peek(size_t ahead = 0) const;

@@ -353,14 +353,20 @@ void checkShape(const TensorShape& shape, size_t valueCount) {
 } // namespace
 
 Tensor readNpyFloat32(const std::string& path) {
-  std::string bytes = readFileBytes(path);
+  return parseNpyFloat32(readFileBytes(path), path);
+}
+
+Int64Array readNpyInt64(const std::string& path) {
+  return parseNpyInt64(readFileBytes(path), path);
+}
+
+Tensor parseNpyFloat32(std::string_view bytes, const std::string& path) {
   ParsedNpy npy = parseNpy(path, bytes);
   std::string_view data = checkedData(path, npy, "<f4", sizeof(float), "x.astype(np.float32)");
   return Tensor(npy.header.shape, copyValues<float>(data));
 }
 
-Int64Array readNpyInt64(const std::string& path) {
-  std::string bytes = readFileBytes(path);
+Int64Array parseNpyInt64(std::string_view bytes, const std::string& path) {
   ParsedNpy npy = parseNpy(path, bytes);
   std::string_view data = checkedData(path, npy, "<i8", sizeof(int64_t), "x.astype(np.int64)");
   return Int64Array{npy.header.shape, copyValues<int64_t>(data)};

@@ -8,11 +8,15 @@
 #include "runtime/Tensor.h"
 
 #include <string>
+#include <string_view>
 
 namespace rnnc {
 
 Tensor readNpyFloat32(const std::string& path);
 Int64Array readNpyInt64(const std::string& path);
+// The same over a file's bytes in memory; `path` names it in messages.
+Tensor parseNpyFloat32(std::string_view bytes, const std::string& path);
+Int64Array parseNpyInt64(std::string_view bytes, const std::string& path);
 
 void writeNpy(const std::string& path, const Tensor& tensor);
 void writeNpy(const std::string& path, const Int64Array& array);

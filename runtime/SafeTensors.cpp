@@ -247,7 +247,10 @@ std::string u64Bytes(uint64_t value) {
 } // namespace
 
 TensorMap readSafeTensors(const std::string& path) {
-  std::string bytes = readFileBytes(path);
+  return parseSafeTensors(readFileBytes(path), path);
+}
+
+TensorMap parseSafeTensors(std::string_view bytes, const std::string& path) {
   if (bytes.size() < 8)
     fail(path, fmt::format("truncated: the file has {} bytes, too few for the 8-byte header length "
                            "of a safetensors file",

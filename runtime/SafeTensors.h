@@ -10,12 +10,15 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace rnnc {
 
 using TensorMap = std::map<std::string, Tensor>;
 
 TensorMap readSafeTensors(const std::string& path);
+// The same over a file's bytes in memory; `path` names it in messages.
+TensorMap parseSafeTensors(std::string_view bytes, const std::string& path);
 void writeSafeTensors(const std::string& path, const TensorMap& tensors);
 
 } // namespace rnnc

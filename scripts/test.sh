@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's second command (and CI's): installs what is missing, builds everything and runs
 # every test twice: in the Release build (build/) and built with AddressSanitizer and
-# UndefinedBehaviorSanitizer (build-asan/).
+# UndefinedBehaviorSanitizer (build-asan/); then the libFuzzer harnesses for a bounded time
+# (RNNC_FUZZ_SECONDS each, 30 by default; tests/fuzz/run-libfuzzer 600 for a long run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,3 +20,11 @@ cmake --build build-asan -j "$jobs"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 (cd build-asan && ctest --output-on-failure -j "$jobs")
+
+# The parsers and readers under libFuzzer (clang-19, build-fuzz/), from the seed corpus.
+if command -v clang++-19 > /dev/null; then
+  RNNC_FUZZ_SECONDS=${RNNC_FUZZ_SECONDS:-30} tests/fuzz/run-libfuzzer
+else
+  echo "test.sh: clang++-19 is missing: the libFuzzer harnesses did not run" >&2
+  exit 1
+fi

@@ -1,12 +1,14 @@
 // The IR's printer, parser and verifier: round trips of every built-in cell, and malformed IR
 // rejected with a located message.
 #include "frontend/BuiltinCells.h"
+#include "frontend/CellParser.h"
 #include "ir/Builder.h"
 #include "ir/Error.h"
 #include "ir/IRParser.h"
 #include "ir/Printer.h"
 #include "ir/ShapeInference.h"
 #include "ir/Verifier.h"
+#include "passes/Autodiff.h"
 
 #include <gtest/gtest.h>
 
@@ -123,6 +125,21 @@ TEST(IRParser, RejectsOperandCountsTheOpDoesNotTake) {
                   "t.ir:10:10: error: slice takes one operand, not 0");
   expectUserError([] { ir::parseIR(replaced("= add %0, %h", "= add %0"), "t.ir"); },
                   "t.ir:10:10: error: add takes 2 operand(s), got 1");
+}
+
+// Dotted names may have numeric parts: PyTorch's `layers.0.weight`, and the backward cell's
+// kept values (`kept.0`), so that `rnnc compile --grad` output parses back.
+TEST(IRParser, DottedNamesMayHaveNumericParts) {
+  auto backward = passes::deriveBackward(*frontend::loadCell("lstm"));
+  std::string text = ir::toString(*backward.cell);
+  ASSERT_NE(text.find("%kept.0"), std::string::npos);
+  EXPECT_EQ(ir::toString(*ir::parseIR(text, "backward.rnnir")), text);
+  auto cell = frontend::parseCell("cell c(n) {\n  input x[n]\n  state h[n]\n"
+                                  "  param layers.0.weight[n, n]\n"
+                                  "  h2 = tanh(linear(x, layers.0.weight) + h)\n"
+                                  "  return h = h2; output h2\n}\n",
+                                  "dotted.cell");
+  EXPECT_EQ(cell->params[0]->name, "layers.0.weight");
 }
 
 TEST(IRParser, RejectsStatesInThePreBlock) {
