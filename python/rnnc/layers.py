@@ -13,7 +13,7 @@ import threading
 import numpy as np
 
 from . import _rnnc
-from ._packed import repack
+from ._recurrent import check_state_shape, given_states, repack, state_shapes
 
 try:
     import torch
@@ -52,7 +52,7 @@ def _as_array(x, name):
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
-def _lengths_array(lengths, batch):
+def _lengths_array(lengths):
     a = lengths.cpu().numpy() if _is_torch(lengths) else np.asarray(lengths)
     if not np.issubdtype(a.dtype, np.integer):
         raise TypeError(f"lengths has dtype {a.dtype}; expected integers")
@@ -160,7 +160,7 @@ class Layer:
         given = {name: _as_array(value, f"states['{name}']")
                  for name, value in (states or {}).items()}
         sides = {name: _as_array(value, name) for name, value in side_inputs.items()}
-        lens = None if lengths is None else _lengths_array(lengths, x.shape[1])
+        lens = None if lengths is None else _lengths_array(lengths)
         y, finals = self._layer().forward(x, given, lens, sides)
         return _like(y, as_torch), {name: _like(v, as_torch) for name, v in finals.items()}
 
@@ -311,7 +311,7 @@ class _TorchRNN:
                              f"input of shape {_shape(x)}")
         batch = x.shape[0] if self.batch_first else x.shape[1]
         states = self._initial_states(hx, batch, batched) if hx is not None else {}
-        lens = None if lengths is None else _lengths_array(lengths, batch)
+        lens = None if lengths is None else _lengths_array(lengths)
         y, finals = self._layer().forward(x, states, lens, {})
         results = [y, finals["h"]] + ([finals["c"]] if self._mode == "LSTM" else [])
         if not batched:
@@ -326,33 +326,14 @@ class _TorchRNN:
             return results[0], (results[1], results[2])
         return results[0], results[1]
 
-    def _state_shapes(self, batch):
-        slots = self.num_layers * (2 if self.bidirectional else 1)
-        shapes = {"h": [slots, batch, self.proj_size or self.hidden_size]}
-        if self._mode == "LSTM":
-            shapes["c"] = [slots, batch, self.hidden_size]
-        return shapes
-
     def _initial_states(self, hx, batch, batched):
-        if hx is None:
-            return {}
-        if self._mode == "LSTM":
-            if not isinstance(hx, (tuple, list)) or len(hx) != 2:
-                raise ValueError("LSTM expects hx as a tuple (h_0, c_0)")
-            given = {"h": hx[0], "c": hx[1]}
-            labels = {"h": "hx[0] (h_0)", "c": "hx[1] (c_0)"}
-        else:
-            given = {"h": hx}
-            labels = {"h": "hx (h_0)"}
+        expected = state_shapes(self, self._mode == "LSTM", batch)
         states = {}
-        for name, value in given.items():
-            array = _as_array(value, labels[name])
+        for name, label, value in given_states(self._mode == "LSTM", hx):
+            array = _as_array(value, label)
             if not batched and array.ndim == 2:
                 array = array[:, None, :]
-            expected = self._state_shapes(batch)[name]
-            if _shape(array) != expected:
-                raise ValueError(f"{labels[name]} has shape {_shape(array)}, expected {expected} "
-                                 "[num_layers * num_directions, batch, features]")
+            check_state_shape(label, array.shape, expected[name])
             states[name] = np.ascontiguousarray(array)
         return states
 

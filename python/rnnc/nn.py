@@ -16,7 +16,7 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
 
 from . import _rnnc
-from ._packed import repack
+from ._recurrent import check_state_shape, given_states, repack, state_shapes
 
 __all__ = ["LSTM", "GRU", "RNN"]
 
@@ -59,30 +59,15 @@ class _RnncForward:
         return {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh",
                 "RNN_RELU": "rnn_relu"}[self.mode]
 
-    def _state_shapes(self, batch):
-        slots = self.num_layers * (2 if self.bidirectional else 1)
-        shapes = {"h": (slots, batch, self.proj_size or self.hidden_size)}
-        if self.mode == "LSTM":
-            shapes["c"] = (slots, batch, self.hidden_size)
-        return shapes
-
     def _initial_states(self, hx, batch, batched, like):
-        shapes = self._state_shapes(batch)
+        shapes = state_shapes(self, self.mode == "LSTM", batch)
         if hx is None:
             return [like.new_zeros(shape) for shape in shapes.values()]
-        if self.mode == "LSTM":
-            if not isinstance(hx, (tuple, list)) or len(hx) != 2:
-                raise ValueError("LSTM expects hx as a tuple (h_0, c_0)")
-            given, labels = list(hx), ["hx[0] (h_0)", "hx[1] (c_0)"]
-        else:
-            given, labels = [hx], ["hx (h_0)"]
         states = []
-        for state, label, shape in zip(given, labels, shapes.values()):
+        for name, label, state in given_states(self.mode == "LSTM", hx):
             if not batched and state.dim() == 2:
                 state = state.unsqueeze(1)
-            if tuple(state.shape) != shape:
-                raise ValueError(f"{label} has shape {list(state.shape)}, expected {list(shape)} "
-                                 "[num_layers * num_directions, batch, features]")
+            check_state_shape(label, state.shape, shapes[name])
             states.append(state.float())
         return states
 
@@ -114,7 +99,7 @@ class _RnncForward:
             self._rnnc_cell(), {n: p.detach().contiguous().numpy() for n, p in zip(names, params)},
             {}, self.num_layers, self.bidirectional, self.batch_first, self._rnnc_options["jit"],
             self._rnnc_options["threads"], self._rnnc_options["target_cpu"], dropout, seed)
-        state_names = list(self._state_shapes(batch))
+        state_names = list(state_shapes(self, self.mode == "LSTM", batch))
         y, *finals = _Recurrence.apply(program, state_names, names, x, lengths, *states, *params)
         if not batched:
             y = y.squeeze(0 if self.batch_first else 1)
