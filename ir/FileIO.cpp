@@ -1,5 +1,6 @@
 #include "ir/FileIO.h"
 
+#include "ir/Environment.h"
 #include "ir/Error.h"
 
 #include <fmt/format.h>
@@ -28,14 +29,7 @@ using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 } // namespace
 
 int64_t maxFileBytes() {
-  if (const char* given = std::getenv("RNNC_MAX_FILE_BYTES")) {
-    char* end = nullptr;
-    long long value = std::strtoll(given, &end, 10);
-    if (end == given || *end != '\0' || value < 1)
-      throw UserError(fmt::format("RNNC_MAX_FILE_BYTES='{}' is not a byte count", given));
-    return value;
-  }
-  return int64_t{64} << 30;
+  return environmentLimit("RNNC_MAX_FILE_BYTES", int64_t{64} << 30, "a byte count");
 }
 
 std::string readFileBytes(const std::string& path, const std::string& kind) {

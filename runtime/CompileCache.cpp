@@ -1,5 +1,6 @@
 #include "runtime/CompileCache.h"
 
+#include "ir/Environment.h"
 #include "ir/Error.h"
 #include "ir/FileIO.h"
 
@@ -58,17 +59,6 @@ bool readU64(std::string_view bytes, size_t& at, uint64_t& v) {
 const char* environment(const char* name) {
   const char* value = std::getenv(name);
   return value && *value ? value : nullptr;
-}
-
-int64_t byteLimit(const char* variable, int64_t fallback) {
-  const char* given = environment(variable);
-  if (!given)
-    return fallback;
-  char* end = nullptr;
-  long long value = std::strtoll(given, &end, 10);
-  if (end == given || *end != '\0' || value < 1)
-    throw UserError(fmt::format("{}='{}' is not a byte count", variable, given));
-  return value;
 }
 
 // One warning per directory and process: a cache that cannot be used is worth saying once.
@@ -156,11 +146,11 @@ std::string encodeCacheEntry(const std::string& key, const std::string& object) 
 }
 
 int64_t maxCacheEntryBytes() {
-  return byteLimit("RNNC_CACHE_MAX_ENTRY_BYTES", int64_t{256} << 20);
+  return environmentLimit("RNNC_CACHE_MAX_ENTRY_BYTES", int64_t{256} << 20, "a byte count");
 }
 
 int64_t maxCacheBytes() {
-  return byteLimit("RNNC_CACHE_MAX_BYTES", int64_t{1} << 30);
+  return environmentLimit("RNNC_CACHE_MAX_BYTES", int64_t{1} << 30, "a byte count");
 }
 
 DiskCache::DiskCache(std::string directory)

@@ -1,5 +1,6 @@
 #include "runtime/ThreadTeam.h"
 
+#include "ir/Environment.h"
 #include "ir/Error.h"
 
 #include <algorithm>
@@ -151,19 +152,12 @@ int defaultThreadCount() {
 }
 
 int maxThreadCount() {
-  if (const char* given = std::getenv("RNNC_MAX_THREADS")) {
-    char* end = nullptr;
-    long value = std::strtol(given, &end, 10);
-    if (end == given || *end != '\0' || value < 1 || value > 1 << 20)
-      throw UserError(std::string("RNNC_MAX_THREADS='") + given +
-                      "' is not a thread count (a positive integer)");
-    return static_cast<int>(value);
-  }
   // Asked once: hardware_concurrency() reads the system's CPU list, several microseconds that a
   // batch-1 step would pay on every call.
   static const int fromHardware =
       std::max(8, 4 * static_cast<int>(std::thread::hardware_concurrency()));
-  return fromHardware;
+  return static_cast<int>(environmentLimit(
+      "RNNC_MAX_THREADS", fromHardware, "a thread count (a positive integer)", int64_t{1} << 20));
 }
 
 void checkThreadCount(int threads) {
