@@ -29,7 +29,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::string_view kMagic = "RNNC-CACHE-2\n";
+constexpr std::string_view kEntryMagic = "RNNC-CACHE-2\n";
 constexpr size_t kDigestBytes = 32; // SHA-256
 
 std::string sha256(std::string_view bytes) {
@@ -136,7 +136,7 @@ std::string digest(const std::string& text) {
 }
 
 std::string encodeCacheEntry(const std::string& key, const std::string& object) {
-  std::string entry(kMagic);
+  std::string entry(kEntryMagic);
   appendU64(entry, key.size());
   entry += key;
   appendU64(entry, object.size());
@@ -200,12 +200,12 @@ std::optional<std::string> DiskCache::load(const std::string& key) const {
   }
   // Verified in full before anything is used: the digest over the rest, then the exact key.
   std::string_view view = bytes;
-  if (!view.starts_with(kMagic) || view.size() < kMagic.size() + 16 + kDigestBytes)
+  if (!view.starts_with(kEntryMagic) || view.size() < kEntryMagic.size() + 16 + kDigestBytes)
     return reject();
   const size_t end = view.size() - kDigestBytes;
   if (sha256(view.substr(0, end)) != view.substr(end))
     return reject();
-  size_t at = kMagic.size();
+  size_t at = kEntryMagic.size();
   uint64_t keyLength = 0, objectLength = 0;
   if (!readU64(view, at, keyLength) || keyLength > end - at || view.substr(at, keyLength) != key)
     return reject(); // another key under this name, or an older format

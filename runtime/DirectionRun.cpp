@@ -57,6 +57,7 @@ Tensor swapLeadingDims(const Tensor& t) {
   for (int64_t i = 0; i < a; ++i)
     for (int64_t j = 0; j < b; ++j)
       std::memcpy(row(out, j * a + i), row(t, i * b + j), static_cast<size_t>(f) * sizeof(float));
+  out.setSource(t.source());
   return out;
 }
 
@@ -205,14 +206,16 @@ std::vector<int64_t> checkedLengths(const std::optional<Int64Array>& given, int6
     return std::vector<int64_t>(static_cast<size_t>(batch), steps);
   const Int64Array& lengths = *given;
   if (lengths.shape != TensorShape{batch})
-    throw UserError(fmt::format("lengths has shape {}, expected [B] = [{}] (one length per "
+    throw UserError(fmt::format("{} has shape {}, expected [B] = [{}] (one length per "
                                 "sequence of the batch)",
+                                describeTensor("lengths", lengths.source),
                                 shapeToString(lengths.shape), batch));
   for (size_t i = 0; i < lengths.values.size(); ++i)
     if (lengths.values[i] < 1 || lengths.values[i] > steps)
-      throw UserError(fmt::format("lengths[{}] = {} is out of range: lengths must be in [1, T] "
-                                  "= [1, {}]",
-                                  i, lengths.values[i], steps));
+      throw UserError(fmt::format(
+          "{} is out of range: lengths must be in [1, T] = [1, {}]",
+          describeTensor(fmt::format("lengths[{}] = {}", i, lengths.values[i]), lengths.source),
+          steps));
   return lengths.values;
 }
 

@@ -239,7 +239,8 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
     gradOutput = Tensor({steps, batch, outputShape[2]});
   } else {
     if (given.output.shape() != outputShape)
-      throw UserError(fmt::format("the output gradient has shape {}, expected the output's {}",
+      throw UserError(fmt::format("{} has shape {}, expected the output's {}",
+                                  describeTensor("the output gradient", given.output),
                                   given.output.shapeString(), shapeToString(outputShape)));
     gradOutput = options_.batchFirst ? swapLeadingDims(given.output) : given.output;
   }
@@ -250,8 +251,10 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
                                   "no state of that name",
                                   name, cell.name));
     if (tensor.shape() != it->second.shape())
-      throw UserError(fmt::format("the gradient of final state '{}' has shape {}, expected {}",
-                                  name, tensor.shapeString(), it->second.shapeString()));
+      throw UserError(
+          fmt::format("{} has shape {}, expected {}",
+                      describeTensor(fmt::format("the gradient of final state '{}'", name), tensor),
+                      tensor.shapeString(), it->second.shapeString()));
   }
 
   TensorMap grads;

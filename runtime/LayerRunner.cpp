@@ -35,21 +35,22 @@ std::vector<ShapeObservation> observe(const ir::Cell& cell, const LayerProgram::
         {cell.inputs[0].get(),
          {batch, layerInput->dim(2)},
          layer == 0
-             ? std::string("input")
+             ? describeTensor("input", *layerInput)
              : fmt::format("the input of layer {} (the output of layer {})", layer, layer - 1),
          {{"T", layerInput->dim(0)}}});
   for (const auto& [name, tensor] : sideInputs)
     observations.push_back({cell.findArgument(name),
                             {batch, tensor.dim(2)},
-                            fmt::format("side input '{}'", name),
+                            describeTensor(fmt::format("side input '{}'", name), tensor),
                             {{"T", tensor.dim(0)}}});
   for (const auto& state : cell.states) {
     auto it = initialStates.find(state->name);
     if (it != initialStates.end())
-      observations.push_back({state.get(),
-                              {batch, it->second.dim(2)},
-                              fmt::format("initial state '{}'", state->name),
-                              {{"num_layers * num_directions", slots}}});
+      observations.push_back(
+          {state.get(),
+           {batch, it->second.dim(2)},
+           describeTensor(fmt::format("initial state '{}'", state->name), it->second),
+           {{"num_layers * num_directions", slots}}});
   }
   return observations;
 }
@@ -135,13 +136,14 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
   const ir::Cell& cell = *cell_;
   const std::string inputLayout = options_.batchFirst ? "[B, T, input_size]" : "[T, B, input_size]";
   if (rawInput.rank() != 3)
-    throw UserError(fmt::format("input has shape {}, expected {} (rank 3)", rawInput.shapeString(),
+    throw UserError(fmt::format("{} has shape {}, expected {} (rank 3)",
+                                describeTensor("input", rawInput), rawInput.shapeString(),
                                 inputLayout));
   Tensor input = options_.batchFirst ? swapLeadingDims(rawInput) : rawInput;
   const int64_t steps = input.dim(0), batch = input.dim(1);
   if (steps < 1 || batch < 1)
-    throw UserError(
-        fmt::format("input has shape {}: T and B must be at least 1", rawInput.shapeString()));
+    throw UserError(fmt::format("{} has shape {}: T and B must be at least 1",
+                                describeTensor("input", rawInput), rawInput.shapeString()));
   const int64_t slots = static_cast<int64_t>(slots_.size());
   std::vector<int64_t> lengths = checkedLengths(lengthsGiven, steps, batch);
   for (const auto& [name, tensor] : initialStates) {
@@ -151,10 +153,11 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
                                   "state of that name",
                                   name, cell.name));
     if (tensor.rank() != 3 || tensor.dim(0) != slots || tensor.dim(1) != batch)
-      throw UserError(fmt::format("initial state '{}' has shape {}, expected [num_layers * "
+      throw UserError(fmt::format("{} has shape {}, expected [num_layers * "
                                   "num_directions, B, {}] = [{}, {}, {}]",
-                                  name, tensor.shapeString(), state->shape[1].str(), slots, batch,
-                                  state->shape[1].str()));
+                                  describeTensor(fmt::format("initial state '{}'", name), tensor),
+                                  tensor.shapeString(), state->shape[1].str(), slots, batch,
+                                  stateSize(name)));
   }
 
   std::map<std::string, Tensor> sides = checkedSideInputs(sideInputs, steps, batch);
@@ -253,13 +256,14 @@ LayerProgram::checkedSideInputs(const std::map<std::string, Tensor>& given, int6
                                   "given as the input, not as a side input",
                                   name, cell.name));
     if (tensor.rank() != 3)
-      throw UserError(fmt::format("side input '{}' has shape {}, expected {} (rank 3)", name,
+      throw UserError(fmt::format("{} has shape {}, expected {} (rank 3)",
+                                  describeTensor(fmt::format("side input '{}'", name), tensor),
                                   tensor.shapeString(), layout));
     Tensor t = options_.batchFirst ? swapLeadingDims(tensor) : tensor;
     if (t.dim(0) != steps || t.dim(1) != batch)
-      throw UserError(fmt::format("side input '{}' has shape {}, but the input has T = {} and "
-                                  "B = {} ({})",
-                                  name, tensor.shapeString(), steps, batch, layout));
+      throw UserError(fmt::format("{} has shape {}, but the input has T = {} and B = {} ({})",
+                                  describeTensor(fmt::format("side input '{}'", name), tensor),
+                                  tensor.shapeString(), steps, batch, layout));
     sides[name] = std::move(t);
   }
   for (size_t i = 1; i < cell.inputs.size(); ++i)

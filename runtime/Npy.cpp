@@ -35,7 +35,7 @@ namespace {
 // little-endian host. Every platform rnnc targets is one.
 static_assert(std::endian::native == std::endian::little, "rnnc's npy I/O assumes little-endian");
 
-constexpr std::string_view kMagic = "\x93NUMPY";
+constexpr std::string_view kNpyMagic = "\x93NUMPY";
 // NumPy aligns the start of the data to 64 bytes so that it can be memory-mapped.
 constexpr size_t kAlign = 64;
 
@@ -225,9 +225,9 @@ struct ParsedNpy {
 };
 
 ParsedNpy parseNpy(const std::string& path, std::string_view bytes) {
-  if (bytes.substr(0, kMagic.size()) != kMagic)
+  if (bytes.substr(0, kNpyMagic.size()) != kNpyMagic)
     fail(path, "not an npy file: it does not start with the magic string \"\\x93NUMPY\"");
-  if (bytes.size() < kMagic.size() + 2)
+  if (bytes.size() < kNpyMagic.size() + 2)
     fail(path, fmt::format("truncated: the file has only {} bytes", bytes.size()));
 
   int major = static_cast<unsigned char>(bytes[6]);
@@ -238,7 +238,7 @@ ParsedNpy parseNpy(const std::string& path, std::string_view bytes) {
 
   // Version 1.0 has a 2-byte header length; 2.0 and 3.0 (UTF-8 header) have 4 bytes.
   size_t lengthWidth = major == 1 ? 2 : 4;
-  size_t headerStart = kMagic.size() + 2 + lengthWidth;
+  size_t headerStart = kNpyMagic.size() + 2 + lengthWidth;
   if (bytes.size() < headerStart)
     fail(path, fmt::format("truncated: the file has only {} bytes", bytes.size()));
   size_t headerLength = readLittleEndian(bytes, 8, lengthWidth);
@@ -326,12 +326,12 @@ std::string npyPreamble(std::string_view descr, const TensorShape& shape) {
                                  shapeTuple(shape));
   // Version 1.0 unless the header does not fit a 16-bit length (only for absurd ranks).
   bool v1 = dict.size() + kAlign < 0xffff;
-  size_t prefixSize = kMagic.size() + 2 + (v1 ? 2 : 4);
+  size_t prefixSize = kNpyMagic.size() + 2 + (v1 ? 2 : 4);
   // Spaces, then '\n', so that the data starts at a multiple of kAlign.
   size_t unpadded = prefixSize + dict.size() + 1;
   size_t headerLength = dict.size() + 1 + (kAlign - unpadded % kAlign) % kAlign;
 
-  std::string out(kMagic);
+  std::string out(kNpyMagic);
   out += static_cast<char>(v1 ? 1 : 2);
   out += '\0';
   for (size_t i = 0; i < (v1 ? 2u : 4u); ++i)
@@ -363,13 +363,15 @@ Int64Array readNpyInt64(const std::string& path) {
 Tensor parseNpyFloat32(std::string_view bytes, const std::string& path) {
   ParsedNpy npy = parseNpy(path, bytes);
   std::string_view data = checkedData(path, npy, "<f4", sizeof(float), "x.astype(np.float32)");
-  return Tensor(npy.header.shape, copyValues<float>(data));
+  Tensor tensor(npy.header.shape, copyValues<float>(data));
+  tensor.setSource(path);
+  return tensor;
 }
 
 Int64Array parseNpyInt64(std::string_view bytes, const std::string& path) {
   ParsedNpy npy = parseNpy(path, bytes);
   std::string_view data = checkedData(path, npy, "<i8", sizeof(int64_t), "x.astype(np.int64)");
-  return Int64Array{npy.header.shape, copyValues<int64_t>(data)};
+  return Int64Array{npy.header.shape, copyValues<int64_t>(data), path};
 }
 
 void writeNpy(const std::string& path, const Tensor& tensor) {

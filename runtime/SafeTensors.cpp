@@ -46,13 +46,13 @@ constexpr uint64_t kMaxHeaderLength = 100'000'000;
 // before it costs much stack.
 constexpr int kMaxJsonDepth = 16;
 
-[[noreturn]] void fail(const std::string& path, const std::string& message) {
+[[noreturn]] void failIn(const std::string& path, const std::string& message) {
   throw UserError(path + ": " + message);
 }
 
 [[noreturn]] void failTensor(const std::string& path, const std::string& name,
                              const std::string& message) {
-  fail(path, "tensor '" + name + "': " + message);
+  failIn(path, "tensor '" + name + "': " + message);
 }
 
 // A JSON value for an error message, shortened so a huge value cannot flood the terminal.
@@ -71,7 +71,7 @@ json parseHeader(const std::string& path, std::string_view text) {
   std::vector<std::set<std::string>> objects; // the keys of each object being read
   auto callback = [&](int depth, json::parse_event_t event, json& parsed) {
     if (depth > kMaxJsonDepth)
-      fail(path, "header is not a valid safetensors header: JSON nested too deeply");
+      failIn(path, "header is not a valid safetensors header: JSON nested too deeply");
     if (event == json::parse_event_t::object_start)
       objects.emplace_back();
     else if (event == json::parse_event_t::object_end && !objects.empty())
@@ -79,22 +79,22 @@ json parseHeader(const std::string& path, std::string_view text) {
     else if (event == json::parse_event_t::key && !objects.empty()) {
       const auto& key = parsed.get_ref<const std::string&>();
       if (!objects.back().insert(key).second)
-        fail(path, depth == 1 ? "header lists tensor '" + key + "' twice"
-                              : "header gives key '" + key + "' twice in one entry");
+        failIn(path, depth == 1 ? "header lists tensor '" + key + "' twice"
+                                : "header gives key '" + key + "' twice in one entry");
     }
     return true;
   };
   try {
     json header = json::parse(text.begin(), text.end(), callback);
     if (!header.is_object())
-      fail(path, "header is not a JSON object: " + shortDump(header));
+      failIn(path, "header is not a JSON object: " + shortDump(header));
     return header;
   } catch (const json::exception& e) {
     // Drop nlohmann's "[json.exception.parse_error.101] " prefix; the rest is the useful part.
     std::string_view what = e.what();
     if (auto bracket = what.find("] "); bracket != std::string_view::npos)
       what.remove_prefix(bracket + 2);
-    fail(path, fmt::format("header is not valid JSON: {}", what));
+    failIn(path, fmt::format("header is not valid JSON: {}", what));
   }
 }
 
@@ -171,7 +171,7 @@ Entry parseEntry(const std::string& path, const std::string& name, const json& v
   if (dtypeName != "F32") {
     std::string what =
         isKnownDtype(dtypeName) ? "dtype " + dtypeName : "unknown dtype " + shortDump(dtype);
-    fail(path, fmt::format("tensor '{}' has {}, expected F32", name, what));
+    failIn(path, fmt::format("tensor '{}' has {}, expected F32", name, what));
   }
 
   Entry entry{name, parseShape(path, name, field(path, name, value, "shape")), 0, 0};
@@ -213,10 +213,10 @@ void checkNoOverlap(const std::string& path, std::vector<const Entry*> entries) 
   const Entry* furthest = nullptr; // the entry seen so far that ends last
   for (const Entry* e : entries) {
     if (furthest && e->begin < furthest->end)
-      fail(path,
-           fmt::format("tensors '{}' (data_offsets [{}, {}]) and '{}' (data_offsets [{}, "
-                       "{}]) overlap",
-                       furthest->name, furthest->begin, furthest->end, e->name, e->begin, e->end));
+      failIn(path, fmt::format("tensors '{}' (data_offsets [{}, {}]) and '{}' (data_offsets [{}, "
+                               "{}]) overlap",
+                               furthest->name, furthest->begin, furthest->end, e->name, e->begin,
+                               e->end));
     if (!furthest || e->end > furthest->end)
       furthest = e;
   }
@@ -252,16 +252,18 @@ TensorMap readSafeTensors(const std::string& path) {
 
 TensorMap parseSafeTensors(std::string_view bytes, const std::string& path) {
   if (bytes.size() < 8)
-    fail(path, fmt::format("truncated: the file has {} bytes, too few for the 8-byte header length "
-                           "of a safetensors file",
-                           bytes.size()));
+    failIn(path,
+           fmt::format("truncated: the file has {} bytes, too few for the 8-byte header length "
+                       "of a safetensors file",
+                       bytes.size()));
   uint64_t headerLength = readU64(bytes);
   if (headerLength > kMaxHeaderLength)
-    fail(path, fmt::format("header length {} is over the {} byte limit; not a safetensors file?",
-                           headerLength, kMaxHeaderLength));
+    failIn(path, fmt::format("header length {} is over the {} byte limit; not a safetensors file?",
+                             headerLength, kMaxHeaderLength));
   if (headerLength > bytes.size() - 8)
-    fail(path, fmt::format("truncated: header length is {} but the file has only {} bytes after it",
-                           headerLength, bytes.size() - 8));
+    failIn(path,
+           fmt::format("truncated: header length is {} but the file has only {} bytes after it",
+                       headerLength, bytes.size() - 8));
 
   std::string_view rest(bytes);
   json header = parseHeader(path, rest.substr(8, headerLength));
@@ -292,7 +294,7 @@ void writeSafeTensors(const std::string& path, const TensorMap& tensors) {
   uint64_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
     if (name == kMetadataKey)
-      fail(path, fmt::format("cannot write a tensor named '{}': the name is reserved", name));
+      failIn(path, fmt::format("cannot write a tensor named '{}': the name is reserved", name));
     // A default-constructed Tensor has shape [] but no value; it must not reach a file.
     RNNC_INTERNAL_CHECK(static_cast<size_t>(numElements(tensor.shape())) == tensor.values().size(),
                         "tensor '" + name + "' does not match its shape " + tensor.shapeString());
@@ -309,7 +311,7 @@ void writeSafeTensors(const std::string& path, const TensorMap& tensors) {
     text = header.dump();
   } catch (const json::type_error&) {
     // The only way dump() fails: a name that is not valid UTF-8, which JSON cannot hold.
-    fail(path, "cannot write safetensors: a tensor name is not valid UTF-8");
+    failIn(path, "cannot write safetensors: a tensor name is not valid UTF-8");
   }
   // Pad with spaces so that the data section starts 8-byte aligned, as the reference writer does.
   text.append((8 - text.size() % 8) % 8, ' ');

@@ -9,11 +9,11 @@
 namespace rnnc {
 namespace {
 
-std::string describeInput(const std::string& name) {
-  return "input '" + name + "'";
+std::string describeInput(const std::string& name, const Tensor& t) {
+  return describeTensor("input '" + name + "'", t);
 }
-std::string describeState(const std::string& name) {
-  return "initial state '" + name + "'";
+std::string describeState(const std::string& name, const Tensor& t) {
+  return describeTensor("initial state '" + name + "'", t);
 }
 
 // Checks that every input is [T, B, F] with one T and one B, returning {T, B}.
@@ -33,7 +33,7 @@ std::pair<int64_t, int64_t> checkInputs(const ir::Cell& cell, const SequenceRequ
     const Tensor& t = it->second;
     if (t.rank() != 3)
       throw UserError(fmt::format("{} has shape {}, expected [T, B, {}] (rank 3)",
-                                  describeInput(input->name), t.shapeString(),
+                                  describeInput(input->name, t), t.shapeString(),
                                   input->shape[1].str()));
     if (steps < 0) {
       steps = t.dim(0);
@@ -41,7 +41,7 @@ std::pair<int64_t, int64_t> checkInputs(const ir::Cell& cell, const SequenceRequ
       first = input->name;
     } else if (t.dim(0) != steps || t.dim(1) != batch) {
       throw UserError(fmt::format("{} has shape {} but input '{}' has T = {}, B = {}",
-                                  describeInput(input->name), t.shapeString(), first, steps,
+                                  describeInput(input->name, t), t.shapeString(), first, steps,
                                   batch));
     }
   }
@@ -66,8 +66,8 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
     if (tensor.rank() != 3 || tensor.dim(0) != 1 || tensor.dim(1) != batch)
       throw UserError(fmt::format("{} has shape {}, expected [1, B, {}] with B = {} from the "
                                   "inputs",
-                                  describeState(name), tensor.shapeString(), state->shape[1].str(),
-                                  batch));
+                                  describeState(name, tensor), tensor.shapeString(),
+                                  state->shape[1].str(), batch));
   }
 
   // Infer the sizes from everything the user gave, weights first so their names show in errors.
@@ -87,13 +87,13 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
   for (const auto& input : cell.inputs) {
     const Tensor& t = request.inputs.at(input->name);
     observations.push_back(
-        {input.get(), {t.dim(1), t.dim(2)}, describeInput(input->name), {{"T", t.dim(0)}}});
+        {input.get(), {t.dim(1), t.dim(2)}, describeInput(input->name, t), {{"T", t.dim(0)}}});
   }
   for (const auto& state : cell.states)
     if (auto it = request.initialStates.find(state->name); it != request.initialStates.end())
       observations.push_back({state.get(),
                               {it->second.dim(1), it->second.dim(2)},
-                              describeState(state->name),
+                              describeState(state->name, it->second),
                               {{"1", 1}}});
   ir::SizeMap sizes = solveCellSizes(cell, observations, request.sizes, batch);
 

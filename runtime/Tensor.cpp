@@ -57,7 +57,13 @@ Tensor::Tensor(TensorShape shape, std::vector<float> values)
 Tensor Tensor::reshaped(TensorShape shape) const {
   RNNC_INTERNAL_CHECK(numElements(shape) == numel(),
                       "reshape " + shapeString() + " to " + shapeToString(shape) + " changes size");
-  return Tensor(std::move(shape), data_);
+  Tensor out(std::move(shape), data_);
+  out.source_ = source_;
+  return out;
+}
+
+std::string describeTensor(const std::string& what, const std::string& source) {
+  return source.empty() ? what : what + " (" + source + ")";
 }
 
 } // namespace rnnc

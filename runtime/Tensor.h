@@ -33,15 +33,27 @@ public:
   // Same data, new shape with the same element count.
   Tensor reshaped(TensorShape shape) const;
 
+  // Where the values were read from (a file's path), or empty: shape errors name it.
+  const std::string& source() const { return source_; }
+  void setSource(std::string source) { source_ = std::move(source); }
+
 private:
   TensorShape shape_;
   std::vector<float> data_;
+  std::string source_;
 };
 
 // A dense int64 array, used for sequence lengths.
 struct Int64Array {
   TensorShape shape;
   std::vector<int64_t> values;
+  std::string source = {}; // where it was read from, or empty
 };
+
+// `what` and, when it was read from a file, the file: "initial state 'h' (h0.npy)".
+std::string describeTensor(const std::string& what, const std::string& source);
+inline std::string describeTensor(const std::string& what, const Tensor& tensor) {
+  return describeTensor(what, tensor.source());
+}
 
 } // namespace rnnc

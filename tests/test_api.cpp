@@ -7,8 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <numeric>
 #include <thread>
+
+#include <unistd.h>
 
 namespace {
 
@@ -75,6 +79,46 @@ TEST(Api, ConcurrentForwardCallsOnOneLayerAgree) {
     t.join();
   for (const auto& r : results)
     EXPECT_EQ(r, reference);
+}
+
+// Layers of different cells built at once from several threads (compiling, caching and lending
+// thread teams concurrently), each running on two threads, against the same layers built alone.
+TEST(Api, LayersBuiltAndRunFromSeveralThreadsAtOnceAgree) {
+  const std::vector<std::pair<std::string, std::string>> layers = {
+      {"lstm", "lstm_l1_uni"}, {"gru", "gru_l3_uni_len"}, {"rnn_relu", "rnn_relu_l1_uni"}};
+  auto buildAndRun = [&](const std::pair<std::string, std::string>& which) {
+    rnnc::LayerSpec s = spec(which.first);
+    s.threads = 2;
+    const std::string dir = kDir + which.second + "/";
+    rnnc::Layer layer = rnnc::Layer::fromFile(s, dir + "weights.safetensors");
+    rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy");
+    std::vector<float> y(static_cast<size_t>(x.dim(0) * x.dim(1) * layer.outputSize()));
+    layer.forward(x.data(), x.dim(0), x.dim(1), nullptr, nullptr, nullptr, y.data(), nullptr,
+                  nullptr);
+    return y;
+  };
+  // An empty disk cache, so that the threads compile (the memory cache is per process).
+  const char* saved = std::getenv("RNNC_CACHE_DIR");
+  const std::string savedDir = saved ? saved : "";
+  const std::string cacheDir = testing::TempDir() + "rnnc_api_threads_" + std::to_string(getpid());
+  std::filesystem::remove_all(cacheDir);
+  setenv("RNNC_CACHE_DIR", cacheDir.c_str(), 1);
+  std::vector<std::vector<float>> results(2 * layers.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < results.size(); ++i)
+    threads.emplace_back([&, i] { results[i] = buildAndRun(layers[i % layers.size()]); });
+  for (auto& t : threads)
+    t.join();
+  std::vector<std::vector<float>> reference;
+  for (const auto& which : layers)
+    reference.push_back(buildAndRun(which));
+  if (saved)
+    setenv("RNNC_CACHE_DIR", savedDir.c_str(), 1);
+  else
+    unsetenv("RNNC_CACHE_DIR");
+  std::filesystem::remove_all(cacheDir);
+  for (size_t i = 0; i < results.size(); ++i)
+    EXPECT_EQ(results[i], reference[i % layers.size()]) << layers[i % layers.size()].first;
 }
 
 TEST(Api, WeightsFromMemoryAndClearErrors) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 using namespace rnnc;
@@ -225,6 +226,70 @@ TEST_F(CompileCacheTest, WhatIsNoEntryIsDeletedAndRebuilt) {
     EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(entry)));
     EXPECT_EQ(readFileBytes(entry.string()), good) << "the bad entry was not replaced";
   }
+}
+
+// A directory its owner made read-only (a shared image, a cache warmed once): its entries are
+// used, nothing is written or deleted there, and compiling what is not there still works. Root
+// writes anywhere, so as root the check runs in a child process as user nobody, which then owns
+// the directory.
+TEST_F(CompileCacheTest, AReadOnlyDirectoryIsUsedButNeverWritten) {
+  auto reference = runIt(*CompiledCell::compile(*cell_, options()));
+  ASSERT_EQ(entries().size(), 1u);
+  const std::string entry = entries()[0].string();
+  const std::string good = readFileBytes(entry);
+  auto other = frontend::loadCell("gru");
+  other->bindSizes({{"input_size", 3}, {"hidden_size", 7}});
+  const bool root = geteuid() == 0;
+  if (root &&
+      (chown(directory_.c_str(), 65534, 65534) != 0 || chown(entry.c_str(), 65534, 65534) != 0))
+    GTEST_SKIP() << "cannot hand the directory to user nobody";
+  ASSERT_EQ(chmod(directory_.c_str(), 0500), 0);
+
+  // Each failed check is one bit of the exit status: a child process cannot report through gtest.
+  auto check = [&]() -> int {
+    int failed = 0;
+    auto cached = CompiledCell::compile(*cell_, options());
+    if (cached->source() != CodeSource::DiskCache)
+      failed |= 1;
+    if (runIt(*cached) != reference)
+      failed |= 2;
+    if (CompiledCell::compile(*other, options())->source() != CodeSource::Compiled)
+      failed |= 4;
+    if (entries().size() != 1u || readFileBytes(entry) != good)
+      failed |= 8;
+    return failed;
+  };
+  int failed = 0;
+  if (!root) {
+    ASSERT_EQ(chmod(entry.c_str(), 0400), 0);
+    try {
+      failed = check();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+    }
+  } else {
+    pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      if (setgid(65534) != 0 || setuid(65534) != 0)
+        _exit(64);
+      try {
+        _exit(check());
+      } catch (...) {
+        _exit(32);
+      }
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "the child crashed";
+    failed = WEXITSTATUS(status);
+  }
+  chmod(directory_.c_str(), 0700);
+  EXPECT_FALSE(failed & 1) << "the entry was not loaded";
+  EXPECT_FALSE(failed & 2) << "the loaded code gave other results";
+  EXPECT_FALSE(failed & 4) << "a cell not in the cache did not compile";
+  EXPECT_FALSE(failed & 8) << "the directory's contents changed";
+  EXPECT_FALSE(failed & (16 | 32 | 64)) << "exit status " << failed;
 }
 
 TEST_F(CompileCacheTest, TheLeastRecentlyUsedEntriesGoPastTheSizeLimit) {

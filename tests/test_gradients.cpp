@@ -301,7 +301,10 @@ TEST_F(GradTool, AbsentGradientsAreZerosAndBadShapesAreErrors) {
   args.insert(args.end(), {"--grad-hn", fixture(name, "input.npy")});
   r = tool.run(args);
   EXPECT_EQ(r.exitCode, 1) << r;
-  EXPECT_NE(r.err.find("the gradient of final state 'h' has shape"), std::string::npos) << r;
+  EXPECT_NE(
+      r.err.find("the gradient of final state 'h' (" + fixture(name, "input.npy") + ") has shape"),
+      std::string::npos)
+      << r;
 }
 
 // ---- A custom cell against central finite differences -----------------------------------------

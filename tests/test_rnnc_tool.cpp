@@ -496,22 +496,24 @@ TEST_F(ToolErrorTest, InputOfRank2) {
   RunArgs a;
   a.input = path("x.npy");
   writeNpy(a.input, Tensor({4, 5}));
-  expectRunError(a, {"input has shape [4, 5], expected [T, B, input_size] (rank 3)"});
+  expectRunError(
+      a, {"input (" + a.input + ") has shape [4, 5], expected [T, B, input_size] (rank 3)"});
 }
 
 TEST_F(ToolErrorTest, InputWithTheWrongFeatureSizeNamesBothShapes) {
   RunArgs a;
   a.input = path("x.npy");
   writeNpy(a.input, Tensor({4, 3, 6}));
-  expectRunError(a, {"input has shape [4, 3, 6]", "expected [T, B, input_size] = [4, 3, 5]",
-                     "input_size = 5 from", "tensor 'weight_ih_l0'"});
+  expectRunError(a, {"input (" + a.input + ") has shape [4, 3, 6]",
+                     "expected [T, B, input_size] = [4, 3, 5]", "input_size = 5 from",
+                     "tensor 'weight_ih_l0'"});
 }
 
 TEST_F(ToolErrorTest, InitialStateWithTheWrongFeatureSize) {
   RunArgs a;
   a.extra = {"--h0", path("h0.npy")};
   writeNpy(path("h0.npy"), Tensor({1, 3, 6}));
-  expectRunError(a, {"initial state 'h' has shape [1, 3, 6]",
+  expectRunError(a, {"initial state 'h' (" + path("h0.npy") + ") has shape [1, 3, 6]",
                      "expected [num_layers * num_directions, B, hidden_size] = [1, 3, 7]"});
 }
 
@@ -519,8 +521,19 @@ TEST_F(ToolErrorTest, InitialStateWithTheWrongBatch) {
   RunArgs a;
   a.extra = {"--h0", path("h0.npy")};
   writeNpy(path("h0.npy"), Tensor({1, 2, 7}));
-  expectRunError(a, {"initial state 'h' has shape [1, 2, 7], expected [num_layers * "
-                     "num_directions, B, hidden_size] = [1, 3, hidden_size]"});
+  expectRunError(a, {"initial state 'h' (" + path("h0.npy") +
+                     ") has shape [1, 2, 7], expected "
+                     "[num_layers * num_directions, B, hidden_size] = [1, 3, 7]"});
+}
+
+TEST_F(ToolErrorTest, LengthsOfTheWrongShapeOrRangeNameTheirFile) {
+  RunArgs a;
+  a.extra = {"--lengths", path("lengths.npy")};
+  writeNpy(path("lengths.npy"), Int64Array{{2}, {4, 4}});
+  expectRunError(a, {"lengths (" + path("lengths.npy") + ") has shape [2], expected [B] = [3]"});
+  writeNpy(path("lengths.npy"), Int64Array{{3}, {4, 9, 1}});
+  expectRunError(
+      a, {"lengths[1] = 9 (" + path("lengths.npy") + ") is out of range", "[1, T] = [1, 4]"});
 }
 
 TEST_F(ToolErrorTest, CellStateForGru) {

@@ -15,7 +15,7 @@
 namespace rnnc::tools {
 namespace {
 
-struct CompileOptions {
+struct CompileCommandOptions {
   std::string cell;
   std::vector<std::string> sizes;
   std::string emit = "ir-opt";
@@ -24,7 +24,7 @@ struct CompileOptions {
   PipelineFlags pipeline;
 };
 
-int compile(const CompileOptions& o) {
+int compile(const CompileCommandOptions& o) {
   // Checked first, so that a misspelt CPU is reported before any other work.
   codegen::Target target =
       o.targetCpu.empty() ? codegen::hostTarget() : codegen::namedCpuTarget(o.targetCpu);
@@ -63,7 +63,7 @@ int compile(const CompileOptions& o) {
 } // namespace
 
 CommandAction addCompileCommand(CLI::App& app) {
-  auto o = std::make_shared<CompileOptions>();
+  auto o = std::make_shared<CompileCommandOptions>();
   CLI::App* cmd = app.add_subcommand("compile", "Optimise a cell and print a stage of it");
   cmd->add_option("cell", o->cell, "Built-in cell name, .cell file or .rnnir IR dump")->required();
   cmd->add_option("--size", o->sizes, "Bind a named size: NAME=VALUE (repeatable)");
