@@ -292,12 +292,11 @@ void CellEmitter::emitInstruction(const ir::Instr& instr, llvm::Value* batchRows
     const ir::Value* x = instr.operands[0];
     View in = view(x), grad = view(instr.operands[1]), out = view(&instr.result);
     RowRange rows = rowsFor(x, batchRows);
-    b.CreateCall(layerNormGradFn,
-                 {b.CreateSub(rows.end, rows.begin), constant(columnsOf(x)),
-                  elementPointer(in, rows.begin, constant(0)), in.rowStride,
-                  elementPointer(grad, rows.begin, constant(0)), grad.rowStride,
-                  elementPointer(out, rows.begin, constant(0)), out.rowStride,
-                  llvm::ConstantFP::get(f32, instr.attrs.value)});
+    b.CreateCall(layerNormGradFn, {b.CreateSub(rows.end, rows.begin), constant(columnsOf(x)),
+                                   elementPointer(in, rows.begin, constant(0)), in.rowStride,
+                                   elementPointer(grad, rows.begin, constant(0)), grad.rowStride,
+                                   elementPointer(out, rows.begin, constant(0)), out.rowStride,
+                                   llvm::ConstantFP::get(f32, instr.attrs.value)});
     return;
   }
   case Op::Concat: {

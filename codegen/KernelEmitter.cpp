@@ -198,7 +198,7 @@ llvm::Value* KernelEmitter::compute(const ir::Instr& instr, Get& get, llvm::Type
     return e.b.CreateFNeg(operand(0));
   case Op::Step: { // 1 where x > 0, 0 where not, NaN stays NaN (an unordered compare)
     llvm::Value* x = operand(0);
-    llvm::Value* one = llvm::ConstantFP::get(vec, 1.0), *zero = llvm::ConstantFP::get(vec, 0.0);
+    llvm::Value *one = llvm::ConstantFP::get(vec, 1.0), *zero = llvm::ConstantFP::get(vec, 0.0);
     llvm::Value* positive = e.b.CreateSelect(e.b.CreateFCmpOGT(x, zero), one, zero);
     return e.b.CreateSelect(e.b.CreateFCmpUNO(x, x), x, positive);
   }

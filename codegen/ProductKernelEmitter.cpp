@@ -29,6 +29,56 @@ struct IRArithmetic {
 
 using ir::Op;
 
+llvm::Type* ProductKernelEmitter::weightElementType(WeightType type) const {
+  switch (type) {
+  case WeightType::F32:
+    return e.f32;
+  case WeightType::F16:
+    return e.b.getHalfTy();
+  case WeightType::BF16:
+    return e.b.getInt16Ty(); // bit patterns: widened by a shift, with no bf16 arithmetic
+  }
+  return e.f32;
+}
+
+llvm::Value* ProductKernelEmitter::narrowWeight(llvm::Value* weight, WeightType type) {
+  switch (type) {
+  case WeightType::F32:
+    return weight;
+  case WeightType::F16:
+    return e.b.CreateFPTrunc(weight, e.b.getHalfTy()); // vcvtps2ph: to nearest even
+  case WeightType::BF16: {
+    // The upper half of the fp32 bits, rounded to nearest even: add 0x7fff plus the lowest kept
+    // bit, then shift. A NaN stays a (quiet) NaN rather than rounding into infinity.
+    llvm::Value* bits = e.b.CreateBitCast(weight, e.b.getInt32Ty());
+    llvm::Value* lowestKept = e.b.CreateAnd(e.b.CreateLShr(bits, 16), e.b.getInt32(1));
+    llvm::Value* rounded =
+        e.b.CreateLShr(e.b.CreateAdd(bits, e.b.CreateAdd(lowestKept, e.b.getInt32(0x7fff))), 16);
+    llvm::Value* nan = e.b.CreateFCmpUNO(weight, weight);
+    llvm::Value* quietNaN = e.b.CreateOr(e.b.CreateLShr(bits, 16), e.b.getInt32(0x40));
+    return e.b.CreateTrunc(e.b.CreateSelect(nan, quietNaN, rounded), e.b.getInt16Ty());
+  }
+  }
+  return weight;
+}
+
+llvm::Value* ProductKernelEmitter::widenWeights(llvm::Value* packed, WeightType type) {
+  auto* vector = llvm::cast<llvm::FixedVectorType>(packed->getType());
+  auto* floats = llvm::FixedVectorType::get(e.f32, vector->getNumElements());
+  switch (type) {
+  case WeightType::F32:
+    return packed;
+  case WeightType::F16:
+    return e.b.CreateFPExt(packed, floats); // vcvtph2ps
+  case WeightType::BF16: {
+    auto* ints = llvm::FixedVectorType::get(e.b.getInt32Ty(), vector->getNumElements());
+    llvm::Value* wide = e.b.CreateShl(e.b.CreateZExt(packed, ints), 16); // vpmovzxwd, vpslld
+    return e.b.CreateBitCast(wide, floats);
+  }
+  }
+  return packed;
+}
+
 // Packs a fused product's weights in tile order (StoragePlan.h, PackedProduct): per block of
 // columns, per depth k, each slice's `width` weights side by side; zero past the columns.
 void ProductKernelEmitter::emitPacking(const PackedProduct& packed) {
@@ -59,19 +109,20 @@ void ProductKernelEmitter::emitPacking(const PackedProduct& packed) {
   auto lookup = [&](llvm::Value* array, llvm::Value* s) {
     return e.b.CreateLoad(e.i64, e.b.CreateGEP(e.i64, array, s));
   };
+  llvm::Type* element = weightElementType(packed.weights);
   RowRange blocks = e.share(e.constant(packed.blocks));
   e.forLoop(blocks.begin, blocks.end, e.constant(1), "pack", [&](llvm::Value* blk) {
     llvm::Value* block = e.b.CreateGEP(
-        e.f32, out.base, e.b.CreateMul(blk, e.constant(packed.depth * slices * packed.width)));
+        element, out.base, e.b.CreateMul(blk, e.constant(packed.depth * slices * packed.width)));
     e.forLoop(e.constant(0), e.constant(slices), e.constant(1), "packs", [&](llvm::Value* s) {
       llvm::Value* panelWidth = lookup(widthTable, s);
-      llvm::Value* sliceBase = e.b.CreateGEP(e.f32, block, lookup(startTable, s));
+      llvm::Value* sliceBase = e.b.CreateGEP(element, block, lookup(startTable, s));
       e.forLoop(
           e.constant(0), e.constant(packed.width), e.constant(1), "packl", [&](llvm::Value* l) {
             llvm::Value* local = e.b.CreateAdd(e.b.CreateMul(blk, e.constant(packed.width)), l);
             llvm::Value* inside = e.b.CreateICmpSLT(local, e.constant(packed.columns));
             llvm::Value* column = e.b.CreateAdd(local, lookup(offsetTable, s));
-            llvm::Value* to = e.b.CreateGEP(e.f32, sliceBase, l);
+            llvm::Value* to = e.b.CreateGEP(element, sliceBase, l);
             e.forLoop(e.constant(0), e.constant(packed.depth), e.constant(1), "packk",
                       [&](llvm::Value* k) {
                         llvm::Value* from = transposed ? e.elementPointer(w, column, k)
@@ -83,8 +134,9 @@ void ProductKernelEmitter::emitPacking(const PackedProduct& packed) {
                             inside, e.b.CreateAlignedLoad(e.f32, safe, llvm::Align(4)),
                             llvm::ConstantFP::get(e.f32, 0.0));
                         e.b.CreateAlignedStore(
-                            weight, e.b.CreateGEP(e.f32, to, e.b.CreateMul(k, panelWidth)),
-                            llvm::Align(4));
+                            narrowWeight(weight, packed.weights),
+                            e.b.CreateGEP(element, to, e.b.CreateMul(k, panelWidth)),
+                            llvm::Align(static_cast<uint64_t>(weightTypeBytes(packed.weights))));
                       });
           });
     });
@@ -342,56 +394,89 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::V
       (slices + std::max<int64_t>(fitting, 1) - 1) / std::max<int64_t>(fitting, 1);
   const int64_t perPass = (slices + passes - 1) / passes;
   llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
+  llvm::Type* element = weightElementType(packed.weights);
+  llvm::Type* packedVec = llvm::FixedVectorType::get(element, static_cast<unsigned>(packed.width));
   // Every address is a base computed once plus the depth (times the panel's width).
   std::vector<llvm::Value*> rowPointers;
   for (int64_t m = 0; m < rows; ++m)
     rowPointers.push_back(
         e.elementPointer(x, e.b.CreateAdd(firstRow, e.constant(m)), e.constant(0)));
   llvm::Value* blockWeights = e.b.CreateGEP(
-      e.f32, weights, e.b.CreateMul(blk, e.constant(packed.depth * slices * packed.width)));
+      element, weights, e.b.CreateMul(blk, e.constant(packed.depth * slices * packed.width)));
 
   Tile sums(static_cast<size_t>(rows), std::vector<llvm::Value*>(static_cast<size_t>(slices)));
   for (int64_t first = 0; first < slices; first += perPass) {
     const int64_t count = std::min(perPass, slices - first);
     std::vector<llvm::Value*> sliceWeights;
     for (int64_t s = first; s < first + count; ++s)
-      sliceWeights.push_back(e.b.CreateConstGEP1_64(e.f32, blockWeights, packed.sliceStart(s)));
-    // The accumulators are the depth loop's phis. It is not unrolled: the FMAs of one depth
-    // already hide their latency, and a bigger body only costs compile time.
+      sliceWeights.push_back(
+          e.b.CreateConstGEP1_64(element, blockWeights, packed.sliceStart(s)));
+    // Few rows (a batch-1 step) leave few accumulators: each FMA then waits for the one before
+    // it on the same accumulator (4 cycles), not for the FMA units. The depth is then split
+    // between `chains` sets of accumulators (depth k to set k % chains), added at the end: 8
+    // chains at least where the registers hold them beside the weights and the input.
+    const int64_t perSet = rows * count * vectorsPerSlice;
+    int64_t chains = 1;
+    while (chains < 4 && perSet * chains < 8 && chains * 2 <= packed.depth &&
+           perSet * chains * 2 + count * vectorsPerSlice + 1 <= e.target.vectorRegisters)
+      chains *= 2;
+    const int64_t loopDepth = packed.depth / chains * chains; // the rest after the loop
+    // One depth step into accumulator set `acc`: the slices' weights, each row's input
+    // broadcast, their FMAs.
+    auto step = [&](llvm::Value* k, Tile& acc) {
+      std::vector<llvm::Value*> w;
+      for (int64_t s = 0; s < count; ++s)
+        w.push_back(widenWeights(
+            e.b.CreateAlignedLoad(
+                packedVec,
+                e.b.CreateGEP(element, sliceWeights[s],
+                              e.b.CreateMul(k, e.constant(packed.panelWidth(first + s)))),
+                llvm::Align(static_cast<uint64_t>(weightTypeBytes(packed.weights)))),
+            packed.weights));
+      for (int64_t m = 0; m < rows; ++m) {
+        llvm::Value* input = e.b.CreateVectorSplat(
+            static_cast<unsigned>(packed.width),
+            e.b.CreateAlignedLoad(e.f32, e.b.CreateGEP(e.f32, rowPointers[m], k),
+                                  llvm::Align(4)));
+        for (int64_t s = 0; s < count; ++s)
+          acc[m][s] = e.b.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {input, w[s], acc[m][s]});
+      }
+    };
+    // The accumulators are the depth loop's phis. It is not unrolled beyond the chains: the
+    // FMAs of one depth already hide their latency, and a bigger body only costs compile time.
     llvm::BasicBlock* before = e.b.GetInsertBlock();
     auto [k, header, exit] = e.openLoop(e.constant(0), "depth");
-    Tile acc(static_cast<size_t>(rows));
-    std::vector<std::vector<llvm::PHINode*>> phis(static_cast<size_t>(rows));
+    std::vector<Tile> acc(static_cast<size_t>(chains), Tile(static_cast<size_t>(rows)));
+    std::vector<std::vector<std::vector<llvm::PHINode*>>> phis(
+        static_cast<size_t>(chains),
+        std::vector<std::vector<llvm::PHINode*>>(static_cast<size_t>(rows)));
+    for (int64_t c = 0; c < chains; ++c)
+      for (int64_t m = 0; m < rows; ++m)
+        for (int64_t s = 0; s < count; ++s) {
+          phis[c][m].push_back(e.b.CreatePHI(vec, 2));
+          phis[c][m].back()->addIncoming(llvm::ConstantFP::get(vec, 0.0), before);
+          acc[c][m].push_back(phis[c][m].back());
+        }
+    for (int64_t c = 0; c < chains; ++c)
+      step(c == 0 ? k : e.b.CreateAdd(k, e.constant(c)), acc[c]);
+    llvm::Value* next = e.b.CreateAdd(k, e.constant(chains));
+    llvm::BasicBlock* latch = e.b.GetInsertBlock();
+    for (int64_t c = 0; c < chains; ++c)
+      for (int64_t m = 0; m < rows; ++m)
+        for (int64_t s = 0; s < count; ++s)
+          phis[c][m][s]->addIncoming(acc[c][m][s], latch);
+    k->addIncoming(next, latch);
+    e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(loopDepth)), header, exit);
+    e.b.SetInsertPoint(exit);
+    for (int64_t rest = loopDepth; rest < packed.depth; ++rest)
+      step(e.constant(rest), acc[0]);
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t s = 0; s < count; ++s) {
-        phis[m].push_back(e.b.CreatePHI(vec, 2));
-        phis[m].back()->addIncoming(llvm::ConstantFP::get(vec, 0.0), before);
-        acc[m].push_back(phis[m].back());
+        llvm::Value* sum = acc[0][m][s];
+        for (int64_t c = 1; c < chains; ++c)
+          sum = e.b.CreateFAdd(sum, acc[c][m][s]);
+        sums[m][first + s] = sum;
       }
-    std::vector<llvm::Value*> w;
-    for (int64_t s = 0; s < count; ++s)
-      w.push_back(e.b.CreateAlignedLoad(
-          vec,
-          e.b.CreateGEP(e.f32, sliceWeights[s],
-                        e.b.CreateMul(k, e.constant(packed.panelWidth(first + s)))),
-          llvm::Align(4)));
-    for (int64_t m = 0; m < rows; ++m) {
-      llvm::Value* input = e.b.CreateVectorSplat(
-          static_cast<unsigned>(packed.width),
-          e.b.CreateAlignedLoad(e.f32, e.b.CreateGEP(e.f32, rowPointers[m], k), llvm::Align(4)));
-      for (int64_t s = 0; s < count; ++s)
-        acc[m][s] = e.b.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {input, w[s], acc[m][s]});
-    }
-    llvm::Value* next = e.b.CreateAdd(k, e.constant(1));
-    for (int64_t m = 0; m < rows; ++m)
-      for (int64_t s = 0; s < count; ++s)
-        phis[m][s]->addIncoming(acc[m][s], header);
-    k->addIncoming(next, header);
-    e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(packed.depth)), header, exit);
-    e.b.SetInsertPoint(exit);
-    for (int64_t m = 0; m < rows; ++m)
-      for (int64_t s = 0; s < count; ++s)
-        sums[m][first + s] = acc[m][s];
   }
   return sums;
 }

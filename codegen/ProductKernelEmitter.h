@@ -40,6 +40,13 @@ private:
   Tile emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed, llvm::Value* blk,
                 llvm::Value* firstRow, int64_t rows);
 
+  // Packed weights in another type than fp32 (codegen/WeightType.h): the element type in
+  // memory, an fp32 weight narrowed to it (rounded to nearest even) when packing, and a vector
+  // of them widened back to fp32 in the tiles.
+  llvm::Type* weightElementType(WeightType type) const;
+  llvm::Value* narrowWeight(llvm::Value* weight, WeightType type);
+  llvm::Value* widenWeights(llvm::Value* packed, WeightType type);
+
   EmitContext& e;
   KernelEmitter& kernels;
 };

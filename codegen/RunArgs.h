@@ -46,9 +46,9 @@ using RnncBarrierFunction = void (*)(void* team);
 using RnncLayerNormFunction = void (*)(int64_t rows, int64_t cols, const float* x, int64_t ldx,
                                        float* y, int64_t ldy, float eps);
 // Per row: dx = (g - mean(g) - y mean(g y)) / sqrt(var + eps) with y = layernorm(x).
-using RnncLayerNormGradFunction = void (*)(int64_t rows, int64_t cols, const float* x,
-                                           int64_t ldx, const float* g, int64_t ldg, float* dx,
-                                           int64_t lddx, float eps);
+using RnncLayerNormGradFunction = void (*)(int64_t rows, int64_t cols, const float* x, int64_t ldx,
+                                           const float* g, int64_t ldg, float* dx, int64_t lddx,
+                                           float eps);
 }
 
 namespace rnnc::codegen {

@@ -188,7 +188,7 @@ int64_t PackedProduct::sliceStart(int64_t slice) const {
   return first * depth * width + (slice - first) * width;
 }
 
-StoragePlan planStorage(const ir::Cell& cell, const Target& target) {
+StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType weights) {
   StoragePlan plan;
   for (const ir::Block* block : {&cell.pre, &cell.step}) {
     bool inPre = block == &cell.pre;
@@ -201,10 +201,11 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target) {
       if (ir::isMatrixProduct(instr->op) &&
           (instr->kernel >= 0 || ir::hasPackableWeights(cell, *instr))) {
         PackedProduct packed = planPackedProduct(cell, *block, *instr, target);
+        packed.weights = weights;
         packed.buffer = plan.buffers.size();
         plan.buffers.push_back({value, Rows::Fixed, packed.blocks * packed.depth,
                                 static_cast<int64_t>(packed.offsets.size()) * packed.width,
-                                /*packedWeights=*/true});
+                                /*packedWeights=*/true, weightTypeBytes(weights)});
         // An odd number of 64-byte lines per row: consecutive rows then start in different
         // sets of L1 (64 sets of 64 bytes on every x86-64 core we know), as many as a tile has.
         const int64_t lineFloats = 16;

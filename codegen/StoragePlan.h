@@ -9,6 +9,7 @@
 #pragma once
 
 #include "codegen/Target.h"
+#include "codegen/WeightType.h"
 #include "ir/Cell.h"
 
 #include <unordered_map>
@@ -26,6 +27,11 @@ struct BufferSpec {
   int64_t fixedRows; // the row count when rows == Fixed (1 for a vector)
   int64_t cols;
   bool packedWeights = false; // a fused product's packed weights, not `value` itself
+  // Bytes per element: 2 for packed weights of fp16 or bf16. The runtime allocates floats, so
+  // a buffer of 2-byte elements takes half as many (rounded up).
+  int64_t elementBytes = 4;
+  // How many floats the buffer's `rows` rows take.
+  int64_t floatsFor(int64_t rows) const { return (rows * cols * elementBytes + 3) / 4; }
 };
 
 // A matrix product computed by generated code in register tiles, from weights packed once by the
@@ -53,8 +59,9 @@ struct PackedProduct {
   int64_t depth = 0;            // K, the product's inner dimension
   int64_t tileRows = 1;
   int64_t panelSlices = 1;
-  bool splitRows = false; // threads split rows (in chunks), not column blocks
-  int64_t chunkRows = 0;  // with splitRows: rows per chunk, a multiple of tileRows
+  WeightType weights = WeightType::F32; // how the packed weights are stored
+  bool splitRows = false;               // threads split rows (in chunks), not column blocks
+  int64_t chunkRows = 0;                // with splitRows: rows per chunk, a multiple of tileRows
   // The rows of x are first copied into this thread's part of buffer `xBuffer` (each chunk's
   // rows of a row-split product: PerThread, chunkRows rows; all B rows of the recurrent product
   // at each step: PerThreadStep), with a row stride of `xStride` floats that no two rows of a
@@ -67,10 +74,10 @@ struct PackedProduct {
   int64_t slices() const { return static_cast<int64_t>(offsets.size()); }
   // In no kernel: its tiles are stored to the product's own buffer.
   bool standalone() const { return product->kernel < 0; }
-  // Where the weights of (slice, depth 0) of block 0 start, in floats; depth k adds
-  // k * panelWidth(slice), block b adds b * depth * slices() * width.
+  // Where the weights of (slice, depth 0) of block 0 start, in weights (elements of `weights`'s
+  // type); depth k adds k * panelWidth(slice), block b adds b * depth * slices() * width.
   int64_t sliceStart(int64_t slice) const;
-  int64_t panelWidth(int64_t slice) const; // floats per depth in the slice's panel
+  int64_t panelWidth(int64_t slice) const; // weights per depth in the slice's panel
 };
 
 // A group of instructions the emitter turns into one loop nest: a fused kernel, or a single
@@ -100,8 +107,10 @@ struct StoragePlan {
 };
 
 // `cell` must be optimised (or at least verified) and have every size bound. The target's
-// vector width and registers shape the tiles of fused matrix products.
-StoragePlan planStorage(const ir::Cell& cell, const Target& target);
+// vector width and registers shape the tiles of fused matrix products; `weights` is how every
+// packed product stores its weights.
+StoragePlan planStorage(const ir::Cell& cell, const Target& target,
+                        WeightType weights = WeightType::F32);
 
 // The loop nests of a block: each entry is a run of instructions emitted as one kernel.
 std::vector<KernelGroup> kernelGroups(const ir::Block& block);

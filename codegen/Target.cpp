@@ -13,6 +13,17 @@ std::string Target::describe() const {
          " l2=" + std::to_string(l2Bytes) + " " + features;
 }
 
+bool Target::has(const std::string& feature) const {
+  const std::string wanted = "+" + feature;
+  for (size_t at = features.find(wanted); at != std::string::npos;
+       at = features.find(wanted, at + 1)) {
+    const size_t end = at + wanted.size();
+    if (end == features.size() || features[end] == ',')
+      return true;
+  }
+  return false;
+}
+
 namespace {
 
 Target targetFor(const HostTarget& host) {

@@ -25,7 +25,8 @@ struct Target {
   // (Zen 3's 512 KB).
   int64_t l2Bytes = 512 * 1024;
 
-  std::string describe() const; // for cache keys and `rnnc version`
+  std::string describe() const;               // for cache keys and `rnnc version`
+  bool has(const std::string& feature) const; // "f16c": in `features` as "+f16c"
 };
 
 // The machine we run on, as LLVM sees it: AVX-512 gives 16-float vectors, AVX 8, else 4.

@@ -35,9 +35,11 @@ codegen::Jit& processJit() {
 // Everything the object file depends on: the optimised IR (sizes included), the code
 // generator's sources, LLVM and the target. No LLVM runs to build it, so a cache hit costs only
 // the passes, a file read and the JIT's link.
-std::string cacheKey(const ir::Cell& optimised, const codegen::Target& target) {
+std::string cacheKey(const ir::Cell& optimised, const codegen::Target& target,
+                     codegen::WeightType weights) {
   return "rnnc " RNNC_VERSION " codegen " + std::string(codegen::sourceDigest()) + "\nLLVM " +
-         codegen::llvmVersion() + "\ntarget " + target.describe() + "\n" + ir::toString(optimised);
+         codegen::llvmVersion() + "\ntarget " + target.describe() + "\nweights " +
+         std::string(codegen::weightTypeName(weights)) + "\n" + ir::toString(optimised);
 }
 
 // Code compiled in this process, by cache key.
@@ -61,9 +63,14 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
   std::ostringstream discarded;
   passes::runPipeline(*compiled->cell_, options.pipeline, options.log ? *options.log : discarded);
   codegen::Target target = codegen::runnableTarget(options.targetCpu);
-  compiled->plan_ = codegen::planStorage(*compiled->cell_, target);
+  // fp16 weights are widened by F16C's vcvtph2ps (every x86-64 CPU with AVX2 has it); without it
+  // LLVM would call a conversion routine the JIT does not link.
+  if (options.weights == codegen::WeightType::F16 && !target.has("f16c"))
+    throw UserError("fp16 weights need F16C, which CPU '" + target.cpu +
+                    "' lacks: use bf16 weights there");
+  compiled->plan_ = codegen::planStorage(*compiled->cell_, target, options.weights);
   compiled->sequenceBufferBytes_ = options.sequenceBufferBytes;
-  std::string key = cacheKey(*compiled->cell_, target);
+  std::string key = cacheKey(*compiled->cell_, target, options.weights);
   auto elapsed = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
         .count();
@@ -199,7 +206,7 @@ CompiledCell::prepare(const std::vector<Tensor>& params, int threads) const {
   prepared->fixed.resize(plan_.buffers.size());
   for (size_t i = 0; i < plan_.buffers.size(); ++i)
     if (plan_.buffers[i].rows == codegen::Rows::Fixed)
-      prepared->fixed[i] = Tensor({plan_.buffers[i].fixedRows, plan_.buffers[i].cols});
+      prepared->fixed[i] = Tensor({plan_.buffers[i].floatsFor(plan_.buffers[i].fixedRows)});
   std::vector<float*> buffers = mutablePointers(prepared->fixed);
   // The generated code loads every argument pointer on entry; this phase reads none of the
   // inputs and states.

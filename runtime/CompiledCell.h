@@ -33,6 +33,9 @@ struct CompileOptions {
   // of its steps, so a run's memory is bounded whatever T is (32 MB: 64 steps of the default
   // LSTM, B = 64, H = 512; measured as fast as one chunk, the epilogue's prefetches hiding DRAM).
   int64_t sequenceBufferBytes = int64_t{32} << 20;
+  // How the weights of the matrix products the generated code packs are stored (every linear
+  // and matmul whose weights are parameters): fp32, or fp16/bf16 in half the bytes.
+  codegen::WeightType weights = codegen::WeightType::F32;
 };
 
 // Where compiled code came from.

@@ -146,6 +146,7 @@ std::shared_ptr<const GradientProgram> GradientProgram::build(const ir::Cell& ce
   // so its own forward is not compiled.
   LayerOptions bindOnly = options;
   bindOnly.engine = Engine::Interpreter;
+  bindOnly.compile.weights = codegen::WeightType::F32; // refused below, with the reason
   return build(LayerProgram::build(cell, weights, weightsSource, bindOnly), options, forwardValues);
 }
 
@@ -153,6 +154,9 @@ std::shared_ptr<const GradientProgram>
 GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOptions& options,
                        passes::ForwardValues forwardValues) {
   const ir::Cell& cell = layers->cell();
+  if (options.compile.weights != codegen::WeightType::F32)
+    throw UserError(fmt::format("{} weights are for inference: training runs in fp32",
+                                codegen::weightTypeName(options.compile.weights)));
   if (options.training && ir::containsOp(cell, ir::Op::Dropout))
     throw UserError(fmt::format("cell '{}' has dropout inside the cell; its gradients in "
                                 "training mode are not supported yet (dropout between layers "

@@ -66,6 +66,16 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
     throw UserError(fmt::format("a layer needs at least 1 layer, not {}", *options.numLayers));
   if (!(options.dropout >= 0 && options.dropout < 1)) // NaN too
     throw UserError(fmt::format("dropout must be in [0, 1), not {}", options.dropout));
+  if (options.compile.weights != codegen::WeightType::F32) {
+    // Reduced-precision weights are the generated code's: the interpreter (also what training
+    // with dropout in the cell runs on) computes in fp32 from the weights as given.
+    if (options.engine == Engine::Interpreter)
+      throw UserError(fmt::format("{} weights run on the JIT only, not on the interpreter",
+                                  codegen::weightTypeName(options.compile.weights)));
+    if (options.training)
+      throw UserError(fmt::format("{} weights are for inference: training runs in fp32",
+                                  codegen::weightTypeName(options.compile.weights)));
+  }
   WeightLayout layout = inferWeightLayout(cell, weights, weightsSource);
   if (options.numLayers && *options.numLayers != layout.numLayers)
     throw UserError(fmt::format("{} holds {} layer(s) of cell '{}', but {} were asked for",

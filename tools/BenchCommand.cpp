@@ -39,6 +39,7 @@ struct BenchOptions {
   bool backward = false; // forward + backward (training) instead of inference
   bool json = false;
   std::string targetCpu; // empty: the host
+  std::string weightsDtype = "fp32";
   std::vector<std::string> sizes;
 };
 
@@ -129,6 +130,27 @@ VariableLength measureVariableLength(const ir::Cell& cell, const std::vector<Ten
   return result;
 }
 
+// Reduced-precision weights against fp32: the errors of one output against the other.
+struct WeightsAccuracy {
+  double maxAbs = 0, meanAbs = 0;
+  double maxAbsRelative = 0; // maxAbs over the largest |value| of the fp32 output
+};
+
+WeightsAccuracy compareOutputs(const Tensor& fp32, const Tensor& reduced) {
+  RNNC_INTERNAL_CHECK(fp32.shape() == reduced.shape(), "outputs of different shapes");
+  WeightsAccuracy a;
+  double largest = 0, sum = 0;
+  for (int64_t i = 0; i < fp32.numel(); ++i) {
+    double error = std::abs(static_cast<double>(fp32.data()[i]) - reduced.data()[i]);
+    a.maxAbs = std::max(a.maxAbs, error);
+    sum += error;
+    largest = std::max(largest, std::abs(static_cast<double>(fp32.data()[i])));
+  }
+  a.meanAbs = fp32.numel() > 0 ? sum / static_cast<double>(fp32.numel()) : 0;
+  a.maxAbsRelative = largest > 0 ? a.maxAbs / largest : a.maxAbs;
+  return a;
+}
+
 double matmulFlops(const ir::Cell& cell, int64_t steps, int64_t batch) {
   ir::SizeMap sizes = cell.sizes;
   sizes[ir::kBatchSymbol] = batch;
@@ -155,6 +177,9 @@ int bench(const BenchOptions& o) {
     throw UserError("--threads must be 0 (automatic) or positive");
   // Checked before any work: an unknown CPU, or one whose code this host cannot run.
   const codegen::Target target = codegen::runnableTarget(o.targetCpu);
+  const codegen::WeightType reduced = codegen::parseWeightType(o.weightsDtype);
+  if (reduced != codegen::WeightType::F32 && o.backward)
+    throw UserError("--weights-dtype times inference: training runs in fp32");
   auto cell = frontend::loadCell(o.cell);
   ir::SizeMap sizes = parseSizes(o.sizes);
   for (auto [name, value] : {std::pair<const char*, int64_t>{"input_size", o.input},
@@ -191,21 +216,29 @@ int bench(const BenchOptions& o) {
     Timing timing;
   };
   std::vector<Path> paths;
-  auto jitTiming = [&](passes::PipelineOptions pipeline) {
+  // The outputs of the last timed run of the fp32 and the reduced-precision JIT, compared below.
+  Tensor fp32Output, reducedOutput;
+  auto jitTiming = [&](passes::PipelineOptions pipeline,
+                       codegen::WeightType weights = codegen::WeightType::F32,
+                       Tensor* keptOutput = nullptr) {
     CompileOptions options;
     options.pipeline = pipeline;
     options.cache.disk = false;
     options.targetCpu = o.targetCpu;
+    options.weights = weights;
     auto compiled = CompiledCell::compile(*cell, options);
     // The parameter-only work (weights packed for the tiles) is done once, as a layer does it
     // when it is built, and as oneDNN reorders its weights: not part of a sequence's time.
     auto prepared = compiled->prepare(params, o.threads);
     Tensor output;
     CompiledCell::Workspace workspace;
-    return timeRepeats(o.warmup, o.repeat, [&] {
+    Timing timing = timeRepeats(o.warmup, o.repeat, [&] {
       std::vector<Tensor> states = initialStates;
       compiled->run(*prepared, inputs, states, output, workspace, o.threads);
     });
+    if (keptOutput)
+      *keptOutput = std::move(output);
+    return timing;
   };
   // Training: the forward that keeps the states, then the backward derived from the cell, on
   // random output gradients; every path on the same data.
@@ -267,7 +300,17 @@ int bench(const BenchOptions& o) {
         {"jit_no_fuse_matmul", "jit, product apart + kernel", jitTiming(noMatMulFusion)});
   }
   if (!o.backward)
-    paths.push_back({"jit", "jit, all passes", jitTiming({})});
+    paths.push_back(
+        {"jit", "jit, all passes", jitTiming({}, codegen::WeightType::F32, &fp32Output)});
+  std::optional<WeightsAccuracy> accuracy;
+  const std::string reducedName(codegen::weightTypeName(reduced));
+  const std::string reducedKey = "jit_" + reducedName,
+                    reducedRow = "jit, " + reducedName + " weights";
+  if (reduced != codegen::WeightType::F32) {
+    paths.push_back(
+        {reducedKey.c_str(), reducedRow.c_str(), jitTiming({}, reduced, &reducedOutput)});
+    accuracy = compareOutputs(fp32Output, reducedOutput);
+  }
   std::optional<CompileTimes> compileTimes;
   std::optional<VariableLength> varlen;
   if (!o.jitOnly && !o.backward) {
@@ -296,6 +339,13 @@ int bench(const BenchOptions& o) {
       out["paths"][path.key] = {{"median_ms", path.timing.median},
                                 {"min_ms", path.timing.min},
                                 {"max_ms", path.timing.max}};
+    if (accuracy)
+      out["weights_dtype"] = {{"dtype", reducedName},
+                              {"max_abs_error", accuracy->maxAbs},
+                              {"mean_abs_error", accuracy->meanAbs},
+                              {"max_abs_error_relative", accuracy->maxAbsRelative},
+                              {"speedup_over_fp32",
+                               paths[paths.size() - 2].timing.median / paths.back().timing.median}};
     if (o.backward)
       out["training_workspace_bytes"] = trainingBytes;
     if (recomputeBytes > 0)
@@ -327,6 +377,11 @@ int bench(const BenchOptions& o) {
     fmt::print("{:<32}{:>12.3f}{:>10.3f}{:>10.3f}{:>10.1f}{:>8.2f}x\n", path.name, t.median, t.min,
                t.max, gflop / (t.median * 1e-3), paths.front().timing.median / t.median);
   }
+  if (accuracy)
+    fmt::print("\n{} weights against fp32 (outputs of the same run): max abs error {:.3g} ({:.3g} "
+               "of the largest output), mean abs error {:.3g}; {:.2f}x the fp32 speed\n",
+               reducedName, accuracy->maxAbs, accuracy->maxAbsRelative, accuracy->meanAbs,
+               paths[paths.size() - 2].timing.median / paths.back().timing.median);
   if (o.backward)
     fmt::print("\ntraining workspace (the inputs, the states entering every step and the values "
                "the backward reads): {} bytes\n",
@@ -378,6 +433,10 @@ CommandAction addBenchCommand(CLI::App& app) {
   cmd->add_option("--target-cpu", o->targetCpu,
                   "Generate for this x86-64 CPU by LLVM's name and run it here (haswell: the AVX2 "
                   "code on an AVX-512 host); default: the host");
+  cmd->add_option("--weights-dtype", o->weightsDtype,
+                  "Also time the JIT with its weights stored as bf16 or fp16 (half the bytes, "
+                  "widened to fp32 in registers), and report its error against fp32")
+      ->default_val("fp32");
   return [o] { return bench(*o); };
 }
 

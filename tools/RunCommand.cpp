@@ -30,6 +30,7 @@ struct RunOptions {
   std::string lengths, flatWeights, weightLayout = "pytorch";
   uint64_t seed = 0;
   int threads = 0; // 0: every core
+  std::string weightsDtype = "fp32";
   PipelineFlags pipeline;
   // rnnc grad: the gradients flowing in, and where the gradients go.
   std::string gradOutput, gradHn, gradCn, grads;
@@ -210,6 +211,7 @@ LayerJob prepareJob(const RunOptions& o) {
   options.engine = o.interpret ? Engine::Interpreter : Engine::Jit;
   options.compile.pipeline = o.pipeline.options();
   options.compile.log = &std::cerr;
+  options.compile.weights = codegen::parseWeightType(o.weightsDtype);
   job.cell = std::move(cell);
   return job;
 }
@@ -299,6 +301,11 @@ CLI::App* addLayerCommand(CLI::App& app, const std::string& name, const std::str
                   "but fewer while other processes keep cores busy")
       ->default_val(0)
       ->check(CLI::NonNegativeNumber);
+  if (!grad)
+    cmd->add_option("--weights-dtype", o->weightsDtype,
+                    "How the JIT stores the weights of every linear/matmul: fp32, or bf16 or "
+                    "fp16 (half the bytes, widened to fp32 in registers; the math stays fp32)")
+        ->default_val("fp32");
   cmd->add_flag("--interpret", o->interpret,
                 "Run on the reference interpreter instead of the JIT (training mode with dropout "
                 "always does)");

@@ -1,0 +1,22 @@
+// How the packed weights of matrix products are stored (`--weights-dtype`). fp32 as given; fp16
+// (IEEE half) and bf16 (bfloat16: fp32's exponent, 8 bits of mantissa) in half the bytes, rounded
+// to nearest even when the parameter phase packs them and widened to fp32 in registers by the
+// tiles, which accumulate in fp32 as before: the products read half the weight bytes, which is
+// what bounds a batch-1 step. Everything else (biases, states, the elementwise math) stays fp32.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace rnnc::codegen {
+
+enum class WeightType { F32, F16, BF16 };
+
+std::string_view weightTypeName(WeightType type); // "fp32", "fp16", "bf16"
+// "fp32", "fp16" or "bf16" (also "float32", "float16", "bfloat16"); UserError naming the
+// choices otherwise.
+WeightType parseWeightType(std::string_view name);
+int64_t weightTypeBytes(WeightType type);
+
+} // namespace rnnc::codegen

@@ -1,0 +1,253 @@
+// Reduced-precision weights (--weights-dtype bf16|fp16, codegen/WeightType.h): the packed weights
+// are the fp32 ones rounded to nearest even, bit for bit as Eigen's half and bfloat16 round them
+// (read back through a product with one-hot inputs); every built-in cell with them matches the
+// interpreter run on weights rounded the same way, on every target this host runs, at awkward
+// sizes and at batch 1; against fp32 the error stays within 1e-2 of the output's range; and
+// what cannot work is a clear error.
+#include "codegen/HostTarget.h"
+#include "codegen/WeightType.h"
+#include "frontend/BuiltinCells.h"
+#include "frontend/CellParser.h"
+#include "ir/Error.h"
+#include "runtime/CompiledCell.h"
+#include "runtime/Gradients.h"
+#include "runtime/Interpreter.h"
+#include "runtime/LayerRunner.h"
+#include "runtime/Npy.h"
+#include "runtime/SafeTensors.h"
+#include "tests/RandomTensors.h"
+#include "tests/TestSupport.h"
+
+#include <Eigen/Core>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+using namespace rnnc;
+using codegen::WeightType;
+
+namespace {
+
+std::vector<std::string> runnableCpus() {
+  std::vector<std::string> cpus = {"haswell"};
+  if (codegen::detectHostTarget().has("avx512f"))
+    cpus.push_back("skylake-avx512");
+  return cpus;
+}
+
+// The oracle's rounding: Eigen's, not ours.
+float rounded(float v, WeightType type) {
+  switch (type) {
+  case WeightType::F32:
+    return v;
+  case WeightType::F16:
+    return static_cast<float>(Eigen::half(v));
+  case WeightType::BF16:
+    return static_cast<float>(Eigen::bfloat16(v));
+  }
+  return v;
+}
+
+uint32_t bits(float v) {
+  uint32_t b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+
+// The cell's matrices (every rank-2 parameter: what linear and matmul read) rounded.
+std::vector<Tensor> withRoundedMatrices(std::vector<Tensor> params, WeightType type) {
+  for (Tensor& p : params)
+    if (p.rank() == 2)
+      for (float& v : p.values())
+        v = rounded(v, type);
+  return params;
+}
+
+// y = x W^T with x one-hot: row b of the output is column b of W^T, i.e. W's weights for input
+// b exactly as the kernel read them.
+const char* kProbeCell = R"(cell probe(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size]
+  y = linear(x, w)
+  return h = y; output y
+})";
+
+TEST(WeightTypes, PackedWeightsAreRoundedToNearestEvenLikeEigen) {
+  // Ties in both formats, values past fp16's range, fp16 subnormals and NaN; then random values.
+  std::vector<float> special = {1.0f,
+                                1.0f + std::ldexp(1.0f, -8),     // bf16 tie, to even (down)
+                                1.0f + 3 * std::ldexp(1.0f, -8), // bf16 tie, to even (up)
+                                1.0f + std::ldexp(1.0f, -11),    // fp16 tie
+                                -3.14159265f,
+                                65504.0f,
+                                70000.0f, // fp16: infinity
+                                1e30f,
+                                -1e-6f, // fp16 subnormal
+                                1e-9f,  // fp16: zero
+                                std::numeric_limits<float>::quiet_NaN(),
+                                -std::numeric_limits<float>::infinity()};
+  const int64_t inputs = 13, hidden = static_cast<int64_t>(special.size()) + 7;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  Tensor w({hidden, inputs});
+  for (int64_t i = 0; i < w.numel(); ++i)
+    w.data()[i] = i < static_cast<int64_t>(special.size()) * inputs
+                      ? special[i / inputs] * (1 - static_cast<float>(i % inputs) / 64)
+                      : dist(rng);
+  Tensor x({1, inputs, inputs});
+  for (int64_t b = 0; b < inputs; ++b)
+    x.data()[b * inputs + b] = 1.0f;
+  auto cell = frontend::parseCell(kProbeCell, "probe.cell");
+  cell->bindSizes({{"input_size", inputs}, {"hidden_size", hidden}});
+  for (const std::string& cpu : runnableCpus())
+    for (WeightType type : {WeightType::F16, WeightType::BF16}) {
+      SCOPED_TRACE(cpu + ", " + std::string(codegen::weightTypeName(type)));
+      CompileOptions options;
+      options.targetCpu = cpu;
+      options.cache.disk = false;
+      options.weights = type;
+      std::vector<Tensor> states = {Tensor({inputs, hidden})};
+      Tensor y = CompiledCell::compile(*cell, options)->run({w}, {x}, states);
+      for (int64_t b = 0; b < inputs; ++b)
+        for (int64_t j = 0; j < hidden; ++j) {
+          // The one term with x = 1, the others 0 * w: +-0, or NaN where w is infinite or NaN
+          // (fp16's 70000 and 1e30 are infinities).
+          float expected = 0;
+          for (int64_t k = 0; k < inputs; ++k)
+            expected = std::fma(x.data()[b * inputs + k], rounded(w.data()[j * inputs + k], type),
+                                expected);
+          const float weight = w.data()[j * inputs + b], actual = y.data()[b * hidden + j];
+          if (std::isnan(expected))
+            EXPECT_TRUE(std::isnan(actual)) << weight;
+          else
+            EXPECT_EQ(bits(actual), bits(expected)) << weight << " read back as " << actual;
+        }
+    }
+}
+
+struct Shape {
+  int64_t input, hidden, steps, batch;
+};
+
+TEST(WeightTypes, EveryBuiltinCellMatchesTheInterpreterOnRoundedWeights) {
+  // Sizes no tile or vector divides, an odd depth, batch 1 (single-row tiles with the depth
+  // split between accumulator sets) and T = 1.
+  const Shape shapes[] = {{7, 11, 4, 13}, {33, 19, 3, 1}, {5, 8, 1, 2}};
+  for (const std::string& name : frontend::builtinCellNames())
+    for (const Shape& shape : shapes)
+      for (const std::string& cpu : runnableCpus())
+        for (WeightType type : {WeightType::F16, WeightType::BF16}) {
+          SCOPED_TRACE(name + " I=" + std::to_string(shape.input) +
+                       " H=" + std::to_string(shape.hidden) + " B=" + std::to_string(shape.batch) +
+                       " on " + cpu + ", " + std::string(codegen::weightTypeName(type)));
+          auto cell = frontend::loadCell(name);
+          ir::SizeMap sizes;
+          for (const std::string& size : cell->sizeNames)
+            sizes[size] = size == "input_size"    ? shape.input
+                          : size == "hidden_size" ? shape.hidden
+                                                  : shape.hidden - 3; // proj_size
+          cell->bindSizes(sizes);
+          std::mt19937 rng(static_cast<unsigned>(shape.input * 131 + shape.batch));
+          TensorMap weights = test::randomWeights(*cell, cell->sizes, rng);
+          std::vector<Tensor> params;
+          for (const auto& p : cell->params)
+            params.push_back(weights.at(p->name));
+          std::vector<Tensor> inputs = {
+              test::randomTensor({shape.steps, shape.batch, shape.input}, rng, 1.0f)};
+          std::vector<Tensor> states;
+          for (const auto& state : cell->states)
+            states.push_back(
+                test::randomTensor({shape.batch, *state->shape[1].evaluate(cell->sizes)}, rng));
+          std::vector<Tensor> expectedStates = states;
+          Tensor expected =
+              Interpreter(*cell, withRoundedMatrices(params, type)).run(inputs, expectedStates);
+          CompileOptions options;
+          options.targetCpu = cpu;
+          options.cache.disk = false;
+          options.weights = type;
+          Tensor actual = CompiledCell::compile(*cell, options)->run(params, inputs, states);
+          EXPECT_LT(test::maxAbsDiff(actual, expected), 2e-5f);
+          for (size_t i = 0; i < states.size(); ++i)
+            EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 2e-5f) << "state " << i;
+        }
+}
+
+// Layers with PyTorch's weights and inputs (tests/fixtures/layers), reduced against fp32: within
+// 1e-2 of the fp32 output's largest value (the issue's bound), fp16 closer than bf16 (3 more
+// bits of mantissa). Several layers and both directions: the error compounds through them.
+TEST(WeightTypes, LayersStayWithinTheErrorBoundOfFp32) {
+  const std::string dir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/layers/";
+  const std::pair<const char*, const char*> layers[] = {{"lstm", "lstm_l3_bi_len"},
+                                                        {"gru", "gru_l3_uni_len"},
+                                                        {"rnn_tanh", "rnn_tanh_l3_uni_len"},
+                                                        {"lstm_proj", "lstm_proj_l2_bi"}};
+  for (const auto& [cellName, fixture] : layers) {
+    SCOPED_TRACE(fixture);
+    const std::string path = dir + fixture + "/";
+    TensorMap weights = readSafeTensors(path + "weights.safetensors");
+    Tensor input = readNpyFloat32(path + "input.npy");
+    auto output = [&](WeightType type) {
+      LayerOptions options;
+      options.compile.cache.disk = false;
+      options.compile.weights = type;
+      return LayerProgram::build(*frontend::loadCell(cellName), weights, "weights", options)
+          ->run(input, {}, std::nullopt, {})
+          .output;
+    };
+    Tensor fp32 = output(WeightType::F32);
+    float largest = 0;
+    for (float v : fp32.values())
+      largest = std::max(largest, std::fabs(v));
+    const float fp16Error = test::maxAbsDiff(output(WeightType::F16), fp32) / largest;
+    const float bf16Error = test::maxAbsDiff(output(WeightType::BF16), fp32) / largest;
+    EXPECT_LT(bf16Error, 1e-2f);
+    EXPECT_LT(fp16Error, 1e-2f);
+    EXPECT_LT(fp16Error, bf16Error);
+    EXPECT_GT(bf16Error, 0.0f) << "the weights were not reduced";
+  }
+}
+
+TEST(WeightTypes, WhatCannotWorkIsAClearError) {
+  EXPECT_EQ(codegen::parseWeightType("bfloat16"), WeightType::BF16);
+  EXPECT_EQ(codegen::parseWeightType("fp16"), WeightType::F16);
+  test::expectUserError([] { codegen::parseWeightType("fp8"); },
+                        {"unknown weights dtype 'fp8': expected fp32, bf16 or fp16"});
+  test::expectUserError([] { codegen::parseWeightType("int8"); },
+                        {"int8 weights are not available yet"});
+
+  auto cell = frontend::loadCell("gru");
+  cell->bindSizes({{"input_size", 3}, {"hidden_size", 4}});
+  // x86-64 without F16C: fp16 would need a conversion routine the JIT does not link.
+  CompileOptions baseline;
+  baseline.targetCpu = "x86-64";
+  baseline.cache.disk = false;
+  baseline.weights = WeightType::F16;
+  test::expectUserError([&] { CompiledCell::compile(*cell, baseline); },
+                        {"fp16 weights need F16C, which CPU 'x86-64' lacks"});
+  baseline.weights = WeightType::BF16; // plain integer code: runs anywhere
+  EXPECT_NO_THROW(CompiledCell::compile(*cell, baseline));
+
+  std::mt19937 rng(3);
+  cell = frontend::loadCell("gru");
+  TensorMap weights = test::randomWeights(*cell, {{"input_size", 3}, {"hidden_size", 4}}, rng);
+  for (auto engine : {Engine::Interpreter, Engine::Jit}) {
+    LayerOptions options;
+    options.engine = engine;
+    options.training = engine == Engine::Jit;
+    options.compile.weights = WeightType::BF16;
+    test::expectUserError([&] { LayerProgram::build(*cell, weights, "weights", options); },
+                          {engine == Engine::Jit
+                               ? "bf16 weights are for inference: training runs in fp32"
+                               : "bf16 weights run on the JIT only, not on the interpreter"});
+  }
+  LayerOptions training;
+  training.compile.weights = WeightType::F16;
+  test::expectUserError([&] { GradientProgram::build(*cell, weights, "weights", training); },
+                        {"fp16 weights are for inference: training runs in fp32"});
+}
+
+} // namespace
