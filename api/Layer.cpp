@@ -1,6 +1,7 @@
 // The public C++ API (include/rnnc/rnnc.h) over the layer runner.
 #include "rnnc/rnnc.h"
 
+#include "codegen/WeightType.h"
 #include "frontend/BuiltinCells.h"
 #include "ir/Error.h"
 #include "runtime/Gradients.h"
@@ -55,6 +56,7 @@ std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const Tenso
                     std::to_string(spec.threads));
   options.threads = spec.threads;
   options.compile.targetCpu = spec.targetCpu;
+  options.compile.weights = codegen::parseWeightType(spec.weightsDtype);
   options.sizes = {spec.sizes.begin(), spec.sizes.end()};
   auto impl = std::make_shared<Layer::Impl>();
   impl->program = LayerProgram::build(*cell, weights, source, options);

@@ -189,6 +189,11 @@ int64_t PackedProduct::sliceStart(int64_t slice) const {
 }
 
 StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType weights) {
+  // fp16 weights are widened by F16C's vcvtph2ps (every x86-64 CPU with AVX2 has it); without it
+  // LLVM would call a conversion routine the JIT does not link.
+  if (weights == WeightType::F16 && !target.has("f16c"))
+    throw UserError("fp16 weights need F16C, which CPU '" + target.cpu +
+                    "' lacks: use bf16 weights there");
   StoragePlan plan;
   for (const ir::Block* block : {&cell.pre, &cell.step}) {
     bool inPre = block == &cell.pre;

@@ -2,6 +2,7 @@
 // numpy weights, run on numpy arrays with the GIL released. It only converts: every check,
 // size inference and error message is the runtime's (runtime/LayerRunner.h), and everything
 // torch-shaped (modules, PackedSequence, torch tensors) is the Python half, rnnc/__init__.py.
+#include "codegen/WeightType.h"
 #include "frontend/BuiltinCells.h"
 #include "frontend/CellParser.h"
 #include "ir/Error.h"
@@ -66,7 +67,8 @@ struct LayerArgs {
 LayerArgs layerArgs(const std::string& cellSpec, const std::map<std::string, FloatArray>& weights,
                     const std::map<std::string, int64_t>& sizes, std::optional<int> numLayers,
                     std::optional<bool> bidirectional, bool batchFirst, bool jit, int threads,
-                    const std::string& targetCpu, bool fuse = true) {
+                    const std::string& targetCpu, bool fuse = true,
+                    const std::string& weightsDtype = "fp32") {
   LayerArgs args;
   args.weights = toTensors(weights);
   // A built-in LSTM with weight_hr_l0 is torch's projected LSTM.
@@ -82,6 +84,7 @@ LayerArgs layerArgs(const std::string& cellSpec, const std::map<std::string, Flo
   options.threads = threads;
   options.compile.targetCpu = targetCpu;
   options.compile.pipeline.fuse = fuse;
+  options.compile.weights = codegen::parseWeightType(weightsDtype);
   options.sizes = {sizes.begin(), sizes.end()};
   return args;
 }
@@ -125,9 +128,9 @@ public:
   Layer(const std::string& cellSpec, const std::map<std::string, FloatArray>& weights,
         const std::map<std::string, int64_t>& sizes, std::optional<int> numLayers,
         std::optional<bool> bidirectional, bool batchFirst, bool jit, int threads,
-        const std::string& targetCpu, bool fuse) {
+        const std::string& targetCpu, bool fuse, const std::string& weightsDtype) {
     LayerArgs args = layerArgs(cellSpec, weights, sizes, numLayers, bidirectional, batchFirst, jit,
-                               threads, targetCpu, fuse);
+                               threads, targetCpu, fuse, weightsDtype);
     cell_ = std::move(args.cell);
     py::gil_scoped_release unlocked; // compiling takes a while; other Python threads go on
     program_ = LayerProgram::build(*cell_, args.weights, "the state dict", args.options);
@@ -323,10 +326,10 @@ PYBIND11_MODULE(_rnnc, m) {
   py::class_<python::Layer>(m, "Layer")
       .def(py::init<const std::string&, const std::map<std::string, FloatArray>&,
                     const std::map<std::string, int64_t>&, std::optional<int>, std::optional<bool>,
-                    bool, bool, int, const std::string&, bool>(),
+                    bool, bool, int, const std::string&, bool, const std::string&>(),
            py::arg("cell"), py::arg("weights"), py::arg("sizes"), py::arg("num_layers"),
            py::arg("bidirectional"), py::arg("batch_first"), py::arg("jit"), py::arg("threads"),
-           py::arg("target_cpu"), py::arg("fuse") = true)
+           py::arg("target_cpu"), py::arg("fuse") = true, py::arg("weights_dtype") = "fp32")
       .def("time_native", &python::Layer::timeNative, py::arg("input"), py::arg("states"),
            py::arg("repeats"))
       .def("forward", &python::Layer::forward, py::arg("input"), py::arg("states"),

@@ -63,11 +63,6 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
   std::ostringstream discarded;
   passes::runPipeline(*compiled->cell_, options.pipeline, options.log ? *options.log : discarded);
   codegen::Target target = codegen::runnableTarget(options.targetCpu);
-  // fp16 weights are widened by F16C's vcvtph2ps (every x86-64 CPU with AVX2 has it); without it
-  // LLVM would call a conversion routine the JIT does not link.
-  if (options.weights == codegen::WeightType::F16 && !target.has("f16c"))
-    throw UserError("fp16 weights need F16C, which CPU '" + target.cpu +
-                    "' lacks: use bf16 weights there");
   compiled->plan_ = codegen::planStorage(*compiled->cell_, target, options.weights);
   compiled->sequenceBufferBytes_ = options.sequenceBufferBytes;
   std::string key = cacheKey(*compiled->cell_, target, options.weights);

@@ -121,6 +121,37 @@ TEST(Api, LayersBuiltAndRunFromSeveralThreadsAtOnceAgree) {
     EXPECT_EQ(results[i], reference[i % layers.size()]) << layers[i % layers.size()].first;
 }
 
+// LayerSpec::weightsDtype: bf16 and fp16 weights within 1e-2 of the fp32 layer, fp16 closer.
+TEST(Api, ReducedWeightsStayCloseToFp32) {
+  const std::string dir = kDir + "gru_l2_uni/";
+  rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy");
+  auto forward = [&](const std::string& dtype) {
+    rnnc::LayerSpec s = spec("gru");
+    s.weightsDtype = dtype;
+    rnnc::Layer layer = rnnc::Layer::fromFile(s, dir + "weights.safetensors");
+    std::vector<float> y(static_cast<size_t>(x.dim(0) * x.dim(1) * layer.outputSize()));
+    layer.forward(x.data(), x.dim(0), x.dim(1), nullptr, nullptr, nullptr, y.data(), nullptr,
+                  nullptr);
+    return y;
+  };
+  std::vector<float> fp32 = forward("fp32");
+  const float largest = std::abs(*std::max_element(
+      fp32.begin(), fp32.end(), [](float a, float b) { return std::abs(a) < std::abs(b); }));
+  const float bf16 = maxAbsDiff(forward("bf16"), fp32) / largest;
+  const float fp16 = maxAbsDiff(forward("fp16"), fp32) / largest;
+  EXPECT_GT(bf16, 0.0f);
+  EXPECT_LT(bf16, 1e-2f);
+  EXPECT_LT(fp16, bf16);
+  rnnc::LayerSpec bad = spec("gru");
+  bad.weightsDtype = "half";
+  try {
+    rnnc::Layer::fromFile(bad, dir + "weights.safetensors");
+    ADD_FAILURE() << "an unknown dtype was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown weights dtype 'half'"), std::string::npos);
+  }
+}
+
 TEST(Api, WeightsFromMemoryAndClearErrors) {
   std::map<std::string, rnnc::WeightTensor> weights = {
       {"weight_ih_l0", {{2, 3}, std::vector<float>(6, 0.1f)}},

@@ -340,6 +340,47 @@ TEST_F(ToolTest, BenchRunsEveryPathAndReportsThemAsJson) {
     EXPECT_THAT(r.out, HasSubstr(key)) << r;
 }
 
+// `--weights-dtype`: bench times the reduced weights beside fp32 and reports their error; run
+// writes outputs within the 1e-2 of PyTorch's fp32 ones; compile shows the widening
+// (F16C's vcvtph2ps for fp16).
+TEST_F(ToolTest, WeightsDtypeOnBenchRunAndCompile) {
+  ToolResult bench = run({"bench", "--seq", "3", "--batch", "2", "--input", "4", "--hidden", "5",
+                          "--repeat", "1", "--jit-only", "--json", "--weights-dtype", "bf16"});
+  ASSERT_EQ(bench.exitCode, 0) << bench;
+  nlohmann::json report = nlohmann::json::parse(bench.out);
+  EXPECT_TRUE(report["paths"].contains("jit")) << bench;
+  EXPECT_TRUE(report["paths"].contains("jit_bf16")) << bench;
+  EXPECT_EQ(report["weights_dtype"]["dtype"], "bf16");
+  const double error = report["weights_dtype"]["max_abs_error_relative"];
+  EXPECT_GT(error, 0.0);
+  EXPECT_LT(error, 1e-2);
+  EXPECT_GE(report["weights_dtype"]["mean_abs_error"].get<double>(), 0.0);
+
+  ToolResult out =
+      run({"run", "--cell", "lstm", "--weights", fixtureFile("lstm_small", "weights.safetensors"),
+           "--input", fixtureFile("lstm_small", "input.npy"), "--h0",
+           fixtureFile("lstm_small", "h0.npy"), "--c0", fixtureFile("lstm_small", "c0.npy"),
+           "--output", "y.npy", "--weights-dtype", "fp16"});
+  ASSERT_EQ(out.exitCode, 0) << out;
+  Tensor expected = readNpyFloat32(fixtureFile("lstm_small", "output.npy"));
+  Tensor actual = readNpyFloat32(path("y.npy"));
+  ASSERT_EQ(actual.shape(), expected.shape());
+  float largest = 0, worst = 0;
+  for (int64_t i = 0; i < expected.numel(); ++i) {
+    largest = std::max(largest, std::fabs(expected.data()[i]));
+    worst = std::max(worst, std::fabs(expected.data()[i] - actual.data()[i]));
+  }
+  const float runError = worst / largest;
+  EXPECT_GT(runError, 0.0f) << "the weights were not reduced";
+  EXPECT_LT(runError, 1e-2f);
+
+  ToolResult asm16 = run({"compile", "gru", "--size", "input_size=16", "--size", "hidden_size=16",
+                          "--emit=asm", "--target-cpu", "haswell", "--weights-dtype", "fp16"});
+  ASSERT_EQ(asm16.exitCode, 0) << asm16.err;
+  EXPECT_THAT(asm16.out, HasSubstr("vcvtph2ps"));
+  EXPECT_THAT(asm16.out, HasSubstr("vcvtps2ph")); // packing
+}
+
 // `rnnc bench --backward`: training (forward + derived backward) on every path, and the size of
 // the training workspace.
 TEST_F(ToolTest, BenchBackwardTimesTrainingOnEveryPath) {
@@ -559,6 +600,18 @@ TEST_F(ToolErrorTest, Float64Input) {
   a.input = path("x64.npy");
   writeBytes(a.input, bytes);
   expectRunError(a, {a.input + ": ", "float64", "expected '<f4' (float32)"});
+}
+
+TEST_F(ToolErrorTest, WeightsDtypesThatCannotRun) {
+  RunArgs a;
+  a.extra = {"--weights-dtype", "fp8"};
+  expectRunError(a, {"unknown weights dtype 'fp8': expected fp32, bf16 or fp16"});
+  a.extra = {"--weights-dtype", "bf16", "--interpret"};
+  expectRunError(a, {"bf16 weights run on the JIT only, not on the interpreter"});
+  a.extra = {"--weights-dtype", "fp16", "--train"};
+  expectRunError(a, {"fp16 weights are for inference: training runs in fp32"});
+  expectError({"bench", "--backward", "--weights-dtype", "bf16"},
+              {"--weights-dtype times inference: training runs in fp32"});
 }
 
 TEST_F(ToolErrorTest, ZeroSize) {

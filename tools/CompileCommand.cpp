@@ -21,6 +21,7 @@ struct CompileCommandOptions {
   std::string emit = "ir-opt";
   std::string targetCpu; // empty: this machine
   bool grad = false;     // the backward cell instead (passes/Autodiff.h)
+  std::string weightsDtype = "fp32";
   PipelineFlags pipeline;
 };
 
@@ -31,6 +32,7 @@ int compile(const CompileCommandOptions& o) {
   if (!o.targetCpu.empty() && (o.emit == "ir" || o.emit == "ir-opt"))
     throw UserError("--target-cpu applies to --emit=llvm, llvm-opt and asm; the IR does not "
                     "depend on the CPU");
+  const codegen::WeightType weights = codegen::parseWeightType(o.weightsDtype);
   auto cell = frontend::loadCell(o.cell);
   ir::SizeMap sizes = parseSizes(o.sizes);
   if (!sizes.empty()) {
@@ -56,7 +58,8 @@ int compile(const CompileCommandOptions& o) {
   codegen::Stage stage = o.emit == "llvm"       ? codegen::Stage::LLVM
                          : o.emit == "llvm-opt" ? codegen::Stage::OptimisedLLVM
                                                 : codegen::Stage::Assembly;
-  std::cout << codegen::generate(*cell, codegen::planStorage(*cell, target), target, stage);
+  std::cout << codegen::generate(*cell, codegen::planStorage(*cell, target, weights), target,
+                                 stage);
   return 0;
 }
 
@@ -76,6 +79,10 @@ CommandAction addCompileCommand(CLI::App& app) {
                   "Generate code for this x86-64 CPU, by LLVM's name (skylake-avx512, znver4, "
                   "x86-64-v3, ...), not for this machine: e.g. to read the AVX-512 kernels on a "
                   "machine without AVX-512");
+  cmd->add_option("--weights-dtype", o->weightsDtype,
+                  "Store the weights of the matrix products as fp32, bf16 or fp16 (the code "
+                  "that widens them shows in --emit=llvm and asm)")
+      ->default_val("fp32");
   cmd->add_flag("--grad", o->grad,
                 "The cell's backward step (one step of backpropagation through time, derived "
                 "by reverse-mode autodiff) instead of the cell");

@@ -26,6 +26,11 @@ struct LayerSpec {
   // "skylake-avx512", "znver4"...) instead of the host's, e.g. to measure the AVX2 kernels on an
   // AVX-512 machine; it must run here (an error names the missing extension). Empty: the host.
   std::string targetCpu;
+  // How the JIT stores the weights of every matrix product: "fp32" (as given), or "bf16" or
+  // "fp16": half the bytes, rounded to nearest even once when the layer is built and widened to
+  // fp32 in registers (the math stays fp32; errors within 1e-2 of the output's range). Faster
+  // where reading the weights bounds a step (small batches). Inference only.
+  std::string weightsDtype = "fp32";
   // Take the tensors whose names start with this prefix ("rnn." for a model's self.rnn) under
   // the rest of their names, ignoring the others: a submodule out of a whole model's state_dict.
   std::string weightsPrefix;

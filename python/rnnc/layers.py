@@ -92,7 +92,8 @@ class Layer:
     """Any cell as a layer: ``cell`` is a built-in name (``rnnc.builtin_cells()``), the path of a
     ``.cell`` file or the cell's source text. Sizes the weights do not show are keyword
     arguments (``Layer(src, attention_size=32)``); num_layers and bidirectional are checked
-    against the weights, or inferred from them when None.
+    against the weights, or inferred from them when None. ``weights_dtype="bf16"`` or ``"fp16"``
+    stores the weights of every matrix product in half the bytes (the math stays fp32).
 
         layer = rnnc.Layer("gru", input_size=8, hidden_size=16)
         layer.load_state_dict(torch.nn.GRU(8, 16).state_dict())
@@ -101,7 +102,7 @@ class Layer:
 
     def __init__(self, cell, input_size=None, hidden_size=None, num_layers=None,
                  bidirectional=None, batch_first=False, *, threads=0, jit=True, target_cpu="",
-                 **sizes):
+                 weights_dtype="fp32", **sizes):
         self.cell = os.fspath(cell)
         self.sizes = {name: int(value) for name, value in sizes.items()}
         if input_size is not None:
@@ -114,6 +115,7 @@ class Layer:
         self.threads = int(threads)
         self.jit = bool(jit)
         self.target_cpu = target_cpu
+        self.weights_dtype = weights_dtype
         self._weights = None
         self._program = _Program()
 
@@ -140,7 +142,8 @@ class Layer:
         # here rather than bound in every layer.
         sizes = {name: value for name, value in self.sizes.items() if name != "input_size"}
         layer = _rnnc.Layer(self.cell, self._weights, sizes, self.num_layers, self.bidirectional,
-                            self.batch_first, self.jit, self.threads, self.target_cpu)
+                            self.batch_first, self.jit, self.threads, self.target_cpu,
+                            weights_dtype=self.weights_dtype)
         given = self.sizes.get("input_size")
         if given is not None and given != layer.input_size:
             raise ValueError(f"input_size={given} is given, but the weights' first layer reads "
@@ -180,14 +183,16 @@ class Layer:
 
 
 class _TorchRNN:
-    """torch.nn.LSTM, GRU and RNN: the same constructor, state_dict names, call and results."""
+    """torch.nn.LSTM, GRU and RNN: the same constructor, state_dict names, call and results.
+    rnnc's own keyword options: threads, jit, target_cpu and weights_dtype ("fp32", "bf16" or
+    "fp16": the weights of every matrix product in half the bytes, the math in fp32)."""
 
     _gates = 1
     _mode = "RNN"
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
                  dropout=0.0, bidirectional=False, proj_size=0, *, threads=0, jit=True,
-                 target_cpu=""):
+                 target_cpu="", weights_dtype="fp32"):
         if not isinstance(hidden_size, int) or hidden_size <= 0:
             raise ValueError(f"hidden_size must be a positive integer, not {hidden_size!r}")
         if not isinstance(num_layers, int) or num_layers <= 0:
@@ -210,7 +215,8 @@ class _TorchRNN:
         self.bidirectional = bool(bidirectional)
         self.proj_size = int(proj_size)
         self.training = True
-        self._options = dict(threads=threads, jit=jit, target_cpu=target_cpu)
+        self._options = dict(threads=threads, jit=jit, target_cpu=target_cpu,
+                             weights_dtype=weights_dtype)
         self._program = _Program()
         # torch.nn's initialisation: every weight and bias uniform in [-1/sqrt(H), 1/sqrt(H)].
         bound = 1.0 / math.sqrt(hidden_size)
@@ -279,7 +285,8 @@ class _TorchRNN:
             cell = "rnn_tanh" if self.nonlinearity == "tanh" else "rnn_relu"
         return _rnnc.Layer(cell, self._weights, {}, self.num_layers, self.bidirectional,
                            self.batch_first, self._options["jit"], self._options["threads"],
-                           self._options["target_cpu"])
+                           self._options["target_cpu"],
+                           weights_dtype=self._options["weights_dtype"])
 
     def ir(self, after=None):
         """The cell's IR after rnnc's passes, with this module's sizes (see Layer.ir)."""
@@ -382,7 +389,7 @@ class RNN(_TorchRNN):
 
 def from_torch(module, **options):
     """The rnnc equivalent of a torch.nn.LSTM, GRU or RNN: same options, its weights, its
-    training flag. ``options``: threads, jit, target_cpu."""
+    training flag. ``options``: threads, jit, target_cpu, weights_dtype."""
     if torch is None:
         raise ImportError("rnnc.from_torch needs torch")
     if not isinstance(module, (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)):

@@ -188,3 +188,28 @@ def test_from_torch_takes_only_recurrent_modules():
 def test_repr_names_the_options():
     assert repr(rnnc.LSTM(3, 4, num_layers=2, batch_first=True)) == \
         "rnnc.LSTM(3, 4, num_layers=2, batch_first=True)"
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN_TANH"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_reduced_weights_match_torch_on_weights_rounded_by_torch(mode, dtype):
+    module = torch_module(mode, 9, 12, num_layers=2, bidirectional=True)
+    ours = rnnc.from_torch(module, weights_dtype=dtype)
+    x = torch.randn(6, 3, 9)
+    with torch.no_grad():
+        exact = module(x)
+        # torch rounds the matrices (not the biases) the same way: to nearest even.
+        torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+        for name, parameter in module.named_parameters():
+            if name.startswith("weight"):
+                parameter.copy_(parameter.to(torch_dtype).float())
+        rounded = module(x)
+        got = ours(x)
+    compare_outputs(mode, got, rounded)
+    error = float((got[0] - exact[0]).abs().max()) / float(exact[0].abs().max())
+    assert 0 < error < 1e-2, f"{dtype} weights: error {error:.3g} against fp32"
+
+
+def test_an_unknown_weights_dtype_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown weights dtype 'fp8': expected fp32, bf16 or fp16"):
+        rnnc.LSTM(4, 5, weights_dtype="fp8")(np.zeros((2, 1, 4), np.float32))
