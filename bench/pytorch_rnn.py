@@ -6,7 +6,9 @@
 
 One layer, one direction, fp32, eval mode under torch.no_grad(), random input and initial
 states; the median, min and max of --repeat timed calls (after --warmup untimed ones) are
-reported in milliseconds. Used by bench/compare; exits with status 3 when torch is missing.
+reported in milliseconds. --dtype int8 times PyTorch's dynamic quantization instead
+(torch.ao.quantization.quantize_dynamic with qint8 weights: LSTM and GRU; torch has no
+quantized nn.RNN). Used by bench/compare; exits with status 3 when torch is missing.
 """
 import argparse
 import json
@@ -73,6 +75,8 @@ def main():
     parser.add_argument("--threads", type=positive, default=1, help="torch.set_num_threads")
     parser.add_argument("--repeat", type=positive, default=5, help="timed runs")
     parser.add_argument("--warmup", type=non_negative, default=1, help="untimed runs first")
+    parser.add_argument("--dtype", choices=["fp32", "int8"], default="fp32",
+                        help="int8: the module through quantize_dynamic (qint8 weights)")
     parser.add_argument("--backward", action="store_true",
                         help="train mode: forward, then y.sum().backward() (input grads too)")
     args = parser.parse_args()
@@ -95,6 +99,14 @@ def main():
     else:
         module_type = torch.nn.LSTM if args.cell == "lstm" else torch.nn.GRU
         rnn = module_type(args.input, args.hidden).eval()
+    if args.dtype == "int8":
+        if args.cell == "rnn_tanh" or args.backward:
+            print("pytorch_rnn.py: torch has no dynamically quantized nn.RNN, and quantized "
+                  "modules do not train", file=sys.stderr)
+            return 2
+        # quantize_dynamic swaps submodules, not the module it is given.
+        rnn = torch.ao.quantization.quantize_dynamic(
+            torch.nn.Sequential(rnn), {torch.nn.LSTM, torch.nn.GRU}, dtype=torch.qint8)[0]
     x = torch.rand(args.seq, args.batch, args.input) * 2 - 1
     h0 = torch.rand(1, args.batch, args.hidden) * 2 - 1
     state = (h0, torch.rand(1, args.batch, args.hidden) * 2 - 1) if args.cell == "lstm" else h0
@@ -144,6 +156,8 @@ def main():
         "repeat": args.repeat,
         "warmup": args.warmup,
         "backward": args.backward,
+        "dtype": args.dtype,
+        "quantized_engine": torch.backends.quantized.engine,
         "version": torch.__version__,
         "mkldnn_enabled": bool(torch.backends.mkldnn.is_available()),
         "blas": loaded_blas(),

@@ -37,6 +37,8 @@ llvm::Type* ProductKernelEmitter::weightElementType(WeightType type) const {
     return e.b.getHalfTy();
   case WeightType::BF16:
     return e.b.getInt16Ty(); // bit patterns: widened by a shift, with no bf16 arithmetic
+  case WeightType::I8:
+    return e.b.getInt32Ty(); // groups of 4 (QuantizedProducts.cpp)
   }
   return e.f32;
 }
@@ -58,7 +60,10 @@ llvm::Value* ProductKernelEmitter::narrowWeight(llvm::Value* weight, WeightType 
     llvm::Value* quietNaN = e.b.CreateOr(e.b.CreateLShr(bits, 16), e.b.getInt32(0x40));
     return e.b.CreateTrunc(e.b.CreateSelect(nan, quietNaN, rounded), e.b.getInt16Ty());
   }
+  case WeightType::I8:
+    break; // QuantizedProducts.cpp
   }
+  RNNC_INTERNAL_CHECK(type != WeightType::I8, "int8 weights are packed by emitInt8Packing");
   return weight;
 }
 
@@ -75,13 +80,18 @@ llvm::Value* ProductKernelEmitter::widenWeights(llvm::Value* packed, WeightType 
     llvm::Value* wide = e.b.CreateShl(e.b.CreateZExt(packed, ints), 16); // vpmovzxwd, vpslld
     return e.b.CreateBitCast(wide, floats);
   }
+  case WeightType::I8:
+    break; // QuantizedProducts.cpp
   }
+  RNNC_INTERNAL_CHECK(type != WeightType::I8, "int8 tiles are emitted by emitInt8Tile");
   return packed;
 }
 
 // Packs a fused product's weights in tile order (StoragePlan.h, PackedProduct): per block of
 // columns, per depth k, each slice's `width` weights side by side; zero past the columns.
 void ProductKernelEmitter::emitPacking(const PackedProduct& packed) {
+  if (packed.weights == WeightType::I8)
+    return emitInt8Packing(packed);
   const ir::Instr& product = *packed.product;
   const bool transposed = product.op == Op::Linear; // x @ W^T: W is [N, K]
   View w = e.view(product.operands[1]);
@@ -112,8 +122,9 @@ void ProductKernelEmitter::emitPacking(const PackedProduct& packed) {
   llvm::Type* element = weightElementType(packed.weights);
   RowRange blocks = e.share(e.constant(packed.blocks));
   e.forLoop(blocks.begin, blocks.end, e.constant(1), "pack", [&](llvm::Value* blk) {
-    llvm::Value* block = e.b.CreateGEP(
-        element, out.base, e.b.CreateMul(blk, e.constant(packed.depth * slices * packed.width)));
+    llvm::Value* block =
+        e.b.CreateGEP(element, out.base,
+                      e.b.CreateMul(blk, e.constant(packed.packedDepth() * slices * packed.width)));
     e.forLoop(e.constant(0), e.constant(slices), e.constant(1), "packs", [&](llvm::Value* s) {
       llvm::Value* panelWidth = lookup(widthTable, s);
       llvm::Value* sliceBase = e.b.CreateGEP(element, block, lookup(startTable, s));
@@ -181,6 +192,13 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   View x; // the copies of its rows the tiles read (PackedProduct::xBuffer), set below
   View result = group ? View{} : e.view(&product.result);
   llvm::Value* weights = e.buffers[packed.buffer];
+  // The rows the tiles read, as they read them: copied, or (int8) quantized.
+  auto copyRows = [&](const View& to, const View& from, RowRange rows) {
+    if (packed.weights == WeightType::I8)
+      quantizeRows(to, from, rows, packed.depth, packed.xStride);
+    else
+      e.copyRows(to, from, rows, packed.depth);
+  };
   const int64_t fullBlocks = packed.columns / packed.width;
   const int64_t tailColumns = packed.columns - fullBlocks * packed.width;
 
@@ -336,7 +354,7 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
       "x_copies");
   if (!packed.splitRows) { // the recurrent product: this thread's columns of every row
     x = View{copies, e.constant(packed.xStride)};
-    e.copyRows(x, source, {e.constant(0), batchRows}, packed.depth);
+    copyRows(x, source, {e.constant(0), batchRows});
     return chunk(e.constant(0), batchRows, e.share(e.constant(packed.blocks)));
   }
   RowRange mine = e.share(batchRows);
@@ -348,7 +366,7 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     x = View{e.b.CreateGEP(e.f32, copies,
                            e.b.CreateNeg(e.b.CreateMul(begin, e.constant(packed.xStride)))),
              e.constant(packed.xStride)};
-    e.copyRows(x, source, {begin, end}, packed.depth);
+    copyRows(x, source, {begin, end});
     chunk(begin, end, allBlocks);
   });
 }
@@ -381,6 +399,8 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::V
                                                           const PackedProduct& packed,
                                                           llvm::Value* blk, llvm::Value* firstRow,
                                                           int64_t rows) {
+  if (packed.weights == WeightType::I8)
+    return emitInt8Tile(x, weights, packed, blk, firstRow, rows);
   const int64_t slices = packed.slices();
   // As many slices per pass as the full tile's accumulators allow for this many rows, and
   // as the registers hold with each slice's weights and the broadcast input beside them (3
@@ -401,16 +421,16 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::V
   for (int64_t m = 0; m < rows; ++m)
     rowPointers.push_back(
         e.elementPointer(x, e.b.CreateAdd(firstRow, e.constant(m)), e.constant(0)));
-  llvm::Value* blockWeights = e.b.CreateGEP(
-      element, weights, e.b.CreateMul(blk, e.constant(packed.depth * slices * packed.width)));
+  llvm::Value* blockWeights =
+      e.b.CreateGEP(element, weights,
+                    e.b.CreateMul(blk, e.constant(packed.packedDepth() * slices * packed.width)));
 
   Tile sums(static_cast<size_t>(rows), std::vector<llvm::Value*>(static_cast<size_t>(slices)));
   for (int64_t first = 0; first < slices; first += perPass) {
     const int64_t count = std::min(perPass, slices - first);
     std::vector<llvm::Value*> sliceWeights;
     for (int64_t s = first; s < first + count; ++s)
-      sliceWeights.push_back(
-          e.b.CreateConstGEP1_64(element, blockWeights, packed.sliceStart(s)));
+      sliceWeights.push_back(e.b.CreateConstGEP1_64(element, blockWeights, packed.sliceStart(s)));
     // Few rows (a batch-1 step) leave few accumulators: each FMA then waits for the one before
     // it on the same accumulator (4 cycles), not for the FMA units. The depth is then split
     // between `chains` sets of accumulators (depth k to set k % chains), added at the end: 8
@@ -436,8 +456,7 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::V
       for (int64_t m = 0; m < rows; ++m) {
         llvm::Value* input = e.b.CreateVectorSplat(
             static_cast<unsigned>(packed.width),
-            e.b.CreateAlignedLoad(e.f32, e.b.CreateGEP(e.f32, rowPointers[m], k),
-                                  llvm::Align(4)));
+            e.b.CreateAlignedLoad(e.f32, e.b.CreateGEP(e.f32, rowPointers[m], k), llvm::Align(4)));
         for (int64_t s = 0; s < count; ++s)
           acc[m][s] = e.b.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {input, w[s], acc[m][s]});
       }

@@ -47,6 +47,19 @@ private:
   llvm::Value* narrowWeight(llvm::Value* weight, WeightType type);
   llvm::Value* widenWeights(llvm::Value* packed, WeightType type);
 
+  // int8 (codegen/QuantizedProducts.cpp): the weights quantized per column as they are packed;
+  // rows [rows) of `from` quantized into `to` (bytes, then the row's scale and zero point in its
+  // last two floats of `stride`); a tile of int32 sums, dequantized to fp32.
+  void emitInt8Packing(const PackedProduct& packed);
+  void quantizeRows(const View& to, const View& from, RowRange rows, int64_t depth, int64_t stride);
+  Tile emitInt8Tile(const View& x, llvm::Value* words, const PackedProduct& packed,
+                    llvm::Value* blk, llvm::Value* firstRow, int64_t rows);
+  // A slot in the function's entry block (promoted to a register by LLVM): loop-carried values
+  // of forLoop bodies.
+  llvm::Value* entrySlot(llvm::Type* type, const char* name);
+  // round-to-nearest-even of v, clamped to [lowest, highest], as an i32.
+  llvm::Value* roundToInt(llvm::Value* v, float lowest, float highest);
+
   EmitContext& e;
   KernelEmitter& kernels;
 };

@@ -121,10 +121,12 @@ const PackedProduct* StoragePlan::packedProductOf(const ir::Instr* product) cons
 namespace {
 
 PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
-                                const ir::Instr& product, const Target& target) {
+                                const ir::Instr& product, const Target& target,
+                                WeightType weights) {
   const int64_t vectorWidth = target.vectorWidth;
   PackedProduct packed;
   packed.product = &product;
+  packed.weights = weights;
   packed.splitRows = packed.standalone() || &block == &cell.pre;
   if (packed.standalone()) { // one slice of all its columns
     packed.offsets.push_back(0);
@@ -146,7 +148,8 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
   // 4 rows x 3 slices); more in panels of two (an LSTM's 6 x 2, the classic 6x16 SGEMM tile).
   // Three slices as a panel of two and a panel of one would leave the second pass with 6
   // accumulators, too few chains to cover the FMA latency (GRU: 4% slower).
-  const int64_t accumulators = target.vectorRegisters - 4;
+  // int8 tiles hold two more: the 16-bit products of a multiply and the ones that add them.
+  const int64_t accumulators = target.vectorRegisters - (weights == WeightType::I8 ? 6 : 4);
   packed.panelSlices = packed.slices() <= 3 ? packed.slices() : 2;
   packed.tileRows = accumulators / packed.panelSlices;
   if (packed.slices() == 1) {
@@ -185,7 +188,7 @@ int64_t PackedProduct::panelWidth(int64_t slice) const {
 
 int64_t PackedProduct::sliceStart(int64_t slice) const {
   int64_t first = slice / panelSlices * panelSlices;
-  return first * depth * width + (slice - first) * width;
+  return first * packedDepth() * width + (slice - first) * width;
 }
 
 StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType weights) {
@@ -194,6 +197,9 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
   if (weights == WeightType::F16 && !target.has("f16c"))
     throw UserError("fp16 weights need F16C, which CPU '" + target.cpu +
                     "' lacks: use bf16 weights there");
+  // The int8 products multiply with AVX2's vpmaddubsw and vpmaddwd, 8 columns at a time.
+  if (weights == WeightType::I8 && !target.has("avx2"))
+    throw UserError("int8 weights need AVX2, which CPU '" + target.cpu + "' lacks");
   StoragePlan plan;
   for (const ir::Block* block : {&cell.pre, &cell.step}) {
     bool inPre = block == &cell.pre;
@@ -205,12 +211,16 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
           (ir::isFusible(instr->op) || instr->kernel >= 0) && !usedOutsideKernel(cell, *instr);
       if (ir::isMatrixProduct(instr->op) &&
           (instr->kernel >= 0 || ir::hasPackableWeights(cell, *instr))) {
-        PackedProduct packed = planPackedProduct(cell, *block, *instr, target);
-        packed.weights = weights;
+        PackedProduct packed = planPackedProduct(cell, *block, *instr, target, weights);
         packed.buffer = plan.buffers.size();
-        plan.buffers.push_back({value, Rows::Fixed, packed.blocks * packed.depth,
-                                static_cast<int64_t>(packed.offsets.size()) * packed.width,
-                                /*packedWeights=*/true, weightTypeBytes(weights)});
+        plan.buffers.push_back({value, Rows::Fixed, packed.blocks * packed.packedDepth(),
+                                packed.slices() * packed.width,
+                                /*packedWeights=*/true, packed.packedElementBytes()});
+        if (weights == WeightType::I8) {
+          packed.scaleBuffer = plan.buffers.size();
+          plan.buffers.push_back(
+              {value, Rows::Fixed, packed.blocks, packed.slices() * packed.width * 2, true});
+        }
         // An odd number of 64-byte lines per row: consecutive rows then start in different
         // sets of L1 (64 sets of 64 bytes on every x86-64 core we know), as many as a tile has.
         const int64_t lineFloats = 16;

@@ -60,8 +60,11 @@ struct PackedProduct {
   int64_t tileRows = 1;
   int64_t panelSlices = 1;
   WeightType weights = WeightType::F32; // how the packed weights are stored
-  bool splitRows = false;               // threads split rows (in chunks), not column blocks
-  int64_t chunkRows = 0;                // with splitRows: rows per chunk, a multiple of tileRows
+  // int8: per block, each slice's `width` dequantization scales then its `width` column sums
+  // of the quantized weights (fp32; the sums correct for the input's zero point).
+  size_t scaleBuffer = 0;
+  bool splitRows = false; // threads split rows (in chunks), not column blocks
+  int64_t chunkRows = 0;  // with splitRows: rows per chunk, a multiple of tileRows
   // The rows of x are first copied into this thread's part of buffer `xBuffer` (each chunk's
   // rows of a row-split product: PerThread, chunkRows rows; all B rows of the recurrent product
   // at each step: PerThreadStep), with a row stride of `xStride` floats that no two rows of a
@@ -74,10 +77,17 @@ struct PackedProduct {
   int64_t slices() const { return static_cast<int64_t>(offsets.size()); }
   // In no kernel: its tiles are stored to the product's own buffer.
   bool standalone() const { return product->kernel < 0; }
-  // Where the weights of (slice, depth 0) of block 0 start, in weights (elements of `weights`'s
-  // type); depth k adds k * panelWidth(slice), block b adds b * depth * slices() * width.
+  // The packed elements: one weight of `weights`'s type, but for int8 a 32-bit group of the
+  // weights of 4 consecutive depths (what vpmaddubsw multiplies with 4 bytes of the input), the
+  // depth then counted in groups (zero past the depth).
+  int64_t packedDepth() const { return weights == WeightType::I8 ? (depth + 3) / 4 : depth; }
+  int64_t packedElementBytes() const {
+    return weights == WeightType::I8 ? 4 : weightTypeBytes(weights);
+  }
+  // Where the packed elements of (slice, packed depth 0) of block 0 start; packed depth k adds
+  // k * panelWidth(slice), block b adds b * packedDepth() * slices() * width.
   int64_t sliceStart(int64_t slice) const;
-  int64_t panelWidth(int64_t slice) const; // weights per depth in the slice's panel
+  int64_t panelWidth(int64_t slice) const; // packed elements per packed depth in its panel
 };
 
 // A group of instructions the emitter turns into one loop nest: a fused kernel, or a single

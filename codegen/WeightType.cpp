@@ -12,6 +12,8 @@ std::string_view weightTypeName(WeightType type) {
     return "fp16";
   case WeightType::BF16:
     return "bf16";
+  case WeightType::I8:
+    return "int8";
   }
   return "?";
 }
@@ -24,12 +26,13 @@ WeightType parseWeightType(std::string_view name) {
   if (name == "bf16" || name == "bfloat16")
     return WeightType::BF16;
   if (name == "int8" || name == "qint8")
-    throw UserError("int8 weights are not available yet: use fp32, bf16 or fp16");
-  throw UserError("unknown weights dtype '" + std::string(name) + "': expected fp32, bf16 or fp16");
+    return WeightType::I8;
+  throw UserError("unknown weights dtype '" + std::string(name) +
+                  "': expected fp32, bf16, fp16 or int8");
 }
 
 int64_t weightTypeBytes(WeightType type) {
-  return type == WeightType::F32 ? 4 : 2;
+  return type == WeightType::F32 ? 4 : type == WeightType::I8 ? 1 : 2;
 }
 
 } // namespace rnnc::codegen

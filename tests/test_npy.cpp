@@ -30,8 +30,7 @@ using testing::StartsWith;
 class NpyTest : public test::ScratchDirTest {
 protected:
   void expectFloatError(const std::string& p, std::initializer_list<std::string> fragments) {
-    expectError(
-        p, [&] { readNpyFloat32(p); }, fragments);
+    expectError(p, [&] { readNpyFloat32(p); }, fragments);
   }
 };
 

@@ -605,7 +605,7 @@ TEST_F(ToolErrorTest, Float64Input) {
 TEST_F(ToolErrorTest, WeightsDtypesThatCannotRun) {
   RunArgs a;
   a.extra = {"--weights-dtype", "fp8"};
-  expectRunError(a, {"unknown weights dtype 'fp8': expected fp32, bf16 or fp16"});
+  expectRunError(a, {"unknown weights dtype 'fp8': expected fp32, bf16, fp16 or int8"});
   a.extra = {"--weights-dtype", "bf16", "--interpret"};
   expectRunError(a, {"bf16 weights run on the JIT only, not on the interpreter"});
   a.extra = {"--weights-dtype", "fp16", "--train"};

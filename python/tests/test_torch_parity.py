@@ -211,5 +211,24 @@ def test_reduced_weights_match_torch_on_weights_rounded_by_torch(mode, dtype):
 
 
 def test_an_unknown_weights_dtype_is_a_clear_error():
-    with pytest.raises(ValueError, match="unknown weights dtype 'fp8': expected fp32, bf16 or fp16"):
+    with pytest.raises(ValueError, match="unknown weights dtype 'fp8': expected fp32, bf16, fp16 or int8"):
         rnnc.LSTM(4, 5, weights_dtype="fp8")(np.zeros((2, 1, 4), np.float32))
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_int8_weights_are_at_least_as_accurate_as_torch_dynamic_quantization(mode, seed):
+    """The issue's bound: rnnc's int8 error (against fp32) no worse than PyTorch's qint8 on the
+    same weights and inputs; per-column weight and per-row input scales make it smaller."""
+    torch.manual_seed(seed)
+    module = getattr(torch.nn, mode)(64, 96, num_layers=2).eval()
+    # quantize_dynamic swaps submodules, not the module it is given.
+    theirs = torch.ao.quantization.quantize_dynamic(
+        torch.nn.Sequential(module), {torch.nn.LSTM, torch.nn.GRU}, dtype=torch.qint8)[0]
+    ours = rnnc.from_torch(module, weights_dtype="int8")
+    x = torch.rand(30, 8, 64) * 2 - 1
+    with torch.no_grad():
+        exact, their_output, our_output = module(x)[0], theirs(x)[0], ours(x)[0]
+    ours_error, their_error = (our_output - exact).abs(), (their_output - exact).abs()
+    assert 0 < float(ours_error.max()) <= float(their_error.max())
+    assert float(ours_error.mean()) <= float(their_error.mean())

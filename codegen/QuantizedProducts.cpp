@@ -1,0 +1,331 @@
+// int8 matrix products (--weights-dtype int8, codegen/WeightType.h), the ProductKernelEmitter's
+// part for them: dynamic quantization as PyTorch's quantize_dynamic does it, in the same tiles.
+//   - Weights, when packed: each output column (a row of W) symmetric, scale = max|w| / 127,
+//     q = round(w / scale) in [-127, 127]; per block and slice, the columns' scales and the
+//     sums of their q (for the zero point below) beside the packed bytes.
+//   - Inputs, as each row is copied for the tiles (per step for the recurrent product): 7-bit
+//     unsigned, scale = (max - min) / 127 over the row with 0 in the range, zero point
+//     z = round(-min / scale), q = round(x * (1 / scale)) + z in [0, 127]. Seven bits, because
+//     vpmaddubsw adds two u8 x s8 products in 16 bits with saturation: 2 * 127 * 127 fits, 2 *
+//     255 * 127 does not (PyTorch's x86 kernels reduce the range the same way).
+//   - Tiles: 4 depths at a time, the row's 4 bytes broadcast against each column's 4 weights:
+//     vpmaddubsw (u8 x s8 -> pairs summed in i16), vpmaddwd with ones (-> i32), added to i32
+//     accumulators; then sum * x_scale * w_scale - z * x_scale * w_scale * colsum(q), in fp32.
+// A row or column with a NaN or an infinity has a NaN scale, so its results are NaN rather
+// than quietly wrong.
+#include "codegen/ProductKernelEmitter.h"
+
+#include "ir/Error.h"
+
+#include <llvm/IR/IntrinsicsX86.h>
+
+#include <algorithm>
+
+namespace rnnc::codegen {
+namespace {
+
+constexpr int64_t kLanesPerMultiply = 8; // i32 lanes of one vpmaddwd on ymm
+constexpr float kInputLevels = 127;      // 7-bit inputs
+constexpr float kWeightLevels = 127;
+
+} // namespace
+
+llvm::Value* ProductKernelEmitter::entrySlot(llvm::Type* type, const char* name) {
+  llvm::IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
+  return entry.CreateAlloca(type, nullptr, name);
+}
+
+llvm::Value* ProductKernelEmitter::roundToInt(llvm::Value* v, float lowest, float highest) {
+  llvm::Value* r = e.b.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, v);
+  r = e.b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, r, llvm::ConstantFP::get(e.f32, lowest));
+  r = e.b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, r, llvm::ConstantFP::get(e.f32, highest));
+  return e.b.CreateFPToSI(r, e.b.getInt32Ty());
+}
+
+void ProductKernelEmitter::emitInt8Packing(const PackedProduct& packed) {
+  const ir::Instr& product = *packed.product;
+  const bool transposed = product.op == ir::Op::Linear; // x @ W^T: W is [N, K]
+  View w = e.view(product.operands[1]);
+  llvm::Value* words = e.buffers[packed.buffer];
+  llvm::Value* scales = e.buffers[packed.scaleBuffer];
+  const int64_t slices = packed.slices(), groups = packed.packedDepth();
+  llvm::Value* largest = entrySlot(e.f32, "absmax");
+  llvm::Value* sum = entrySlot(e.b.getInt32Ty(), "colsum");
+  llvm::Type* i8 = e.b.getInt8Ty();
+  RowRange blocks = e.share(e.constant(packed.blocks));
+  e.forLoop(blocks.begin, blocks.end, e.constant(1), "qpack", [&](llvm::Value* blk) {
+    llvm::Value* block = e.b.CreateGEP(
+        e.b.getInt32Ty(), words, e.b.CreateMul(blk, e.constant(groups * slices * packed.width)));
+    llvm::Value* blockScales =
+        e.b.CreateGEP(e.f32, scales, e.b.CreateMul(blk, e.constant(slices * packed.width * 2)));
+    for (int64_t s = 0; s < slices; ++s) {
+      llvm::Value* slice = e.b.CreateConstGEP1_64(e.b.getInt32Ty(), block, packed.sliceStart(s));
+      e.forLoop(
+          e.constant(0), e.constant(packed.width), e.constant(1), "qpackl", [&](llvm::Value* l) {
+            llvm::Value* local = e.b.CreateAdd(e.b.CreateMul(blk, e.constant(packed.width)), l);
+            llvm::Value* inside = e.b.CreateICmpSLT(local, e.constant(packed.columns));
+            llvm::Value* column =
+                e.b.CreateAdd(local, e.constant(packed.offsets[static_cast<size_t>(s)]));
+            auto weight = [&](llvm::Value* k) { // zero past the kernel's columns
+              llvm::Value* from =
+                  transposed ? e.elementPointer(w, column, k) : e.elementPointer(w, k, column);
+              llvm::Value* safe = e.b.CreateSelect(inside, from, w.base);
+              return e.b.CreateSelect(inside, e.b.CreateAlignedLoad(e.f32, safe, llvm::Align(4)),
+                                      llvm::ConstantFP::get(e.f32, 0.0));
+            };
+            e.b.CreateStore(llvm::ConstantFP::get(e.f32, 0.0), largest);
+            e.forLoop(e.constant(0), e.constant(packed.depth), e.constant(1), "qmax",
+                      [&](llvm::Value* k) {
+                        llvm::Value* magnitude =
+                            e.b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, weight(k));
+                        // maximum, not maxnum: a NaN stays, and makes the scale NaN.
+                        e.b.CreateStore(e.b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum,
+                                                                  e.b.CreateLoad(e.f32, largest),
+                                                                  magnitude),
+                                        largest);
+                      });
+            llvm::Value* absmax = e.b.CreateLoad(e.f32, largest);
+            llvm::Value* finite = e.b.CreateFCmpOLT(absmax, llvm::ConstantFP::getInfinity(e.f32));
+            llvm::Value* scale =
+                e.b.CreateFDiv(absmax, llvm::ConstantFP::get(e.f32, kWeightLevels));
+            scale = e.b.CreateSelect(e.b.CreateFCmpOEQ(scale, llvm::ConstantFP::get(e.f32, 0.0)),
+                                     llvm::ConstantFP::get(e.f32, 1.0), scale);
+            e.b.CreateStore(e.b.getInt32(0), sum);
+            e.forLoop(
+                e.constant(0), e.constant(packed.depth), e.constant(1), "qput",
+                [&](llvm::Value* k) {
+                  llvm::Value* q =
+                      roundToInt(e.b.CreateFDiv(weight(k), scale), -kWeightLevels, kWeightLevels);
+                  q = e.b.CreateSelect(finite, q, e.b.getInt32(0));
+                  e.b.CreateStore(e.b.CreateAdd(e.b.CreateLoad(e.b.getInt32Ty(), sum), q), sum);
+                  // Byte k % 4 of the group word of depth group k / 4, column l.
+                  llvm::Value* word =
+                      e.b.CreateGEP(e.b.getInt32Ty(), slice,
+                                    e.b.CreateAdd(e.b.CreateMul(e.b.CreateSDiv(k, e.constant(4)),
+                                                                e.constant(packed.panelWidth(s))),
+                                                  l));
+                  e.b.CreateStore(e.b.CreateTrunc(q, i8),
+                                  e.b.CreateGEP(i8, word, e.b.CreateSRem(k, e.constant(4))));
+                });
+            llvm::Value* at = e.b.CreateAdd(e.constant(s * 2 * packed.width), l);
+            e.b.CreateAlignedStore(e.b.CreateSelect(finite, scale, llvm::ConstantFP::getNaN(e.f32)),
+                                   e.b.CreateGEP(e.f32, blockScales, at), llvm::Align(4));
+            e.b.CreateAlignedStore(
+                e.b.CreateSIToFP(e.b.CreateLoad(e.b.getInt32Ty(), sum), e.f32),
+                e.b.CreateGEP(e.f32, blockScales, e.b.CreateAdd(at, e.constant(packed.width))),
+                llvm::Align(4));
+          });
+    }
+  });
+}
+
+void ProductKernelEmitter::quantizeRows(const View& to, const View& from, RowRange rows,
+                                        int64_t depth, int64_t stride) {
+  e.synced = false;
+  llvm::Value* low = entrySlot(e.f32, "qlow");
+  llvm::Value* high = entrySlot(e.f32, "qhigh");
+  llvm::Type* i8 = e.b.getInt8Ty();
+  e.forLoop(rows.begin, rows.end, e.constant(1), "quantize", [&](llvm::Value* r) {
+    llvm::Value* source = e.elementPointer(from, r, e.constant(0));
+    llvm::Value* bytes = e.elementPointer(to, r, e.constant(0));
+    auto element = [&](llvm::Value* k) {
+      return e.b.CreateAlignedLoad(e.f32, e.b.CreateGEP(e.f32, source, k), llvm::Align(4));
+    };
+    // The range, with 0 in it (so that 0 is exact: zero padding, ReLU's zeros); minimum and
+    // maximum keep a NaN.
+    e.b.CreateStore(llvm::ConstantFP::get(e.f32, 0.0), low);
+    e.b.CreateStore(llvm::ConstantFP::get(e.f32, 0.0), high);
+    e.forLoop(e.constant(0), e.constant(depth), e.constant(1), "qrange", [&](llvm::Value* k) {
+      llvm::Value* v = element(k);
+      e.b.CreateStore(
+          e.b.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, e.b.CreateLoad(e.f32, low), v), low);
+      e.b.CreateStore(
+          e.b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, e.b.CreateLoad(e.f32, high), v),
+          high);
+    });
+    llvm::Value* lowest = e.b.CreateLoad(e.f32, low);
+    llvm::Value* range = e.b.CreateFSub(e.b.CreateLoad(e.f32, high), lowest);
+    llvm::Value* finite = e.b.CreateFCmpOLT(range, llvm::ConstantFP::getInfinity(e.f32));
+    llvm::Value* scale = e.b.CreateFDiv(range, llvm::ConstantFP::get(e.f32, kInputLevels));
+    scale = e.b.CreateSelect(e.b.CreateFCmpOEQ(scale, llvm::ConstantFP::get(e.f32, 0.0)),
+                             llvm::ConstantFP::get(e.f32, 1.0), scale);
+    scale = e.b.CreateSelect(finite, scale, llvm::ConstantFP::get(e.f32, 1.0));
+    llvm::Value* inverse = e.b.CreateFDiv(llvm::ConstantFP::get(e.f32, 1.0), scale);
+    llvm::Value* zero = roundToInt(e.b.CreateFDiv(e.b.CreateFNeg(lowest), scale), 0, kInputLevels);
+    zero = e.b.CreateSelect(finite, zero, e.b.getInt32(0));
+    e.forLoop(e.constant(0), e.constant(depth), e.constant(1), "qrow", [&](llvm::Value* k) {
+      llvm::Value* q = roundToInt(e.b.CreateFMul(element(k), inverse), -kInputLevels, kInputLevels);
+      q = e.b.CreateAdd(q, zero);
+      q = e.b.CreateSelect(e.b.CreateICmpSLT(q, e.b.getInt32(0)), e.b.getInt32(0), q);
+      q = e.b.CreateSelect(e.b.CreateICmpSGT(q, e.b.getInt32(static_cast<int>(kInputLevels))),
+                           e.b.getInt32(static_cast<int>(kInputLevels)), q);
+      q = e.b.CreateSelect(finite, q, e.b.getInt32(0));
+      e.b.CreateStore(e.b.CreateTrunc(q, i8), e.b.CreateGEP(i8, bytes, k));
+    });
+    // The row's scale and zero point in its last two floats.
+    e.b.CreateAlignedStore(e.b.CreateSelect(finite, scale, llvm::ConstantFP::getNaN(e.f32)),
+                           e.b.CreateConstGEP1_64(e.f32, bytes, stride - 2), llvm::Align(4));
+    e.b.CreateAlignedStore(e.b.CreateSIToFP(zero, e.f32),
+                           e.b.CreateConstGEP1_64(e.f32, bytes, stride - 1), llvm::Align(4));
+  });
+}
+
+ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llvm::Value* words,
+                                                              const PackedProduct& packed,
+                                                              llvm::Value* blk,
+                                                              llvm::Value* firstRow, int64_t rows) {
+  const int64_t slices = packed.slices(), groups = packed.packedDepth();
+  const int64_t parts = packed.width / kLanesPerMultiply; // multiplies per slice and row
+  RNNC_INTERNAL_CHECK(parts * kLanesPerMultiply == packed.width, "int8 blocks of 8 columns");
+  // As for fp32 (emitTile), with three registers for the broadcast, the ones and a product.
+  const int64_t accumulators = packed.tileRows * packed.panelSlices;
+  const int64_t vectorsPerSlice = std::max<int64_t>(1, packed.width / e.target.vectorWidth);
+  const int64_t fitting =
+      std::max<int64_t>(1, std::min(accumulators / rows, (e.target.vectorRegisters - 3) /
+                                                             (vectorsPerSlice * (rows + 1))));
+  const int64_t passes = (slices + fitting - 1) / fitting;
+  const int64_t perPass = (slices + passes - 1) / passes;
+
+  llvm::Type* i32 = e.b.getInt32Ty();
+  llvm::Type* i8 = e.b.getInt8Ty();
+  auto* lanes = llvm::FixedVectorType::get(i32, kLanesPerMultiply);
+  auto* bytes = llvm::FixedVectorType::get(i8, kLanesPerMultiply * 4);
+  auto* pairs = llvm::FixedVectorType::get(e.b.getInt16Ty(), kLanesPerMultiply * 2);
+  auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
+  llvm::Value* ones = llvm::ConstantInt::get(pairs, 1);
+  const int64_t stride = packed.xStride;
+
+  std::vector<llvm::Value*> rowBytes, rowScale, rowZero;
+  for (int64_t m = 0; m < rows; ++m) {
+    llvm::Value* row = e.elementPointer(x, e.b.CreateAdd(firstRow, e.constant(m)), e.constant(0));
+    rowBytes.push_back(row);
+    rowScale.push_back(e.b.CreateAlignedLoad(e.f32, e.b.CreateConstGEP1_64(e.f32, row, stride - 2),
+                                             llvm::Align(4)));
+    rowZero.push_back(e.b.CreateAlignedLoad(e.f32, e.b.CreateConstGEP1_64(e.f32, row, stride - 1),
+                                            llvm::Align(4)));
+  }
+  llvm::Value* block =
+      e.b.CreateGEP(i32, words, e.b.CreateMul(blk, e.constant(groups * slices * packed.width)));
+  llvm::Value* blockScales =
+      e.b.CreateGEP(e.f32, e.buffers[packed.scaleBuffer],
+                    e.b.CreateMul(blk, e.constant(slices * packed.width * 2)));
+
+  using Sums = std::vector<std::vector<std::vector<llvm::Value*>>>; // [row][slice][part]
+  Tile sums(static_cast<size_t>(rows), std::vector<llvm::Value*>(static_cast<size_t>(slices)));
+  for (int64_t first = 0; first < slices; first += perPass) {
+    const int64_t count = std::min(perPass, slices - first);
+    std::vector<llvm::Value*> sliceWords;
+    for (int64_t s = first; s < first + count; ++s)
+      sliceWords.push_back(e.b.CreateConstGEP1_64(i32, block, packed.sliceStart(s)));
+    // Split the depth between accumulator sets where few rows leave few of them (emitTile).
+    const int64_t perSet = rows * count * vectorsPerSlice;
+    int64_t chains = 1;
+    while (chains < 4 && perSet * chains < 8 && chains * 2 <= groups &&
+           perSet * chains * 2 + count * vectorsPerSlice + 3 <= e.target.vectorRegisters)
+      chains *= 2;
+    const int64_t loopGroups = groups / chains * chains;
+    auto step = [&](llvm::Value* g, Sums& acc) {
+      std::vector<std::vector<llvm::Value*>> w(static_cast<size_t>(count));
+      for (int64_t s = 0; s < count; ++s)
+        for (int64_t p = 0; p < parts; ++p) {
+          llvm::Value* at =
+              e.b.CreateAdd(e.b.CreateMul(g, e.constant(packed.panelWidth(first + s))),
+                            e.constant(p * kLanesPerMultiply));
+          w[s].push_back(
+              e.b.CreateAlignedLoad(bytes, e.b.CreateGEP(i32, sliceWords[s], at), llvm::Align(4)));
+        }
+      for (int64_t m = 0; m < rows; ++m) {
+        llvm::Value* four = e.b.CreateAlignedLoad(
+            i32, e.b.CreateGEP(i8, rowBytes[m], e.b.CreateMul(g, e.constant(4))), llvm::Align(1));
+        llvm::Value* input =
+            e.b.CreateBitCast(e.b.CreateVectorSplat(kLanesPerMultiply, four), bytes);
+        for (int64_t s = 0; s < count; ++s)
+          for (int64_t p = 0; p < parts; ++p) {
+            llvm::Value* products =
+                e.b.CreateIntrinsic(llvm::Intrinsic::x86_avx2_pmadd_ub_sw, {}, {input, w[s][p]});
+            llvm::Value* quads =
+                e.b.CreateIntrinsic(llvm::Intrinsic::x86_avx2_pmadd_wd, {}, {products, ones});
+            acc[m][s][p] = e.b.CreateAdd(acc[m][s][p], quads);
+          }
+      }
+    };
+    auto zeroSums = [&] {
+      return Sums(static_cast<size_t>(rows),
+                  std::vector<std::vector<llvm::Value*>>(
+                      static_cast<size_t>(count),
+                      std::vector<llvm::Value*>(static_cast<size_t>(parts),
+                                                llvm::ConstantInt::get(lanes, 0))));
+    };
+    std::vector<Sums> acc(static_cast<size_t>(chains), zeroSums());
+    if (loopGroups > 0) {
+      llvm::BasicBlock* before = e.b.GetInsertBlock();
+      auto [g, header, exit] = e.openLoop(e.constant(0), "qdepth");
+      std::vector<std::vector<llvm::PHINode*>> phis(static_cast<size_t>(chains));
+      for (int64_t c = 0; c < chains; ++c)
+        for (int64_t m = 0; m < rows; ++m)
+          for (int64_t s = 0; s < count; ++s)
+            for (int64_t p = 0; p < parts; ++p) {
+              llvm::PHINode* phi = e.b.CreatePHI(lanes, 2);
+              phi->addIncoming(llvm::ConstantInt::get(lanes, 0), before);
+              phis[c].push_back(phi);
+              acc[c][m][s][p] = phi;
+            }
+      for (int64_t c = 0; c < chains; ++c)
+        step(c == 0 ? g : e.b.CreateAdd(g, e.constant(c)), acc[c]);
+      llvm::Value* next = e.b.CreateAdd(g, e.constant(chains));
+      llvm::BasicBlock* latch = e.b.GetInsertBlock();
+      for (int64_t c = 0; c < chains; ++c) {
+        size_t i = 0;
+        for (int64_t m = 0; m < rows; ++m)
+          for (int64_t s = 0; s < count; ++s)
+            for (int64_t p = 0; p < parts; ++p)
+              phis[c][i++]->addIncoming(acc[c][m][s][p], latch);
+      }
+      g->addIncoming(next, latch);
+      e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(loopGroups)), header, exit);
+      e.b.SetInsertPoint(exit);
+    }
+    for (int64_t rest = loopGroups; rest < groups; ++rest)
+      step(e.constant(rest), acc[0]);
+
+    // Dequantized: (sum - zero * colsum) * (x_scale * w_scale), per column.
+    for (int64_t s = 0; s < count; ++s) {
+      const int64_t at = (first + s) * 2 * packed.width;
+      llvm::Value* weightScale = e.b.CreateAlignedLoad(
+          floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at), llvm::Align(4));
+      llvm::Value* columnSum = e.b.CreateAlignedLoad(
+          floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at + packed.width), llvm::Align(4));
+      for (int64_t m = 0; m < rows; ++m) {
+        std::vector<llvm::Value*> part;
+        for (int64_t p = 0; p < parts; ++p) {
+          llvm::Value* total = acc[0][m][s][p];
+          for (int64_t c = 1; c < chains; ++c)
+            total = e.b.CreateAdd(total, acc[c][m][s][p]);
+          part.push_back(total);
+        }
+        while (part.size() > 1) { // concatenated pairwise: 8 + 8 -> 16 + 16 -> 32 lanes
+          std::vector<llvm::Value*> joined;
+          for (size_t i = 0; i < part.size(); i += 2) {
+            auto n = llvm::cast<llvm::FixedVectorType>(part[i]->getType())->getNumElements();
+            std::vector<int> mask(2 * n);
+            for (unsigned j = 0; j < 2 * n; ++j)
+              mask[j] = static_cast<int>(j);
+            joined.push_back(e.b.CreateShuffleVector(part[i], part[i + 1], mask));
+          }
+          part = std::move(joined);
+        }
+        llvm::Value* total = e.b.CreateSIToFP(part[0], floats);
+        llvm::Value* corrected = e.b.CreateFSub(
+            total,
+            e.b.CreateFMul(e.b.CreateVectorSplat(static_cast<unsigned>(packed.width), rowZero[m]),
+                           columnSum));
+        llvm::Value* scale = e.b.CreateFMul(
+            e.b.CreateVectorSplat(static_cast<unsigned>(packed.width), rowScale[m]), weightScale);
+        sums[m][first + s] = e.b.CreateFMul(corrected, scale);
+      }
+    }
+  }
+  return sums;
+}
+
+} // namespace rnnc::codegen

@@ -1,0 +1,246 @@
+// int8 weights (--weights-dtype int8, codegen/QuantizedProducts.cpp) against a reference written
+// here from the scheme's definition (per-column symmetric weights, per-row 7-bit asymmetric
+// inputs, exact integer sums, the same fp32 dequantization): the input projection (its rows
+// quantized in chunks) and the recurrent product (h quantized at every step), at sizes no tile,
+// vector or group of 4 divides, at batch 1, on 1 and 2 threads, for every target this host runs;
+// then the built-in cells against fp32, special values, and the errors.
+#include "codegen/HostTarget.h"
+#include "codegen/WeightType.h"
+#include "frontend/BuiltinCells.h"
+#include "frontend/CellParser.h"
+#include "ir/Error.h"
+#include "runtime/CompiledCell.h"
+#include "runtime/LayerRunner.h"
+#include "runtime/Npy.h"
+#include "runtime/SafeTensors.h"
+#include "tests/RandomTensors.h"
+#include "tests/TestSupport.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+using namespace rnnc;
+using codegen::WeightType;
+
+namespace {
+
+std::vector<std::string> runnableCpus() {
+  std::vector<std::string> cpus = {"haswell"};
+  if (codegen::detectHostTarget().has("avx512f"))
+    cpus.push_back("skylake-avx512");
+  return cpus;
+}
+
+float roundClamped(float v, float lowest, float highest) {
+  return std::clamp(std::nearbyint(v), lowest, highest);
+}
+
+// W [N, K] quantized per row (an output column): scale = max|w| / 127, q = round(w / scale).
+struct QuantizedWeights {
+  int64_t n = 0, k = 0;
+  std::vector<int> q;
+  std::vector<float> scale, columnSum;
+};
+
+QuantizedWeights quantizeWeights(const Tensor& w) {
+  QuantizedWeights out{w.dim(0), w.dim(1), {}, {}, {}};
+  for (int64_t j = 0; j < out.n; ++j) {
+    const float* row = w.data() + j * out.k;
+    float largest = 0;
+    for (int64_t i = 0; i < out.k; ++i)
+      largest = std::max(largest, std::fabs(row[i]));
+    float scale = largest / 127;
+    if (scale == 0)
+      scale = 1;
+    int sum = 0;
+    for (int64_t i = 0; i < out.k; ++i) {
+      out.q.push_back(static_cast<int>(roundClamped(row[i] / scale, -127, 127)));
+      sum += out.q.back();
+    }
+    out.scale.push_back(scale);
+    out.columnSum.push_back(static_cast<float>(sum));
+  }
+  return out;
+}
+
+// x [K] times W^T: x quantized to [0, 127] with its zero point, exact integer sums, dequantized.
+std::vector<float> quantizedLinear(const float* x, const QuantizedWeights& w) {
+  float low = 0, high = 0;
+  for (int64_t i = 0; i < w.k; ++i) {
+    low = std::min(low, x[i]);
+    high = std::max(high, x[i]);
+  }
+  float scale = (high - low) / 127;
+  if (scale == 0)
+    scale = 1;
+  const float inverse = 1 / scale;
+  const float zero = roundClamped(-low / scale, 0, 127);
+  std::vector<int> q;
+  for (int64_t i = 0; i < w.k; ++i)
+    q.push_back(
+        static_cast<int>(std::clamp(roundClamped(x[i] * inverse, -127, 127) + zero, 0.0f, 127.0f)));
+  std::vector<float> y;
+  for (int64_t j = 0; j < w.n; ++j) {
+    int64_t sum = 0;
+    for (int64_t i = 0; i < w.k; ++i)
+      sum += static_cast<int64_t>(q[i]) * w.q[j * w.k + i];
+    const float corrected = static_cast<float>(sum) - zero * w.columnSum[j];
+    y.push_back(corrected * (scale * w.scale[j]));
+  }
+  return y;
+}
+
+// The product of the input with W over all steps (premultiplied: the input projection), and the
+// recurrent product h' = h U^T + y, whose h is quantized anew at every step.
+const char* kProductsCell = R"(cell products(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size]
+  y = linear(x, w)
+  h2 = linear(h, u) + y
+  return h = h2; output h2
+})";
+
+struct Shape {
+  int64_t input, hidden, steps, batch;
+};
+
+TEST(Int8Products, MatchAReferenceQuantizationOnEveryTarget) {
+  const Shape shapes[] = {{37, 21, 3, 5}, {5, 9, 2, 1}, {130, 40, 4, 17}, {1, 3, 2, 2}};
+  for (const Shape& shape : shapes) {
+    auto cell = frontend::parseCell(kProductsCell, "products.cell");
+    cell->bindSizes({{"input_size", shape.input}, {"hidden_size", shape.hidden}});
+    std::mt19937 rng(static_cast<unsigned>(shape.input * 7 + shape.batch));
+    Tensor w = test::randomTensor({shape.hidden, shape.input}, rng, 0.5f);
+    Tensor u = test::randomTensor({shape.hidden, shape.hidden}, rng, 0.5f);
+    Tensor x = test::randomTensor({shape.steps, shape.batch, shape.input}, rng, 1.0f);
+    Tensor h0 = test::randomTensor({shape.batch, shape.hidden}, rng, 1.0f);
+    h0.data()[0] = 0; // rows with zeros, and (batch > 1) a row of zeros only
+    if (shape.batch > 1)
+      std::fill(h0.data() + shape.hidden, h0.data() + 2 * shape.hidden, 0.0f);
+
+    const QuantizedWeights qw = quantizeWeights(w), qu = quantizeWeights(u);
+    Tensor expected({shape.steps, shape.batch, shape.hidden});
+    std::vector<float> h;
+    h = h0.values();
+    for (int64_t t = 0; t < shape.steps; ++t) {
+      for (int64_t b = 0; b < shape.batch; ++b) {
+        std::vector<float> y = quantizedLinear(x.data() + (t * shape.batch + b) * shape.input, qw);
+        std::vector<float> r = quantizedLinear(h.data() + b * shape.hidden, qu);
+        for (int64_t j = 0; j < shape.hidden; ++j)
+          expected.data()[(t * shape.batch + b) * shape.hidden + j] = r[j] + y[j];
+      }
+      std::copy_n(expected.data() + t * shape.batch * shape.hidden, shape.batch * shape.hidden,
+                  h.data());
+    }
+    float largest = 0;
+    for (float v : expected.values())
+      largest = std::max(largest, std::fabs(v));
+
+    for (const std::string& cpu : runnableCpus())
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE("I=" + std::to_string(shape.input) + " H=" + std::to_string(shape.hidden) +
+                     " B=" + std::to_string(shape.batch) + " on " + cpu + ", " +
+                     std::to_string(threads) + " threads");
+        CompileOptions options;
+        options.targetCpu = cpu;
+        options.cache.disk = false;
+        options.weights = WeightType::I8;
+        auto compiled = CompiledCell::compile(*cell, options);
+        std::vector<Tensor> states = {h0};
+        Tensor actual;
+        CompiledCell::Workspace workspace;
+        compiled->run({w, u}, {x}, states, actual, workspace, threads);
+        // The same integers and the same fp32 operations: equal to rounding in the last place
+        // (a different rounding of any input or weight would be off by a whole step).
+        EXPECT_LT(test::maxAbsDiff(actual, expected), 2e-6f * std::max(1.0f, largest));
+      }
+  }
+}
+
+// Every built-in cell with int8 weights on PyTorch's weights and inputs: within 3e-2 of the fp32
+// output's largest value (PyTorch's own qint8 is about 1.3e-2 on the default LSTM: the Python
+// tests compare the two on the same weights).
+TEST(Int8Products, LayersStayCloseToFp32) {
+  const std::string dir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/layers/";
+  const std::pair<const char*, const char*> layers[] = {{"lstm", "lstm_l3_bi_len"},
+                                                        {"gru", "gru_l3_uni_len"},
+                                                        {"rnn_tanh", "rnn_tanh_l3_uni_len"},
+                                                        {"rnn_relu", "rnn_relu_l2_uni_len"},
+                                                        {"lstm_proj", "lstm_proj_l2_bi"}};
+  for (const auto& [cellName, fixture] : layers) {
+    SCOPED_TRACE(fixture);
+    const std::string path = dir + fixture + "/";
+    TensorMap weights = readSafeTensors(path + "weights.safetensors");
+    Tensor input = readNpyFloat32(path + "input.npy");
+    auto output = [&](WeightType type) {
+      LayerOptions options;
+      options.compile.cache.disk = false;
+      options.compile.weights = type;
+      return LayerProgram::build(*frontend::loadCell(cellName), weights, "weights", options)
+          ->run(input, {}, std::nullopt, {})
+          .output;
+    };
+    Tensor fp32 = output(WeightType::F32);
+    float largest = 0;
+    for (float v : fp32.values())
+      largest = std::max(largest, std::fabs(v));
+    const float error = test::maxAbsDiff(output(WeightType::I8), fp32) / largest;
+    EXPECT_GT(error, 0.0f) << "the weights were not quantized";
+    EXPECT_LT(error, 3e-2f);
+  }
+}
+
+// A NaN or an infinity in the input or the weights makes its results NaN, not quietly wrong.
+TEST(Int8Products, NaNAndInfinityGiveNaN) {
+  auto cell = frontend::parseCell(kProductsCell, "products.cell");
+  cell->bindSizes({{"input_size", 6}, {"hidden_size", 4}});
+  std::mt19937 rng(5);
+  Tensor w = test::randomTensor({4, 6}, rng), u = test::randomTensor({4, 4}, rng);
+  Tensor x = test::randomTensor({1, 3, 6}, rng);
+  x.data()[2] = std::numeric_limits<float>::quiet_NaN();    // row 0
+  x.data()[6 + 1] = std::numeric_limits<float>::infinity(); // row 1
+  CompileOptions options;
+  options.cache.disk = false;
+  options.weights = WeightType::I8;
+  auto compiled = CompiledCell::compile(*cell, options);
+  std::vector<Tensor> states = {Tensor({3, 4})};
+  Tensor y = compiled->run({w, u}, {x}, states);
+  for (int64_t j = 0; j < 4; ++j) {
+    EXPECT_TRUE(std::isnan(y.data()[j])) << j;
+    EXPECT_TRUE(std::isnan(y.data()[4 + j])) << j;
+    EXPECT_TRUE(std::isfinite(y.data()[8 + j])) << j;
+  }
+  x = test::randomTensor({1, 3, 6}, rng);
+  w.data()[6 * 2 + 3] = -std::numeric_limits<float>::infinity(); // column 2
+  states = {Tensor({3, 4})};
+  y = compiled->run({w, u}, {x}, states);
+  for (int64_t b = 0; b < 3; ++b)
+    for (int64_t j = 0; j < 4; ++j)
+      EXPECT_EQ(std::isnan(y.data()[b * 4 + j]), j == 2) << b << ", " << j;
+}
+
+TEST(Int8Products, WhatCannotWorkIsAClearError) {
+  auto cell = frontend::loadCell("lstm");
+  cell->bindSizes({{"input_size", 3}, {"hidden_size", 4}});
+  CompileOptions baseline;
+  baseline.targetCpu = "x86-64";
+  baseline.cache.disk = false;
+  baseline.weights = WeightType::I8;
+  test::expectUserError([&] { CompiledCell::compile(*cell, baseline); },
+                        {"int8 weights need AVX2, which CPU 'x86-64' lacks"});
+  std::mt19937 rng(3);
+  cell = frontend::loadCell("lstm");
+  TensorMap weights = test::randomWeights(*cell, {{"input_size", 3}, {"hidden_size", 4}}, rng);
+  LayerOptions training;
+  training.training = true;
+  training.compile.weights = WeightType::I8;
+  test::expectUserError([&] { LayerProgram::build(*cell, weights, "weights", training); },
+                        {"int8 weights are for inference: training runs in fp32"});
+}
+
+} // namespace
