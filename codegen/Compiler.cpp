@@ -40,9 +40,12 @@ std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const Target& target) {
 // The emitter writes vector code and unrolls what needs unrolling itself, so the generic -O1
 // pipeline (inlining, loop rotation and unrolling, vectorisers) mostly costs compile time. What
 // the generated code does need: stack slots promoted to registers, redundant loads and address
-// arithmetic merged, and loop-invariant work hoisted out of the kernels' loops.
-constexpr const char* kPipeline =
-    "function(sroa,early-cse,simplifycfg,instcombine,loop-mssa(licm),simplifycfg)";
+// arithmetic merged, and loop-invariant work hoisted out of the kernels' loops. instcombine runs
+// once, as in LLVM's own pipelines: its textual default checks that one iteration reached a
+// fixpoint and aborts the process (LLVM ERROR) when not, which the int8 quantization's tail loops
+// triggered.
+constexpr const char* kPipeline = "function(sroa,early-cse,simplifycfg,instcombine<no-verify-"
+                                  "fixpoint>,loop-mssa(licm),simplifycfg)";
 
 void optimise(llvm::Module& module, llvm::TargetMachine& machine) {
   llvm::LoopAnalysisManager loops;

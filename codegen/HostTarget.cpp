@@ -37,8 +37,16 @@ HostTarget namedX86Target(const std::string& cpu) {
   target.cpu = cpu;
   llvm::SmallVector<llvm::StringRef, 64> features;
   llvm::X86::getFeaturesForCPU(cpu, features);
-  for (llvm::StringRef feature : features)
-    target.features.push_back(feature.str());
+  // LLVM lists a CPU's own features, not what they imply: alderlake's list has avxvnni but
+  // neither avx2 nor avx, which it implies.
+  llvm::StringMap<bool> implied;
+  for (llvm::StringRef feature : features) {
+    implied[feature] = true;
+    llvm::X86::updateImpliedFeatures(feature, true, implied);
+  }
+  for (const auto& entry : implied)
+    if (entry.getValue())
+      target.features.push_back(entry.getKey().str());
   std::sort(target.features.begin(), target.features.end());
   return target;
 }

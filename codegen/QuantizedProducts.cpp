@@ -10,7 +10,9 @@
 //     255 * 127 does not (PyTorch's x86 kernels reduce the range the same way).
 //   - Tiles: 4 depths at a time, the row's 4 bytes broadcast against each column's 4 weights:
 //     vpmaddubsw (u8 x s8 -> pairs summed in i16), vpmaddwd with ones (-> i32), added to i32
-//     accumulators; then sum * x_scale * w_scale - z * x_scale * w_scale * colsum(q), in fp32.
+//     accumulators; with AVX-VNNI or AVX512-VNNI one vpdpbusd does all three (the same sums:
+//     the inputs keep 7 bits there too, so that every CPU gives the same results). Then
+//     sum * x_scale * w_scale - z * x_scale * w_scale * colsum(q), in fp32.
 // A row or column with a NaN or an infinity has a NaN scale, so its results are NaN rather
 // than quietly wrong.
 #include "codegen/ProductKernelEmitter.h"
@@ -36,10 +38,14 @@ llvm::Value* ProductKernelEmitter::entrySlot(llvm::Type* type, const char* name)
 }
 
 llvm::Value* ProductKernelEmitter::roundToInt(llvm::Value* v, float lowest, float highest) {
+  llvm::Type* type = v->getType();
+  llvm::Type* ints = e.b.getInt32Ty();
+  if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(type))
+    ints = llvm::FixedVectorType::get(ints, vector->getNumElements());
   llvm::Value* r = e.b.CreateUnaryIntrinsic(llvm::Intrinsic::roundeven, v);
-  r = e.b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, r, llvm::ConstantFP::get(e.f32, lowest));
-  r = e.b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, r, llvm::ConstantFP::get(e.f32, highest));
-  return e.b.CreateFPToSI(r, e.b.getInt32Ty());
+  r = e.b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, r, llvm::ConstantFP::get(type, lowest));
+  r = e.b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, r, llvm::ConstantFP::get(type, highest));
+  return e.b.CreateFPToSI(r, ints);
 }
 
 void ProductKernelEmitter::emitInt8Packing(const PackedProduct& packed) {
@@ -122,29 +128,48 @@ void ProductKernelEmitter::emitInt8Packing(const PackedProduct& packed) {
 void ProductKernelEmitter::quantizeRows(const View& to, const View& from, RowRange rows,
                                         int64_t depth, int64_t stride) {
   e.synced = false;
-  llvm::Value* low = entrySlot(e.f32, "qlow");
-  llvm::Value* high = entrySlot(e.f32, "qhigh");
+  // Vectors of the target's width over the row, then the last few elements one by one.
+  const int64_t width = e.target.vectorWidth, vectorDepth = depth / width * width;
+  auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(width));
+  llvm::Value* low = entrySlot(floats, "qlow");
+  llvm::Value* high = entrySlot(floats, "qhigh");
+  llvm::Value* lowOne = entrySlot(e.f32, "qlow1");
+  llvm::Value* highOne = entrySlot(e.f32, "qhigh1");
   llvm::Type* i8 = e.b.getInt8Ty();
   e.forLoop(rows.begin, rows.end, e.constant(1), "quantize", [&](llvm::Value* r) {
     llvm::Value* source = e.elementPointer(from, r, e.constant(0));
     llvm::Value* bytes = e.elementPointer(to, r, e.constant(0));
-    auto element = [&](llvm::Value* k) {
-      return e.b.CreateAlignedLoad(e.f32, e.b.CreateGEP(e.f32, source, k), llvm::Align(4));
+    auto load = [&](llvm::Type* type, llvm::Value* k) {
+      return e.b.CreateAlignedLoad(type, e.b.CreateGEP(e.f32, source, k), llvm::Align(4));
     };
     // The range, with 0 in it (so that 0 is exact: zero padding, ReLU's zeros); minimum and
     // maximum keep a NaN.
-    e.b.CreateStore(llvm::ConstantFP::get(e.f32, 0.0), low);
-    e.b.CreateStore(llvm::ConstantFP::get(e.f32, 0.0), high);
-    e.forLoop(e.constant(0), e.constant(depth), e.constant(1), "qrange", [&](llvm::Value* k) {
-      llvm::Value* v = element(k);
-      e.b.CreateStore(
-          e.b.CreateBinaryIntrinsic(llvm::Intrinsic::minimum, e.b.CreateLoad(e.f32, low), v), low);
-      e.b.CreateStore(
-          e.b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum, e.b.CreateLoad(e.f32, high), v),
-          high);
-    });
-    llvm::Value* lowest = e.b.CreateLoad(e.f32, low);
-    llvm::Value* range = e.b.CreateFSub(e.b.CreateLoad(e.f32, high), lowest);
+    auto widen = [&](llvm::Value* slot, llvm::Type* type, llvm::Value* v, llvm::Intrinsic::ID op) {
+      e.b.CreateStore(e.b.CreateBinaryIntrinsic(op, e.b.CreateLoad(type, slot), v), slot);
+    };
+    e.b.CreateStore(llvm::ConstantFP::get(floats, 0.0), low);
+    e.b.CreateStore(llvm::ConstantFP::get(floats, 0.0), high);
+    e.b.CreateStore(llvm::ConstantFP::get(e.f32, 0.0), lowOne);
+    e.b.CreateStore(llvm::ConstantFP::get(e.f32, 0.0), highOne);
+    e.forLoop(e.constant(0), e.constant(vectorDepth), e.constant(width), "qrange",
+              [&](llvm::Value* k) {
+                llvm::Value* v = load(floats, k);
+                widen(low, floats, v, llvm::Intrinsic::minimum);
+                widen(high, floats, v, llvm::Intrinsic::maximum);
+              });
+    e.forLoop(e.constant(vectorDepth), e.constant(depth), e.constant(1), "qrange1",
+              [&](llvm::Value* k) {
+                llvm::Value* v = load(e.f32, k);
+                widen(lowOne, e.f32, v, llvm::Intrinsic::minimum);
+                widen(highOne, e.f32, v, llvm::Intrinsic::maximum);
+              });
+    llvm::Value* lowest = e.b.CreateBinaryIntrinsic(
+        llvm::Intrinsic::minimum, e.b.CreateFPMinimumReduce(e.b.CreateLoad(floats, low)),
+        e.b.CreateLoad(e.f32, lowOne));
+    llvm::Value* highest = e.b.CreateBinaryIntrinsic(
+        llvm::Intrinsic::maximum, e.b.CreateFPMaximumReduce(e.b.CreateLoad(floats, high)),
+        e.b.CreateLoad(e.f32, highOne));
+    llvm::Value* range = e.b.CreateFSub(highest, lowest);
     llvm::Value* finite = e.b.CreateFCmpOLT(range, llvm::ConstantFP::getInfinity(e.f32));
     llvm::Value* scale = e.b.CreateFDiv(range, llvm::ConstantFP::get(e.f32, kInputLevels));
     scale = e.b.CreateSelect(e.b.CreateFCmpOEQ(scale, llvm::ConstantFP::get(e.f32, 0.0)),
@@ -153,15 +178,29 @@ void ProductKernelEmitter::quantizeRows(const View& to, const View& from, RowRan
     llvm::Value* inverse = e.b.CreateFDiv(llvm::ConstantFP::get(e.f32, 1.0), scale);
     llvm::Value* zero = roundToInt(e.b.CreateFDiv(e.b.CreateFNeg(lowest), scale), 0, kInputLevels);
     zero = e.b.CreateSelect(finite, zero, e.b.getInt32(0));
-    e.forLoop(e.constant(0), e.constant(depth), e.constant(1), "qrow", [&](llvm::Value* k) {
-      llvm::Value* q = roundToInt(e.b.CreateFMul(element(k), inverse), -kInputLevels, kInputLevels);
-      q = e.b.CreateAdd(q, zero);
-      q = e.b.CreateSelect(e.b.CreateICmpSLT(q, e.b.getInt32(0)), e.b.getInt32(0), q);
-      q = e.b.CreateSelect(e.b.CreateICmpSGT(q, e.b.getInt32(static_cast<int>(kInputLevels))),
-                           e.b.getInt32(static_cast<int>(kInputLevels)), q);
-      q = e.b.CreateSelect(finite, q, e.b.getInt32(0));
-      e.b.CreateStore(e.b.CreateTrunc(q, i8), e.b.CreateGEP(i8, bytes, k));
-    });
+    // q = round(x / scale) + zero in [0, 127]; 0 for a row that is not finite.
+    auto quantize = [&](llvm::Value* v, unsigned lanes) {
+      auto splat = [&](llvm::Value* scalar) {
+        return lanes == 1 ? scalar : e.b.CreateVectorSplat(lanes, scalar);
+      };
+      llvm::Value* q = roundToInt(e.b.CreateFMul(v, splat(inverse)), -kInputLevels, kInputLevels);
+      q = e.b.CreateAdd(q, splat(zero));
+      q = e.b.CreateBinaryIntrinsic(llvm::Intrinsic::smax, q, splat(e.b.getInt32(0)));
+      q = e.b.CreateBinaryIntrinsic(llvm::Intrinsic::smin, q,
+                                    splat(e.b.getInt32(static_cast<int>(kInputLevels))));
+      q = e.b.CreateSelect(finite, q, llvm::Constant::getNullValue(q->getType()));
+      llvm::Type* narrow = lanes == 1 ? i8 : llvm::FixedVectorType::get(i8, lanes);
+      return e.b.CreateTrunc(q, narrow);
+    };
+    e.forLoop(e.constant(0), e.constant(vectorDepth), e.constant(width), "qrow",
+              [&](llvm::Value* k) {
+                e.b.CreateAlignedStore(quantize(load(floats, k), static_cast<unsigned>(width)),
+                                       e.b.CreateGEP(i8, bytes, k), llvm::Align(1));
+              });
+    e.forLoop(e.constant(vectorDepth), e.constant(depth), e.constant(1), "qrow1",
+              [&](llvm::Value* k) {
+                e.b.CreateStore(quantize(load(e.f32, k), 1), e.b.CreateGEP(i8, bytes, k));
+              });
     // The row's scale and zero point in its last two floats.
     e.b.CreateAlignedStore(e.b.CreateSelect(finite, scale, llvm::ConstantFP::getNaN(e.f32)),
                            e.b.CreateConstGEP1_64(e.f32, bytes, stride - 2), llvm::Align(4));
@@ -194,6 +233,8 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
   auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   llvm::Value* ones = llvm::ConstantInt::get(pairs, 1);
   const int64_t stride = packed.xStride;
+  const bool vnni =
+      e.target.has("avxvnni") || (e.target.has("avx512vnni") && e.target.has("avx512vl"));
 
   std::vector<llvm::Value*> rowBytes, rowScale, rowZero;
   for (int64_t m = 0; m < rows; ++m) {
@@ -241,6 +282,12 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
             e.b.CreateBitCast(e.b.CreateVectorSplat(kLanesPerMultiply, four), bytes);
         for (int64_t s = 0; s < count; ++s)
           for (int64_t p = 0; p < parts; ++p) {
+            if (vnni) {
+              acc[m][s][p] = e.b.CreateIntrinsic(llvm::Intrinsic::x86_avx512_vpdpbusd_256, {},
+                                                 {acc[m][s][p], e.b.CreateBitCast(input, lanes),
+                                                  e.b.CreateBitCast(w[s][p], lanes)});
+              continue;
+            }
             llvm::Value* products =
                 e.b.CreateIntrinsic(llvm::Intrinsic::x86_avx2_pmadd_ub_sw, {}, {input, w[s][p]});
             llvm::Value* quads =

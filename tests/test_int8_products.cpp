@@ -4,11 +4,14 @@
 // quantized in chunks) and the recurrent product (h quantized at every step), at sizes no tile,
 // vector or group of 4 divides, at batch 1, on 1 and 2 threads, for every target this host runs;
 // then the built-in cells against fp32, special values, and the errors.
+#include "codegen/Compiler.h"
 #include "codegen/HostTarget.h"
+#include "codegen/Target.h"
 #include "codegen/WeightType.h"
 #include "frontend/BuiltinCells.h"
 #include "frontend/CellParser.h"
 #include "ir/Error.h"
+#include "passes/PassManager.h"
 #include "runtime/CompiledCell.h"
 #include "runtime/LayerRunner.h"
 #include "runtime/Npy.h"
@@ -22,16 +25,22 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <sstream>
 
 using namespace rnnc;
 using codegen::WeightType;
 
 namespace {
 
+// AVX2 (vpmaddubsw), AVX-512 where the host runs it, and the host itself where it has VNNI
+// (vpdpbusd): "" is the host.
 std::vector<std::string> runnableCpus() {
+  const codegen::HostTarget host = codegen::detectHostTarget();
   std::vector<std::string> cpus = {"haswell"};
-  if (codegen::detectHostTarget().has("avx512f"))
+  if (host.has("avx512f"))
     cpus.push_back("skylake-avx512");
+  if (host.has("avxvnni") || (host.has("avx512vnni") && host.has("avx512vl")))
+    cpus.push_back("");
   return cpus;
 }
 
@@ -144,8 +153,9 @@ TEST(Int8Products, MatchAReferenceQuantizationOnEveryTarget) {
     for (const std::string& cpu : runnableCpus())
       for (int threads : {1, 2}) {
         SCOPED_TRACE("I=" + std::to_string(shape.input) + " H=" + std::to_string(shape.hidden) +
-                     " B=" + std::to_string(shape.batch) + " on " + cpu + ", " +
-                     std::to_string(threads) + " threads");
+                     " B=" + std::to_string(shape.batch) + " on " +
+                     (cpu.empty() ? "the host" : cpu) + ", " + std::to_string(threads) +
+                     " threads");
         CompileOptions options;
         options.targetCpu = cpu;
         options.cache.disk = false;
@@ -222,6 +232,28 @@ TEST(Int8Products, NaNAndInfinityGiveNaN) {
   for (int64_t b = 0; b < 3; ++b)
     for (int64_t j = 0; j < 4; ++j)
       EXPECT_EQ(std::isnan(y.data()[b * 4 + j]), j == 2) << b << ", " << j;
+}
+
+// The multiply each ISA gets: vpmaddubsw + vpmaddwd on AVX2, one vpdpbusd with VNNI (read from
+// the assembly: the VNNI code runs only where the host has it).
+TEST(Int8Products, VnniCpusGetVpdpbusd) {
+  auto cell = frontend::loadCell("gru");
+  cell->bindSizes({{"input_size", 16}, {"hidden_size", 16}});
+  std::ostringstream log;
+  passes::runPipeline(*cell, {}, log);
+  auto assembly = [&](const std::string& cpu) {
+    codegen::Target target = codegen::namedCpuTarget(cpu);
+    return codegen::generate(*cell, codegen::planStorage(*cell, target, WeightType::I8), target,
+                             codegen::Stage::Assembly);
+  };
+  const std::string avx2 = assembly("haswell");
+  EXPECT_NE(avx2.find("vpmaddubsw"), std::string::npos);
+  EXPECT_EQ(avx2.find("vpdpbusd"), std::string::npos);
+  for (const char* cpu : {"znver4", "icelake-server", "alderlake"}) {
+    const std::string vnni = assembly(cpu);
+    EXPECT_NE(vnni.find("vpdpbusd"), std::string::npos) << cpu;
+    EXPECT_EQ(vnni.find("vpmaddubsw"), std::string::npos) << cpu;
+  }
 }
 
 TEST(Int8Products, WhatCannotWorkIsAClearError) {
