@@ -10,6 +10,7 @@
 #include "passes/PassManager.h"
 #include "runtime/Gradients.h"
 #include "runtime/LayerRunner.h"
+#include "runtime/SafeTensors.h"
 #include "runtime/WeightLayouts.h"
 
 #include <pybind11/numpy.h>
@@ -294,6 +295,9 @@ PYBIND11_MODULE(_rnnc, m) {
   });
   m.attr("__version__") = RNNC_VERSION;
   m.def("builtin_cells", &frontend::builtinCellNames);
+  m.def(
+      "read_safetensors", [](const std::string& path) { return toDict(readSafeTensors(path)); },
+      py::arg("path"));
   m.def(
       "cell_params",
       [](const std::string& cell, const std::map<std::string, int64_t>& sizes) {

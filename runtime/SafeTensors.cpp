@@ -111,6 +111,7 @@ struct Entry {
   TensorShape shape;
   uint64_t begin = 0;
   uint64_t end = 0;
+  bool int8 = false; // I8 (a quantized weight with its scales beside it), else F32
 };
 
 const json& field(const std::string& path, const std::string& name, const json& entry,
@@ -150,9 +151,9 @@ void parseOffsets(const std::string& path, const std::string& name, const json& 
   entry.end = value[1].get<uint64_t>();
 }
 
-// Number of bytes of float32 data the shape needs, or nothing when that overflows 64 bits.
-std::optional<uint64_t> floatBytes(const TensorShape& shape) {
-  uint64_t bytes = sizeof(float);
+// Number of bytes of data the shape needs, or nothing when that overflows 64 bits.
+std::optional<uint64_t> dataBytes(const TensorShape& shape, uint64_t elementBytes) {
+  uint64_t bytes = elementBytes;
   for (int64_t d : shape)
     if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes))
       return std::nullopt;
@@ -168,23 +169,28 @@ Entry parseEntry(const std::string& path, const std::string& name, const json& v
   if (!dtype.is_string())
     failTensor(path, name, "field 'dtype' is not a string: " + shortDump(dtype));
   const auto& dtypeName = dtype.get_ref<const std::string&>();
-  if (dtypeName != "F32") {
+  if (dtypeName != "F32" && dtypeName != "I8") {
     std::string what =
         isKnownDtype(dtypeName) ? "dtype " + dtypeName : "unknown dtype " + shortDump(dtype);
-    failIn(path, fmt::format("tensor '{}' has {}, expected F32", name, what));
+    failIn(path, fmt::format("tensor '{}' has {}, expected F32 (or I8 with scales)", name, what));
   }
 
-  Entry entry{name, parseShape(path, name, field(path, name, value, "shape")), 0, 0};
+  Entry entry{name, parseShape(path, name, field(path, name, value, "shape")), 0, 0,
+              dtypeName == "I8"};
   parseOffsets(path, name, field(path, name, value, "data_offsets"), entry);
 
   std::string offsets = fmt::format("data_offsets [{}, {}]", entry.begin, entry.end);
   std::string shape = shapeToString(entry.shape);
   if (entry.end < entry.begin)
     failTensor(path, name, offsets + " end before they begin");
-  std::optional<uint64_t> want = floatBytes(entry.shape);
+  std::optional<uint64_t> want = dataBytes(entry.shape, entry.int8 ? 1 : sizeof(float));
   if (!want)
     failTensor(path, name, "shape " + shape + " is too large");
   uint64_t have = entry.end - entry.begin;
+  if (entry.int8 && have != *want)
+    failTensor(
+        path, name,
+        fmt::format("{} hold {} bytes but int8 shape {} needs {}", offsets, have, shape, *want));
   if (have != *want) {
     if (have % sizeof(float) == 0)
       failTensor(path, name,
@@ -228,6 +234,38 @@ std::vector<float> copyFloats(std::string_view bytes) {
   if (!bytes.empty())
     std::memcpy(values.data(), bytes.data(), bytes.size());
   return values;
+}
+
+// A quantized weight (README, "Reduced-precision weights"): NAME of dtype I8, [rows, ...], and
+// NAME.scale of F32, [rows] (a scale per output channel) or [1] (one for the tensor): the weight
+// is q * scale, an fp32 tensor from here on (--weights-dtype int8 quantizes it again, to the same
+// integers when the scales are max|w| / 127 per row).
+void dequantize(const std::string& path, const TensorMap& quantized, TensorMap& tensors) {
+  for (const auto& [name, q] : quantized) {
+    auto found = tensors.find(name + ".scale");
+    if (found == tensors.end())
+      failTensor(path, name,
+                 "is int8 but the file has no '" + name + ".scale' (F32, one scale per row)");
+    const Tensor& scale = found->second;
+    const int64_t rows = q.rank() > 0 ? q.dim(0) : 1;
+    if (scale.numel() != rows && scale.numel() != 1)
+      failTensor(path, name + ".scale",
+                 fmt::format("has shape {}, expected [{}] (a scale per row of '{}', shape {}) or "
+                             "[1]",
+                             scale.shapeString(), rows, name, q.shapeString()));
+    Tensor weight = q;
+    const int64_t perRow = rows > 0 ? weight.numel() / rows : 0;
+    for (int64_t i = 0; i < weight.numel(); ++i)
+      weight.data()[i] *= scale.data()[scale.numel() == 1 ? 0 : i / perRow];
+    tensors.erase(found);
+    tensors.emplace(name, std::move(weight));
+  }
+  for (const auto& [name, tensor] : tensors)
+    if (name.size() > 6 && name.ends_with(".scale") &&
+        !quantized.count(name.substr(0, name.size() - 6)) &&
+        tensors.count(name.substr(0, name.size() - 6)))
+      failTensor(path, name,
+                 "scales tensor '" + name.substr(0, name.size() - 6) + "', which is not int8");
 }
 
 uint64_t readU64(std::string_view bytes) {
@@ -280,10 +318,19 @@ TensorMap parseSafeTensors(std::string_view bytes, const std::string& path) {
   checkNoOverlap(path, std::move(pointers));
 
   TensorMap tensors;
+  std::map<std::string, Tensor> quantized; // I8 tensors, as their integer values
   for (Entry& e : entries) {
     std::string_view bytesOfTensor = data.substr(e.begin, e.end - e.begin);
-    tensors.emplace(e.name, Tensor(std::move(e.shape), copyFloats(bytesOfTensor)));
+    if (e.int8) {
+      std::vector<float> values;
+      for (char byte : bytesOfTensor)
+        values.push_back(static_cast<float>(static_cast<int8_t>(byte)));
+      quantized.emplace(e.name, Tensor(std::move(e.shape), std::move(values)));
+    } else {
+      tensors.emplace(e.name, Tensor(std::move(e.shape), copyFloats(bytesOfTensor)));
+    }
   }
+  dequantize(path, quantized, tensors);
   return tensors;
 }
 

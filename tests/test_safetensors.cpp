@@ -254,13 +254,14 @@ TEST_F(SafeTensorsTest, UnsupportedDtype) {
   for (const char* dtype : {"F16", "BF16", "F64", "I64", "U8", "BOOL"}) {
     expectReadError(
         std::string(R"({"x":{"dtype":")") + dtype + R"(","shape":[1],"data_offsets":[0,4]}})",
-        floatBytes({1}), {std::string("tensor 'x' has dtype ") + dtype + ", expected F32"});
+        floatBytes({1}),
+        {std::string("tensor 'x' has dtype ") + dtype + ", expected F32 (or I8 with scales)"});
   }
 }
 
 TEST_F(SafeTensorsTest, UnknownDtype) {
   expectReadError(R"({"x":{"dtype":"float32","shape":[1],"data_offsets":[0,4]}})", floatBytes({1}),
-                  {"tensor 'x' has unknown dtype \"float32\", expected F32"});
+                  {"tensor 'x' has unknown dtype \"float32\", expected F32 (or I8 with scales)"});
 }
 
 TEST_F(SafeTensorsTest, ShapeIsNotAnArray) {
@@ -360,6 +361,57 @@ TEST_F(SafeTensorsTest, EmptyTensorsDoNotOverlap) {
   TensorMap tensors = readSafeTensors(writeBytes(safetensorsFile(json, floatBytes({1, 2}))));
   EXPECT_EQ(tensors.at("e").shape(), (TensorShape{0, 5}));
   EXPECT_EQ(tensors.at("e").numel(), 0);
+}
+
+} // namespace
+} // namespace rnnc
+
+namespace rnnc {
+namespace {
+
+// int8 weights with their scales (README, "Reduced-precision weights"): read as q * scale, one
+// scale per row or one for the tensor; what does not fit is an error naming the tensor.
+class QuantizedSafeTensorsTest : public SafeTensorsTest {};
+
+std::string int8Bytes(std::initializer_list<int8_t> values) {
+  std::string out;
+  for (int8_t v : values)
+    out += static_cast<char>(v);
+  return out;
+}
+
+TEST_F(QuantizedSafeTensorsTest, Int8WeightsAreReadAsQTimesTheirRowsScale) {
+  // w: [2, 3] int8 at [0, 6), w.scale [2] at [8, 16), v: [2] int8 at [16, 18), v.scale [1].
+  std::string data = int8Bytes({1, -2, 127, -127, 0, 5}) + std::string(2, '\0') +
+                     floatBytes({0.5f, 0.25f}) + int8Bytes({3, -4}) + std::string(2, '\0') +
+                     floatBytes({2.0f});
+  std::string p =
+      writeBytes(safetensorsFile(R"({"w":{"dtype":"I8","shape":[2,3],"data_offsets":[0,6]},)"
+                                 R"("w.scale":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
+                                 R"("v":{"dtype":"I8","shape":[2],"data_offsets":[16,18]},)"
+                                 R"("v.scale":{"dtype":"F32","shape":[1],"data_offsets":[20,24]}})",
+                                 data));
+  TensorMap tensors = readSafeTensors(p);
+  ASSERT_EQ(tensors.size(), 2u) << "the scales are consumed";
+  EXPECT_EQ(tensors.at("w").shape(), (TensorShape{2, 3}));
+  EXPECT_EQ(tensors.at("w").values(),
+            (std::vector<float>{0.5f, -1.0f, 63.5f, -31.75f, 0.0f, 1.25f}));
+  EXPECT_EQ(tensors.at("v").values(), (std::vector<float>{6.0f, -8.0f}));
+}
+
+TEST_F(QuantizedSafeTensorsTest, MissingOrMisshapenScalesAreErrors) {
+  expectReadError(R"({"w":{"dtype":"I8","shape":[2,2],"data_offsets":[0,4]}})",
+                  int8Bytes({1, 2, 3, 4}), {"tensor 'w'", "is int8 but the file has no 'w.scale'"});
+  expectReadError(R"({"w":{"dtype":"I8","shape":[2,2],"data_offsets":[0,4]},)"
+                  R"("w.scale":{"dtype":"F32","shape":[3],"data_offsets":[4,16]}})",
+                  int8Bytes({1, 2, 3, 4}) + floatBytes({1, 1, 1}),
+                  {"tensor 'w.scale'", "has shape [3], expected [2] (a scale per row of 'w'"});
+  expectReadError(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                  R"("w.scale":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                  floatBytes({1, 1}), {"tensor 'w.scale'", "scales tensor 'w', which is not int8"});
+  expectReadError(R"({"w":{"dtype":"I8","shape":[2,2],"data_offsets":[0,3]}})",
+                  int8Bytes({1, 2, 3}),
+                  {"tensor 'w'", "hold 3 bytes but int8 shape [2, 2] needs 4"});
 }
 
 } // namespace

@@ -17,10 +17,12 @@ from . import _rnnc
 from ._rnnc import __version__, builtin_cells
 from .benchmark import bench
 from .layers import GRU, LSTM, RNN, Layer, from_torch
+from .safetensors import load_safetensors, quantize_rows, save_int8
 
 try:  # rnnc.nn: torch modules trained through rnnc, where torch is installed
     from . import nn
 except ImportError:
     pass
 
-__all__ = ["LSTM", "GRU", "RNN", "Layer", "from_torch", "bench", "builtin_cells", "__version__"]
+__all__ = ["LSTM", "GRU", "RNN", "Layer", "from_torch", "bench", "builtin_cells", "__version__",
+           "load_safetensors", "save_int8", "quantize_rows"]

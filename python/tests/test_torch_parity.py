@@ -232,3 +232,26 @@ def test_int8_weights_are_at_least_as_accurate_as_torch_dynamic_quantization(mod
     ours_error, their_error = (our_output - exact).abs(), (their_output - exact).abs()
     assert 0 < float(ours_error.max()) <= float(their_error.max())
     assert float(ours_error.mean()) <= float(their_error.mean())
+
+
+def test_an_int8_file_gives_the_int8_layer_of_its_float_weights(tmp_path):
+    """save_int8 writes I8 weights with per-row scales; rnnc reads them as q * scale, and its
+    int8 layer on them is the int8 layer of the float weights (the same integers)."""
+    module = torch_module("LSTM", 10, 16, num_layers=2)
+    path = tmp_path / "lstm-int8.safetensors"
+    rnnc.save_int8(module.state_dict(), path)
+    loaded = rnnc.load_safetensors(path)
+    assert sorted(loaded) == sorted(module.state_dict())
+    for name, value in module.state_dict().items():
+        value = value.numpy()
+        if value.ndim == 2:
+            q, scale = rnnc.quantize_rows(value)
+            np.testing.assert_array_equal(loaded[name], q.astype(np.float32) * scale[:, None])
+            assert np.abs(loaded[name] - value).max() <= scale.max() / 2 * 1.0001
+        else:
+            np.testing.assert_array_equal(loaded[name], value)
+    x = torch.randn(5, 3, 10)
+    from_file = rnnc.LSTM(10, 16, num_layers=2, weights_dtype="int8")
+    from_file.load_state_dict(loaded)
+    from_float = rnnc.from_torch(module, weights_dtype="int8")
+    np.testing.assert_allclose(from_file(x)[0].numpy(), from_float(x)[0].numpy(), atol=1e-5)

@@ -1,0 +1,66 @@
+"""Weights files: rnnc reads safetensors (F32, or I8 with per-row scales), and writes int8 ones.
+
+    rnnc.save_int8(torch.nn.LSTM(512, 512).state_dict(), "lstm-int8.safetensors")
+    weights = rnnc.load_safetensors("lstm-int8.safetensors")   # {name: float32 array}
+
+An int8 file holds each weight matrix NAME as I8 with NAME.scale (F32, one scale per row: the
+output channel) beside it, the weight being q * scale; other tensors (biases) stay F32. rnnc
+reads it as fp32 weights; with weights_dtype="int8" (``--weights-dtype int8``) it quantizes them
+again per row with scale = max|w| / 127, which gives back the same integers when the file's
+scales are that (as save_int8 writes them, and as torch.quantize_per_channel does with those
+scales).
+"""
+
+import json
+import os
+
+import numpy as np
+
+from . import _rnnc
+
+
+def load_safetensors(path):
+    """Every tensor of a safetensors file as float32 numpy arrays (int8 ones dequantized)."""
+    return _rnnc.read_safetensors(os.fspath(path))
+
+
+def quantize_rows(weight):
+    """A float matrix as int8 with one scale per row: scale = max|row| / 127 (1 for a row of
+    zeros), q = round-half-even(w / scale) in [-127, 127]."""
+    w = np.asarray(weight, dtype=np.float32)
+    if w.ndim != 2:
+        raise ValueError(f"quantize_rows takes a matrix, not shape {list(w.shape)}")
+    scale = (np.abs(w).max(axis=1) / np.float32(127)).astype(np.float32)
+    scale[scale == 0] = 1
+    q = np.clip(np.rint(w / scale[:, None]), -127, 127).astype(np.int8)
+    return q, scale
+
+
+def save_int8(state_dict, path):
+    """Writes a state_dict (torch tensors or numpy arrays) with every matrix quantized to int8
+    per row (quantize_rows) and every other tensor as float32."""
+    tensors = {}
+    for name, value in state_dict.items():
+        if hasattr(value, "detach"):
+            value = value.detach().cpu().numpy()
+        value = np.asarray(value, dtype=np.float32)
+        if value.ndim == 2:
+            q, scale = quantize_rows(value)
+            tensors[name] = q
+            tensors[name + ".scale"] = scale
+        else:
+            tensors[name] = value
+    header, chunks, offset = {}, [], 0
+    for name in sorted(tensors):
+        data = np.ascontiguousarray(tensors[name]).tobytes()
+        padding = (-offset) % 8
+        chunks.append(b"\0" * padding + data)
+        offset += padding
+        header[name] = {"dtype": "I8" if tensors[name].dtype == np.int8 else "F32",
+                        "shape": list(tensors[name].shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * ((-len(text)) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + b"".join(chunks))
