@@ -267,6 +267,11 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
     if (readsState)
       plan.buffers.push_back({update.next, Rows::Step, 1, columnsOf(update.next)});
   }
+  // Reduced weights on a cell without a product whose weights are parameters would quietly
+  // change nothing.
+  if (weights != WeightType::F32 && plan.packedProducts.empty())
+    throw UserError("cell '" + cell.name + "' has no linear or matmul with parameter weights: " +
+                    std::string(weightTypeName(weights)) + " weights would change nothing");
   return plan;
 }
 

@@ -265,6 +265,21 @@ TEST(Int8Products, WhatCannotWorkIsAClearError) {
   baseline.weights = WeightType::I8;
   test::expectUserError([&] { CompiledCell::compile(*cell, baseline); },
                         {"int8 weights need AVX2, which CPU 'x86-64' lacks"});
+  // A cell with no matrix product: nothing to quantize.
+  auto elementwise = frontend::parseCell(R"(cell gate(input_size) {
+  input x[input_size]
+  state h[input_size]
+  y = tanh(x * sigmoid(h))
+  return h = y; output y
+})",
+                                         "gate.cell");
+  elementwise->bindSizes({{"input_size", 4}});
+  CompileOptions host;
+  host.cache.disk = false;
+  host.weights = WeightType::I8;
+  test::expectUserError([&] { CompiledCell::compile(*elementwise, host); },
+                        {"cell 'gate' has no linear or matmul with parameter weights: int8 "
+                         "weights would change nothing"});
   std::mt19937 rng(3);
   cell = frontend::loadCell("lstm");
   TensorMap weights = test::randomWeights(*cell, {{"input_size", 3}, {"hidden_size", 4}}, rng);
