@@ -20,6 +20,9 @@
 
 namespace rnnc::test {
 
+// The layers PyTorch computed (tests/fixtures/layers/), with a trailing slash.
+inline const std::string kLayerFixtures = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/layers/";
+
 // Runs `action` and checks it throws a UserError whose message contains every fragment.
 inline void expectUserError(const std::function<void()>& action,
                             std::initializer_list<std::string> fragments) {

@@ -3,6 +3,8 @@
 #include "rnnc/rnnc.h"
 #include "runtime/Npy.h"
 
+#include "tests/TestSupport.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,8 +17,6 @@
 #include <unistd.h>
 
 namespace {
-
-const std::string kDir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/layers/";
 
 rnnc::LayerSpec spec(const std::string& cell) {
   rnnc::LayerSpec s;
@@ -35,7 +35,7 @@ float maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(Api, ABidirectionalBatchFirstLstmWithLengthsMatchesPyTorch) {
   for (int threads : {0, 1, 3}) {
     SCOPED_TRACE(std::to_string(threads) + " threads");
-    const std::string dir = kDir + "lstm_l1_bi_bf_len/";
+    const std::string dir = rnnc::test::kLayerFixtures + "lstm_l1_bi_bf_len/";
     rnnc::LayerSpec spec;
     spec.batchFirst = true;
     spec.threads = threads;
@@ -58,7 +58,7 @@ TEST(Api, ABidirectionalBatchFirstLstmWithLengthsMatchesPyTorch) {
 }
 
 TEST(Api, ConcurrentForwardCallsOnOneLayerAgree) {
-  const std::string dir = kDir + "gru_l3_uni_len/";
+  const std::string dir = rnnc::test::kLayerFixtures + "gru_l3_uni_len/";
   rnnc::Layer layer = rnnc::Layer::fromFile(spec("gru"), dir + "weights.safetensors");
   rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy");
   const int64_t steps = x.dim(0), batch = x.dim(1);
@@ -89,7 +89,7 @@ TEST(Api, LayersBuiltAndRunFromSeveralThreadsAtOnceAgree) {
   auto buildAndRun = [&](const std::pair<std::string, std::string>& which) {
     rnnc::LayerSpec s = spec(which.first);
     s.threads = 2;
-    const std::string dir = kDir + which.second + "/";
+    const std::string dir = rnnc::test::kLayerFixtures + which.second + "/";
     rnnc::Layer layer = rnnc::Layer::fromFile(s, dir + "weights.safetensors");
     rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy");
     std::vector<float> y(static_cast<size_t>(x.dim(0) * x.dim(1) * layer.outputSize()));
@@ -123,7 +123,7 @@ TEST(Api, LayersBuiltAndRunFromSeveralThreadsAtOnceAgree) {
 
 // LayerSpec::weightsDtype: bf16 and fp16 weights within 1e-2 of the fp32 layer, fp16 closer.
 TEST(Api, ReducedWeightsStayCloseToFp32) {
-  const std::string dir = kDir + "gru_l2_uni/";
+  const std::string dir = rnnc::test::kLayerFixtures + "gru_l2_uni/";
   rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy");
   auto forward = [&](const std::string& dtype) {
     rnnc::LayerSpec s = spec("gru");
@@ -214,7 +214,7 @@ class CellStepTest : public testing::TestWithParam<std::pair<std::string, std::s
 
 TEST_P(CellStepTest, MatchesTheFirstStepOfTheLayer) {
   const auto& [cell, fixture] = GetParam();
-  const std::string dir = kDir + fixture + "/";
+  const std::string dir = rnnc::test::kLayerFixtures + fixture + "/";
   rnnc::CellStep step = rnnc::CellStep::fromFile(cell, dir + "weights.safetensors");
   rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy"); // [T, B, I], not batch_first
   rnnc::Tensor h0 = rnnc::readNpyFloat32(dir + "h0.npy");   // [1, B, H]
@@ -242,7 +242,7 @@ namespace {
 // PyTorch's packed form, built from a padded fixture the way pack_padded_sequence(
 // enforce_sorted=False) builds it.
 TEST(Api, PackedSequencesMatchPyTorch) {
-  const std::string dir = kDir + "lstm_l2_uni_len/";
+  const std::string dir = rnnc::test::kLayerFixtures + "lstm_l2_uni_len/";
   rnnc::Layer layer = rnnc::Layer::fromFile(rnnc::LayerSpec{}, dir + "weights.safetensors");
   rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy"); // [T, B, I]
   rnnc::Tensor y = rnnc::readNpyFloat32(dir + "output.npy");

@@ -17,6 +17,7 @@
 #include "runtime/Npy.h"
 #include "runtime/SafeTensors.h"
 #include "tests/RandomTensors.h"
+#include "tests/RunnableCpus.h"
 #include "tests/TestSupport.h"
 
 #include <gtest/gtest.h>
@@ -34,11 +35,9 @@ namespace {
 
 // AVX2 (vpmaddubsw), AVX-512 where the host runs it, and the host itself where it has VNNI
 // (vpdpbusd): "" is the host.
-std::vector<std::string> runnableCpus() {
+std::vector<std::string> int8Cpus() {
   const codegen::HostTarget host = codegen::detectHostTarget();
-  std::vector<std::string> cpus = {"haswell"};
-  if (host.has("avx512f"))
-    cpus.push_back("skylake-avx512");
+  std::vector<std::string> cpus = test::runnableCpus();
   if (host.has("avxvnni") || (host.has("avx512vnni") && host.has("avx512vl")))
     cpus.push_back("");
   return cpus;
@@ -114,13 +113,13 @@ const char* kProductsCell = R"(cell products(input_size, hidden_size) {
   return h = h2; output h2
 })";
 
-struct Shape {
+struct ProductShape {
   int64_t input, hidden, steps, batch;
 };
 
 TEST(Int8Products, MatchAReferenceQuantizationOnEveryTarget) {
-  const Shape shapes[] = {{37, 21, 3, 5}, {5, 9, 2, 1}, {130, 40, 4, 17}, {1, 3, 2, 2}};
-  for (const Shape& shape : shapes) {
+  const ProductShape shapes[] = {{37, 21, 3, 5}, {5, 9, 2, 1}, {130, 40, 4, 17}, {1, 3, 2, 2}};
+  for (const ProductShape& shape : shapes) {
     auto cell = frontend::parseCell(kProductsCell, "products.cell");
     cell->bindSizes({{"input_size", shape.input}, {"hidden_size", shape.hidden}});
     std::mt19937 rng(static_cast<unsigned>(shape.input * 7 + shape.batch));
@@ -150,7 +149,7 @@ TEST(Int8Products, MatchAReferenceQuantizationOnEveryTarget) {
     for (float v : expected.values())
       largest = std::max(largest, std::fabs(v));
 
-    for (const std::string& cpu : runnableCpus())
+    for (const std::string& cpu : int8Cpus())
       for (int threads : {1, 2}) {
         SCOPED_TRACE("I=" + std::to_string(shape.input) + " H=" + std::to_string(shape.hidden) +
                      " B=" + std::to_string(shape.batch) + " on " +

@@ -9,6 +9,7 @@
 #include "frontend/BuiltinCells.h"
 #include "runtime/CompiledCell.h"
 #include "runtime/Interpreter.h"
+#include "tests/RunnableCpus.h"
 #include "tests/TestSupport.h"
 
 #include <gtest/gtest.h>
@@ -25,12 +26,7 @@ struct Shape {
   int64_t input, hidden, steps, batch;
 };
 
-std::vector<std::string> runnableCpus() {
-  std::vector<std::string> cpus = {"haswell"};
-  if (codegen::detectHostTarget().has("avx512f"))
-    cpus.push_back("skylake-avx512");
-  return cpus;
-}
+using test::runnableCpus;
 
 struct Setting {
   const char* name;

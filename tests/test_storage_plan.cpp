@@ -14,8 +14,8 @@ using namespace rnnc;
 
 namespace {
 
-const codegen::Target kAvx2{"x86_64-unknown-linux-gnu", "znver3", "+avx2,+fma", 8, 16};
-const codegen::Target kAvx512{"x86_64-unknown-linux-gnu", "skylake-avx512", "+avx512f", 16, 32};
+const codegen::Target kPlanAvx2{"x86_64-unknown-linux-gnu", "znver3", "+avx2,+fma", 8, 16};
+const codegen::Target kPlanAvx512{"x86_64-unknown-linux-gnu", "skylake-avx512", "+avx512f", 16, 32};
 
 // The plan's recurrent product for `target`: the one split by columns (the input projection,
 // in the pre block, is split by rows).
@@ -53,7 +53,7 @@ passes::PipelineOptions withoutMatMulFusion() {
 TEST(StoragePlan, TheLstmKernelStoresBothStatesAndTheOutputDirectly) {
   auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 3}, {"hidden_size", 4}},
                         withoutMatMulFusion());
-  codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx2);
+  codegen::StoragePlan plan = codegen::planStorage(*lstm, kPlanAvx2);
   EXPECT_EQ(plan.updatedInKernel, (std::vector<bool>{true, true}));
   EXPECT_TRUE(plan.outputInPlace);
   // Left to buffers: the pre block's input product and the gates with the folded bias (both
@@ -75,7 +75,7 @@ TEST(StoragePlan, TheLstmKernelStoresBothStatesAndTheOutputDirectly) {
 
 TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
   auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 3}, {"hidden_size", 20}});
-  codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx2);
+  codegen::StoragePlan plan = codegen::planStorage(*lstm, kPlanAvx2);
   // h is read whole by the product in the kernel, so only c is stored over by the kernel; h'
   // goes straight into the output sequence and is copied to h after the step.
   EXPECT_EQ(plan.updatedInKernel, (std::vector<bool>{false, true}));
@@ -93,7 +93,7 @@ TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
   EXPECT_EQ(countRows(plan, codegen::Rows::Fixed, true), 2);
   EXPECT_EQ(countRows(plan, codegen::Rows::PerThread, false), 1);
   EXPECT_EQ(countRows(plan, codegen::Rows::PerThreadStep, false), 1);
-  codegen::PackedProduct packed = recurrentProduct(*lstm, kAvx2);
+  codegen::PackedProduct packed = recurrentProduct(*lstm, kPlanAvx2);
   EXPECT_FALSE(packed.standalone());
   EXPECT_TRUE(plan.buffers.at(packed.buffer).packedWeights);
   EXPECT_EQ(plan.buffers[packed.buffer].fixedRows * plan.buffers[packed.buffer].cols,
@@ -115,7 +115,7 @@ TEST(StoragePlan, ASingleSliceIsTiledFourVectorsWide) {
   // Four accumulator chains per row even at batch 1, and as many rows as the registers hold
   // beside four weight vectors and the broadcast: AVX2 2 rows (8 of 16 registers for
   // accumulators), AVX-512 6 rows (24 of 32).
-  for (const auto& [target, rows] : {std::pair{kAvx2, 2}, std::pair{kAvx512, 6}}) {
+  for (const auto& [target, rows] : {std::pair{kPlanAvx2, 2}, std::pair{kPlanAvx512, 6}}) {
     codegen::PackedProduct packed = recurrentProduct(*rnn, target);
     EXPECT_EQ(packed.slices(), 1);
     EXPECT_EQ(packed.width, 4 * target.vectorWidth);
@@ -128,7 +128,7 @@ TEST(StoragePlan, ThreeSlicesShareOnePassOfTheTile) {
   auto gru = optimised(frontend::loadCell("gru"), {{"input_size", 3}, {"hidden_size", 20}});
   // AVX2's 12 accumulators as 4 rows x 3 slices, AVX-512's 28 as 9 x 3: a panel of two slices
   // and one of one would leave the second pass only 6 (or 14) accumulators.
-  for (const auto& [target, rows] : {std::pair{kAvx2, 4}, std::pair{kAvx512, 9}}) {
+  for (const auto& [target, rows] : {std::pair{kPlanAvx2, 4}, std::pair{kPlanAvx512, 9}}) {
     codegen::PackedProduct packed = recurrentProduct(*gru, target);
     EXPECT_EQ(packed.slices(), 3);
     EXPECT_EQ(packed.panelSlices, 3);
@@ -140,7 +140,7 @@ TEST(StoragePlan, ThreeSlicesShareOnePassOfTheTile) {
 
 TEST(StoragePlan, TheInputProjectionIsTiledOverRowsInChunksThatFitInL2) {
   auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 300}, {"hidden_size", 20}});
-  for (const auto& [target, rows] : {std::pair{kAvx2, 6}, std::pair{kAvx512, 14}}) {
+  for (const auto& [target, rows] : {std::pair{kPlanAvx2, 6}, std::pair{kPlanAvx512, 14}}) {
     codegen::Target sized = target;
     sized.l2Bytes = 1 << 20;
     codegen::StoragePlan plan = codegen::planStorage(*lstm, sized);
@@ -172,7 +172,7 @@ TEST(StoragePlan, AStateReadAfterItsNewValueIsCopiedAtTheEndOfTheStep) {
   })",
                                             "c.cell"),
                         {{"n", 5}});
-  codegen::StoragePlan plan = codegen::planStorage(*cell, kAvx2);
+  codegen::StoragePlan plan = codegen::planStorage(*cell, kPlanAvx2);
   EXPECT_EQ(plan.updatedInKernel, std::vector<bool>{false});
 }
 
@@ -184,7 +184,7 @@ TEST(StoragePlan, SwappedStatesAreStagedBeforeBeingOverwritten) {
   })",
                                             "s.cell"),
                         {{"n", 5}});
-  codegen::StoragePlan plan = codegen::planStorage(*cell, kAvx2);
+  codegen::StoragePlan plan = codegen::planStorage(*cell, kPlanAvx2);
   EXPECT_EQ(plan.updatedInKernel, (std::vector<bool>{false, false}));
   EXPECT_GE(plan.staging[0], 0);
   EXPECT_GE(plan.staging[1], 0);

@@ -14,14 +14,12 @@ using namespace rnnc;
 
 namespace {
 
-const std::string kDir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/layers/";
-
 class ToolLayers : public test::ScratchDirTest {
 protected:
   // rnnc run on fixture `name` with `extra` arguments (weights included); returns max |diff|
   // of the output against PyTorch's.
   float runAndCompare(const std::string& name, std::vector<std::string> extra) {
-    const std::string dir = kDir + name + "/";
+    const std::string dir = test::kLayerFixtures + name + "/";
     nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir + "meta.json"));
     std::vector<std::string> args = {"run",          "--cell",          meta["mode"],
                                      "--input",      dir + "input.npy", "--h0",
@@ -47,22 +45,25 @@ protected:
 };
 
 TEST_F(ToolLayers, LayerFlagsMatchPyTorch) {
-  EXPECT_LE(
-      runAndCompare("lstm_l3_bi_len", {"--weights", kDir + "lstm_l3_bi_len/weights.safetensors",
-                                       "--num-layers", "3", "--bidirectional"}),
-      1e-5f);
+  EXPECT_LE(runAndCompare("lstm_l3_bi_len",
+                          {"--weights", test::kLayerFixtures + "lstm_l3_bi_len/weights.safetensors",
+                           "--num-layers", "3", "--bidirectional"}),
+            1e-5f);
   EXPECT_LE(runAndCompare("lstm_proj_l2_bi_bf_len",
-                          {"--weights", kDir + "lstm_proj_l2_bi_bf_len/weights.safetensors",
+                          {"--weights",
+                           test::kLayerFixtures + "lstm_proj_l2_bi_bf_len/weights.safetensors",
                            "--proj-size", "2"}),
             1e-5f);
 }
 
 TEST_F(ToolLayers, FlatWeightsMatchPyTorch) {
   const std::string name = "gru_l2_bi_bf_len";
-  nlohmann::json meta = nlohmann::json::parse(std::ifstream(kDir + name + "/meta.json"));
+  nlohmann::json meta =
+      nlohmann::json::parse(std::ifstream(test::kLayerFixtures + name + "/meta.json"));
   FlatLayout layout{"gru", meta["input_size"], meta["hidden_size"], 0, 2, true};
   writeNpy(path("flat.npy"),
-           flattenWeights(readSafeTensors(kDir + name + "/weights.safetensors"), layout));
+           flattenWeights(readSafeTensors(test::kLayerFixtures + name + "/weights.safetensors"),
+                          layout));
   EXPECT_LE(
       runAndCompare(name, {"--flat-weights", path("flat.npy"), "--size",
                            "input_size=" + std::to_string(meta["input_size"].get<int>()), "--size",
@@ -75,7 +76,8 @@ TEST_F(ToolLayers, MIOpenGateOrderMatchesPyTorch) {
   const std::string name = "lstm_l2_uni_len";
   writeSafeTensors(
       path("miopen.safetensors"),
-      swapMIOpenGateOrder(readSafeTensors(kDir + name + "/weights.safetensors"), "lstm"));
+      swapMIOpenGateOrder(readSafeTensors(test::kLayerFixtures + name + "/weights.safetensors"),
+                          "lstm"));
   EXPECT_LE(
       runAndCompare(name, {"--weights", path("miopen.safetensors"), "--weight-layout", "miopen"}),
       1e-5f);
@@ -85,11 +87,14 @@ TEST_F(ToolLayers, MIOpenGateOrderMatchesPyTorch) {
 // RNN inside a whole model (self.rnn: rnn.weight_ih_l0, ..., beside fc.weight).
 TEST_F(ToolLayers, BiasFreeWeightsAndASubmodulesWeightsMatchPyTorch) {
   for (const char* name : {"lstm_l2_bi_nobias", "gru_l1_uni_len_nobias", "lstm_proj_l1_uni_nobias"})
-    EXPECT_LE(runAndCompare(name, {"--weights", kDir + name + "/weights.safetensors"}), 1e-5f)
+    EXPECT_LE(
+        runAndCompare(name, {"--weights", test::kLayerFixtures + name + "/weights.safetensors"}),
+        1e-5f)
         << name;
   const std::string name = "lstm_l2_bi_bf";
   TensorMap model;
-  for (const auto& [key, tensor] : readSafeTensors(kDir + name + "/weights.safetensors"))
+  for (const auto& [key, tensor] :
+       readSafeTensors(test::kLayerFixtures + name + "/weights.safetensors"))
     model["rnn." + key] = tensor;
   model["fc.weight"] = Tensor({3, 10});
   writeSafeTensors(path("model.safetensors"), model);
@@ -97,16 +102,18 @@ TEST_F(ToolLayers, BiasFreeWeightsAndASubmodulesWeightsMatchPyTorch) {
       runAndCompare(name, {"--weights", path("model.safetensors"), "--weights-prefix", "rnn."}),
       1e-5f);
   test::ToolRunner tool(dir_);
-  test::ToolResult r = tool.run({"run", "--cell", "lstm", "--weights", path("model.safetensors"),
-                                 "--weights-prefix", "rnn.", "--input", kDir + name + "/input.npy",
-                                 "--batch-first", "--output", path("out.npy")});
+  test::ToolResult r =
+      tool.run({"run", "--cell", "lstm", "--weights", path("model.safetensors"), "--weights-prefix",
+                "rnn.", "--input", test::kLayerFixtures + name + "/input.npy", "--batch-first",
+                "--output", path("out.npy")});
   EXPECT_EQ(r.exitCode, 0) << r;
   EXPECT_NE(r.err.find("note: " + path("model.safetensors") +
                        ": ignoring 1 tensor outside 'rnn.' (fc.weight)"),
             std::string::npos)
       << r;
   r = tool.run({"run", "--cell", "lstm", "--weights", path("model.safetensors"), "--weights-prefix",
-                "encoder.", "--input", kDir + name + "/input.npy", "--output", path("out.npy")});
+                "encoder.", "--input", test::kLayerFixtures + name + "/input.npy", "--output",
+                path("out.npy")});
   EXPECT_EQ(r.exitCode, 1) << r;
   EXPECT_NE(r.err.find("no tensor's name starts with the weights prefix 'encoder.'"),
             std::string::npos)
@@ -114,7 +121,7 @@ TEST_F(ToolLayers, BiasFreeWeightsAndASubmodulesWeightsMatchPyTorch) {
 }
 
 TEST_F(ToolLayers, ANumberOfLayersBelowOneIsAnError) {
-  const std::string dir = kDir + "lstm_l2_bi_bf/";
+  const std::string dir = test::kLayerFixtures + "lstm_l2_bi_bf/";
   for (const char* layers : {"0", "-1"}) {
     test::ToolResult r = test::ToolRunner(dir_).run(
         {"run", "--cell", "lstm", "--weights", dir + "weights.safetensors", "--input",
@@ -127,7 +134,7 @@ TEST_F(ToolLayers, ANumberOfLayersBelowOneIsAnError) {
 }
 
 TEST_F(ToolLayers, BadLayerInputIsACleanError) {
-  const std::string dir = kDir + "lstm_l2_bi_bf/";
+  const std::string dir = test::kLayerFixtures + "lstm_l2_bi_bf/";
   test::ToolRunner tool(dir_);
   test::ToolResult r = tool.run({"run", "--cell", "lstm", "--weights", dir + "weights.safetensors",
                                  "--input", dir + "input.npy", "--batch-first", "--num-layers", "3",

@@ -17,8 +17,6 @@ using namespace rnnc;
 
 namespace {
 
-const std::string kDir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/layers/";
-
 struct Fixture {
   nlohmann::json meta;
   TensorMap weights;
@@ -36,8 +34,8 @@ struct Fixture {
 };
 
 Fixture load(const std::string& name) {
-  return {nlohmann::json::parse(std::ifstream(kDir + name + "/meta.json")),
-          readSafeTensors(kDir + name + "/weights.safetensors")};
+  return {nlohmann::json::parse(std::ifstream(test::kLayerFixtures + name + "/meta.json")),
+          readSafeTensors(test::kLayerFixtures + name + "/weights.safetensors")};
 }
 
 using test::maxAbsDiff;
@@ -48,16 +46,16 @@ void expectFixtureOutput(const std::string& name, const TensorMap& weights) {
   auto cell = frontend::loadCell(f.mode());
   LayerRequest request;
   request.weights = &weights;
-  request.input = readNpyFloat32(kDir + name + "/input.npy");
-  request.initialStates["h"] = readNpyFloat32(kDir + name + "/h0.npy");
+  request.input = readNpyFloat32(test::kLayerFixtures + name + "/input.npy");
+  request.initialStates["h"] = readNpyFloat32(test::kLayerFixtures + name + "/h0.npy");
   if (f.meta["mode"] == "lstm")
-    request.initialStates["c"] = readNpyFloat32(kDir + name + "/c0.npy");
+    request.initialStates["c"] = readNpyFloat32(test::kLayerFixtures + name + "/c0.npy");
   if (f.meta["has_lengths"].get<bool>())
-    request.lengths = readNpyInt64(kDir + name + "/lengths.npy");
+    request.lengths = readNpyInt64(test::kLayerFixtures + name + "/lengths.npy");
   LayerOptions options;
   options.batchFirst = f.meta["batch_first"];
   EXPECT_LE(maxAbsDiff(runLayers(*cell, request, options).output,
-                       readNpyFloat32(kDir + name + "/output.npy")),
+                       readNpyFloat32(test::kLayerFixtures + name + "/output.npy")),
             1e-5f);
 }
 

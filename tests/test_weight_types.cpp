@@ -16,6 +16,7 @@
 #include "runtime/Npy.h"
 #include "runtime/SafeTensors.h"
 #include "tests/RandomTensors.h"
+#include "tests/RunnableCpus.h"
 #include "tests/TestSupport.h"
 
 #include <Eigen/Core>
@@ -31,12 +32,7 @@ using codegen::WeightType;
 
 namespace {
 
-std::vector<std::string> runnableCpus() {
-  std::vector<std::string> cpus = {"haswell"};
-  if (codegen::detectHostTarget().has("avx512f"))
-    cpus.push_back("skylake-avx512");
-  return cpus;
-}
+using test::runnableCpus;
 
 // The oracle's rounding: Eigen's, not ours.
 float rounded(float v, WeightType type) {
@@ -132,16 +128,16 @@ TEST(WeightTypes, PackedWeightsAreRoundedToNearestEvenLikeEigen) {
     }
 }
 
-struct Shape {
+struct CellShape {
   int64_t input, hidden, steps, batch;
 };
 
 TEST(WeightTypes, EveryBuiltinCellMatchesTheInterpreterOnRoundedWeights) {
   // Sizes no tile or vector divides, an odd depth, batch 1 (single-row tiles with the depth
   // split between accumulator sets) and T = 1.
-  const Shape shapes[] = {{7, 11, 4, 13}, {33, 19, 3, 1}, {5, 8, 1, 2}};
+  const CellShape shapes[] = {{7, 11, 4, 13}, {33, 19, 3, 1}, {5, 8, 1, 2}};
   for (const std::string& name : frontend::builtinCellNames())
-    for (const Shape& shape : shapes)
+    for (const CellShape& shape : shapes)
       for (const std::string& cpu : runnableCpus())
         for (WeightType type : {WeightType::F16, WeightType::BF16}) {
           SCOPED_TRACE(name + " I=" + std::to_string(shape.input) +
