@@ -16,6 +16,7 @@
 #include "runtime/LayerRunner.h"
 #include "runtime/Npy.h"
 #include "runtime/SafeTensors.h"
+#include "tests/LayerOutputs.h"
 #include "tests/RandomTensors.h"
 #include "tests/RunnableCpus.h"
 #include "tests/TestSupport.h"
@@ -175,30 +176,16 @@ TEST(Int8Products, MatchAReferenceQuantizationOnEveryTarget) {
 // output's largest value (PyTorch's own qint8 is about 1.3e-2 on the default LSTM: the Python
 // tests compare the two on the same weights).
 TEST(Int8Products, LayersStayCloseToFp32) {
-  const std::string dir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/layers/";
   const std::pair<const char*, const char*> layers[] = {{"lstm", "lstm_l3_bi_len"},
                                                         {"gru", "gru_l3_uni_len"},
                                                         {"rnn_tanh", "rnn_tanh_l3_uni_len"},
                                                         {"rnn_relu", "rnn_relu_l2_uni_len"},
                                                         {"lstm_proj", "lstm_proj_l2_bi"}};
-  for (const auto& [cellName, fixture] : layers) {
+  for (const auto& [cell, fixture] : layers) {
     SCOPED_TRACE(fixture);
-    const std::string path = dir + fixture + "/";
-    TensorMap weights = readSafeTensors(path + "weights.safetensors");
-    Tensor input = readNpyFloat32(path + "input.npy");
-    auto output = [&](WeightType type) {
-      LayerOptions options;
-      options.compile.cache.disk = false;
-      options.compile.weights = type;
-      return LayerProgram::build(*frontend::loadCell(cellName), weights, "weights", options)
-          ->run(input, {}, std::nullopt, {})
-          .output;
-    };
-    Tensor fp32 = output(WeightType::F32);
-    float largest = 0;
-    for (float v : fp32.values())
-      largest = std::max(largest, std::fabs(v));
-    const float error = test::maxAbsDiff(output(WeightType::I8), fp32) / largest;
+    const float error =
+        test::relativeError(test::fixtureLayerOutput(cell, fixture, WeightType::I8),
+                            test::fixtureLayerOutput(cell, fixture, WeightType::F32));
     EXPECT_GT(error, 0.0f) << "the weights were not quantized";
     EXPECT_LT(error, 3e-2f);
   }

@@ -15,6 +15,7 @@
 #include "runtime/LayerRunner.h"
 #include "runtime/Npy.h"
 #include "runtime/SafeTensors.h"
+#include "tests/LayerOutputs.h"
 #include "tests/RandomTensors.h"
 #include "tests/RunnableCpus.h"
 #include "tests/TestSupport.h"
@@ -179,30 +180,17 @@ TEST(WeightTypes, EveryBuiltinCellMatchesTheInterpreterOnRoundedWeights) {
 // 1e-2 of the fp32 output's largest value (the bound), fp16 closer than bf16 (3 more
 // bits of mantissa). Several layers and both directions: the error compounds through them.
 TEST(WeightTypes, LayersStayWithinTheErrorBoundOfFp32) {
-  const std::string dir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/layers/";
   const std::pair<const char*, const char*> layers[] = {{"lstm", "lstm_l3_bi_len"},
                                                         {"gru", "gru_l3_uni_len"},
                                                         {"rnn_tanh", "rnn_tanh_l3_uni_len"},
                                                         {"lstm_proj", "lstm_proj_l2_bi"}};
-  for (const auto& [cellName, fixture] : layers) {
+  for (const auto& [cell, fixture] : layers) {
     SCOPED_TRACE(fixture);
-    const std::string path = dir + fixture + "/";
-    TensorMap weights = readSafeTensors(path + "weights.safetensors");
-    Tensor input = readNpyFloat32(path + "input.npy");
-    auto output = [&](WeightType type) {
-      LayerOptions options;
-      options.compile.cache.disk = false;
-      options.compile.weights = type;
-      return LayerProgram::build(*frontend::loadCell(cellName), weights, "weights", options)
-          ->run(input, {}, std::nullopt, {})
-          .output;
-    };
-    Tensor fp32 = output(WeightType::F32);
-    float largest = 0;
-    for (float v : fp32.values())
-      largest = std::max(largest, std::fabs(v));
-    const float fp16Error = test::maxAbsDiff(output(WeightType::F16), fp32) / largest;
-    const float bf16Error = test::maxAbsDiff(output(WeightType::BF16), fp32) / largest;
+    const Tensor fp32 = test::fixtureLayerOutput(cell, fixture, WeightType::F32);
+    const float fp16Error =
+        test::relativeError(test::fixtureLayerOutput(cell, fixture, WeightType::F16), fp32);
+    const float bf16Error =
+        test::relativeError(test::fixtureLayerOutput(cell, fixture, WeightType::BF16), fp32);
     EXPECT_LT(bf16Error, 1e-2f);
     EXPECT_LT(fp16Error, 1e-2f);
     EXPECT_LT(fp16Error, bf16Error);
