@@ -392,6 +392,36 @@ void ProductKernelEmitter::prefetchRows(const std::vector<const ir::Value*>& ope
   }
 }
 
+// As many slices per pass as the full tile's accumulators allow for this many rows, and as the
+// registers hold with each slice's weights and the spare ones beside them (3 rows x 4 slices is
+// 17 registers of AVX2's 16: LLVM spilled accumulators in the depth loop, which ran at less than
+// half speed); the slices then split evenly between passes.
+int64_t ProductKernelEmitter::slicesPerPass(const PackedProduct& packed, int64_t rows,
+                                            int64_t spare) const {
+  const int64_t accumulators = packed.tileRows * packed.panelSlices;
+  const int64_t vectorsPerSlice = std::max<int64_t>(1, packed.width / e.target.vectorWidth);
+  const int64_t fitting =
+      std::max<int64_t>(1, std::min(accumulators / rows, (e.target.vectorRegisters - spare) /
+                                                             (vectorsPerSlice * (rows + 1))));
+  const int64_t passes = (packed.slices() + fitting - 1) / fitting;
+  return (packed.slices() + passes - 1) / passes;
+}
+
+// Few rows (a batch-1 step) leave few accumulators: each FMA then waits for the one before it on
+// the same accumulator (4 cycles), not for the FMA units. The depth is then split between sets
+// of accumulators (depth k to set k % sets), added at the end: 8 chains at least where the
+// registers hold them beside the weights and the spare ones.
+int64_t ProductKernelEmitter::accumulatorSets(const PackedProduct& packed, int64_t rows,
+                                              int64_t count, int64_t spare, int64_t depth) const {
+  const int64_t vectorsPerSlice = std::max<int64_t>(1, packed.width / e.target.vectorWidth);
+  const int64_t perSet = rows * count * vectorsPerSlice;
+  int64_t sets = 1;
+  while (sets < 4 && perSet * sets < 8 && sets * 2 <= depth &&
+         perSet * sets * 2 + count * vectorsPerSlice + spare <= e.target.vectorRegisters)
+    sets *= 2;
+  return sets;
+}
+
 // Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights. The slices
 // are accumulated in passes of as many as the tile's accumulators allow for this many rows
 // (a panel for a full tile, all of them for one row); each pass is one walk over the depth.
@@ -402,17 +432,7 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::V
   if (packed.weights == WeightType::I8)
     return emitInt8Tile(x, weights, packed, blk, firstRow, rows);
   const int64_t slices = packed.slices();
-  // As many slices per pass as the full tile's accumulators allow for this many rows, and
-  // as the registers hold with each slice's weights and the broadcast input beside them (3
-  // rows x 4 slices is 17 registers of AVX2's 16: LLVM spilled accumulators in the depth
-  // loop, which ran at less than half speed); the slices then split evenly between passes.
-  const int64_t accumulators = packed.tileRows * packed.panelSlices;
-  const int64_t vectorsPerSlice = std::max<int64_t>(1, packed.width / e.target.vectorWidth);
-  const int64_t fitting = std::min(accumulators / rows,
-                                   (e.target.vectorRegisters - 1) / (vectorsPerSlice * (rows + 1)));
-  const int64_t passes =
-      (slices + std::max<int64_t>(fitting, 1) - 1) / std::max<int64_t>(fitting, 1);
-  const int64_t perPass = (slices + passes - 1) / passes;
+  const int64_t perPass = slicesPerPass(packed, rows, /*spare=*/1);
   llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   llvm::Type* element = weightElementType(packed.weights);
   llvm::Type* packedVec = llvm::FixedVectorType::get(element, static_cast<unsigned>(packed.width));
@@ -431,15 +451,7 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::V
     std::vector<llvm::Value*> sliceWeights;
     for (int64_t s = first; s < first + count; ++s)
       sliceWeights.push_back(e.b.CreateConstGEP1_64(element, blockWeights, packed.sliceStart(s)));
-    // Few rows (a batch-1 step) leave few accumulators: each FMA then waits for the one before
-    // it on the same accumulator (4 cycles), not for the FMA units. The depth is then split
-    // between `chains` sets of accumulators (depth k to set k % chains), added at the end: 8
-    // chains at least where the registers hold them beside the weights and the input.
-    const int64_t perSet = rows * count * vectorsPerSlice;
-    int64_t chains = 1;
-    while (chains < 4 && perSet * chains < 8 && chains * 2 <= packed.depth &&
-           perSet * chains * 2 + count * vectorsPerSlice + 1 <= e.target.vectorRegisters)
-      chains *= 2;
+    const int64_t chains = accumulatorSets(packed, rows, count, /*spare=*/1, packed.depth);
     const int64_t loopDepth = packed.depth / chains * chains; // the rest after the loop
     // One depth step into accumulator set `acc`: the slices' weights, each row's input
     // broadcast, their FMAs.

@@ -54,6 +54,13 @@ private:
   void quantizeRows(const View& to, const View& from, RowRange rows, int64_t depth, int64_t stride);
   Tile emitInt8Tile(const View& x, llvm::Value* words, const PackedProduct& packed,
                     llvm::Value* blk, llvm::Value* firstRow, int64_t rows);
+  // The register budget of a tile of `rows` rows, with `spare` registers kept beside the
+  // accumulators and weights (the broadcast input; int8's temporaries): how many slices one pass
+  // over the depth accumulates, and between how many accumulator sets a pass of `count` slices
+  // splits a depth of `depth` steps.
+  int64_t slicesPerPass(const PackedProduct& packed, int64_t rows, int64_t spare) const;
+  int64_t accumulatorSets(const PackedProduct& packed, int64_t rows, int64_t count, int64_t spare,
+                          int64_t depth) const;
   // A slot in the function's entry block (promoted to a register by LLVM): loop-carried values
   // of forLoop bodies.
   llvm::Value* entrySlot(llvm::Type* type, const char* name);

@@ -217,13 +217,8 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
   const int64_t parts = packed.width / kLanesPerMultiply; // multiplies per slice and row
   RNNC_INTERNAL_CHECK(parts * kLanesPerMultiply == packed.width, "int8 blocks of 8 columns");
   // As for fp32 (emitTile), with three registers for the broadcast, the ones and a product.
-  const int64_t accumulators = packed.tileRows * packed.panelSlices;
-  const int64_t vectorsPerSlice = std::max<int64_t>(1, packed.width / e.target.vectorWidth);
-  const int64_t fitting =
-      std::max<int64_t>(1, std::min(accumulators / rows, (e.target.vectorRegisters - 3) /
-                                                             (vectorsPerSlice * (rows + 1))));
-  const int64_t passes = (slices + fitting - 1) / fitting;
-  const int64_t perPass = (slices + passes - 1) / passes;
+  constexpr int64_t kSpare = 3;
+  const int64_t perPass = slicesPerPass(packed, rows, kSpare);
 
   llvm::Type* i32 = e.b.getInt32Ty();
   llvm::Type* i8 = e.b.getInt8Ty();
@@ -259,11 +254,7 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
     for (int64_t s = first; s < first + count; ++s)
       sliceWords.push_back(e.b.CreateConstGEP1_64(i32, block, packed.sliceStart(s)));
     // Split the depth between accumulator sets where few rows leave few of them (emitTile).
-    const int64_t perSet = rows * count * vectorsPerSlice;
-    int64_t chains = 1;
-    while (chains < 4 && perSet * chains < 8 && chains * 2 <= groups &&
-           perSet * chains * 2 + count * vectorsPerSlice + 3 <= e.target.vectorRegisters)
-      chains *= 2;
+    const int64_t chains = accumulatorSets(packed, rows, count, kSpare, groups);
     const int64_t loopGroups = groups / chains * chains;
     auto step = [&](llvm::Value* g, Sums& acc) {
       std::vector<std::vector<llvm::Value*>> w(static_cast<size_t>(count));
