@@ -1,6 +1,6 @@
-// onednn_rnn: times oneDNN's LSTM / linear-before-reset GRU / tanh RNN forward inference on one
-// shape and
-// prints one line of JSON, for bench/compare. Standalone (C++17, oneDNN 2.x C++ API):
+// onednn_rnn: times oneDNN's LSTM / linear-before-reset GRU / tanh RNN on one shape, forward
+// inference or (--backward) training, and prints one line of JSON, for bench/compare. Standalone
+// (C++17, oneDNN 2.x C++ API):
 //
 //   c++ -std=c++17 -O2 bench/onednn_rnn.cpp -ldnnl -fopenmp -o onednn_rnn
 //   OMP_NUM_THREADS=2 ./onednn_rnn --cell lstm --seq 100 --batch 64 --input 512 --hidden 512
@@ -9,6 +9,15 @@
 // GRU: n = tanh(W_in x + b_in + r * (W_hn h + b_hn))). The weights are created in the user layout
 // ldigo and reordered once, untimed, into the layout the primitive asks for (format_tag::any);
 // inputs, initial states and weights are random. Only the primitive's execution is timed.
+//
+// --backward times one training step as bench/pytorch_rnn.py --backward and rnnc bench --backward
+// do: forward_training (which keeps its states in a workspace) then the backward primitive
+// (lstm_backward, lbr_gru_backward, vanilla_rnn_backward), with the gradient of y.sum() (ones for
+// diff_dst_layer, zeros for the final states' gradients), giving the input's, the initial states'
+// and every weight's and bias's gradient. The backward may want its weights in another layout than
+// the forward: each gets its own copy, reordered once, untimed, as the forward's (a training loop
+// whose weights change would pay that reorder at every step; here it is not timed). oneDNN adds
+// into diff_weights and diff_bias, so they are zeroed before each step, outside the timed region.
 //
 // Threads: Debian's libdnnl is built with the OpenMP runtime (libgomp), so OMP_NUM_THREADS sets
 // them; "threads" in the output is omp_get_max_threads() when this program is built with OpenMP
@@ -41,15 +50,17 @@ struct Options {
   std::string cell = "lstm";
   long seq = 100, batch = 64, input = 512, hidden = 512;
   int repeat = 5, warmup = 1;
+  bool backward = false; // time forward_training + backward instead of forward_inference
 };
 
 [[noreturn]] void usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage: onednn_rnn [--cell lstm|gru|rnn_tanh] [--seq T] [--batch B] [--input I] "
-               "[--hidden H] [--repeat R] [--warmup W]\n"
+               "[--hidden H] [--repeat R] [--warmup W] [--backward]\n"
                "Times oneDNN's fp32 forward-inference LSTM (lstm_forward), GRU "
-               "(lbr_gru_forward) or tanh RNN (vanilla_rnn_forward); threads from "
-               "OMP_NUM_THREADS. Prints one line of JSON.\n");
+               "(lbr_gru_forward) or tanh RNN (vanilla_rnn_forward), or with --backward one "
+               "training step (forward_training, then lstm_backward, lbr_gru_backward or "
+               "vanilla_rnn_backward); threads from OMP_NUM_THREADS. Prints one line of JSON.\n");
   std::exit(code);
 }
 
@@ -69,6 +80,10 @@ Options parse(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help")
       usage(0);
+    if (a == "--backward") { // the one option without a value
+      o.backward = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf(stderr, "onednn_rnn: unknown option or missing value: %s\n", a.c_str());
       usage(2);
@@ -170,16 +185,37 @@ memory randomMemory(const memory::desc& md, const dnnl::engine& eng, std::mt1993
   return m;
 }
 
-// Weights as the primitive wants them: random ldigo, reordered once if the layouts differ.
-memory preferredWeights(const memory::desc& user, const memory::desc& wanted,
-                        const dnnl::engine& eng, dnnl::stream& s, std::mt19937& rng, float scale) {
-  memory src = randomMemory(user, eng, rng, scale);
-  if (wanted == user)
-    return src;
+// A memory object of `md` filled with `value` (for the gradients, blocked layouts only).
+memory filledMemory(const memory::desc& md, const dnnl::engine& eng, float value) {
+  memory m(md, eng);
+  auto* p = static_cast<float*>(m.get_data_handle());
+  std::fill(p, p + md.get_size() / sizeof(float), value);
+  return m;
+}
+
+// Weights as a primitive wants them: `user` (ldigo) itself, or reordered once if the layouts
+// differ.
+memory preferredWeights(memory user, const memory::desc& wanted, const dnnl::engine& eng,
+                        dnnl::stream& s) {
+  if (wanted == user.get_desc())
+    return user;
   memory dst(wanted, eng);
-  dnnl::reorder(src, dst).execute(s, src, dst);
+  dnnl::reorder(user, dst).execute(s, user, dst);
   s.wait();
   return dst;
+}
+
+// Sum of a float buffer, and whether any element is nonzero.
+double sumOf(const memory& m, bool* nonzero) {
+  const auto* p = static_cast<const float*>(m.get_data_handle());
+  size_t n = m.get_desc().get_size() / sizeof(float);
+  double sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    sum += p[i];
+    if (p[i] != 0.0f && nonzero)
+      *nonzero = true;
+  }
+  return sum;
 }
 
 } // namespace
@@ -209,35 +245,69 @@ int main(int argc, char** argv) {
     memory::desc wIterAny({L, D, H, G, H}, dt::f32, tag::any);
     memory::desc bias({L, D, biasG, H}, dt::f32, tag::ldgo);
 
-    const auto prop = dnnl::prop_kind::forward_inference;
+    // Training keeps the forward's states in a workspace for the backward.
+    const auto prop =
+        o.backward ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
     const auto dir = dnnl::rnn_direction::unidirectional_left2right;
-    dnnl::primitive prim;
-    memory::desc wLayerMd, wIterMd;
+    dnnl::primitive prim, backPrim;
+    // The backward's layouts (weights, gradients), queried below when training.
+    dnnl::rnn_primitive_desc_base backPd;
+    memory::desc wLayerMd, wIterMd, workspaceMd;
     if (lstm) {
       dnnl::lstm_forward::desc d(prop, dir, srcLayer, iter, iter, wLayerAny, wIterAny, bias,
                                  dstLayer, iter, iter);
       dnnl::lstm_forward::primitive_desc pd(d, eng);
       wLayerMd = pd.weights_layer_desc();
       wIterMd = pd.weights_iter_desc();
+      workspaceMd = pd.workspace_desc();
       prim = dnnl::lstm_forward(pd);
+      if (o.backward) {
+        dnnl::lstm_backward::desc bd(dnnl::prop_kind::backward, dir, srcLayer, iter, iter,
+                                     wLayerAny, wIterAny, bias, dstLayer, iter, iter, srcLayer,
+                                     iter, iter, wLayerAny, wIterAny, bias, dstLayer, iter, iter);
+        dnnl::lstm_backward::primitive_desc bpd(bd, eng, pd);
+        backPd = bpd;
+        backPrim = dnnl::lstm_backward(bpd);
+      }
     } else if (gru) {
       dnnl::lbr_gru_forward::desc d(prop, dir, srcLayer, iter, wLayerAny, wIterAny, bias, dstLayer,
                                     iter);
       dnnl::lbr_gru_forward::primitive_desc pd(d, eng);
       wLayerMd = pd.weights_layer_desc();
       wIterMd = pd.weights_iter_desc();
+      workspaceMd = pd.workspace_desc();
       prim = dnnl::lbr_gru_forward(pd);
+      if (o.backward) {
+        dnnl::lbr_gru_backward::desc bd(dnnl::prop_kind::backward, dir, srcLayer, iter, wLayerAny,
+                                        wIterAny, bias, dstLayer, iter, srcLayer, iter, wLayerAny,
+                                        wIterAny, bias, dstLayer, iter);
+        dnnl::lbr_gru_backward::primitive_desc bpd(bd, eng, pd);
+        backPd = bpd;
+        backPrim = dnnl::lbr_gru_backward(bpd);
+      }
     } else {
       dnnl::vanilla_rnn_forward::desc d(prop, dnnl::algorithm::eltwise_tanh, dir, srcLayer, iter,
                                         wLayerAny, wIterAny, bias, dstLayer, iter);
       dnnl::vanilla_rnn_forward::primitive_desc pd(d, eng);
       wLayerMd = pd.weights_layer_desc();
       wIterMd = pd.weights_iter_desc();
+      workspaceMd = pd.workspace_desc();
       prim = dnnl::vanilla_rnn_forward(pd);
+      if (o.backward) {
+        dnnl::vanilla_rnn_backward::desc bd(dnnl::prop_kind::backward,
+                                            dnnl::algorithm::eltwise_tanh, dir, srcLayer, iter,
+                                            wLayerAny, wIterAny, bias, dstLayer, iter, srcLayer,
+                                            iter, wLayerAny, wIterAny, bias, dstLayer, iter);
+        dnnl::vanilla_rnn_backward::primitive_desc bpd(bd, eng, pd);
+        backPd = bpd;
+        backPrim = dnnl::vanilla_rnn_backward(bpd);
+      }
     }
 
-    memory wLayer = preferredWeights(wLayerUser, wLayerMd, eng, s, rng, w);
-    memory wIter = preferredWeights(wIterUser, wIterMd, eng, s, rng, w);
+    memory wLayerLdigo = randomMemory(wLayerUser, eng, rng, w);
+    memory wIterLdigo = randomMemory(wIterUser, eng, rng, w);
+    memory wLayer = preferredWeights(wLayerLdigo, wLayerMd, eng, s);
+    memory wIter = preferredWeights(wIterLdigo, wIterMd, eng, s);
     memory b = randomMemory(bias, eng, rng, w);
     memory x = randomMemory(srcLayer, eng, rng, 1.0f);
     memory h0 = randomMemory(iter, eng, rng, 1.0f);
@@ -253,14 +323,56 @@ int main(int argc, char** argv) {
       args[DNNL_ARG_DST_ITER_C] = cn;
     }
 
+    // Training: the backward reads the forward's arguments and workspace, and writes every
+    // gradient. The gradient of y.sum(): ones for y, zeros for the final states.
+    std::unordered_map<int, memory> backArgs;
+    memory backWLayer, backWIter, dx, dWLayer, dWIter, dBias;
+    if (o.backward) {
+      memory workspace(workspaceMd, eng);
+      args[DNNL_ARG_WORKSPACE] = workspace;
+      backWLayer = preferredWeights(wLayerLdigo, backPd.weights_layer_desc(), eng, s);
+      backWIter = preferredWeights(wIterLdigo, backPd.weights_iter_desc(), eng, s);
+      dx = memory(backPd.diff_src_layer_desc(), eng);
+      dWLayer = memory(backPd.diff_weights_layer_desc(), eng);
+      dWIter = memory(backPd.diff_weights_iter_desc(), eng);
+      dBias = memory(backPd.diff_bias_desc(), eng);
+      backArgs = args;
+      backArgs[DNNL_ARG_WEIGHTS_LAYER] = backWLayer;
+      backArgs[DNNL_ARG_WEIGHTS_ITER] = backWIter;
+      backArgs[DNNL_ARG_DIFF_SRC_LAYER] = dx;
+      backArgs[DNNL_ARG_DIFF_SRC_ITER] = memory(backPd.diff_src_iter_desc(), eng);
+      backArgs[DNNL_ARG_DIFF_WEIGHTS_LAYER] = dWLayer;
+      backArgs[DNNL_ARG_DIFF_WEIGHTS_ITER] = dWIter;
+      backArgs[DNNL_ARG_DIFF_BIAS] = dBias;
+      backArgs[DNNL_ARG_DIFF_DST_LAYER] = filledMemory(backPd.diff_dst_layer_desc(), eng, 1.0f);
+      backArgs[DNNL_ARG_DIFF_DST_ITER] = filledMemory(backPd.diff_dst_iter_desc(), eng, 0.0f);
+      if (lstm) {
+        backArgs[DNNL_ARG_DIFF_SRC_ITER_C] = memory(backPd.diff_src_iter_c_desc(), eng);
+        backArgs[DNNL_ARG_DIFF_DST_ITER_C] = filledMemory(backPd.diff_dst_iter_c_desc(), eng, 0.0f);
+      }
+    }
+    // oneDNN adds the weights' and bias's gradients into diff_weights / diff_bias (as autograd
+    // into .grad): zeroed before each step, untimed, so each step's are one step's.
+    auto zeroGradients = [&] {
+      for (memory* m : {&dWLayer, &dWIter, &dBias})
+        std::memset(m->get_data_handle(), 0, m->get_desc().get_size());
+    };
+
     auto once = [&] {
       prim.execute(s, args);
+      if (o.backward)
+        backPrim.execute(s, backArgs);
       s.wait();
     };
-    for (int i = 0; i < o.warmup; ++i)
+    for (int i = 0; i < o.warmup; ++i) {
+      if (o.backward)
+        zeroGradients();
       once();
+    }
     std::vector<double> ms;
     for (int i = 0; i < o.repeat; ++i) {
+      if (o.backward)
+        zeroGradients();
       auto start = std::chrono::steady_clock::now();
       once();
       ms.push_back(
@@ -280,18 +392,36 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "onednn_rnn: the output is not finite\n");
       return 1;
     }
+    // Training: the input's gradient must be finite and not all zeros (a backward that did not
+    // run), and the weights' and bias's finite.
+    if (o.backward) {
+      bool moved = false;
+      double grads = sumOf(dx, &moved);
+      for (const memory* m : {&dWLayer, &dWIter, &dBias})
+        grads += sumOf(*m, nullptr);
+      if (!std::isfinite(grads) || !moved) {
+        std::fprintf(stderr, "onednn_rnn: the gradients are %s\n",
+                     moved ? "not finite" : "all zeros");
+        return 1;
+      }
+    }
 
     const dnnl::version_t* v = dnnl::version();
+    // Whether any weights the timed primitives read are not ldigo (the backward's copies too).
+    bool reordered = wLayerMd != wLayerUser || wIterMd != wIterUser;
+    if (o.backward)
+      reordered =
+          reordered || backWLayer.get_desc() != wLayerUser || backWIter.get_desc() != wIterUser;
     std::printf("{\"engine\":\"onednn\",\"cell\":\"%s\",\"T\":%ld,\"B\":%ld,\"I\":%ld,\"H\":%ld,"
                 "\"threads\":%d,\"median_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g,"
                 "\"repeat\":%d,\"warmup\":%d,\"runtime\":\"%s\",\"isa\":\"%s\","
                 "\"weights_format\":\"%s\",\"weights_reordered\":%s,\"version\":\"%d.%d.%d\","
-                "\"checksum\":%.6g}\n",
+                "\"checksum\":%.6g,\"backward\":%s}\n",
                 o.cell.c_str(), static_cast<long>(T), static_cast<long>(B), static_cast<long>(I),
                 static_cast<long>(H), threadCount(), median, ms.front(), ms.back(), o.repeat,
                 o.warmup, runtimeName(), isaName(dnnl::get_effective_cpu_isa()),
-                formatKindName(wLayerMd), wLayerMd == wLayerUser ? "false" : "true", v->major,
-                v->minor, v->patch, checksum);
+                formatKindName(wLayerMd), reordered ? "true" : "false", v->major, v->minor,
+                v->patch, checksum, o.backward ? "true" : "false");
   } catch (const dnnl::error& e) {
     std::fprintf(stderr, "onednn_rnn: oneDNN error %d: %s\n", static_cast<int>(e.status), e.what());
     return 1;
