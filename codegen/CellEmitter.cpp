@@ -26,15 +26,6 @@ public:
   std::unique_ptr<llvm::Module> emit();
 
 private:
-  std::vector<llvm::Value*> loadPointerArray(llvm::Value* array, size_t count, const char* name);
-
-  // The run's arguments, each read at its offset in RnncRunArgs (RunArgs.h): one layout, the C
-  // struct's.
-  void loadArguments();
-
-  // Views valid everywhere: parameters and fixed-size buffers.
-  void resetViews();
-
   void emitStep(llvm::Value* t);
 
   // Which of a block's work to emit: the pre block's is split between the parameter phase
@@ -54,25 +45,20 @@ private:
 
 std::unique_ptr<llvm::Module> CellEmitter::emit() {
   b.SetInsertPoint(llvm::BasicBlock::Create(llvmContext, "entry", fn));
-  loadArguments();
+  loadArguments(fn->getArg(0));
 
   // Parameters only: no view of an input or a sequence buffer is needed.
   ifPhase(RNNC_PHASE_PARAMS, "params", [&] {
-    resetViews();
+    paramViews();
     emitBlock(cell.pre, constant(0), Work::WithoutBatch);
-    resetViews();
+    paramViews();
     for (const PackedProduct& packed : plan.packedProducts)
       products_.emitPacking(packed);
     synced = false;
     barrier();
   });
   // The pre block: inputs and pre values are whole sequences, [T*B, F].
-  resetViews();
-  for (size_t i = 0; i < cell.inputs.size(); ++i)
-    views[cell.inputs[i].get()] = {inputs[i], constant(columnsOf(cell.inputs[i].get()))};
-  for (const BufferSpec& spec : plan.buffers)
-    if (spec.rows == Rows::Sequence)
-      views[spec.value] = {buffers[index(spec)], constant(spec.cols)};
+  sequenceViews();
   ifPhase(RNNC_PHASE_PRE, "pre", [&] {
     llvm::Value* sequenceRows = b.CreateMul(steps, batch, "rows");
     emitBlock(cell.pre, sequenceRows, Work::PerRow);
@@ -106,80 +92,9 @@ std::unique_ptr<llvm::Module> CellEmitter::emit() {
   return std::move(module);
 }
 
-std::vector<llvm::Value*> CellEmitter::loadPointerArray(llvm::Value* array, size_t count,
-                                                        const char* name) {
-  std::vector<llvm::Value*> pointers;
-  for (size_t i = 0; i < count; ++i) {
-    llvm::Value* slot = b.CreateConstGEP1_64(ptr, array, i);
-    pointers.push_back(b.CreateLoad(ptr, slot, std::string(name) + std::to_string(i)));
-  }
-  return pointers;
-}
-
-void CellEmitter::loadArguments() {
-  llvm::Value* args = fn->getArg(0);
-  // Each field at its offset in the C struct, so the two cannot disagree.
-  auto field = [&](size_t offset, llvm::Type* type, const char* name) {
-    llvm::Value* at = b.CreateConstGEP1_64(llvm::Type::getInt8Ty(llvmContext), args, offset);
-    return b.CreateLoad(type, at, name);
-  };
-#define RNNC_FIELD(name, type) field(offsetof(RnncRunArgs, name), type, #name)
-  static_assert(sizeof(int64_t) == 8 && sizeof(void*) == 8,
-                "RnncRunArgs as a 64-bit target lays it out");
-  steps = RNNC_FIELD(steps, i64);
-  batch = RNNC_FIELD(batch, i64);
-  params = loadPointerArray(RNNC_FIELD(params, ptr), cell.params.size(), "param");
-  inputs = loadPointerArray(RNNC_FIELD(inputs, ptr), cell.inputs.size(), "input");
-  states = loadPointerArray(RNNC_FIELD(states, ptr), cell.states.size(), "state");
-  output = RNNC_FIELD(output, ptr);
-  buffers = loadPointerArray(RNNC_FIELD(buffers, ptr), plan.buffers.size(), "buffer");
-  phases = RNNC_FIELD(phases, i64);
-  thread = RNNC_FIELD(thread, i64);
-  threads = RNNC_FIELD(threads, i64);
-  team = RNNC_FIELD(team, ptr);
-#undef RNNC_FIELD
-}
-
-// Views valid everywhere: parameters and fixed-size buffers.
-void CellEmitter::resetViews() {
-  views.clear();
-  for (size_t i = 0; i < cell.params.size(); ++i) {
-    const ir::Value* p = cell.params[i].get();
-    views[p] = {params[i], constant(p->shape.size() == 2 ? columnsOf(p) : 0)};
-  }
-  for (const BufferSpec& spec : plan.buffers)
-    if (spec.rows == Rows::Fixed && !spec.packedWeights)
-      views[spec.value] = {buffers[index(spec)],
-                           constant(spec.value->shape.size() == 2 ? spec.cols : 0)};
-}
-
 void CellEmitter::emitStep(llvm::Value* t) {
-  resetViews();
-  llvm::Value* firstRow = b.CreateMul(t, batch, "first_row");
-  auto rowsFrom = [&](llvm::Value* base, int64_t cols) {
-    return View{b.CreateGEP(f32, base, b.CreateMul(firstRow, constant(cols))), constant(cols)};
-  };
-  for (size_t i = 0; i < cell.inputs.size(); ++i)
-    views[cell.inputs[i].get()] = rowsFrom(inputs[i], columnsOf(cell.inputs[i].get()));
+  View outputRows = stepViews(t);
   const int64_t outCols = columnsOf(cell.output);
-  for (size_t i = 0; i < cell.states.size(); ++i) {
-    llvm::Value* base = states[i];
-    if (plan.readFromOutput[i]) { // step t > 0 reads the state from output rows t - 1
-      llvm::Value* previous =
-          b.CreateGEP(f32, output, b.CreateMul(b.CreateSub(firstRow, batch), constant(outCols)));
-      base = b.CreateSelect(b.CreateICmpEQ(t, constant(0)), base, previous);
-    }
-    views[cell.states[i].get()] = {base, constant(columnsOf(cell.states[i].get()))};
-  }
-  for (const BufferSpec& spec : plan.buffers)
-    if (spec.rows == Rows::Sequence)
-      views[spec.value] = rowsFrom(buffers[index(spec)], spec.cols);
-    else if (spec.rows == Rows::Step && !views.count(spec.value))
-      views[spec.value] = {buffers[index(spec)], constant(spec.cols)};
-  View outputRows = rowsFrom(output, outCols);
-  if (plan.outputInPlace)
-    views[cell.output] = outputRows;
-
   emitBlock(cell.step, batch);
 
   // Every read of this step's states is done before any thread overwrites them. The copies
@@ -212,52 +127,26 @@ void CellEmitter::emitStep(llvm::Value* t) {
 }
 
 void CellEmitter::emitBlock(const ir::Block& block, llvm::Value* batchRows, Work which) {
-  std::vector<KernelGroup> groups = kernelGroups(block);
-  size_t nextGroup = 0;
-  for (size_t i = 0; i < block.size();) {
-    size_t end = i + 1;
-    bool isGroup = nextGroup < groups.size() && groups[nextGroup].first == i;
-    if (isGroup)
-      end = groups[nextGroup].last;
-    // Immediates and views cost nothing until read, alone or as a whole kernel (a kernel of
-    // the slices of a premultiplied product, read raw by the step).
-    bool viewsOnly = true;
-    for (size_t j = i; j < end; ++j)
-      viewsOnly &= block[j]->op == Op::Const || block[j]->op == Op::Slice;
-    if (viewsOnly) {
-      if (isGroup)
-        ++nextGroup;
-      i = end;
+  for (const WorkUnit& unit : workUnits(block, plan)) {
+    if ((which == Work::PerRow && unit.unbatched) ||
+        (which == Work::WithoutBatch && !unit.unbatched))
       continue;
-    }
     // The recurrent product is split by columns, every other product by rows like per-row work.
-    const PackedProduct* packed = plan.packedProductOf(block[i].get());
-    bool product = packed && !packed->splitRows;
-    bool unbatched = true; // every value the work writes is without a batch dimension
-    for (size_t j = i; j < end; ++j)
-      if (block[j]->op != Op::Const && block[j]->op != Op::Slice)
-        unbatched &= !block[j]->result.isBatched();
-    unbatched &= !packed;
-    if ((which == Work::PerRow && unbatched) || (which == Work::WithoutBatch && !unbatched)) {
-      if (isGroup)
-        ++nextGroup;
-      i = end;
-      continue;
-    }
+    const bool product = unit.packed && !unit.packed->splitRows;
     if (product)
       barrier();
     synced = false;
-    if (isGroup && packed) // a kernel led by a matrix product
-      products_.emitProductKernel(block, &groups[nextGroup++], *packed, batchRows);
-    else if (isGroup)
-      kernels_.emitKernel(block, groups[nextGroup++], batchRows);
-    else if (packed)
-      products_.emitProductKernel(block, nullptr, *packed, batchRows);
+    const KernelGroup group{unit.first, unit.last};
+    if (unit.kernel && unit.packed) // a kernel led by a matrix product
+      products_.emitProductKernel(block, &group, *unit.packed, batchRows);
+    else if (unit.kernel)
+      kernels_.emitKernel(block, group, batchRows);
+    else if (unit.packed)
+      products_.emitProductKernel(block, nullptr, *unit.packed, batchRows);
     else
-      emitInstruction(*block[i], batchRows);
-    if (product || unbatched)
+      emitInstruction(*block[unit.first], batchRows);
+    if (product || unit.unbatched)
       barrier();
-    i = end;
   }
 }
 

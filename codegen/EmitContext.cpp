@@ -2,6 +2,8 @@
 
 #include "ir/Error.h"
 
+#include <cstddef>
+
 namespace rnnc::codegen {
 
 EmitContext::EmitContext(llvm::LLVMContext& llvmContext, const ir::Cell& cell,
@@ -28,6 +30,90 @@ EmitContext::EmitContext(llvm::LLVMContext& llvmContext, const ir::Cell& cell,
   layerNormGradFn = module->getOrInsertFunction(
       kLayerNormGradSymbol,
       llvm::FunctionType::get(none, {i64, i64, ptr, i64, ptr, i64, ptr, i64, f32}, false));
+}
+
+std::vector<llvm::Value*> EmitContext::loadPointerArray(llvm::Value* array, size_t count,
+                                                        const char* name) {
+  std::vector<llvm::Value*> pointers;
+  for (size_t i = 0; i < count; ++i) {
+    llvm::Value* slot = b.CreateConstGEP1_64(ptr, array, i);
+    pointers.push_back(b.CreateLoad(ptr, slot, std::string(name) + std::to_string(i)));
+  }
+  return pointers;
+}
+
+void EmitContext::loadArguments(llvm::Value* args) {
+  // Each field at its offset in the C struct, so the two cannot disagree.
+  auto field = [&](size_t offset, llvm::Type* type, const char* name) {
+    llvm::Value* at = b.CreateConstGEP1_64(llvm::Type::getInt8Ty(llvmContext), args, offset);
+    return b.CreateLoad(type, at, name);
+  };
+#define RNNC_FIELD(name, type) field(offsetof(RnncRunArgs, name), type, #name)
+  static_assert(sizeof(int64_t) == 8 && sizeof(void*) == 8,
+                "RnncRunArgs as a 64-bit target lays it out");
+  steps = RNNC_FIELD(steps, i64);
+  batch = RNNC_FIELD(batch, i64);
+  params = loadPointerArray(RNNC_FIELD(params, ptr), cell.params.size(), "param");
+  inputs = loadPointerArray(RNNC_FIELD(inputs, ptr), cell.inputs.size(), "input");
+  states = loadPointerArray(RNNC_FIELD(states, ptr), cell.states.size(), "state");
+  output = RNNC_FIELD(output, ptr);
+  buffers = loadPointerArray(RNNC_FIELD(buffers, ptr), plan.buffers.size(), "buffer");
+  phases = RNNC_FIELD(phases, i64);
+  thread = RNNC_FIELD(thread, i64);
+  threads = RNNC_FIELD(threads, i64);
+  team = RNNC_FIELD(team, ptr);
+#undef RNNC_FIELD
+}
+
+// Views valid everywhere: parameters and fixed-size buffers.
+void EmitContext::paramViews() {
+  views.clear();
+  for (size_t i = 0; i < cell.params.size(); ++i) {
+    const ir::Value* p = cell.params[i].get();
+    views[p] = {params[i], constant(p->shape.size() == 2 ? columnsOf(p) : 0)};
+  }
+  for (const BufferSpec& spec : plan.buffers)
+    if (spec.rows == Rows::Fixed && !spec.packedWeights)
+      views[spec.value] = {buffers[index(spec)],
+                           constant(spec.value->shape.size() == 2 ? spec.cols : 0)};
+}
+
+void EmitContext::sequenceViews() {
+  paramViews();
+  for (size_t i = 0; i < cell.inputs.size(); ++i)
+    views[cell.inputs[i].get()] = {inputs[i], constant(columnsOf(cell.inputs[i].get()))};
+  for (const BufferSpec& spec : plan.buffers)
+    if (spec.rows == Rows::Sequence)
+      views[spec.value] = {buffers[index(spec)], constant(spec.cols)};
+}
+
+View EmitContext::stepViews(llvm::Value* t) {
+  paramViews();
+  llvm::Value* firstRow = b.CreateMul(t, batch, "first_row");
+  auto rowsFrom = [&](llvm::Value* base, int64_t cols) {
+    return View{b.CreateGEP(f32, base, b.CreateMul(firstRow, constant(cols))), constant(cols)};
+  };
+  for (size_t i = 0; i < cell.inputs.size(); ++i)
+    views[cell.inputs[i].get()] = rowsFrom(inputs[i], columnsOf(cell.inputs[i].get()));
+  const int64_t outCols = columnsOf(cell.output);
+  for (size_t i = 0; i < cell.states.size(); ++i) {
+    llvm::Value* base = states[i];
+    if (plan.readFromOutput[i]) { // step t > 0 reads the state from output rows t - 1
+      llvm::Value* previous =
+          b.CreateGEP(f32, output, b.CreateMul(b.CreateSub(firstRow, batch), constant(outCols)));
+      base = b.CreateSelect(b.CreateICmpEQ(t, constant(0)), base, previous);
+    }
+    views[cell.states[i].get()] = {base, constant(columnsOf(cell.states[i].get()))};
+  }
+  for (const BufferSpec& spec : plan.buffers)
+    if (spec.rows == Rows::Sequence)
+      views[spec.value] = rowsFrom(buffers[index(spec)], spec.cols);
+    else if (spec.rows == Rows::Step && !views.count(spec.value))
+      views[spec.value] = {buffers[index(spec)], constant(spec.cols)};
+  View outputRows = rowsFrom(output, outCols);
+  if (plan.outputInPlace)
+    views[cell.output] = outputRows;
+  return outputRows;
 }
 
 View EmitContext::view(const ir::Value* value) {

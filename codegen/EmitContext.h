@@ -38,6 +38,19 @@ public:
   EmitContext(llvm::LLVMContext& llvmContext, const ir::Cell& cell, const StoragePlan& plan,
               const Target& target, const std::string& name);
 
+  // Loads the run's arguments from `args` (a `const RnncRunArgs*`) into the members below,
+  // each read at its offset in the C struct (RunArgs.h): one layout, the struct's.
+  void loadArguments(llvm::Value* args);
+
+  // The views of each part of a run (they replace all others): parameters and fixed buffers,
+  // valid everywhere; with them the whole sequences of the pre block ([T*B, F]: inputs and
+  // pre buffers); or with them step t's rows of inputs, pre buffers and the output, the states
+  // (from step 1 on, a state the output carries over is read from the output's rows of step
+  // t - 1) and the step buffers. stepViews returns the view of step t's output rows.
+  void paramViews();
+  void sequenceViews();
+  View stepViews(llvm::Value* t);
+
   // ---- Addressing -----------------------------------------------------------------------------
 
   llvm::Value* constant(int64_t v) { return llvm::ConstantInt::get(i64, static_cast<uint64_t>(v)); }
@@ -157,6 +170,8 @@ public:
   std::unordered_map<const ir::Value*, View> views;
 
 private:
+  std::vector<llvm::Value*> loadPointerArray(llvm::Value* array, size_t count, const char* name);
+
   // Our loops are unrolled where it pays already (the depth loop of product tiles) or are meant
   // to stay loops (a tile's rows share one copy of the elementwise code); LLVM unrolling them
   // again multiplies compile time for nothing.

@@ -12,11 +12,8 @@ namespace rnnc::codegen {
 
 using ir::Op;
 
-// One loop nest over the kernel's iteration space [R, F]: rows outside, columns inside in groups
-// of interleaved vectors, then single vectors of the target's width, then the remaining columns
-// one at a time.
-void KernelEmitter::emitKernel(const ir::Block& block, const KernelGroup& group,
-                               llvm::Value* batchRows) {
+KernelEmitter::Space KernelEmitter::iterationSpace(const ir::Block& block,
+                                                   const KernelGroup& group) {
   ir::Shape space;
   for (size_t i = group.first; i < group.last; ++i) {
     if (block[i]->op == Op::LayerNorm)
@@ -25,17 +22,18 @@ void KernelEmitter::emitKernel(const ir::Block& block, const KernelGroup& group,
     RNNC_INTERNAL_CHECK(widened.has_value(), "kernel members do not share an iteration space");
     space = *widened;
   }
-  bool batched = ir::hasBatch(space);
-  int64_t rowsFixed = 1;
+  Space result;
+  result.batched = ir::hasBatch(space);
   for (size_t d = 0; d + 1 < space.size(); ++d)
-    if (!batched)
-      rowsFixed *= space[d].constantValue();
-  RowRange rows = batched ? e.share(batchRows) : e.firstThreadOnly(e.constant(rowsFixed));
-  const int64_t cols = space.empty() ? 1 : space.back().constantValue();
-  const int64_t width = e.target.vectorWidth;
-  const int64_t widths[] = {width * e.target.interleavedVectors, width, 1};
+    if (!result.batched)
+      result.fixedRows *= space[d].constantValue();
+  result.cols = space.empty() ? 1 : space.back().constantValue();
+  for (size_t i = group.first; i < group.last; ++i)
+    result.normalises |= block[i]->op == Op::LayerNorm;
+  return result;
+}
 
-  // Views are computed before the loops so that their address arithmetic is not repeated.
+void KernelEmitter::emitViews(const ir::Block& block, const KernelGroup& group) {
   for (size_t i = group.first; i < group.last; ++i) {
     for (const ir::Value* operand : block[i]->operands)
       if (!definedIn(block, group, operand) && !isImmediate(operand))
@@ -43,19 +41,37 @@ void KernelEmitter::emitKernel(const ir::Block& block, const KernelGroup& group,
     if (block[i]->op == Op::Slice && !isNormalised(block[i]->operands[0]))
       e.view(&block[i]->result);
   }
-  e.forLoop(rows.begin, rows.end, e.constant(1), "row", [&](llvm::Value* r) {
-    for (size_t i = group.first; i < group.last; ++i)
-      if (block[i]->op == Op::LayerNorm)
-        rowStatistics_[&block[i]->result] = emitRowStatistics(*block[i], r);
-    int64_t done = 0; // columns covered by the wider loops before
-    for (int64_t w : widths) {
-      const int64_t end = cols - cols % w;
-      if (end > done)
-        e.forLoop(e.constant(done), e.constant(end), e.constant(w), "col",
-                  [&](llvm::Value* j) { emitKernelBody(block, group, r, j, w); });
-      done = std::max(done, end);
-    }
-  });
+}
+
+// One loop nest over the kernel's iteration space [R, F]: rows outside, columns inside.
+void KernelEmitter::emitKernel(const ir::Block& block, const KernelGroup& group,
+                               llvm::Value* batchRows) {
+  const Space space = iterationSpace(block, group);
+  RowRange rows =
+      space.batched ? e.share(batchRows) : e.firstThreadOnly(e.constant(space.fixedRows));
+  // Views are computed before the loops so that their address arithmetic is not repeated.
+  emitViews(block, group);
+  e.forLoop(rows.begin, rows.end, e.constant(1), "row",
+            [&](llvm::Value* r) { emitKernelRow(block, group, r, space.cols); });
+}
+
+// Row r: its layer norms' statistics, then columns in groups of interleaved vectors, then
+// single vectors of the target's width, then the remaining columns one at a time.
+void KernelEmitter::emitKernelRow(const ir::Block& block, const KernelGroup& group, llvm::Value* r,
+                                  int64_t cols) {
+  for (size_t i = group.first; i < group.last; ++i)
+    if (block[i]->op == Op::LayerNorm)
+      rowStatistics_[&block[i]->result] = emitRowStatistics(*block[i], r);
+  const int64_t width = e.target.vectorWidth;
+  const int64_t widths[] = {width * e.target.interleavedVectors, width, 1};
+  int64_t done = 0; // columns covered by the wider loops before
+  for (int64_t w : widths) {
+    const int64_t end = cols - cols % w;
+    if (end > done)
+      e.forLoop(e.constant(done), e.constant(end), e.constant(w), "col",
+                [&](llvm::Value* j) { emitKernelBody(block, group, r, j, w); });
+    done = std::max(done, end);
+  }
 }
 
 // Sum over columns [0, n) of row r of `x`, each element mapped by `f`: vector lanes, then the

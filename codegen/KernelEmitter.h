@@ -13,9 +13,26 @@ class KernelEmitter {
 public:
   explicit KernelEmitter(EmitContext& e) : e(e) {}
 
-  // One loop nest over the kernel's iteration space [R, F]: rows outside, columns inside in
-  // groups of interleaved vectors, then single vectors, then one column at a time.
+  // The kernel's iteration space [R, F]: batched (R the run's rows) or R fixed; and whether a
+  // layer norm is fused in (its row statistics are computed per row).
+  struct Space {
+    bool batched = false;
+    int64_t fixedRows = 1;
+    int64_t cols = 1;
+    bool normalises = false;
+  };
+  static Space iterationSpace(const ir::Block& block, const KernelGroup& group);
+
+  // One loop nest over the kernel's iteration space: rows outside, columns inside in groups of
+  // interleaved vectors, then single vectors, then one column at a time.
   void emitKernel(const ir::Block& block, const KernelGroup& group, llvm::Value* batchRows);
+
+  // The views of what the kernel reads from memory, made before its loops.
+  void emitViews(const ir::Block& block, const KernelGroup& group);
+
+  // The kernel's whole row r (its `cols` columns), as one iteration of emitKernel's row loop.
+  void emitKernelRow(const ir::Block& block, const KernelGroup& group, llvm::Value* r,
+                     int64_t cols);
 
   // The kernel's work at row r, columns [j, j + width). `values`: what is already in registers
   // (the slices of a fused product's tile).

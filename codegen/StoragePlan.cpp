@@ -111,6 +111,31 @@ std::vector<KernelGroup> kernelGroups(const ir::Block& block) {
   return groups;
 }
 
+std::vector<WorkUnit> workUnits(const ir::Block& block, const StoragePlan& plan) {
+  std::vector<WorkUnit> units;
+  std::vector<KernelGroup> groups = kernelGroups(block);
+  size_t nextGroup = 0;
+  for (size_t i = 0; i < block.size();) {
+    WorkUnit unit{i, i + 1};
+    unit.kernel = nextGroup < groups.size() && groups[nextGroup].first == i;
+    if (unit.kernel)
+      unit.last = groups[nextGroup++].last;
+    i = unit.last;
+    bool viewsOnly = true;
+    for (size_t j = unit.first; j < unit.last; ++j)
+      viewsOnly &= block[j]->op == ir::Op::Const || block[j]->op == ir::Op::Slice;
+    if (viewsOnly)
+      continue;
+    unit.packed = plan.packedProductOf(block[unit.first].get());
+    unit.unbatched = !unit.packed;
+    for (size_t j = unit.first; j < unit.last; ++j)
+      if (block[j]->op != ir::Op::Const && block[j]->op != ir::Op::Slice)
+        unit.unbatched &= !block[j]->result.isBatched();
+    units.push_back(unit);
+  }
+  return units;
+}
+
 const PackedProduct* StoragePlan::packedProductOf(const ir::Instr* product) const {
   for (const PackedProduct& packed : packedProducts)
     if (packed.product == product)
@@ -140,9 +165,19 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
       packed.columns = columnsOf(&user->result);
     }
   RNNC_INTERNAL_CHECK(!packed.offsets.empty(), "a fused product that no slice reads");
+  packed.depth = columnsOf(product.operands[0]);
+  if (target.isGpu()) {
+    // A GPU thread computes one column of every slice for kGpuTileRows rows; a warp's 32
+    // threads take 32 consecutive columns, whose weights at one depth are side by side in the
+    // packing (one 128-byte load per slice), in one panel of all the slices.
+    packed.width = kGpuBlockColumns;
+    packed.blocks = (packed.columns + packed.width - 1) / packed.width;
+    packed.panelSlices = packed.slices();
+    packed.tileRows = kGpuTileRows;
+    return packed;
+  }
   packed.width = vectorWidth;
   packed.blocks = (packed.columns + vectorWidth - 1) / vectorWidth;
-  packed.depth = columnsOf(product.operands[0]);
   // Accumulators: every vector register but one for the broadcast input and a few for the
   // weights (AVX2: 12 of 16; AVX-512: 28 of 32). Up to three slices go in one pass (a GRU's
   // 4 rows x 3 slices); more in panels of two (an LSTM's 6 x 2, the classic 6x16 SGEMM tile).
@@ -200,6 +235,9 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
   // The int8 products multiply with AVX2's vpmaddubsw and vpmaddwd, 8 columns at a time.
   if (weights == WeightType::I8 && !target.has("avx2"))
     throw UserError("int8 weights need AVX2, which CPU '" + target.cpu + "' lacks");
+  if (target.isGpu() && weights != WeightType::F32)
+    throw UserError(std::string(weightTypeName(weights)) +
+                    " weights are not generated for GPUs yet: use fp32 there");
   StoragePlan plan;
   for (const ir::Block* block : {&cell.pre, &cell.step}) {
     bool inPre = block == &cell.pre;
@@ -221,15 +259,19 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
           plan.buffers.push_back(
               {value, Rows::Fixed, packed.blocks, packed.slices() * packed.width * 2, true});
         }
-        // An odd number of 64-byte lines per row: consecutive rows then start in different
-        // sets of L1 (64 sets of 64 bytes on every x86-64 core we know), as many as a tile has.
-        const int64_t lineFloats = 16;
-        int64_t lines = (packed.depth + lineFloats - 1) / lineFloats;
-        lines += 1 - lines % 2;
-        packed.xStride = lines * lineFloats;
-        packed.xBuffer = plan.buffers.size();
-        plan.buffers.push_back({value, packed.splitRows ? Rows::PerThread : Rows::PerThreadStep,
-                                packed.splitRows ? packed.chunkRows : 0, packed.xStride});
+        // A GPU tile reads its rows of x where they are; a CPU tile from a copy:
+        if (!target.isGpu()) {
+          // An odd number of 64-byte lines per row: consecutive rows then start in different
+          // sets of L1 (64 sets of 64 bytes on every x86-64 core we know), as many as a tile
+          // has.
+          const int64_t lineFloats = 16;
+          int64_t lines = (packed.depth + lineFloats - 1) / lineFloats;
+          lines += 1 - lines % 2;
+          packed.xStride = lines * lineFloats;
+          packed.xBuffer = plan.buffers.size();
+          plan.buffers.push_back({value, packed.splitRows ? Rows::PerThread : Rows::PerThreadStep,
+                                  packed.splitRows ? packed.chunkRows : 0, packed.xStride});
+        }
         plan.packedProducts.push_back(std::move(packed));
       }
       // A next state stored over the state by its kernel needs no buffer of its own, unless

@@ -90,6 +90,11 @@ struct PackedProduct {
   int64_t panelWidth(int64_t slice) const; // packed elements per packed depth in its panel
 };
 
+// On a GPU (Target::isGpu): the columns of a block, one per thread of a warp, and the rows one
+// thread computes of each.
+inline constexpr int64_t kGpuBlockColumns = 32;
+inline constexpr int64_t kGpuTileRows = 4;
+
 // A group of instructions the emitter turns into one loop nest: a fused kernel, or a single
 // elementwise instruction that was not fused (--no-fuse).
 struct KernelGroup {
@@ -124,6 +129,18 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target,
 
 // The loop nests of a block: each entry is a run of instructions emitted as one kernel.
 std::vector<KernelGroup> kernelGroups(const ir::Block& block);
+
+// What the code generator emits for a block, one unit of work at a time: a fused kernel (led by
+// a packed product or not), a packed product alone, or one instruction; immediates and views
+// (alone, or kernels of nothing else) cost nothing until read and are not units.
+struct WorkUnit {
+  size_t first, last;                    // [first, last) in the block
+  bool kernel = false;                   // a KernelGroup
+  const PackedProduct* packed = nullptr; // the packed product it is or leads
+  // Every value it writes is without a batch dimension (parameter-only work, done once).
+  bool unbatched = false;
+};
+std::vector<WorkUnit> workUnits(const ir::Block& block, const StoragePlan& plan);
 
 // The number of rows of an unbatched value (the product of its leading dimensions; 1 for a
 // vector or scalar).

@@ -55,6 +55,21 @@ Target namedCpuTarget(const std::string& cpu) {
   return targetFor(namedX86Target(cpu));
 }
 
+Target gpuTarget(const std::string& sm) {
+  // The PTX ISA each needs at least (PTX 7.0 introduced sm_80, 7.8 sm_90); 7.8 for both, which
+  // every CUDA 12 and 13 driver loads.
+  if (sm != "sm_80" && sm != "sm_90")
+    throw UserError("unknown GPU '" + sm + "': rnnc generates PTX for sm_80 and sm_90");
+  Target target;
+  target.triple = "nvptx64-nvidia-cuda";
+  target.cpu = sm;
+  target.features = "+ptx78";
+  target.vectorWidth = 1;
+  target.vectorRegisters = 255; // per thread; not a tile budget on a GPU
+  target.interleavedVectors = 1;
+  return target;
+}
+
 Target runnableTarget(const std::string& cpu) {
   HostTarget here = detectHostTarget();
   if (cpu.empty())

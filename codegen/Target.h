@@ -27,7 +27,15 @@ struct Target {
 
   std::string describe() const;               // for cache keys and `rnnc version`
   bool has(const std::string& feature) const; // "f16c": in `features` as "+f16c"
+  // An NVIDIA GPU (nvptx64-nvidia-cuda, `cpu` its compute capability: sm_80, sm_90): the cell
+  // is lowered to grid kernels (codegen/GpuEmitter.h), not to one run function.
+  bool isGpu() const { return triple.rfind("nvptx", 0) == 0; }
 };
+
+// An NVIDIA GPU by its compute capability as LLVM's NVPTX back end names it: sm_80 (Ampere) or
+// sm_90 (Hopper); UserError for another. Each GPU thread computes scalars (one lane per thread
+// where a CPU has a vector), so the vector width is 1.
+Target gpuTarget(const std::string& sm);
 
 // The machine we run on, as LLVM sees it: AVX-512 gives 16-float vectors, AVX 8, else 4.
 Target hostTarget();

@@ -108,7 +108,7 @@ TEST(JitTileHeights, EveryBatchFromOneToFortyMatchesTheInterpreter) {
     for (int64_t batch = 1; batch <= 40; ++batch) {
       std::vector<Tensor> inputs = {test::randomTensor({3, batch, 4}, rng)};
       std::vector<Tensor> states;
-      for (const auto& st : cell->states)
+      for (size_t s = 0; s < cell->states.size(); ++s)
         states.push_back(test::randomTensor({batch, hidden}, rng));
       std::vector<Tensor> expectedStates = states;
       Tensor expected = Interpreter(*cell, params).run(inputs, expectedStates);
