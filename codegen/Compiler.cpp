@@ -1,9 +1,11 @@
 #include "codegen/Compiler.h"
 
 #include "codegen/CellEmitter.h"
+#include "codegen/GpuEmitter.h"
 #include "codegen/LLVMError.h"
 #include "codegen/LLVMHeaders.h"
 #include "codegen/RunArgs.h"
+#include "ir/Error.h"
 
 #include <mutex>
 
@@ -24,7 +26,27 @@ void initialiseLLVM() {
   });
 }
 
+void initialiseNVPTX() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LLVMInitializeNVPTXTargetInfo();
+    LLVMInitializeNVPTXTarget();
+    LLVMInitializeNVPTXTargetMC();
+    LLVMInitializeNVPTXAsmPrinter();
+  });
+}
+
 std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const Target& target) {
+  if (target.isGpu()) {
+    initialiseNVPTX();
+    std::string error;
+    const llvm::Target* nvptx = llvm::TargetRegistry::lookupTarget(target.triple, error);
+    if (!nvptx)
+      throw InternalError("no NVPTX back end in this LLVM: " + error);
+    return std::unique_ptr<llvm::TargetMachine>(nvptx->createTargetMachine(
+        target.triple, target.cpu, target.features, llvm::TargetOptions(), std::nullopt,
+        std::nullopt, llvm::CodeGenOptLevel::Default));
+  }
   llvm::orc::JITTargetMachineBuilder builder{llvm::Triple(target.triple)};
   builder.setCPU(target.cpu);
   llvm::SubtargetFeatures features(target.features);
@@ -47,7 +69,13 @@ std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const Target& target) {
 constexpr const char* kPipeline = "function(sroa,early-cse,simplifycfg,instcombine<no-verify-"
                                   "fixpoint>,loop-mssa(licm),simplifycfg)";
 
-void optimise(llvm::Module& module, llvm::TargetMachine& machine) {
+// A GPU module's regions are inlined into its kernels first (and then dropped).
+constexpr const char* kGpuPipeline =
+    "always-inline,globaldce,function(sroa,early-cse,simplifycfg,instcombine<no-verify-"
+    "fixpoint>,loop-mssa(licm),simplifycfg)";
+
+void optimise(llvm::Module& module, llvm::TargetMachine& machine,
+              const char* pipelineText = kPipeline) {
   llvm::LoopAnalysisManager loops;
   llvm::FunctionAnalysisManager functions;
   llvm::CGSCCAnalysisManager cgscc;
@@ -59,7 +87,7 @@ void optimise(llvm::Module& module, llvm::TargetMachine& machine) {
   passes.registerLoopAnalyses(loops);
   passes.crossRegisterProxies(loops, functions, cgscc, modules);
   llvm::ModulePassManager pipeline;
-  check(passes.parsePassPipeline(pipeline, kPipeline), "parsing the optimisation pipeline");
+  check(passes.parsePassPipeline(pipeline, pipelineText), "parsing the optimisation pipeline");
   pipeline.run(module, modules);
 }
 
@@ -81,13 +109,8 @@ std::string printModule(const llvm::Module& module) {
   return text;
 }
 
-} // namespace
-
-std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
-                     Stage stage) {
-  initialiseLLVM();
-  llvm::LLVMContext context;
-  std::unique_ptr<llvm::Module> module = emitCell(context, cell, plan, target, kRunFunctionName);
+// Verifies `module`, then produces `stage` of it for `target`.
+std::string finish(std::unique_ptr<llvm::Module> module, const Target& target, Stage stage) {
   std::string problems;
   llvm::raw_string_ostream problemStream(problems);
   if (llvm::verifyModule(*module, &problemStream))
@@ -96,7 +119,7 @@ std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target
     return printModule(*module);
   std::unique_ptr<llvm::TargetMachine> machine = makeTargetMachine(target);
   module->setDataLayout(machine->createDataLayout());
-  optimise(*module, *machine);
+  optimise(*module, *machine, target.isGpu() ? kGpuPipeline : kPipeline);
   switch (stage) {
   case Stage::OptimisedLLVM:
     return printModule(*module);
@@ -105,6 +128,35 @@ std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target
   default:
     return emitMachineCode(*module, *machine, llvm::CodeGenFileType::ObjectFile);
   }
+}
+
+} // namespace
+
+std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
+                     Stage stage) {
+  initialiseLLVM();
+  llvm::LLVMContext context;
+  return finish(emitCell(context, cell, plan, target, kRunFunctionName), target, stage);
+}
+
+std::string generateGpu(const ir::Cell& cell, const StoragePlan& plan, const Target& gpu,
+                        Stage stage) {
+  RNNC_INTERNAL_CHECK(gpu.isGpu(), "generateGpu for a CPU target");
+  if (stage == Stage::Object)
+    throw InternalError("a GPU's code is PTX (Stage::Assembly), loaded by the CUDA driver");
+  initialiseLLVM();
+  llvm::LLVMContext context;
+  return finish(emitGpuCell(context, cell, plan, planGpuRegions(cell, plan), gpu), gpu, stage);
+}
+
+std::string generateGpuEmulation(const ir::Cell& cell, const StoragePlan& plan, Stage stage) {
+  initialiseLLVM();
+  // The host's instruction set, with the GPU's scalar lanes: the same code as the kernels'.
+  Target host = hostTarget();
+  host.vectorWidth = 1;
+  host.interleavedVectors = 1;
+  llvm::LLVMContext context;
+  return finish(emitGpuCell(context, cell, plan, planGpuRegions(cell, plan), host), host, stage);
 }
 
 } // namespace rnnc::codegen

@@ -21,4 +21,13 @@ enum class Stage { LLVM, OptimisedLLVM, Assembly, Object };
 std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
                      Stage stage);
 
+// A GPU's code (codegen/GpuEmitter.h) for `cell` planned for the GPU target `gpu`: its kernels
+// as NVVM IR (Stage::LLVM, OptimisedLLVM) or PTX (Stage::Assembly).
+std::string generateGpu(const ir::Cell& cell, const StoragePlan& plan, const Target& gpu,
+                        Stage stage);
+
+// The same GPU regions compiled for this machine, with `rnnc_emulate` (GpuEmitter.h), as any
+// stage (Stage::Object for the JIT).
+std::string generateGpuEmulation(const ir::Cell& cell, const StoragePlan& plan, Stage stage);
+
 } // namespace rnnc::codegen

@@ -12,27 +12,6 @@ namespace rnnc::codegen {
 
 using ir::Op;
 
-KernelEmitter::Space KernelEmitter::iterationSpace(const ir::Block& block,
-                                                   const KernelGroup& group) {
-  ir::Shape space;
-  for (size_t i = group.first; i < group.last; ++i) {
-    if (block[i]->op == Op::LayerNorm)
-      continue; // normalised on the fly: it does not set the iteration space
-    auto widened = ir::broadcastShapes(space, block[i]->result.shape);
-    RNNC_INTERNAL_CHECK(widened.has_value(), "kernel members do not share an iteration space");
-    space = *widened;
-  }
-  Space result;
-  result.batched = ir::hasBatch(space);
-  for (size_t d = 0; d + 1 < space.size(); ++d)
-    if (!result.batched)
-      result.fixedRows *= space[d].constantValue();
-  result.cols = space.empty() ? 1 : space.back().constantValue();
-  for (size_t i = group.first; i < group.last; ++i)
-    result.normalises |= block[i]->op == Op::LayerNorm;
-  return result;
-}
-
 void KernelEmitter::emitViews(const ir::Block& block, const KernelGroup& group) {
   for (size_t i = group.first; i < group.last; ++i) {
     for (const ir::Value* operand : block[i]->operands)
@@ -46,7 +25,7 @@ void KernelEmitter::emitViews(const ir::Block& block, const KernelGroup& group) 
 // One loop nest over the kernel's iteration space [R, F]: rows outside, columns inside.
 void KernelEmitter::emitKernel(const ir::Block& block, const KernelGroup& group,
                                llvm::Value* batchRows) {
-  const Space space = iterationSpace(block, group);
+  const KernelSpace space = kernelSpace(block, group);
   RowRange rows =
       space.batched ? e.share(batchRows) : e.firstThreadOnly(e.constant(space.fixedRows));
   // Views are computed before the loops so that their address arithmetic is not repeated.

@@ -13,16 +13,6 @@ class KernelEmitter {
 public:
   explicit KernelEmitter(EmitContext& e) : e(e) {}
 
-  // The kernel's iteration space [R, F]: batched (R the run's rows) or R fixed; and whether a
-  // layer norm is fused in (its row statistics are computed per row).
-  struct Space {
-    bool batched = false;
-    int64_t fixedRows = 1;
-    int64_t cols = 1;
-    bool normalises = false;
-  };
-  static Space iterationSpace(const ir::Block& block, const KernelGroup& group);
-
   // One loop nest over the kernel's iteration space: rows outside, columns inside in groups of
   // interleaved vectors, then single vectors, then one column at a time.
   void emitKernel(const ir::Block& block, const KernelGroup& group, llvm::Value* batchRows);

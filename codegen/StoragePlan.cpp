@@ -1,6 +1,7 @@
 #include "codegen/StoragePlan.h"
 
 #include "ir/Error.h"
+#include "ir/ShapeInference.h"
 
 #include <algorithm>
 
@@ -109,6 +110,26 @@ std::vector<KernelGroup> kernelGroups(const ir::Block& block) {
     i = end;
   }
   return groups;
+}
+
+KernelSpace kernelSpace(const ir::Block& block, const KernelGroup& group) {
+  ir::Shape space;
+  for (size_t i = group.first; i < group.last; ++i) {
+    if (block[i]->op == ir::Op::LayerNorm)
+      continue; // normalised on the fly: it does not set the iteration space
+    auto widened = ir::broadcastShapes(space, block[i]->result.shape);
+    RNNC_INTERNAL_CHECK(widened.has_value(), "kernel members do not share an iteration space");
+    space = *widened;
+  }
+  KernelSpace result;
+  result.batched = ir::hasBatch(space);
+  for (size_t d = 0; d + 1 < space.size(); ++d)
+    if (!result.batched)
+      result.fixedRows *= space[d].constantValue();
+  result.cols = space.empty() ? 1 : space.back().constantValue();
+  for (size_t i = group.first; i < group.last; ++i)
+    result.normalises |= block[i]->op == ir::Op::LayerNorm;
+  return result;
 }
 
 std::vector<WorkUnit> workUnits(const ir::Block& block, const StoragePlan& plan) {

@@ -130,6 +130,16 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target,
 // The loop nests of a block: each entry is a run of instructions emitted as one kernel.
 std::vector<KernelGroup> kernelGroups(const ir::Block& block);
 
+// A kernel's iteration space [R, F]: batched (R the run's rows) or R fixed; and whether a layer
+// norm is fused in (its row statistics are computed per row).
+struct KernelSpace {
+  bool batched = false;
+  int64_t fixedRows = 1;
+  int64_t cols = 1;
+  bool normalises = false;
+};
+KernelSpace kernelSpace(const ir::Block& block, const KernelGroup& group);
+
 // What the code generator emits for a block, one unit of work at a time: a fused kernel (led by
 // a packed product or not), a packed product alone, or one instruction; immediates and views
 // (alone, or kernels of nothing else) cost nothing until read and are not units.

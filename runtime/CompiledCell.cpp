@@ -22,16 +22,6 @@
 namespace rnnc {
 namespace {
 
-// One JIT per process, like a code cache: every compiled cell is loaded into it.
-codegen::Jit& processJit() {
-  static codegen::Jit jit(
-      {{codegen::kGemmSymbol, reinterpret_cast<void*>(&rnnc_gemm)},
-       {codegen::kLayerNormSymbol, reinterpret_cast<void*>(&rnnc_layernorm)},
-       {codegen::kLayerNormGradSymbol, reinterpret_cast<void*>(&rnnc_layernorm_grad)},
-       {codegen::kBarrierSymbol, reinterpret_cast<void*>(&rnnc_barrier)}});
-  return jit;
-}
-
 // Everything the object file depends on: the optimised IR (sizes included), the code
 // generator's sources, LLVM and the target. No LLVM runs to build it, so a cache hit costs only
 // the passes, a file read and the JIT's link.
@@ -54,6 +44,16 @@ MemoryCache& memoryCache() {
 }
 
 } // namespace
+
+// One JIT per process, like a code cache: every compiled cell is loaded into it.
+codegen::Jit& processJit() {
+  static codegen::Jit jit(
+      {{codegen::kGemmSymbol, reinterpret_cast<void*>(&rnnc_gemm)},
+       {codegen::kLayerNormSymbol, reinterpret_cast<void*>(&rnnc_layernorm)},
+       {codegen::kLayerNormGradSymbol, reinterpret_cast<void*>(&rnnc_layernorm_grad)},
+       {codegen::kBarrierSymbol, reinterpret_cast<void*>(&rnnc_barrier)}});
+  return jit;
+}
 
 std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
                                                     const CompileOptions& options) {

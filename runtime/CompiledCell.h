@@ -38,6 +38,12 @@ struct CompileOptions {
   codegen::WeightType weights = codegen::WeightType::F32;
 };
 
+// The process's JIT, with the runtime's helpers: every compiled cell's code is loaded into it.
+namespace codegen {
+class Jit;
+}
+codegen::Jit& processJit();
+
 // Where compiled code came from.
 enum class CodeSource { Compiled, MemoryCache, DiskCache };
 

@@ -20,7 +20,9 @@ struct CompileCommandOptions {
   std::vector<std::string> sizes;
   std::string emit = "ir-opt";
   std::string targetCpu; // empty: this machine
-  bool grad = false;     // the backward cell instead (passes/Autodiff.h)
+  std::string target = "cpu";
+  std::string gpu = "sm_80";
+  bool grad = false; // the backward cell instead (passes/Autodiff.h)
   std::string weightsDtype = "fp32";
   PipelineFlags pipeline;
 };
@@ -32,6 +34,14 @@ int compile(const CompileCommandOptions& o) {
   if (!o.targetCpu.empty() && (o.emit == "ir" || o.emit == "ir-opt"))
     throw UserError("--target-cpu applies to --emit=llvm, llvm-opt and asm; the IR does not "
                     "depend on the CPU");
+  const bool nvptx = o.target == "nvptx";
+  if (nvptx && !o.targetCpu.empty())
+    throw UserError("--target-cpu names an x86-64 CPU; with --target nvptx the GPU is --gpu");
+  if (o.emit == "ptx" && !nvptx)
+    throw UserError("--emit=ptx is the GPU's code: add --target nvptx (and --gpu sm_80|sm_90)");
+  if (nvptx && o.emit == "asm")
+    throw UserError("--target nvptx emits PTX: use --emit=ptx");
+  const codegen::Target gpu = nvptx ? codegen::gpuTarget(o.gpu) : codegen::Target{};
   const codegen::WeightType weights = codegen::parseWeightType(o.weightsDtype);
   auto cell = frontend::loadCell(o.cell);
   ir::SizeMap sizes = parseSizes(o.sizes);
@@ -58,6 +68,11 @@ int compile(const CompileCommandOptions& o) {
   codegen::Stage stage = o.emit == "llvm"       ? codegen::Stage::LLVM
                          : o.emit == "llvm-opt" ? codegen::Stage::OptimisedLLVM
                                                 : codegen::Stage::Assembly;
+  if (nvptx) {
+    std::cout << codegen::generateGpu(*cell, codegen::planStorage(*cell, gpu, weights), gpu,
+                                      o.emit == "ptx" ? codegen::Stage::Assembly : stage);
+    return 0;
+  }
   std::cout << codegen::generate(*cell, codegen::planStorage(*cell, target, weights), target,
                                  stage);
   return 0;
@@ -72,13 +87,22 @@ CommandAction addCompileCommand(CLI::App& app) {
   cmd->add_option("--size", o->sizes, "Bind a named size: NAME=VALUE (repeatable)");
   cmd->add_option("--emit", o->emit,
                   "Stage to print: ir (as parsed), ir-opt (optimised), llvm, llvm-opt (after "
-                  "LLVM's optimiser), asm (host assembly)")
-      ->check(CLI::IsMember({"ir", "ir-opt", "llvm", "llvm-opt", "asm"}))
+                  "LLVM's optimiser), asm (host assembly), ptx (with --target nvptx)")
+      ->check(CLI::IsMember({"ir", "ir-opt", "llvm", "llvm-opt", "asm", "ptx"}))
       ->default_val("ir-opt");
   cmd->add_option("--target-cpu", o->targetCpu,
                   "Generate code for this x86-64 CPU, by LLVM's name (skylake-avx512, znver4, "
                   "x86-64-v3, ...), not for this machine: e.g. to read the AVX-512 kernels on a "
                   "machine without AVX-512");
+  cmd->add_option("--target", o->target,
+                  "cpu (this machine, or --target-cpu) or nvptx (NVIDIA GPUs: the cell's grid "
+                  "kernels as NVVM IR with --emit=llvm, PTX with --emit=ptx)")
+      ->check(CLI::IsMember({"cpu", "nvptx"}))
+      ->default_val("cpu");
+  cmd->add_option("--gpu", o->gpu,
+                  "With --target nvptx: the GPU's compute capability, sm_80 or "
+                  "sm_90")
+      ->default_val("sm_80");
   cmd->add_option("--weights-dtype", o->weightsDtype,
                   "Store the weights of the matrix products as fp32, bf16 or fp16 (the code "
                   "that widens them shows in --emit=llvm and asm)")

@@ -1,0 +1,513 @@
+#include "codegen/GpuEmitter.h"
+
+#include "codegen/EmitContext.h"
+#include "codegen/KernelEmitter.h"
+#include "ir/Error.h"
+
+#include <algorithm>
+
+namespace rnnc::codegen {
+
+using ir::Op;
+using Kind = GpuRegion::Kind;
+
+namespace {
+
+class GpuEmitter : public EmitContext {
+public:
+  GpuEmitter(llvm::LLVMContext& llvmContext, const ir::Cell& cell, const StoragePlan& plan,
+             const std::vector<GpuRegion>& regions, const Target& target)
+      : EmitContext(llvmContext, cell, plan, target, "rnnc_unused"), regions_(regions),
+        kernels_(*this) {}
+
+  std::unique_ptr<llvm::Module> emit();
+
+private:
+  llvm::Function* emitRegion(size_t index);
+  // The region's work on one item (its grid-stride loop's body).
+  void emitItem(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
+  void emitProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
+  void emitPacking(const PackedProduct& packed, llvm::Value* item);
+  void emitInstruction(const ir::Instr& instr, llvm::Value* item);
+  void emitStepEnd(const GpuRegion& region, llvm::Value* item);
+
+  // The entry points: kernels for a GPU, the emulation for the host.
+  void emitKernels(const std::vector<llvm::Function*>& regionFunctions);
+  void emitEmulation(const std::vector<llvm::Function*>& regionFunctions);
+  void gridBarrier(llvm::Value* counter, llvm::Value* generation);
+  llvm::Value* specialRegister(llvm::Intrinsic::ID id);
+
+  llvm::Value* load(const View& v, llvm::Value* r, llvm::Value* c) {
+    return b.CreateAlignedLoad(f32, elementPointer(v, r, c), llvm::Align(4));
+  }
+  void store(llvm::Value* value, const View& v, llvm::Value* r, llvm::Value* c) {
+    b.CreateAlignedStore(value, elementPointer(v, r, c), llvm::Align(4));
+  }
+  // A float in the function's entry block (promoted to a register by LLVM).
+  llvm::AllocaInst* slot(const char* name) {
+    llvm::IRBuilder<> entry(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+    return entry.CreateAlloca(f32, nullptr, name);
+  }
+  // The sum over j in [0, n) of term(j), in order.
+  template <class Term> llvm::Value* sum(int64_t n, Term&& term) {
+    llvm::AllocaInst* total = slot("sum");
+    b.CreateStore(llvm::ConstantFP::get(f32, 0.0), total);
+    forLoop(constant(0), constant(n), constant(1), "sum", [&](llvm::Value* j) {
+      b.CreateStore(b.CreateFAdd(b.CreateLoad(f32, total), term(j)), total);
+    });
+    return b.CreateLoad(f32, total);
+  }
+  llvm::Value* fmuladd(llvm::Value* x, llvm::Value* y, llvm::Value* z) {
+    return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32}, {x, y, z});
+  }
+
+  const std::vector<GpuRegion>& regions_;
+  KernelEmitter kernels_;
+  View outputRows_; // a step region's output rows
+};
+
+std::unique_ptr<llvm::Module> GpuEmitter::emit() {
+  llvm::Function* unused = fn; // EmitContext's CPU run function: not a GPU entry
+  std::vector<llvm::Function*> regionFunctions;
+  for (size_t i = 0; i < regions_.size(); ++i)
+    regionFunctions.push_back(emitRegion(i));
+  if (target.isGpu())
+    emitKernels(regionFunctions);
+  else
+    emitEmulation(regionFunctions);
+  unused->eraseFromParent();
+  // The CPU runtime's helpers are never called here.
+  for (llvm::Function& f : llvm::make_early_inc_range(module->functions()))
+    if (f.isDeclaration() && f.use_empty() && !f.isIntrinsic())
+      f.eraseFromParent();
+  return std::move(module);
+}
+
+llvm::Function* GpuEmitter::emitRegion(size_t index) {
+  const GpuRegion& region = regions_[index];
+  auto* type =
+      llvm::FunctionType::get(llvm::Type::getVoidTy(llvmContext), {ptr, i64, i64, i64}, false);
+  fn = llvm::Function::Create(type, llvm::Function::InternalLinkage,
+                              kGpuRegionPrefix + std::to_string(index), *module);
+  fn->addFnAttr("target-cpu", target.cpu);
+  fn->addFnAttr("target-features", target.features);
+  fn->addFnAttr(llvm::Attribute::NoUnwind);
+  if (target.isGpu())
+    fn->addFnAttr(llvm::Attribute::AlwaysInline);
+  b.SetInsertPoint(llvm::BasicBlock::Create(llvmContext, "entry", fn));
+  loadArguments(fn->getArg(0));
+  llvm::Value* t = fn->getArg(1);
+  switch (region.phase) {
+  case GpuPhase::Params:
+  case GpuPhase::Final:
+    paramViews();
+    break;
+  case GpuPhase::Pre:
+    sequenceViews();
+    break;
+  case GpuPhase::Step:
+    outputRows_ = stepViews(t);
+    break;
+  }
+  llvm::Value* rows = region.rows == Rows::Sequence ? b.CreateMul(steps, batch, "rows")
+                      : region.rows == Rows::Step   ? batch
+                                                    : constant(region.fixedRows);
+  llvm::Value* rowGroups = b.CreateUDiv(b.CreateAdd(rows, constant(region.rowsPerItem - 1)),
+                                        constant(region.rowsPerItem));
+  llvm::Value* items = b.CreateMul(rowGroups, constant(region.itemsPerRow), "items");
+  // Views are made before the loop so that their address arithmetic is not repeated.
+  if (region.kind == Kind::Kernel || region.kind == Kind::RowKernel)
+    kernels_.emitViews(*region.block, {region.unit.first, region.unit.last});
+  forLoop(fn->getArg(2), items, fn->getArg(3), "item",
+          [&](llvm::Value* item) { emitItem(region, item, rows); });
+  b.CreateRetVoid();
+  return fn;
+}
+
+void GpuEmitter::emitItem(const GpuRegion& region, llvm::Value* item, llvm::Value* rows) {
+  const KernelGroup group{region.unit.first, region.unit.last};
+  switch (region.kind) {
+  case Kind::Kernel: {
+    llvm::Value* cols = constant(region.itemsPerRow);
+    kernels_.emitKernelBody(*region.block, group, b.CreateUDiv(item, cols),
+                            b.CreateURem(item, cols), 1);
+    return;
+  }
+  case Kind::RowKernel:
+    kernels_.emitKernelRow(*region.block, group, item, kernelSpace(*region.block, group).cols);
+    return;
+  case Kind::Product:
+    return emitProduct(region, item, rows);
+  case Kind::Packing:
+    return emitPacking(*region.packed, item);
+  case Kind::Instruction:
+    return emitInstruction(*(*region.block)[region.unit.first], item);
+  case Kind::StepOutputs:
+  case Kind::StepStates:
+  case Kind::FinalStates:
+    return emitStepEnd(region, item);
+  }
+}
+
+// Item (row tile, column j): the tile's rows of x times column j of every slice the kernel
+// reads, accumulated over the depth in registers (the weights at one depth are a warp's
+// coalesced load per slice; x[r, k] is the same address for the whole warp), then the kernel's
+// elementwise work on each row of the tile (standalone: the sums stored).
+void GpuEmitter::emitProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows) {
+  const PackedProduct& packed = *region.packed;
+  const ir::Block& block = *region.block;
+  const ir::Instr& product = *packed.product;
+  const int64_t slices = packed.slices(), tileRows = packed.tileRows;
+  const bool fused = region.unit.kernel;
+  const KernelGroup group{region.unit.first, region.unit.last};
+  // Which values of the kernel are which slice's sums.
+  std::vector<std::vector<const ir::Value*>> sliceValues(static_cast<size_t>(slices));
+  if (!fused)
+    sliceValues[0].push_back(&product.result);
+  for (size_t i = fused ? group.first + 1 : 0; fused && i < group.last; ++i) {
+    const ir::Instr& instr = *block[i];
+    if (instr.op == Op::Slice && instr.operands[0] == &product.result) {
+      auto at = std::find(packed.offsets.begin(), packed.offsets.end(),
+                          instr.attrs.offset.constantValue());
+      sliceValues[static_cast<size_t>(at - packed.offsets.begin())].push_back(&instr.result);
+      continue;
+    }
+    for (const ir::Value* operand : instr.operands)
+      if (!KernelEmitter::definedIn(block, group, operand) && !KernelEmitter::isImmediate(operand))
+        view(operand);
+    if (instr.op == Op::Slice)
+      view(&instr.result);
+  }
+  const View x = view(product.operands[0]);
+  const View result = fused ? View{} : view(&product.result);
+
+  llvm::Value* columns = constant(packed.columns);
+  llvm::Value* firstRow = b.CreateMul(b.CreateUDiv(item, columns), constant(tileRows));
+  llvm::Value* j = b.CreateURem(item, columns, "j");
+  const int64_t panel = slices * packed.width; // packed weights per depth of a block
+  llvm::Value* weights =
+      b.CreateGEP(f32, buffers[packed.buffer],
+                  b.CreateAdd(b.CreateMul(b.CreateUDiv(j, constant(packed.width)),
+                                          constant(packed.depth * panel)),
+                              b.CreateURem(j, constant(packed.width))));
+  // Rows past the last are read as the last (and not stored): no branch in the depth loop.
+  std::vector<llvm::Value*> tileRow;
+  llvm::Value* lastRow = b.CreateSub(rows, constant(1));
+  for (int64_t m = 0; m < tileRows; ++m) {
+    llvm::Value* r = b.CreateAdd(firstRow, constant(m));
+    tileRow.push_back(b.CreateSelect(b.CreateICmpULT(r, rows), r, lastRow));
+  }
+  std::vector<llvm::AllocaInst*> sums;
+  for (int64_t k = 0; k < tileRows * slices; ++k) {
+    sums.push_back(slot("acc"));
+    b.CreateStore(llvm::ConstantFP::get(f32, 0.0), sums.back());
+  }
+  forLoop(constant(0), constant(packed.depth), constant(1), "depth", [&](llvm::Value* k) {
+    llvm::Value* atDepth = b.CreateGEP(f32, weights, b.CreateMul(k, constant(panel)));
+    std::vector<llvm::Value*> w;
+    for (int64_t s = 0; s < slices; ++s)
+      w.push_back(b.CreateAlignedLoad(
+          f32, b.CreateConstGEP1_64(f32, atDepth, static_cast<uint64_t>(s * packed.width)),
+          llvm::Align(4)));
+    for (int64_t m = 0; m < tileRows; ++m) {
+      llvm::Value* xv = load(x, tileRow[static_cast<size_t>(m)], k);
+      for (int64_t s = 0; s < slices; ++s) {
+        llvm::AllocaInst* acc = sums[static_cast<size_t>(m * slices + s)];
+        b.CreateStore(fmuladd(xv, w[static_cast<size_t>(s)], b.CreateLoad(f32, acc)), acc);
+      }
+    }
+  });
+  llvm::Type* lane = llvm::FixedVectorType::get(f32, 1);
+  for (int64_t m = 0; m < tileRows; ++m) {
+    llvm::Value* r = b.CreateAdd(firstRow, constant(m));
+    ifThen(b.CreateICmpULT(r, rows), "tile_row", [&] {
+      std::unordered_map<const ir::Value*, llvm::Value*> values;
+      for (int64_t s = 0; s < slices; ++s) {
+        llvm::Value* total = b.CreateLoad(f32, sums[static_cast<size_t>(m * slices + s)]);
+        llvm::Value* vector =
+            b.CreateInsertElement(llvm::PoisonValue::get(lane), total, uint64_t{0});
+        for (const ir::Value* v : sliceValues[static_cast<size_t>(s)])
+          values[v] = vector;
+      }
+      if (fused)
+        kernels_.emitKernelBody(block, group, r, j, 1, std::move(values));
+      else
+        store(b.CreateLoad(f32, sums[static_cast<size_t>(m * slices)]), result, r, j);
+    });
+  }
+}
+
+// Item (block, depth k, lane): packed[blk][k][s][lane] = W(offset_s + blk * width + lane, k)
+// for every slice s, zero past the kernel's columns (StoragePlan.h's PackedProduct, one panel).
+void GpuEmitter::emitPacking(const PackedProduct& packed, llvm::Value* item) {
+  const ir::Instr& product = *packed.product;
+  const View w = view(product.operands[1]);
+  const bool linear = product.op == Op::Linear; // W [N, K]; a matmul's is [K, N]
+  llvm::Value* width = constant(packed.width);
+  llvm::Value* lane = b.CreateURem(item, width);
+  llvm::Value* blockDepth = b.CreateUDiv(item, width); // blk * depth + k
+  llvm::Value* k = b.CreateURem(blockDepth, constant(packed.depth));
+  llvm::Value* column =
+      b.CreateAdd(b.CreateMul(b.CreateUDiv(blockDepth, constant(packed.depth)), width), lane);
+  llvm::Value* inside = b.CreateICmpULT(column, constant(packed.columns));
+  llvm::Value* clamped = b.CreateSelect(inside, column, constant(packed.columns - 1));
+  llvm::Value* to = b.CreateGEP(
+      f32, buffers[packed.buffer],
+      b.CreateAdd(b.CreateMul(blockDepth, constant(packed.slices() * packed.width)), lane));
+  for (int64_t s = 0; s < packed.slices(); ++s) {
+    llvm::Value* n = b.CreateAdd(clamped, constant(packed.offsets[static_cast<size_t>(s)]));
+    llvm::Value* weight = linear ? load(w, n, k) : load(w, k, n);
+    b.CreateAlignedStore(b.CreateSelect(inside, weight, llvm::ConstantFP::get(f32, 0.0)),
+                         b.CreateConstGEP1_64(f32, to, static_cast<uint64_t>(s * packed.width)),
+                         llvm::Align(4));
+  }
+}
+
+void GpuEmitter::emitInstruction(const ir::Instr& instr, llvm::Value* item) {
+  const View out = view(&instr.result);
+  switch (instr.op) {
+  case Op::Linear:
+  case Op::MatMul: { // item (r, n): a dot product over the depth
+    const ir::Value* x = instr.operands[0];
+    const View a = view(x), w = view(instr.operands[1]);
+    llvm::Value* n = constant(columnsOf(&instr.result));
+    llvm::Value* r = b.CreateUDiv(item, n);
+    llvm::Value* col = b.CreateURem(item, n);
+    llvm::AllocaInst* acc = slot("dot");
+    b.CreateStore(llvm::ConstantFP::get(f32, 0.0), acc);
+    forLoop(constant(0), constant(columnsOf(x)), constant(1), "depth", [&](llvm::Value* k) {
+      llvm::Value* weight = instr.op == Op::Linear ? load(w, col, k) : load(w, k, col);
+      b.CreateStore(fmuladd(load(a, r, k), weight, b.CreateLoad(f32, acc)), acc);
+    });
+    store(b.CreateLoad(f32, acc), out, r, col);
+    return;
+  }
+  case Op::LayerNorm:
+  case Op::LayerNormGrad: { // item r: a row, in two passes as the CPU's
+    const ir::Value* x = instr.operands[0];
+    const View in = view(x);
+    const int64_t cols = columnsOf(x);
+    llvm::Value* count = llvm::ConstantFP::get(f32, static_cast<double>(cols));
+    llvm::Value* r = item;
+    llvm::Value* mean =
+        b.CreateFDiv(sum(cols, [&](llvm::Value* j) { return load(in, r, j); }), count);
+    llvm::Value* variance = b.CreateFDiv(sum(cols,
+                                             [&](llvm::Value* j) {
+                                               llvm::Value* d = b.CreateFSub(load(in, r, j), mean);
+                                               return b.CreateFMul(d, d);
+                                             }),
+                                         count);
+    llvm::Value* spread =
+        b.CreateIntrinsic(llvm::Intrinsic::sqrt, {f32},
+                          {b.CreateFAdd(variance, llvm::ConstantFP::get(f32, instr.attrs.value))});
+    llvm::Value* inverse = b.CreateFDiv(llvm::ConstantFP::get(f32, 1.0), spread);
+    auto normalised = [&](llvm::Value* j) {
+      return b.CreateFMul(b.CreateFSub(load(in, r, j), mean), inverse);
+    };
+    if (instr.op == Op::LayerNorm) {
+      forLoop(constant(0), constant(cols), constant(1), "col",
+              [&](llvm::Value* j) { store(normalised(j), out, r, j); });
+      return;
+    }
+    // dx = (g - mean(g) - y mean(g y)) / sqrt(var + eps), y = layernorm(x)
+    const View g = view(instr.operands[1]);
+    llvm::Value* gMean =
+        b.CreateFDiv(sum(cols, [&](llvm::Value* j) { return load(g, r, j); }), count);
+    llvm::Value* gyMean = b.CreateFDiv(
+        sum(cols, [&](llvm::Value* j) { return b.CreateFMul(load(g, r, j), normalised(j)); }),
+        count);
+    forLoop(constant(0), constant(cols), constant(1), "col", [&](llvm::Value* j) {
+      llvm::Value* centred =
+          b.CreateFSub(b.CreateFSub(load(g, r, j), gMean), b.CreateFMul(normalised(j), gyMean));
+      store(b.CreateFMul(centred, inverse), out, r, j);
+    });
+    return;
+  }
+  case Op::Concat:
+  case Op::Stack: { // item (r, c): from the part that holds it
+    llvm::Value* cols = constant(columnsOf(&instr.result));
+    llvm::Value* r = b.CreateUDiv(item, cols);
+    llvm::Value* c = b.CreateURem(item, cols);
+    int64_t at = 0;
+    for (const ir::Value* part : instr.operands) {
+      const int64_t extent = instr.op == Op::Concat ? columnsOf(part) : fixedRowsOf(part);
+      llvm::Value* index = instr.op == Op::Concat ? c : r;
+      llvm::Value* within = b.CreateAnd(b.CreateICmpSGE(index, constant(at)),
+                                        b.CreateICmpSLT(index, constant(at + extent)));
+      const View from = view(part);
+      ifThen(within, "part", [&] {
+        llvm::Value* local = b.CreateSub(index, constant(at));
+        store(instr.op == Op::Concat ? load(from, r, local) : load(from, local, c), out, r, c);
+      });
+      at += extent;
+    }
+    return;
+  }
+  default:
+    RNNC_INTERNAL_CHECK(false, "no GPU code for " + std::string(ir::opName(instr.op)));
+  }
+}
+
+// Item (r, c) of the copies that end a step, or of the final states (CellEmitter::emitStep).
+void GpuEmitter::emitStepEnd(const GpuRegion& region, llvm::Value* item) {
+  llvm::Value* width = constant(region.itemsPerRow);
+  llvm::Value* r = b.CreateUDiv(item, width);
+  llvm::Value* c = b.CreateURem(item, width);
+  auto copy = [&](const View& to, const View& from, int64_t cols) {
+    ifThen(b.CreateICmpSLT(c, constant(cols)), "copy", [&] { store(load(from, r, c), to, r, c); });
+  };
+  const int64_t outCols = columnsOf(cell.output);
+  if (region.kind == Kind::FinalStates) {
+    llvm::Value* lastRow = b.CreateMul(b.CreateSub(steps, constant(1)), batch);
+    View last{b.CreateGEP(f32, output, b.CreateMul(lastRow, constant(outCols))), constant(outCols)};
+    ifThen(b.CreateICmpSGT(steps, constant(0)), "final_state", [&] {
+      for (size_t i = 0; i < cell.updates.size(); ++i)
+        if (plan.readFromOutput[i] && !plan.updatedInKernel[i])
+          copy({states[i], constant(outCols)}, last, outCols);
+    });
+    return;
+  }
+  for (size_t i = 0; i <= cell.updates.size(); ++i) {
+    if (i == cell.updates.size()) { // the output, once
+      if (region.kind == Kind::StepOutputs && !plan.outputInPlace)
+        copy(outputRows_, view(cell.output), outCols);
+      continue;
+    }
+    const ir::Value* next = cell.updates[i].next;
+    const int64_t cols = columnsOf(next);
+    if (plan.updatedInKernel[i])
+      continue;
+    const View staged = plan.staging[i] >= 0
+                            ? View{buffers[static_cast<size_t>(plan.staging[i])], constant(cols)}
+                            : View{};
+    if (region.kind == Kind::StepOutputs && plan.staging[i] >= 0)
+      copy(staged, view(next), cols);
+    if (region.kind == Kind::StepStates && next != cell.updates[i].state && !plan.readFromOutput[i])
+      copy(views.at(cell.states[i].get()), plan.staging[i] >= 0 ? staged : view(next), cols);
+  }
+}
+
+llvm::Value* GpuEmitter::specialRegister(llvm::Intrinsic::ID id) {
+  return b.CreateZExt(b.CreateIntrinsic(id, {}, {}), i64);
+}
+
+// Every block of the grid waits here until all have arrived, for the `generation`th time since
+// the counter was zeroed: __syncthreads, then one thread per block adds one to the counter and
+// spins until it reaches generation * blocks, then __syncthreads. The fences order the region's
+// writes before the arrival and the next region's reads after it. Needs every block resident at
+// once (the runtime sizes the grid so, from the occupancy the driver reports).
+void GpuEmitter::gridBarrier(llvm::Value* counter, llvm::Value* generation) {
+  b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+  llvm::Value* first =
+      b.CreateICmpEQ(specialRegister(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x), constant(0));
+  ifThen(first, "arrive", [&] {
+    b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {}); // __threadfence()
+    b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, constant(1), llvm::MaybeAlign(8),
+                      llvm::AtomicOrdering::Monotonic);
+    llvm::Value* target =
+        b.CreateMul(generation, specialRegister(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x));
+    auto* spin = llvm::BasicBlock::Create(llvmContext, "spin", fn);
+    auto* arrivedAll = llvm::BasicBlock::Create(llvmContext, "arrived_all", fn);
+    b.CreateBr(spin);
+    b.SetInsertPoint(spin);
+    llvm::LoadInst* arrived = b.CreateAlignedLoad(i64, counter, llvm::Align(8), "arrived");
+    arrived->setVolatile(true);
+    b.CreateCondBr(b.CreateICmpULT(arrived, target), spin, arrivedAll);
+    b.SetInsertPoint(arrivedAll);
+    b.CreateIntrinsic(llvm::Intrinsic::nvvm_membar_gl, {}, {}); // __threadfence()
+  });
+  b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+}
+
+void GpuEmitter::emitKernels(const std::vector<llvm::Function*>& regionFunctions) {
+  llvm::NamedMDNode* annotations = module->getOrInsertNamedMetadata("nvvm.annotations");
+  llvm::Type* i32 = llvm::Type::getInt32Ty(llvmContext);
+  auto kernel = [&](const std::string& name, std::vector<llvm::Type*> parameters) {
+    auto* type = llvm::FunctionType::get(llvm::Type::getVoidTy(llvmContext), parameters, false);
+    fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, *module);
+    fn->addFnAttr("target-cpu", target.cpu);
+    fn->addFnAttr("target-features", target.features);
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    annotations->addOperand(llvm::MDNode::get(
+        llvmContext, {llvm::ValueAsMetadata::get(fn), llvm::MDString::get(llvmContext, "kernel"),
+                      llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(i32, 1))}));
+    b.SetInsertPoint(llvm::BasicBlock::Create(llvmContext, "entry", fn));
+  };
+  auto globalThread = [&] {
+    llvm::Value* blockIndex = specialRegister(llvm::Intrinsic::nvvm_read_ptx_sreg_ctaid_x);
+    llvm::Value* blockSize = specialRegister(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x);
+    return b.CreateAdd(b.CreateMul(blockIndex, blockSize),
+                       specialRegister(llvm::Intrinsic::nvvm_read_ptx_sreg_tid_x));
+  };
+  auto gridThreads = [&] {
+    return b.CreateMul(specialRegister(llvm::Intrinsic::nvvm_read_ptx_sreg_nctaid_x),
+                       specialRegister(llvm::Intrinsic::nvvm_read_ptx_sreg_ntid_x));
+  };
+  // One kernel per region: rnnc_kernel_<i>(args, step).
+  for (size_t i = 0; i < regionFunctions.size(); ++i) {
+    kernel(kGpuKernelPrefix + std::to_string(i), {ptr, i64});
+    b.CreateCall(regionFunctions[i], {fn->getArg(0), fn->getArg(1), globalThread(), gridThreads()});
+    b.CreateRetVoid();
+  }
+  // The persistent kernel: rnnc_steps(args, counter), every step's regions with a grid barrier
+  // after each.
+  kernel(kGpuPersistentKernel, {ptr, ptr});
+  loadArguments(fn->getArg(0));
+  llvm::Value* me = globalThread();
+  llvm::Value* all = gridThreads();
+  std::vector<size_t> stepRegions;
+  for (size_t i = 0; i < regions_.size(); ++i)
+    if (regions_[i].phase == GpuPhase::Step)
+      stepRegions.push_back(i);
+  const int64_t perStep = static_cast<int64_t>(stepRegions.size());
+  forLoop(constant(0), steps, constant(1), "step", [&](llvm::Value* t) {
+    for (int64_t k = 0; k < perStep; ++k) {
+      b.CreateCall(regionFunctions[stepRegions[static_cast<size_t>(k)]],
+                   {fn->getArg(0), t, me, all});
+      gridBarrier(fn->getArg(1), b.CreateAdd(b.CreateMul(t, constant(perStep)), constant(k + 1)));
+    }
+  });
+  b.CreateRetVoid();
+}
+
+void GpuEmitter::emitEmulation(const std::vector<llvm::Function*>& regionFunctions) {
+  // rnnc_emulate(args, region, step, threads, reversed)
+  auto* type =
+      llvm::FunctionType::get(llvm::Type::getVoidTy(llvmContext), {ptr, i64, i64, i64, i64}, false);
+  fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, kGpuEmulateFunction, *module);
+  fn->addFnAttr("target-cpu", target.cpu);
+  fn->addFnAttr("target-features", target.features);
+  fn->addFnAttr(llvm::Attribute::NoUnwind);
+  b.SetInsertPoint(llvm::BasicBlock::Create(llvmContext, "entry", fn));
+  auto* done = llvm::BasicBlock::Create(llvmContext, "done", fn);
+  llvm::SwitchInst* which =
+      b.CreateSwitch(fn->getArg(1), done, static_cast<unsigned>(regionFunctions.size()));
+  llvm::Value* threadCount = fn->getArg(3);
+  for (size_t i = 0; i < regionFunctions.size(); ++i) {
+    auto* run = llvm::BasicBlock::Create(llvmContext, "region" + std::to_string(i), fn);
+    which->addCase(llvm::ConstantInt::get(llvm::cast<llvm::IntegerType>(i64), i), run);
+    b.SetInsertPoint(run);
+    // Each thread in turn: forwards, or backwards, so that a thread reading what another wrote
+    // in the same region shows as a wrong result in one order or the other.
+    forLoop(constant(0), threadCount, constant(1), "thread", [&](llvm::Value* k) {
+      llvm::Value* backwards = b.CreateSub(b.CreateSub(threadCount, constant(1)), k);
+      llvm::Value* thread =
+          b.CreateSelect(b.CreateICmpNE(fn->getArg(4), constant(0)), backwards, k);
+      b.CreateCall(regionFunctions[i], {fn->getArg(0), fn->getArg(2), thread, threadCount});
+    });
+    b.CreateBr(done);
+  }
+  b.SetInsertPoint(done);
+  b.CreateRetVoid();
+}
+
+} // namespace
+
+std::unique_ptr<llvm::Module> emitGpuCell(llvm::LLVMContext& context, const ir::Cell& cell,
+                                          const StoragePlan& plan,
+                                          const std::vector<GpuRegion>& regions,
+                                          const Target& target) {
+  return GpuEmitter(context, cell, plan, regions, target).emit();
+}
+
+} // namespace rnnc::codegen

@@ -1,0 +1,77 @@
+// A cell compiled for NVIDIA GPUs (issue 15): the optimised IR, its GPU storage plan and regions
+// (codegen/GpuPlan.h), the kernels as PTX, and the same regions compiled for this machine.
+//   - run() runs a sequence on the GPU through the CUDA driver (runtime/CudaDriver.h): the
+//     parameter and pre regions once, then every step's regions, one kernel launch per region
+//     (GpuSchedule::PerStep) or all steps in one persistent kernel whose blocks meet at a grid
+//     barrier after each region (GpuSchedule::Persistent);
+//   - emulate() runs the same regions on this machine, each region's GPU threads one after the
+//     other, which is what the tests check against the interpreter where there is no GPU.
+// Both have the interpreter's interface (inputs [T, B, F], states [B, F] updated to the final
+// states, the outputs [T, B, H] returned).
+#pragma once
+
+#include "codegen/GpuPlan.h"
+#include "codegen/StoragePlan.h"
+#include "ir/Cell.h"
+#include "passes/PassManager.h"
+#include "runtime/Tensor.h"
+
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace rnnc {
+
+enum class GpuSchedule { PerStep, Persistent };
+
+class GpuCell {
+public:
+  struct Options {
+    passes::PipelineOptions pipeline;
+    std::ostream* log = nullptr; // where --print-after-all writes
+    // sm_80 or sm_90; empty: the GPU's own where there is one, else sm_80.
+    std::string gpu;
+  };
+  // `cell` must have all its sizes bound.
+  static std::shared_ptr<GpuCell> compile(const ir::Cell& cell, const Options& options);
+  ~GpuCell();
+
+  const std::string& ptx() const; // generated on first use
+  const std::string& gpu() const { return gpu_; }
+  const std::vector<codegen::GpuRegion>& regions() const { return regions_; }
+  const ir::Cell& optimisedCell() const { return *cell_; }
+
+  // On the GPU; UserError without one.
+  Tensor run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+             std::vector<Tensor>& states, GpuSchedule schedule = GpuSchedule::PerStep) const;
+
+  // On this machine: each region as `threads` GPU threads run it, thread after thread
+  // (`reversed`: from the last), the regions in the GPU's order.
+  Tensor emulate(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                 std::vector<Tensor>& states, int64_t threads = 1000, bool reversed = false) const;
+
+  // The floats buffer `spec` takes for a run of `steps` steps of `batch` rows.
+  static int64_t bufferFloats(const codegen::BufferSpec& spec, int64_t steps, int64_t batch);
+
+private:
+  GpuCell() = default;
+  void checkArguments(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                      const std::vector<Tensor>& states) const;
+  struct DeviceCode;
+  const DeviceCode& deviceCode() const; // the PTX loaded by the driver, once
+
+  std::shared_ptr<ir::Cell> cell_;
+  codegen::StoragePlan plan_;
+  std::vector<codegen::GpuRegion> regions_;
+  std::string gpu_;
+  mutable std::string ptx_;
+
+  mutable std::once_flag ptxOnce_, emulationOnce_, deviceOnce_;
+  mutable void (*emulate_)(const void*, int64_t, int64_t, int64_t, int64_t) = nullptr;
+  mutable std::shared_ptr<void> emulationLifetime_;
+  mutable std::unique_ptr<DeviceCode> device_;
+};
+
+} // namespace rnnc

@@ -1,0 +1,227 @@
+// The GPU code generator (issue 15) without a GPU: every cell's PTX passes ptxas for sm_80 and
+// sm_90, and the kernels' own code, compiled for this machine and run region by region with
+// the GPU threads one after the other (forwards and backwards), matches the interpreter under
+// every pass setting. With a GPU (CUDA driver present) the same cells run on it too.
+#include "codegen/Compiler.h"
+#include "codegen/GpuPlan.h"
+#include "codegen/StoragePlan.h"
+#include "frontend/BuiltinCells.h"
+#include "frontend/CellParser.h"
+#include "ir/Verifier.h"
+#include "passes/Autodiff.h"
+#include "runtime/CudaDriver.h"
+#include "runtime/GpuCell.h"
+#include "runtime/Interpreter.h"
+#include "tests/PassSettings.h"
+#include "tests/RegressionCells.h"
+#include "tests/TestSupport.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <sstream>
+
+using namespace rnnc;
+
+namespace {
+
+const char* kPtxas = "/usr/local/cuda/bin/ptxas";
+
+// States that swap (each next value is the other's state: staged before either is written),
+// a layer norm, a stack of weights and an output that is not a state.
+const char* kSwapNormStack = R"(cell swap_norm_stack(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size], c[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size], v[hidden_size, hidden_size]
+  a = layernorm(linear(x, w) + linear(h, u)) * 0.5
+  b = tanh(linear(c, v)) - a
+  return h = c, c = h; output a * b
+})";
+
+// A cell bound to small odd sizes (tails of the 32-column blocks and 4-row tiles), its
+// parameters, and random inputs and initial states for T steps of B rows.
+struct GpuCase {
+  std::unique_ptr<ir::Cell> cell;
+  std::vector<Tensor> params, inputs, states;
+};
+
+GpuCase makeCase(const ir::Cell& source, int64_t steps, int64_t batch, unsigned seed) {
+  GpuCase c;
+  c.cell = source.clone();
+  const ir::SizeMap all = {{"input_size", 5}, {"hidden_size", 9}, {"proj_size", 4}};
+  ir::SizeMap sizes;
+  for (const std::string& name : source.sizeNames)
+    sizes[name] = all.at(name);
+  c.cell->bindSizes(sizes);
+  ir::verify(*c.cell);
+  std::mt19937 rng(seed);
+  TensorMap weights = test::randomWeights(*c.cell, sizes, rng);
+  for (const auto& p : c.cell->params)
+    c.params.push_back(weights.at(p->name));
+  for (const auto& input : c.cell->inputs)
+    c.inputs.push_back(
+        test::randomTensor({steps, batch, input->shape.back().constantValue()}, rng, 1.0f));
+  for (const auto& state : c.cell->states)
+    c.states.push_back(test::randomTensor({batch, state->shape.back().constantValue()}, rng));
+  return c;
+}
+
+// The pass settings that change what the GPU runs: each makes other regions (products in the
+// step, standalone products and kernels, unmerged gates, layer norms and copies alone); the
+// rest only rename or reorder the same ones, and the CPU's tests run them all.
+std::vector<test::PassSetting> gpuPassSettings() {
+  std::vector<test::PassSetting> settings;
+  for (const test::PassSetting& setting : test::everyPassSetting())
+    if (setting.name == "default" || setting.name == "--no-premul" || setting.name == "--no-fuse" ||
+        setting.name == "--disable-pass fuse-matmul" ||
+        setting.name == "--disable-pass merge-gates" || setting.name == "--disable-pass simplify")
+      settings.push_back(setting);
+  return settings;
+}
+
+// The emulated kernels against the interpreter, under the pass settings above, for a few grid sizes
+// (one thread; fewer threads than items; more) in both orders of the threads.
+void expectEmulationMatchesTheInterpreter(const ir::Cell& source) {
+  GpuCase c = makeCase(source, 4, 6, 11);
+  std::vector<Tensor> expectedStates = c.states;
+  Tensor expected = Interpreter(*c.cell, c.params).run(c.inputs, expectedStates);
+  for (const test::PassSetting& setting : gpuPassSettings()) {
+    GpuCell::Options options;
+    options.pipeline = setting.pipeline;
+    options.gpu = "sm_80";
+    std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, options);
+    for (int64_t threads : {1, 7, 1000})
+      for (bool reversed : {false, true}) {
+        SCOPED_TRACE(source.name + ", " + setting.name + ", " + std::to_string(threads) +
+                     " threads" + (reversed ? ", reversed" : ""));
+        std::vector<Tensor> states = c.states;
+        Tensor output = gpu->emulate(c.params, c.inputs, states, threads, reversed);
+        EXPECT_LT(test::maxAbsDiff(output, expected), 1e-5);
+        for (size_t s = 0; s < states.size(); ++s)
+          EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), 1e-5) << source.states[s]->name;
+      }
+  }
+}
+
+std::vector<std::unique_ptr<ir::Cell>> cellsUnderTest() {
+  std::vector<std::unique_ptr<ir::Cell>> cells;
+  for (const std::string& name : frontend::builtinCellNames())
+    cells.push_back(frontend::loadCell(name));
+  for (const auto& [name, source] : test::kRegressionCells)
+    cells.push_back(frontend::parseCell(source, std::string(name) + ".cell"));
+  cells.push_back(frontend::parseCell(kSwapNormStack, "swap_norm_stack.cell"));
+  return cells;
+}
+
+TEST(GpuEmulation, EveryBuiltinAndRegressionCellMatchesTheInterpreter) {
+  for (const auto& cell : cellsUnderTest())
+    expectEmulationMatchesTheInterpreter(*cell);
+}
+
+// The backward step of every built-in cell (passes/Autodiff.h): products of batched gradients
+// by transposed weights, layer norm gradients, wide concatenations.
+TEST(GpuEmulation, EveryBuiltinCellsBackwardMatchesTheInterpreter) {
+  for (const std::string& name : frontend::builtinCellNames())
+    expectEmulationMatchesTheInterpreter(*passes::deriveBackward(*frontend::loadCell(name)).cell);
+}
+
+// A sequence of one step, one row, and of none: the final states are the initial ones.
+TEST(GpuEmulation, EdgeLengths) {
+  auto lstm = frontend::loadCell("lstm");
+  for (auto [steps, batch] : {std::pair<int64_t, int64_t>{1, 1}, {0, 3}, {3, 33}}) {
+    GpuCase c = makeCase(*lstm, steps, batch, 5);
+    std::vector<Tensor> expectedStates = c.states;
+    Tensor expected = Interpreter(*c.cell, c.params).run(c.inputs, expectedStates);
+    GpuCell::Options options;
+    options.gpu = "sm_90";
+    std::vector<Tensor> states = c.states;
+    Tensor output = GpuCell::compile(*c.cell, options)->emulate(c.params, c.inputs, states, 64);
+    ASSERT_EQ(output.shape(), expected.shape());
+    EXPECT_LT(test::maxAbsDiff(output, expected), 1e-5);
+    for (size_t s = 0; s < states.size(); ++s)
+      EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), 1e-5);
+  }
+}
+
+// The plan of the default LSTM: both weights packed once, the input projection of all steps
+// one product (the biases added in its epilogue), each step one region (the recurrent product with
+// the whole cell as its epilogue, c updated in place, h read from the previous step's output rows),
+// and the final h copied.
+TEST(GpuPlan, LstmIsOneRegionPerStep) {
+  auto cell = frontend::loadCell("lstm");
+  cell->bindSizes({{"input_size", 64}, {"hidden_size", 48}});
+  std::ostringstream log;
+  passes::runPipeline(*cell, {}, log);
+  const codegen::StoragePlan plan = codegen::planStorage(*cell, codegen::gpuTarget("sm_80"));
+  std::vector<std::string> described;
+  for (const codegen::GpuRegion& region : codegen::planGpuRegions(*cell, plan))
+    described.push_back(region.describe(*cell).substr(0, region.describe(*cell).find(' ')));
+  EXPECT_EQ(described, (std::vector<std::string>{"params:", "params:", "pre:", "step:", "final:"}));
+  int steps = 0;
+  for (const codegen::GpuRegion& region : codegen::planGpuRegions(*cell, plan))
+    if (region.phase == codegen::GpuPhase::Step) {
+      ++steps;
+      EXPECT_EQ(region.kind, codegen::GpuRegion::Kind::Product);
+      EXPECT_EQ(region.items(100, 64), 64 / codegen::kGpuTileRows * 48);
+    }
+  EXPECT_EQ(steps, 1);
+}
+
+// ptxas, the assembler the CUDA driver's JIT shares, accepts every cell's kernels.
+class Ptxas : public test::ScratchDirTest {};
+
+TEST_F(Ptxas, AcceptsEveryCellForSm80AndSm90) {
+  if (!std::filesystem::exists(kPtxas))
+    GTEST_SKIP() << kPtxas << " not found (the CUDA toolkit): PTX not assembled";
+  std::vector<std::unique_ptr<ir::Cell>> cells = cellsUnderTest();
+  cells.push_back(passes::deriveBackward(*frontend::loadCell("lnlstm")).cell);
+  for (const auto& source : cells)
+    for (const char* sm : {"sm_80", "sm_90"}) {
+      SCOPED_TRACE(source->name + " " + sm);
+      GpuCase c = makeCase(*source, 1, 1, 1);
+      GpuCell::Options options;
+      options.gpu = sm;
+      std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, options);
+      EXPECT_NE(gpu->ptx().find(std::string(".target ") + sm), std::string::npos);
+      const std::string ptx = writeBytes(source->name + "_" + sm + ".ptx", gpu->ptx());
+      const std::string command = std::string(kPtxas) + " -arch=" + sm + " " + ptx + " -o " +
+                                  path("out.cubin") + " > " + path("ptxas.log") + " 2>&1";
+      std::ifstream log(path("ptxas.log"));
+      EXPECT_EQ(std::system(command.c_str()), 0)
+          << std::string(std::istreambuf_iterator<char>(log), {});
+    }
+}
+
+// Without a GPU, asking for one is a clear error; with one, the cells run on it as emulated.
+TEST(CudaDevice, RunsCellsOrSaysWhyNot) {
+  const std::string reason = CudaDriver::unavailableReason();
+  auto lstm = frontend::loadCell("lstm");
+  GpuCase c = makeCase(*lstm, 5, 7, 2);
+  std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, {});
+  if (!reason.empty()) {
+    EXPECT_THAT(reason, testing::AnyOf(testing::HasSubstr("CUDA"), testing::HasSubstr("GPU")));
+    std::vector<Tensor> states = c.states;
+    test::expectUserError([&] { gpu->run(c.params, c.inputs, states); }, {reason});
+    GTEST_SKIP() << "no GPU here: " << reason;
+  }
+  for (const auto& source : cellsUnderTest()) {
+    GpuCase k = makeCase(*source, 5, 7, 3);
+    std::vector<Tensor> expectedStates = k.states;
+    Tensor expected = Interpreter(*k.cell, k.params).run(k.inputs, expectedStates);
+    std::shared_ptr<GpuCell> code = GpuCell::compile(*k.cell, {});
+    for (GpuSchedule schedule : {GpuSchedule::PerStep, GpuSchedule::Persistent}) {
+      SCOPED_TRACE(source->name + (schedule == GpuSchedule::Persistent ? " persistent" : ""));
+      std::vector<Tensor> states = k.states;
+      Tensor output = code->run(k.params, k.inputs, states, schedule);
+      EXPECT_LT(test::maxAbsDiff(output, expected), 1e-4);
+      for (size_t s = 0; s < states.size(); ++s)
+        EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), 1e-4);
+    }
+  }
+}
+
+} // namespace
