@@ -200,6 +200,16 @@ Executor interpreterExecutor(std::shared_ptr<const Interpreter> interpreter,
   return run;
 }
 
+Executor gpuExecutor(std::shared_ptr<const GpuCell> cell, std::vector<Tensor> params, bool device,
+                     std::vector<int64_t> widths) {
+  Executor run;
+  run.padded = [=](const Tensor& in, std::vector<Tensor>& states) {
+    return device ? cell->run(params, splitFeatures(in, widths), states)
+                  : cell->emulate(params, splitFeatures(in, widths), states);
+  };
+  return run;
+}
+
 std::vector<int64_t> checkedLengths(const std::optional<Int64Array>& given, int64_t steps,
                                     int64_t batch) {
   if (!given)

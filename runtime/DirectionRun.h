@@ -4,6 +4,7 @@
 #pragma once
 
 #include "runtime/CompiledCell.h"
+#include "runtime/GpuCell.h"
 #include "runtime/Interpreter.h"
 #include "runtime/Tensor.h"
 
@@ -39,6 +40,9 @@ Executor jitExecutor(std::shared_ptr<const CompiledCell> cell,
                      std::vector<int64_t> widths);
 Executor interpreterExecutor(std::shared_ptr<const Interpreter> interpreter,
                              std::vector<int64_t> widths);
+// The GPU's kernels on the GPU (`device`), or emulated on this CPU.
+Executor gpuExecutor(std::shared_ptr<const GpuCell> cell, std::vector<Tensor> params, bool device,
+                     std::vector<int64_t> widths);
 
 // `input` [T, B, F], `states` [B, F] each (initial values), `lengths` [B] (every entry T: no
 // packing unless `reverse`). The reverse direction runs each sequence from its own last step.

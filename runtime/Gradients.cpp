@@ -154,6 +154,10 @@ std::shared_ptr<const GradientProgram>
 GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOptions& options,
                        passes::ForwardValues forwardValues) {
   const ir::Cell& cell = layers->cell();
+  if (isGpuEngine(options.engine))
+    throw UserError(fmt::format("training runs on the CPU (the JIT or the interpreter), not on {} "
+                                "yet",
+                                engineName(options.engine)));
   if (options.compile.weights != codegen::WeightType::F32)
     throw UserError(fmt::format("{} weights are for inference: training runs in fp32",
                                 codegen::weightTypeName(options.compile.weights)));

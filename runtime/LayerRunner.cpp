@@ -118,10 +118,19 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
       for (size_t i : zeroBiases)
         slot.params[i] = Tensor({*cell.params[i]->shape[0].evaluate(sizes)});
       // The generated code implements inference dropout only.
-      bool interpret = options.engine == Engine::Interpreter ||
-                       (options.training && ir::containsOp(*slot.bound, ir::Op::Dropout));
-      if (!interpret)
+      const bool trainingDropout = options.training && ir::containsOp(*slot.bound, ir::Op::Dropout);
+      if (isGpuEngine(options.engine)) {
+        if (trainingDropout)
+          throw UserError(fmt::format("cell '{}' has dropout, which in training mode runs on the "
+                                      "interpreter only, not on {}",
+                                      cell.name, engineName(options.engine)));
+        GpuCell::Options gpu;
+        gpu.pipeline = options.compile.pipeline;
+        gpu.log = options.compile.log;
+        slot.gpu = GpuCell::compile(*slot.bound, gpu);
+      } else if (options.engine == Engine::Jit && !trainingDropout) {
         slot.compiled = CompiledCell::compile(*slot.bound, options.compile);
+      }
       layerOutput += codegen::columnsOf(slot.bound->output);
       if (layer == 0 && direction == 0)
         program->inputSize_ = codegen::columnsOf(slot.bound->inputs[0].get());
@@ -212,7 +221,8 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
       } else {
         ExecutionOptions execution{options_.training, options_.seed + static_cast<uint64_t>(index)};
         Executor run =
-            slot.compiled
+            slot.gpu ? gpuExecutor(slot.gpu, slot.params, options_.engine == Engine::Cuda, widths)
+            : slot.compiled
                 ? jitExecutor(slot.compiled, slot.prepared, threads_, widths)
                 : interpreterExecutor(
                       std::make_shared<Interpreter>(*slot.bound, slot.params, execution), widths);

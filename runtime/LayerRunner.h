@@ -16,6 +16,7 @@
 
 #include "ir/Cell.h"
 #include "runtime/DirectionRun.h"
+#include "runtime/GpuCell.h"
 #include "runtime/SequenceRunner.h"
 
 #include <functional>
@@ -102,6 +103,7 @@ public:
     std::shared_ptr<ir::Cell> bound;
     std::shared_ptr<CompiledCell> compiled;                 // null: run on the interpreter
     std::shared_ptr<const CompiledCell::Prepared> prepared; // its parameter-only work, done
+    std::shared_ptr<const GpuCell> gpu; // the GPU engines' code (Engine::Cuda, CudaEmulated)
   };
   const std::vector<Slot>& slots() const { return slots_; }
 

@@ -2,9 +2,9 @@
 // mapping tensor names to {dtype, shape, data_offsets}, then the raw data.
 //
 // rnnc's weights are float32 (`F32`), or int8 (`I8`) with a `NAME.scale` beside each (F32, one
-// scale per row, or one): read as fp32, q * scale. Every malformed file (truncated, bad header length, bad
-// JSON, unknown or unsupported dtype, offsets out of range or overlapping, size not matching the
-// shape) raises a UserError naming the file and, where there is one, the tensor.
+// scale per row, or one): read as fp32, q * scale. Every malformed file (truncated, bad header
+// length, bad JSON, unknown or unsupported dtype, offsets out of range or overlapping, size not
+// matching the shape) raises a UserError naming the file and, where there is one, the tensor.
 #pragma once
 
 #include "runtime/Tensor.h"

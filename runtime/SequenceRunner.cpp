@@ -1,5 +1,7 @@
 #include "runtime/SequenceRunner.h"
 
+#include "runtime/GpuCell.h"
+
 #include "ir/Error.h"
 #include "ir/Verifier.h"
 #include "runtime/Weights.h"
@@ -118,9 +120,21 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
 
   SequenceResult result;
   result.engine = request.engine;
-  if (request.options.training && ir::containsOp(*bound, ir::Op::Dropout))
+  if (request.options.training && ir::containsOp(*bound, ir::Op::Dropout)) {
+    if (isGpuEngine(result.engine))
+      throw UserError(fmt::format("cell '{}' has dropout, which in training mode runs on the "
+                                  "interpreter only, not on {}",
+                                  cell.name, engineName(result.engine)));
     result.engine = Engine::Interpreter; // the generated code implements inference dropout only
-  if (result.engine == Engine::Jit) {
+  }
+  if (isGpuEngine(result.engine)) {
+    GpuCell::Options options;
+    options.pipeline = request.compile.pipeline;
+    options.log = request.compile.log;
+    auto gpu = GpuCell::compile(*bound, options);
+    result.output = result.engine == Engine::Cuda ? gpu->run(paramTensors, inputs, states)
+                                                  : gpu->emulate(paramTensors, inputs, states);
+  } else if (result.engine == Engine::Jit) {
     result.output = [&] {
       Tensor output;
       CompiledCell::Workspace workspace;
@@ -137,6 +151,20 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
         states[i].reshaped({1, states[i].dim(0), states[i].dim(1)});
   result.boundCell = std::move(bound);
   return result;
+}
+
+const char* engineName(Engine engine) {
+  switch (engine) {
+  case Engine::Jit:
+    return "jit";
+  case Engine::Interpreter:
+    return "interpreter";
+  case Engine::Cuda:
+    return "cuda";
+  case Engine::CudaEmulated:
+    return "cuda-emulated";
+  }
+  return "?";
 }
 
 } // namespace rnnc

@@ -15,8 +15,15 @@
 
 namespace rnnc {
 
-// Which executor runs the cell: native code from the JIT, or the reference interpreter.
-enum class Engine { Jit, Interpreter };
+// Which executor runs the cell: native code from the JIT, the reference interpreter, or the
+// GPU's kernels (runtime/GpuCell.h) on an NVIDIA GPU or emulated on this CPU (the kernels' own
+// code, GPU thread after GPU thread: for testing them where there is no GPU).
+enum class Engine { Jit, Interpreter, Cuda, CudaEmulated };
+
+const char* engineName(Engine engine); // "jit", "interpreter", "cuda", "cuda-emulated"
+inline bool isGpuEngine(Engine engine) {
+  return engine == Engine::Cuda || engine == Engine::CudaEmulated;
+}
 
 struct SequenceRequest {
   std::map<std::string, Tensor> inputs;        // cell input name -> [T, B, F]

@@ -37,7 +37,7 @@ struct LayerCase {
 };
 
 void PrintTo(const LayerCase& c, std::ostream* os) {
-  *os << c.name << (c.engine == Engine::Jit ? " (jit)" : " (interpreter)");
+  *os << c.name << " (" << engineName(c.engine) << ")";
 }
 
 class PyTorchLayer : public testing::TestWithParam<LayerCase> {};
@@ -76,15 +76,18 @@ TEST_P(PyTorchLayer, MatchesWithin1e5) {
 std::vector<LayerCase> allLayerCases() {
   std::vector<LayerCase> cases;
   for (const auto& name : layerCases())
-    for (Engine engine : {Engine::Jit, Engine::Interpreter})
+    // The GPU's kernels emulated on this CPU: stacks, directions, lengths and projections run
+    // through them as through the JIT (on a GPU, tests/test_gpu.cpp runs them there).
+    for (Engine engine : {Engine::Jit, Engine::Interpreter, Engine::CudaEmulated})
       cases.push_back({name, engine});
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchLayer, testing::ValuesIn(allLayerCases()),
                          [](const auto& info) {
-                           return info.param.name +
-                                  (info.param.engine == Engine::Jit ? "_jit" : "_interpreter");
+                           std::string engine = engineName(info.param.engine);
+                           std::replace(engine.begin(), engine.end(), '-', '_');
+                           return info.param.name + "_" + engine;
                          });
 
 // ---- Bad input: each error names the tensor with its expected and actual shape ------------

@@ -4,8 +4,10 @@
 //  - every kind of bad input exits with status 1 and a message on stderr with the key facts.
 #include "ir/Error.h"
 #include "ir/FileIO.h"
+#include "runtime/CudaDriver.h"
 #include "runtime/Npy.h"
 #include "runtime/SafeTensors.h"
+#include "tests/TestSupport.h"
 #include "tests/ToolRunner.h"
 
 #include <gmock/gmock.h>
@@ -328,6 +330,79 @@ TEST_F(ToolTest, CompileForANamedCpu) {
   ASSERT_EQ(avx2.exitCode, 0) << avx2.err;
   EXPECT_THAT(avx2.out, testing::ContainsRegex("vfmadd[0-9]+ps[^\n]*ymm"));
   EXPECT_THAT(avx2.out, Not(HasSubstr("zmm")));
+}
+
+// The GPU's kernels: PTX for sm_80 and sm_90 with the grid kernels as entries, the NVVM IR with
+// them marked as kernels; options that do not go together are errors.
+TEST_F(ToolTest, CompileForNvptx) {
+  for (const char* sm : {"sm_80", "sm_90"}) {
+    ToolResult ptx = run({"compile", "lstm", "--size", "input_size=16", "--size", "hidden_size=24",
+                          "--target", "nvptx", "--gpu", sm, "--emit=ptx"});
+    ASSERT_EQ(ptx.exitCode, 0) << ptx;
+    EXPECT_THAT(ptx.out, HasSubstr(std::string(".target ") + sm)) << ptx;
+    EXPECT_THAT(ptx.out, HasSubstr(".visible .entry rnnc_kernel_0(")) << ptx;
+    EXPECT_THAT(ptx.out, HasSubstr(".visible .entry rnnc_steps(")) << ptx;
+    EXPECT_THAT(ptx.out, HasSubstr("fma.rn.f32")) << ptx;
+  }
+  ToolResult llvm = run({"compile", "gru", "--size", "input_size=16", "--size", "hidden_size=24",
+                         "--target", "nvptx", "--emit=llvm"});
+  ASSERT_EQ(llvm.exitCode, 0) << llvm;
+  EXPECT_THAT(llvm.out, HasSubstr("target triple = \"nvptx64-nvidia-cuda\"")) << llvm;
+  EXPECT_THAT(llvm.out, HasSubstr("!nvvm.annotations")) << llvm;
+  EXPECT_THAT(llvm.out, HasSubstr("@llvm.nvvm.read.ptx.sreg.tid.x")) << llvm;
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"compile", "lstm", "--size", "input_size=4", "--size",
+                                 "hidden_size=4", "--emit=ptx"},
+        std::vector<std::string>{"compile", "lstm", "--size", "input_size=4", "--size",
+                                 "hidden_size=4", "--target", "nvptx", "--gpu", "sm_70",
+                                 "--emit=ptx"},
+        std::vector<std::string>{"compile", "lstm", "--size", "input_size=4", "--size",
+                                 "hidden_size=4", "--target", "nvptx", "--emit=ptx",
+                                 "--weights-dtype", "int8"}}) {
+    ToolResult r = run(bad);
+    EXPECT_NE(r.exitCode, 0) << r;
+    EXPECT_THAT(r.err, HasSubstr("rnnc: error:")) << r;
+  }
+}
+
+// `rnnc run --device cuda`: without a GPU a clear error and a non-zero exit; the GPU's kernels
+// emulated on this CPU give PyTorch's results for a stacked bidirectional GRU with lengths.
+TEST_F(ToolTest, RunOnTheGpuOrItsEmulation) {
+  const std::string dir = test::kLayerFixtures + "gru_l3_bi_bf_len/";
+  std::vector<std::string> args = {"run",
+                                   "--cell",
+                                   "gru",
+                                   "--weights",
+                                   dir + "weights.safetensors",
+                                   "--input",
+                                   dir + "input.npy",
+                                   "--h0",
+                                   dir + "h0.npy",
+                                   "--lengths",
+                                   dir + "lengths.npy",
+                                   "--batch-first",
+                                   "--output",
+                                   path("y.npy"),
+                                   "--hn",
+                                   path("hn.npy"),
+                                   "--device"};
+  args.push_back("cuda-emulated");
+  ToolResult emulated = run(args);
+  ASSERT_EQ(emulated.exitCode, 0) << emulated;
+  EXPECT_LE(test::maxAbsDiff(readNpyFloat32(path("y.npy")), readNpyFloat32(dir + "output.npy")),
+            1e-5f);
+  EXPECT_LE(test::maxAbsDiff(readNpyFloat32(path("hn.npy")), readNpyFloat32(dir + "hn.npy")),
+            1e-5f);
+  if (CudaDriver::unavailableReason().empty())
+    return; // a GPU is here: tests/test_gpu.cpp runs the cells on it
+  args.back() = "cuda";
+  ToolResult device = run(args);
+  EXPECT_NE(device.exitCode, 0) << device;
+  EXPECT_THAT(device.err, HasSubstr("rnnc: error: " + CudaDriver::unavailableReason())) << device;
+  args.push_back("--interpret");
+  ToolResult both = run(args);
+  EXPECT_NE(both.exitCode, 0) << both;
+  EXPECT_THAT(both.err, HasSubstr("--interpret runs on the CPU")) << both;
 }
 
 // `rnnc bench` on tiny sizes: every path runs, and the JSON report has them all.

@@ -23,6 +23,7 @@ struct RunOptions {
   std::vector<std::string> inputs, states, finals, sizes;
   std::string h0, c0, hn, cn;
   bool train = false, interpret = false, bidirectional = false, batchFirst = false;
+  std::string device = "cpu";
   std::optional<int> numLayers;
   std::string weightsPrefix; // keys of a submodule in a whole model's state_dict
   int64_t projSize = 0;
@@ -209,6 +210,11 @@ LayerJob prepareJob(const RunOptions& o) {
     options.sizes.erase("hidden_size");
   }
   options.engine = o.interpret ? Engine::Interpreter : Engine::Jit;
+  if (o.device != "cpu") {
+    if (o.interpret)
+      throw UserError("--interpret runs on the CPU; it does not go with --device " + o.device);
+    options.engine = o.device == "cuda" ? Engine::Cuda : Engine::CudaEmulated;
+  }
   options.compile.pipeline = o.pipeline.options();
   options.compile.log = &std::cerr;
   options.compile.weights = codegen::parseWeightType(o.weightsDtype);
@@ -306,6 +312,12 @@ CLI::App* addLayerCommand(CLI::App& app, const std::string& name, const std::str
                     "How the JIT stores the weights of every linear/matmul: fp32, or bf16 or "
                     "fp16 (half the bytes, widened to fp32 in registers; the math stays fp32)")
         ->default_val("fp32");
+  cmd->add_option("--device", o->device,
+                  "cpu (the JIT), cuda (an NVIDIA GPU through the CUDA driver: the cell's PTX "
+                  "kernels) or cuda-emulated (those kernels' own code run on this CPU, GPU thread "
+                  "after GPU thread: slow, for checking them without a GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda", "cuda-emulated"}))
+      ->default_val("cpu");
   cmd->add_flag("--interpret", o->interpret,
                 "Run on the reference interpreter instead of the JIT (training mode with dropout "
                 "always does)");
