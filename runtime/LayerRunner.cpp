@@ -1,5 +1,7 @@
 #include "runtime/LayerRunner.h"
 
+#include "runtime/CudaDriver.h"
+
 #include "codegen/StoragePlan.h"
 #include "ir/Error.h"
 #include "runtime/DirectionRun.h"
@@ -76,6 +78,8 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
       throw UserError(fmt::format("{} weights are for inference: training runs in fp32",
                                   codegen::weightTypeName(options.compile.weights)));
   }
+  if (options.engine == Engine::Cuda)
+    CudaDriver::get(); // no GPU: say so before compiling anything
   WeightLayout layout = inferWeightLayout(cell, weights, weightsSource);
   if (options.numLayers && *options.numLayers != layout.numLayers)
     throw UserError(fmt::format("{} holds {} layer(s) of cell '{}', but {} were asked for",

@@ -1,6 +1,7 @@
 // The public C++ API (include/rnnc/rnnc.h): PyTorch numerics through caller-owned buffers,
 // concurrent forward calls on one layer, and its errors.
 #include "rnnc/rnnc.h"
+#include "runtime/CudaDriver.h"
 #include "runtime/Npy.h"
 
 #include "tests/TestSupport.h"
@@ -55,6 +56,35 @@ TEST(Api, ABidirectionalBatchFirstLstmWithLengthsMatchesPyTorch) {
     EXPECT_LE(maxAbsDiff(hn, rnnc::readNpyFloat32(dir + "hn.npy").values()), 1e-5f);
     EXPECT_LE(maxAbsDiff(cn, rnnc::readNpyFloat32(dir + "cn.npy").values()), 1e-5f);
   }
+}
+
+// LayerSpec::device: the GPU's kernels emulated on this CPU give PyTorch's results through the
+// same call; an unknown device, and "cuda" without a GPU, are errors when the layer is built.
+TEST(Api, DeviceOption) {
+  const std::string dir = rnnc::test::kLayerFixtures + "lstm_l1_bi_bf_len/";
+  rnnc::LayerSpec emulated;
+  emulated.batchFirst = true;
+  emulated.device = "cuda-emulated";
+  rnnc::Layer layer = rnnc::Layer::fromFile(emulated, dir + "weights.safetensors");
+  rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy"); // [B, T, I]
+  rnnc::Tensor h0 = rnnc::readNpyFloat32(dir + "h0.npy"), c0 = rnnc::readNpyFloat32(dir + "c0.npy");
+  rnnc::Int64Array lengths = rnnc::readNpyInt64(dir + "lengths.npy");
+  const int64_t batch = x.dim(0), steps = x.dim(1);
+  std::vector<float> y(static_cast<size_t>(steps * batch * layer.outputSize()));
+  std::vector<float> hn(h0.values().size()), cn(c0.values().size());
+  layer.forward(x.data(), steps, batch, h0.data(), c0.data(), lengths.values.data(), y.data(),
+                hn.data(), cn.data());
+  EXPECT_LE(maxAbsDiff(y, rnnc::readNpyFloat32(dir + "output.npy").values()), 1e-5f);
+  EXPECT_LE(maxAbsDiff(hn, rnnc::readNpyFloat32(dir + "hn.npy").values()), 1e-5f);
+  EXPECT_LE(maxAbsDiff(cn, rnnc::readNpyFloat32(dir + "cn.npy").values()), 1e-5f);
+
+  rnnc::LayerSpec unknown = emulated;
+  unknown.device = "tpu";
+  EXPECT_THROW(rnnc::Layer::fromFile(unknown, dir + "weights.safetensors"), std::runtime_error);
+  rnnc::LayerSpec cuda = emulated;
+  cuda.device = "cuda";
+  if (!rnnc::CudaDriver::unavailableReason().empty())
+    EXPECT_THROW(rnnc::Layer::fromFile(cuda, dir + "weights.safetensors"), std::runtime_error);
 }
 
 TEST(Api, ConcurrentForwardCallsOnOneLayerAgree) {

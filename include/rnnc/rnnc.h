@@ -19,6 +19,10 @@ struct LayerSpec {
   std::optional<bool> bidirectional; // likewise
   bool batchFirst = false;           // input and output are [B, T, F]
   bool jit = true;                   // false: the reference interpreter
+  // Where the JIT's code runs: "cpu", "cuda" (an NVIDIA GPU through the CUDA driver, loaded at
+  // run time; an error without one) or "cuda-emulated" (the GPU's kernels run on this CPU, GPU
+  // thread after GPU thread: slow, for checking them without a GPU). Inference only.
+  std::string device = "cpu";
   int threads = 0; // threads per forward call, each time step split between them; 0: automatic
                    // (every core, fewer while other processes keep cores busy)
   std::map<std::string, int64_t> sizes; // sizes the weights do not determine
