@@ -31,23 +31,18 @@ namespace {
 
 constexpr unsigned kBlockSize = 256; // threads per block of every launch
 
-// A run's regions in the order they run: (region, step) pairs, steps spelled out.
+// The emulation's regions in the order a GPU runs them: (region, step) pairs.
 template <class Visit>
-void forEachLaunch(const std::vector<codegen::GpuRegion>& regions, int64_t steps, Visit&& visit,
-                   bool stepsTogether = false) {
+void forEachLaunch(const std::vector<codegen::GpuRegion>& regions, int64_t steps, Visit&& visit) {
   using codegen::GpuPhase;
   for (GpuPhase phase : {GpuPhase::Params, GpuPhase::Pre})
     for (size_t i = 0; i < regions.size(); ++i)
       if (regions[i].phase == phase)
         visit(i, int64_t{0});
-  if (stepsTogether) {
-    visit(regions.size(), int64_t{-1}); // the persistent kernel, all steps
-  } else {
-    for (int64_t t = 0; t < steps; ++t)
-      for (size_t i = 0; i < regions.size(); ++i)
-        if (regions[i].phase == GpuPhase::Step)
-          visit(i, t);
-  }
+  for (int64_t t = 0; t < steps; ++t)
+    for (size_t i = 0; i < regions.size(); ++i)
+      if (regions[i].phase == GpuPhase::Step)
+        visit(i, t);
   for (size_t i = 0; i < regions.size(); ++i)
     if (regions[i].phase == GpuPhase::Final)
       visit(i, int64_t{0});
@@ -162,98 +157,159 @@ const GpuCell::DeviceCode& GpuCell::deviceCode() const {
   return *device_;
 }
 
-Tensor GpuCell::run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
-                    std::vector<Tensor>& states, GpuSchedule schedule) const {
-  checkArguments(params, inputs, states);
-  const CudaDriver& driver = CudaDriver::get();
-  const DeviceCode& code = deviceCode();
-  const int64_t steps = inputs[0].dim(0), batch = inputs[0].dim(1);
-  const int64_t outCols = codegen::columnsOf(cell_->output);
+// The device memory of runs of `steps` steps of `batch` rows, and the arguments that point
+// into it.
+struct GpuCell::Resident::Memory {
+  std::vector<DeviceBuffer> owned;
+  std::vector<CudaDriver::DevicePointer> params, inputs, states, buffers;
+  CudaDriver::DevicePointer output = 0, args = 0, counter = 0;
+};
 
-  std::vector<DeviceBuffer> owned; // everything this run allocates on the GPU
+GpuCell::Resident::~Resident() = default;
+
+std::unique_ptr<GpuCell::Resident>
+GpuCell::resident(const std::vector<Tensor>& params, const std::vector<TensorShape>& inputShapes,
+                  const std::vector<TensorShape>& stateShapes) const {
+  RNNC_INTERNAL_CHECK(params.size() == cell_->params.size(), "wrong number of parameters");
+  RNNC_INTERNAL_CHECK(inputShapes.size() == cell_->inputs.size() && !inputShapes.empty() &&
+                          inputShapes[0].size() == 3,
+                      "inputs must be [T, B, F]");
+  RNNC_INTERNAL_CHECK(stateShapes.size() == cell_->states.size(), "wrong number of states");
+  const CudaDriver& driver = CudaDriver::get();
+  auto run = std::unique_ptr<Resident>(new Resident);
+  run->cell_ = this;
+  run->steps_ = inputShapes[0][0];
+  run->batch_ = inputShapes[0][1];
+  run->outputShape_ = {run->steps_, run->batch_, codegen::columnsOf(cell_->output)};
+  run->memory_ = std::make_unique<Resident::Memory>();
+  Resident::Memory& m = *run->memory_;
+  auto allocate = [&](size_t bytes) {
+    m.owned.emplace_back(bytes);
+    return m.owned.back().pointer();
+  };
   auto upload = [&](const void* data, size_t bytes) {
-    owned.emplace_back(bytes);
-    driver.copyToDevice(owned.back().pointer(), data, bytes);
-    return owned.back().pointer();
+    CudaDriver::DevicePointer p = allocate(bytes);
+    driver.copyToDevice(p, data, bytes);
+    return p;
   };
   auto floatBytes = [](int64_t n) { return static_cast<size_t>(n) * sizeof(float); };
-  auto uploadAll = [&](const std::vector<Tensor>& tensors) {
-    std::vector<CudaDriver::DevicePointer> pointers;
-    for (const Tensor& t : tensors)
-      pointers.push_back(upload(t.data(), floatBytes(t.numel())));
-    return pointers;
-  };
-  std::vector<CudaDriver::DevicePointer> paramPointers = uploadAll(params),
-                                         inputPointers = uploadAll(inputs),
-                                         statePointers = uploadAll(states), bufferPointers;
-  for (const codegen::BufferSpec& spec : plan_.buffers) {
-    owned.emplace_back(floatBytes(bufferFloats(spec, steps, batch)));
-    bufferPointers.push_back(owned.back().pointer());
-  }
-  owned.emplace_back(floatBytes(steps * batch * outCols));
-  const CudaDriver::DevicePointer output = owned.back().pointer();
+  for (const Tensor& p : params)
+    m.params.push_back(upload(p.data(), floatBytes(p.numel())));
+  for (const TensorShape& shape : inputShapes)
+    m.inputs.push_back(allocate(floatBytes(numElements(shape))));
+  for (const TensorShape& shape : stateShapes)
+    m.states.push_back(allocate(floatBytes(numElements(shape))));
+  for (const codegen::BufferSpec& spec : plan_.buffers)
+    m.buffers.push_back(allocate(floatBytes(bufferFloats(spec, run->steps_, run->batch_))));
+  m.output = allocate(floatBytes(numElements(run->outputShape_)));
   auto pointerArray = [&](const std::vector<CudaDriver::DevicePointer>& pointers) {
     return upload(pointers.data(), pointers.size() * sizeof(CudaDriver::DevicePointer));
   };
   // The arguments as the kernels read them: RnncRunArgs with the GPU's addresses.
   auto address = [](CudaDriver::DevicePointer p) { return reinterpret_cast<void*>(p); };
-  RnncRunArgs hostArgs{steps,
-                       batch,
-                       static_cast<const float* const*>(address(pointerArray(paramPointers))),
-                       static_cast<const float* const*>(address(pointerArray(inputPointers))),
-                       static_cast<float* const*>(address(pointerArray(statePointers))),
-                       static_cast<float*>(address(output)),
-                       static_cast<float* const*>(address(pointerArray(bufferPointers))),
-                       0,
-                       0,
-                       1,
-                       nullptr};
-  CudaDriver::DevicePointer args = upload(&hostArgs, sizeof hostArgs);
-  owned.emplace_back(sizeof(int64_t));
-  const CudaDriver::DevicePointer counter = owned.back().pointer();
+  RnncRunArgs args{run->steps_,
+                   run->batch_,
+                   static_cast<const float* const*>(address(pointerArray(m.params))),
+                   static_cast<const float* const*>(address(pointerArray(m.inputs))),
+                   static_cast<float* const*>(address(pointerArray(m.states))),
+                   static_cast<float*>(address(m.output)),
+                   static_cast<float* const*>(address(pointerArray(m.buffers))),
+                   0,
+                   0,
+                   1,
+                   nullptr};
+  m.args = upload(&args, sizeof args);
+  m.counter = allocate(sizeof(int64_t));
+  run->launch(codegen::GpuPhase::Params, GpuSchedule::PerStep);
+  return run;
+}
 
-  const bool together = schedule == GpuSchedule::Persistent;
-  if (together && !driver.cooperativeLaunch())
-    throw UserError(fmt::format("GPU '{}' cannot launch cooperative kernels, which the persistent "
-                                "schedule needs: use the per-step one",
-                                driver.deviceName()));
-  const int64_t maxGrid = static_cast<int64_t>(driver.multiprocessors()) * 32;
-  forEachLaunch(
-      regions_, steps,
-      [&](size_t region, int64_t step) {
-        if (region == regions_.size()) { // all steps in the persistent kernel
-          int64_t needed = 1;
-          for (const codegen::GpuRegion& r : regions_)
-            if (r.phase == codegen::GpuPhase::Step)
-              needed = std::max(needed, (r.items(steps, batch) + kBlockSize - 1) / kBlockSize);
-          const int64_t resident = static_cast<int64_t>(driver.multiprocessors()) *
-                                   code.persistentBlocksPerMultiprocessor;
-          if (resident < 1)
-            throw UserError("the persistent kernel does not fit on this GPU");
-          driver.zero(counter, sizeof(int64_t));
-          void* arguments[] = {const_cast<CudaDriver::DevicePointer*>(&args),
-                               const_cast<CudaDriver::DevicePointer*>(&counter)};
-          driver.launchCooperative(code.persistent,
-                                   static_cast<unsigned>(std::min(needed, resident)), kBlockSize,
-                                   arguments);
-          return;
-        }
-        const int64_t items = regions_[region].items(steps, batch);
-        if (items == 0)
-          return;
-        int64_t t = step;
-        void* arguments[] = {const_cast<CudaDriver::DevicePointer*>(&args), &t};
-        const int64_t grid = std::clamp<int64_t>((items + kBlockSize - 1) / kBlockSize, 1, maxGrid);
-        driver.launch(code.regionKernels[region], static_cast<unsigned>(grid), kBlockSize,
-                      arguments);
-      },
-      together && steps > 0);
-  driver.synchronize();
-  Tensor result({steps, batch, outCols});
-  driver.copyToHost(result.data(), output, floatBytes(result.numel()));
+void GpuCell::Resident::upload(const std::vector<Tensor>& inputs,
+                               const std::vector<Tensor>& states) const {
+  const CudaDriver& driver = CudaDriver::get();
+  RNNC_INTERNAL_CHECK(inputs.size() == memory_->inputs.size() &&
+                          states.size() == memory_->states.size(),
+                      "wrong number of inputs or states");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    driver.copyToDevice(memory_->inputs[i], inputs[i].data(),
+                        static_cast<size_t>(inputs[i].numel()) * sizeof(float));
   for (size_t s = 0; s < states.size(); ++s)
-    driver.copyToHost(states[s].data(), statePointers[s], floatBytes(states[s].numel()));
-  return result;
+    driver.copyToDevice(memory_->states[s], states[s].data(),
+                        static_cast<size_t>(states[s].numel()) * sizeof(float));
+}
+
+void GpuCell::Resident::execute(GpuSchedule schedule) const {
+  for (codegen::GpuPhase phase :
+       {codegen::GpuPhase::Pre, codegen::GpuPhase::Step, codegen::GpuPhase::Final})
+    launch(phase, schedule);
+  CudaDriver::get().synchronize();
+}
+
+void GpuCell::Resident::launch(codegen::GpuPhase phase, GpuSchedule schedule) const {
+  const CudaDriver& driver = CudaDriver::get();
+  const DeviceCode& code = cell_->deviceCode();
+  const std::vector<codegen::GpuRegion>& regions = cell_->regions_;
+  CudaDriver::DevicePointer args = memory_->args, counter = memory_->counter;
+  if (phase == codegen::GpuPhase::Step && schedule == GpuSchedule::Persistent && steps_ > 0) {
+    if (!driver.cooperativeLaunch())
+      throw UserError(fmt::format("GPU '{}' cannot launch cooperative kernels, which the "
+                                  "persistent schedule needs: use the per-step one",
+                                  driver.deviceName()));
+    // As many blocks as the largest step region has work for, and no more than can be resident
+    // at once (the grid barrier waits for all of them).
+    int64_t needed = 1;
+    for (const codegen::GpuRegion& r : regions)
+      if (r.phase == codegen::GpuPhase::Step)
+        needed = std::max(needed, (r.items(steps_, batch_) + kBlockSize - 1) / kBlockSize);
+    const int64_t resident =
+        static_cast<int64_t>(driver.multiprocessors()) * code.persistentBlocksPerMultiprocessor;
+    if (resident < 1)
+      throw UserError("the persistent kernel does not fit on this GPU");
+    driver.zero(counter, sizeof(int64_t));
+    void* arguments[] = {&args, &counter};
+    driver.launchCooperative(code.persistent, static_cast<unsigned>(std::min(needed, resident)),
+                             kBlockSize, arguments);
+    return;
+  }
+  const int64_t maxGrid = static_cast<int64_t>(driver.multiprocessors()) * 32;
+  auto launchRegion = [&](size_t region, int64_t step) {
+    const int64_t items = regions[region].items(steps_, batch_);
+    if (items == 0)
+      return;
+    void* arguments[] = {&args, &step};
+    const int64_t grid = std::clamp<int64_t>((items + kBlockSize - 1) / kBlockSize, 1, maxGrid);
+    driver.launch(code.regionKernels[region], static_cast<unsigned>(grid), kBlockSize, arguments);
+  };
+  const int64_t stepCount = phase == codegen::GpuPhase::Step ? steps_ : 1;
+  for (int64_t t = 0; t < stepCount; ++t)
+    for (size_t i = 0; i < regions.size(); ++i)
+      if (regions[i].phase == phase)
+        launchRegion(i, t);
+}
+
+Tensor GpuCell::Resident::download(std::vector<Tensor>& states) const {
+  const CudaDriver& driver = CudaDriver::get();
+  Tensor output(outputShape_);
+  driver.copyToHost(output.data(), memory_->output,
+                    static_cast<size_t>(output.numel()) * sizeof(float));
+  for (size_t s = 0; s < states.size(); ++s)
+    driver.copyToHost(states[s].data(), memory_->states[s],
+                      static_cast<size_t>(states[s].numel()) * sizeof(float));
+  return output;
+}
+
+Tensor GpuCell::run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                    std::vector<Tensor>& states, GpuSchedule schedule) const {
+  checkArguments(params, inputs, states);
+  std::vector<TensorShape> inputShapes, stateShapes;
+  for (const Tensor& x : inputs)
+    inputShapes.push_back(x.shape());
+  for (const Tensor& s : states)
+    stateShapes.push_back(s.shape());
+  std::unique_ptr<Resident> run = resident(params, inputShapes, stateShapes);
+  run->upload(inputs, states);
+  run->execute(schedule);
+  return run->download(states);
 }
 
 } // namespace rnnc

@@ -47,6 +47,30 @@ public:
   Tensor run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
              std::vector<Tensor>& states, GpuSchedule schedule = GpuSchedule::PerStep) const;
 
+  // Device memory for runs of one shape on the GPU, the parameters uploaded and their regions
+  // run once: upload() the inputs and initial states, execute() (only the kernels: what a
+  // benchmark times), download() the outputs and final states. Not thread-safe.
+  class Resident {
+  public:
+    ~Resident();
+    void upload(const std::vector<Tensor>& inputs, const std::vector<Tensor>& states) const;
+    void execute(GpuSchedule schedule) const;
+    Tensor download(std::vector<Tensor>& states) const;
+
+  private:
+    friend class GpuCell;
+    Resident() = default;
+    void launch(codegen::GpuPhase phase, GpuSchedule schedule) const;
+    struct Memory;
+    const GpuCell* cell_ = nullptr;
+    int64_t steps_ = 0, batch_ = 0;
+    TensorShape outputShape_;
+    std::unique_ptr<Memory> memory_;
+  };
+  std::unique_ptr<Resident> resident(const std::vector<Tensor>& params,
+                                     const std::vector<TensorShape>& inputShapes,
+                                     const std::vector<TensorShape>& stateShapes) const;
+
   // On this machine: each region as `threads` GPU threads run it, thread after thread
   // (`reversed`: from the last), the regions in the GPU's order.
   Tensor emulate(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,

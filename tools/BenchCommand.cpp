@@ -6,6 +6,8 @@
 #include "ir/Error.h"
 #include "ir/Verifier.h"
 #include "runtime/CompiledCell.h"
+#include "runtime/CudaDriver.h"
+#include "runtime/GpuCell.h"
 #include "runtime/Gradients.h"
 #include "runtime/Interpreter.h"
 #include "runtime/LayerRunner.h"
@@ -24,6 +26,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <tuple>
 #include <unistd.h>
 
 namespace rnnc::tools {
@@ -41,6 +44,7 @@ struct BenchOptions {
   std::string targetCpu; // empty: the host
   std::string weightsDtype = "fp32";
   std::vector<std::string> sizes;
+  std::string device = "cpu"; // cuda: the GPU's kernels too
 };
 
 Tensor randomTensor(const TensorShape& shape, float bound, std::mt19937& rng) {
@@ -181,6 +185,13 @@ int bench(const BenchOptions& o) {
   const codegen::WeightType reduced = codegen::parseWeightType(o.weightsDtype);
   if (reduced != codegen::WeightType::F32 && o.backward)
     throw UserError("--weights-dtype times inference: training runs in fp32");
+  const bool cuda = o.device == "cuda";
+  if (cuda && (o.backward || reduced != codegen::WeightType::F32))
+    throw UserError("--device cuda times fp32 inference (training and reduced weights run on the "
+                    "CPU)");
+  if (cuda)
+    CudaDriver::get(); // no GPU: say so before any work
+  const bool onlyJit = o.jitOnly || cuda;
   auto cell = frontend::loadCell(o.cell);
   ir::SizeMap sizes = parseSizes(o.sizes);
   for (auto [name, value] : {std::pair<const char*, int64_t>{"input_size", o.input},
@@ -272,7 +283,7 @@ int bench(const BenchOptions& o) {
     if (cell->inputs.size() != 1)
       throw UserError("--backward times cells with one input");
     using passes::ForwardValues;
-    if (!o.jitOnly) {
+    if (!onlyJit) {
       paths.push_back(
           {"train_interpreter", "fwd+bwd, interpreter (unfused)",
            trainingTiming(Engine::Interpreter, {}, ForwardValues::Keep, trainingBytes)});
@@ -286,7 +297,7 @@ int bench(const BenchOptions& o) {
     paths.push_back({"train_jit", "fwd+bwd, jit, all passes",
                      trainingTiming(Engine::Jit, {}, ForwardValues::Keep, trainingBytes)});
   }
-  if (!o.jitOnly && !o.backward) {
+  if (!onlyJit && !o.backward) {
     Interpreter interpreter(*cell, params);
     paths.push_back({"interpreter", "interpreter (unfused)", timeRepeats(o.warmup, o.repeat, [&] {
                        std::vector<Tensor> states = initialStates;
@@ -303,6 +314,37 @@ int bench(const BenchOptions& o) {
   if (!o.backward)
     paths.push_back(
         {"jit", "jit, all passes", jitTiming({}, codegen::WeightType::F32, &fp32Output)});
+  // The GPU's kernels on data already on the GPU (what a cuDNN timing measures): the launches of
+  // the pre, step and final regions, per step or as one persistent kernel; their outputs are
+  // checked against the CPU's JIT.
+  double gpuError = 0;
+  std::string gpuName;
+  if (cuda) {
+    GpuCell::Options options;
+    auto gpu = GpuCell::compile(*cell, options);
+    gpuName = CudaDriver::get().deviceName() + " (" + gpu->gpu() + ")";
+    std::vector<TensorShape> inputShapes, stateShapes;
+    for (const Tensor& x : inputs)
+      inputShapes.push_back(x.shape());
+    for (const Tensor& s : initialStates)
+      stateShapes.push_back(s.shape());
+    auto resident = gpu->resident(params, inputShapes, stateShapes);
+    resident->upload(inputs, initialStates);
+    for (auto [schedule, key, name] :
+         {std::tuple{GpuSchedule::PerStep, "cuda_per_step", "cuda, a kernel per region+step"},
+          std::tuple{GpuSchedule::Persistent, "cuda_persistent", "cuda, persistent kernel"}}) {
+      paths.push_back({key, name, timeRepeats(o.warmup, o.repeat, [&, schedule = schedule] {
+                         resident->execute(schedule);
+                       })});
+      std::vector<Tensor> states = initialStates;
+      resident->upload(inputs, states);
+      resident->execute(schedule);
+      Tensor output = resident->download(states);
+      for (int64_t i = 0; i < output.numel(); ++i)
+        gpuError = std::max<double>(gpuError,
+                                    std::abs(output.data()[i] - fp32Output.data()[i]));
+    }
+  }
   std::optional<WeightsAccuracy> accuracy;
   const std::string reducedName(codegen::weightTypeName(reduced));
   const std::string reducedKey = "jit_" + reducedName,
@@ -315,7 +357,7 @@ int bench(const BenchOptions& o) {
   }
   std::optional<CompileTimes> compileTimes;
   std::optional<VariableLength> varlen;
-  if (!o.jitOnly && !o.backward) {
+  if (!onlyJit && !o.backward) {
     compileTimes = measureCompileTimes(*cell, o.repeat, o.targetCpu);
     varlen = measureVariableLength(*cell, params, inputs, initialStates, o, rng);
   }
@@ -347,6 +389,8 @@ int bench(const BenchOptions& o) {
                               {"mean_abs_error", accuracy->meanAbs},
                               {"max_abs_error_relative", accuracy->maxAbsRelative},
                               {"speedup_over_fp32", accuracy->speedup}};
+    if (cuda)
+      out["cuda"] = {{"device", gpuName}, {"max_abs_error_vs_jit", gpuError}};
     if (o.backward)
       out["training_workspace_bytes"] = trainingBytes;
     if (recomputeBytes > 0)
@@ -383,6 +427,8 @@ int bench(const BenchOptions& o) {
                "of the largest output), mean abs error {:.3g}; {:.2f}x the fp32 speed\n",
                reducedName, accuracy->maxAbs, accuracy->maxAbsRelative, accuracy->meanAbs,
                accuracy->speedup);
+  if (cuda)
+    fmt::print("\nGPU: {}; outputs within {:.3g} of the CPU JIT's\n", gpuName, gpuError);
   if (o.backward)
     fmt::print("\ntraining workspace (the inputs, the states entering every step and the values "
                "the backward reads): {} bytes\n",
@@ -431,6 +477,11 @@ CommandAction addBenchCommand(CLI::App& app) {
   cmd->add_flag("--backward", o->backward,
                 "Time training: forward + backward (the derived backward cell and the weight "
                 "gradients), fused and unfused JIT against the interpreter");
+  cmd->add_option("--device", o->device,
+                  "cuda: also time the GPU's kernels (a kernel launch per region and step, and "
+                  "one persistent kernel) on data already on the GPU, beside the CPU JIT")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->default_val("cpu");
   cmd->add_option("--target-cpu", o->targetCpu,
                   "Generate for this x86-64 CPU by LLVM's name and run it here (haswell: the AVX2 "
                   "code on an AVX-512 host); default: the host");
