@@ -79,6 +79,9 @@ def main():
                         help="int8: the module through quantize_dynamic (qint8 weights)")
     parser.add_argument("--backward", action="store_true",
                         help="train mode: forward, then y.sum().backward() (input grads too)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: the module and data on the GPU (cuDNN), synchronised around "
+                             "each timed run")
     args = parser.parse_args()
     # torch.set_num_threads does not reach the BLAS library torch loads (Debian's torch uses
     # the system libblas.so.3, OpenBLAS when installed, which starts one thread per core):
@@ -110,6 +113,21 @@ def main():
     x = torch.rand(args.seq, args.batch, args.input) * 2 - 1
     h0 = torch.rand(1, args.batch, args.hidden) * 2 - 1
     state = (h0, torch.rand(1, args.batch, args.hidden) * 2 - 1) if args.cell == "lstm" else h0
+    cuda = args.device == "cuda"
+    if cuda:
+        if not torch.cuda.is_available():
+            print("pytorch_rnn.py: torch sees no CUDA GPU", file=sys.stderr)
+            return 2
+        if args.dtype != "fp32":
+            print("pytorch_rnn.py: --dtype int8 is CPU-only", file=sys.stderr)
+            return 2
+        rnn = rnn.cuda()
+        x = x.cuda()
+        state = tuple(s.cuda() for s in state) if isinstance(state, tuple) else state.cuda()
+
+    def synchronise():
+        if cuda:
+            torch.cuda.synchronize()
 
     times = []
     if args.backward:
@@ -126,16 +144,20 @@ def main():
         for _ in range(args.warmup):
             step()
         for _ in range(args.repeat):
+            synchronise()
             start = time.perf_counter()
             y = step()
+            synchronise()
             times.append((time.perf_counter() - start) * 1e3)
     else:
         with torch.no_grad():
             for _ in range(args.warmup):
                 rnn(x, state)
             for _ in range(args.repeat):
+                synchronise()
                 start = time.perf_counter()
                 y, _ = rnn(x, state)
+                synchronise()
                 times.append((time.perf_counter() - start) * 1e3)
     checksum = float(y.sum())
     if checksum != checksum:  # NaN
@@ -163,6 +185,8 @@ def main():
         "blas": loaded_blas(),
         "isa": cpu_capability(torch),
         "checksum": checksum,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "cudnn": torch.backends.cudnn.version() if cuda else None,
     }))
     return 0
 
