@@ -5,6 +5,7 @@
 #include "ir/Error.h"
 
 #include <algorithm>
+#include <cstddef>
 
 namespace rnnc::codegen {
 
@@ -35,6 +36,9 @@ private:
   void emitKernels(const std::vector<llvm::Function*>& regionFunctions);
   void emitEmulation(const std::vector<llvm::Function*>& regionFunctions);
   void gridBarrier(llvm::Value* counter, llvm::Value* generation);
+  void hostBarrier(llvm::Value* counter, llvm::Value* generation, llvm::Value* blocks);
+  void emitPersistentSteps(const std::vector<llvm::Function*>& regionFunctions, llvm::Value* args,
+                           llvm::Value* counter, llvm::Value* me, llvm::Value* all);
   llvm::Value* specialRegister(llvm::Intrinsic::ID id);
 
   llvm::Value* load(const View& v, llvm::Value* r, llvm::Value* c) {
@@ -449,12 +453,17 @@ void GpuEmitter::emitKernels(const std::vector<llvm::Function*>& regionFunctions
     b.CreateCall(regionFunctions[i], {fn->getArg(0), fn->getArg(1), globalThread(), gridThreads()});
     b.CreateRetVoid();
   }
-  // The persistent kernel: rnnc_steps(args, counter), every step's regions with a grid barrier
-  // after each.
+  // The persistent kernel: rnnc_steps(args, counter).
   kernel(kGpuPersistentKernel, {ptr, ptr});
-  loadArguments(fn->getArg(0));
-  llvm::Value* me = globalThread();
-  llvm::Value* all = gridThreads();
+  emitPersistentSteps(regionFunctions, fn->getArg(0), fn->getArg(1), globalThread(), gridThreads());
+  b.CreateRetVoid();
+}
+
+// Every step's regions with a grid barrier after each, as thread `me` of `all`.
+void GpuEmitter::emitPersistentSteps(const std::vector<llvm::Function*>& regionFunctions,
+                                     llvm::Value* args, llvm::Value* counter, llvm::Value* me,
+                                     llvm::Value* all) {
+  loadArguments(args);
   std::vector<size_t> stepRegions;
   for (size_t i = 0; i < regions_.size(); ++i)
     if (regions_[i].phase == GpuPhase::Step)
@@ -462,12 +471,30 @@ void GpuEmitter::emitKernels(const std::vector<llvm::Function*>& regionFunctions
   const int64_t perStep = static_cast<int64_t>(stepRegions.size());
   forLoop(constant(0), steps, constant(1), "step", [&](llvm::Value* t) {
     for (int64_t k = 0; k < perStep; ++k) {
-      b.CreateCall(regionFunctions[stepRegions[static_cast<size_t>(k)]],
-                   {fn->getArg(0), t, me, all});
-      gridBarrier(fn->getArg(1), b.CreateAdd(b.CreateMul(t, constant(perStep)), constant(k + 1)));
+      b.CreateCall(regionFunctions[stepRegions[static_cast<size_t>(k)]], {args, t, me, all});
+      llvm::Value* generation = b.CreateAdd(b.CreateMul(t, constant(perStep)), constant(k + 1));
+      if (target.isGpu())
+        gridBarrier(counter, generation);
+      else
+        hostBarrier(counter, generation, all);
     }
   });
-  b.CreateRetVoid();
+}
+
+// The grid barrier of the emulated persistent kernel, whose blocks are the host's threads of
+// one GPU thread each: the same counter and generations as gridBarrier, in C++'s atomics.
+void GpuEmitter::hostBarrier(llvm::Value* counter, llvm::Value* generation, llvm::Value* blocks) {
+  b.CreateAtomicRMW(llvm::AtomicRMWInst::Add, counter, constant(1), llvm::MaybeAlign(8),
+                    llvm::AtomicOrdering::SequentiallyConsistent);
+  llvm::Value* target = b.CreateMul(generation, blocks);
+  auto* spin = llvm::BasicBlock::Create(llvmContext, "spin", fn);
+  auto* arrivedAll = llvm::BasicBlock::Create(llvmContext, "arrived_all", fn);
+  b.CreateBr(spin);
+  b.SetInsertPoint(spin);
+  llvm::LoadInst* arrived = b.CreateAlignedLoad(i64, counter, llvm::Align(8), "arrived");
+  arrived->setAtomic(llvm::AtomicOrdering::Acquire);
+  b.CreateCondBr(b.CreateICmpULT(arrived, target), spin, arrivedAll);
+  b.SetInsertPoint(arrivedAll);
 }
 
 void GpuEmitter::emitEmulation(const std::vector<llvm::Function*>& regionFunctions) {
@@ -497,6 +524,16 @@ void GpuEmitter::emitEmulation(const std::vector<llvm::Function*>& regionFunctio
     });
     b.CreateBr(done);
   }
+  // Region -1: the persistent kernel's steps as block `step` of `threads` blocks of one thread,
+  // each on a host thread of its own, meeting at the grid barrier on the counter at args->team.
+  auto* persistent = llvm::BasicBlock::Create(llvmContext, "persistent", fn);
+  which->addCase(llvm::ConstantInt::getSigned(llvm::cast<llvm::IntegerType>(i64), -1), persistent);
+  b.SetInsertPoint(persistent);
+  llvm::Value* counter =
+      b.CreateLoad(ptr, b.CreateConstGEP1_64(llvm::Type::getInt8Ty(llvmContext), fn->getArg(0),
+                                             offsetof(RnncRunArgs, team)));
+  emitPersistentSteps(regionFunctions, fn->getArg(0), counter, fn->getArg(2), threadCount);
+  b.CreateBr(done);
   b.SetInsertPoint(done);
   b.CreateRetVoid();
 }

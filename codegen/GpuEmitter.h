@@ -9,8 +9,11 @@
 //     grid barrier (an atomic counter) after each region;
 //   - for the host (any CPU target, vector width 1): the emulation, `rnnc_emulate(args, region,
 //     step, threads, reversed)`, which runs region `region` for each thread in turn (forwards or
-//     backwards): the barriers become the ends of these loops. Tests run it against the
-//     interpreter, so the kernels' indexing, tails and phases are checked without a GPU.
+//     backwards): the barriers become the ends of these loops. Region -1 is the persistent
+//     kernel's steps as block `step` of `threads` one-thread blocks, to be called from that many
+//     host threads at once: they meet at the same grid barrier (generations of an atomic counter,
+//     at args->team) as the GPU's blocks. Tests run both against the interpreter, so the
+//     kernels' indexing, tails, phases and the barrier's counting are checked without a GPU.
 // Internal to codegen/.
 #pragma once
 

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <thread>
 
 namespace rnnc {
 
@@ -100,6 +101,19 @@ void GpuCell::checkArguments(const std::vector<Tensor>& params, const std::vecto
 
 Tensor GpuCell::emulate(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
                         std::vector<Tensor>& states, int64_t threads, bool reversed) const {
+  return emulateWith(params, inputs, states, threads, reversed, 0);
+}
+
+Tensor GpuCell::emulatePersistent(const std::vector<Tensor>& params,
+                                  const std::vector<Tensor>& inputs, std::vector<Tensor>& states,
+                                  int blocks) const {
+  RNNC_INTERNAL_CHECK(blocks >= 1, "at least one emulated block");
+  return emulateWith(params, inputs, states, 1, false, blocks);
+}
+
+Tensor GpuCell::emulateWith(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                            std::vector<Tensor>& states, int64_t threads, bool reversed,
+                            int persistentBlocks) const {
   checkArguments(params, inputs, states);
   RNNC_INTERNAL_CHECK(threads >= 1, "at least one emulated thread");
   std::call_once(emulationOnce_, [&] {
@@ -124,6 +138,8 @@ Tensor GpuCell::emulate(const std::vector<Tensor>& params, const std::vector<Ten
     statePointers.push_back(s.data());
   for (Tensor& b : buffers)
     bufferPointers.push_back(b.data());
+  // The persistent kernel's grid barrier counts on this, as the GPU's on its counter.
+  alignas(8) int64_t counter = 0;
   RnncRunArgs args{steps,
                    batch,
                    paramPointers.data(),
@@ -134,9 +150,21 @@ Tensor GpuCell::emulate(const std::vector<Tensor>& params, const std::vector<Ten
                    0,
                    0,
                    1,
-                   nullptr};
+                   &counter};
+  bool stepsDone = false;
   forEachLaunch(regions_, steps, [&](size_t region, int64_t step) {
-    emulate_(&args, static_cast<int64_t>(region), step, threads, reversed ? 1 : 0);
+    if (persistentBlocks == 0 || regions_[region].phase != codegen::GpuPhase::Step) {
+      emulate_(&args, static_cast<int64_t>(region), step, threads, reversed ? 1 : 0);
+      return;
+    }
+    if (stepsDone)
+      return;
+    stepsDone = true;
+    std::vector<std::thread> blocks;
+    for (int block = 0; block < persistentBlocks; ++block)
+      blocks.emplace_back([&, block] { emulate_(&args, -1, block, persistentBlocks, 0); });
+    for (std::thread& t : blocks)
+      t.join();
   });
   return output;
 }

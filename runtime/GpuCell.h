@@ -75,6 +75,10 @@ public:
   // (`reversed`: from the last), the regions in the GPU's order.
   Tensor emulate(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
                  std::vector<Tensor>& states, int64_t threads = 1000, bool reversed = false) const;
+  // The same with the steps run as the persistent kernel runs them: `blocks` host threads at
+  // once, one GPU thread each, meeting at its grid barrier after every region.
+  Tensor emulatePersistent(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                           std::vector<Tensor>& states, int blocks) const;
 
   // The floats buffer `spec` takes for a run of `steps` steps of `batch` rows.
   static int64_t bufferFloats(const codegen::BufferSpec& spec, int64_t steps, int64_t batch);
@@ -83,6 +87,9 @@ private:
   GpuCell() = default;
   void checkArguments(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
                       const std::vector<Tensor>& states) const;
+  Tensor emulateWith(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                     std::vector<Tensor>& states, int64_t threads, bool reversed,
+                     int persistentBlocks) const;
   struct DeviceCode;
   const DeviceCode& deviceCode() const; // the PTX loaded by the driver, once
 
