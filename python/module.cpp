@@ -69,7 +69,7 @@ LayerArgs layerArgs(const std::string& cellSpec, const std::map<std::string, Flo
                     const std::map<std::string, int64_t>& sizes, std::optional<int> numLayers,
                     std::optional<bool> bidirectional, bool batchFirst, bool jit, int threads,
                     const std::string& targetCpu, bool fuse = true,
-                    const std::string& weightsDtype = "fp32") {
+                    const std::string& weightsDtype = "fp32", const std::string& device = "cpu") {
   LayerArgs args;
   args.weights = toTensors(weights);
   // A built-in LSTM with weight_hr_l0 is torch's projected LSTM.
@@ -82,6 +82,14 @@ LayerArgs layerArgs(const std::string& cellSpec, const std::map<std::string, Flo
   options.bidirectional = bidirectional;
   options.batchFirst = batchFirst;
   options.engine = jit ? Engine::Jit : Engine::Interpreter;
+  if (device == "cuda" || device == "cuda-emulated") {
+    if (!jit)
+      throw UserError("jit=False is the CPU's interpreter; it does not go with device='" + device +
+                      "'");
+    options.engine = device == "cuda" ? Engine::Cuda : Engine::CudaEmulated;
+  } else if (device != "cpu") {
+    throw UserError("device must be 'cpu', 'cuda' or 'cuda-emulated', not '" + device + "'");
+  }
   options.threads = threads;
   options.compile.targetCpu = targetCpu;
   options.compile.pipeline.fuse = fuse;
@@ -129,9 +137,10 @@ public:
   Layer(const std::string& cellSpec, const std::map<std::string, FloatArray>& weights,
         const std::map<std::string, int64_t>& sizes, std::optional<int> numLayers,
         std::optional<bool> bidirectional, bool batchFirst, bool jit, int threads,
-        const std::string& targetCpu, bool fuse, const std::string& weightsDtype) {
+        const std::string& targetCpu, bool fuse, const std::string& weightsDtype,
+        const std::string& device) {
     LayerArgs args = layerArgs(cellSpec, weights, sizes, numLayers, bidirectional, batchFirst, jit,
-                               threads, targetCpu, fuse, weightsDtype);
+                               threads, targetCpu, fuse, weightsDtype, device);
     cell_ = std::move(args.cell);
     py::gil_scoped_release unlocked; // compiling takes a while; other Python threads go on
     program_ = LayerProgram::build(*cell_, args.weights, "the state dict", args.options);
@@ -330,10 +339,12 @@ PYBIND11_MODULE(_rnnc, m) {
   py::class_<python::Layer>(m, "Layer")
       .def(py::init<const std::string&, const std::map<std::string, FloatArray>&,
                     const std::map<std::string, int64_t>&, std::optional<int>, std::optional<bool>,
-                    bool, bool, int, const std::string&, bool, const std::string&>(),
+                    bool, bool, int, const std::string&, bool, const std::string&,
+                    const std::string&>(),
            py::arg("cell"), py::arg("weights"), py::arg("sizes"), py::arg("num_layers"),
            py::arg("bidirectional"), py::arg("batch_first"), py::arg("jit"), py::arg("threads"),
-           py::arg("target_cpu"), py::arg("fuse") = true, py::arg("weights_dtype") = "fp32")
+           py::arg("target_cpu"), py::arg("fuse") = true, py::arg("weights_dtype") = "fp32",
+           py::arg("device") = "cpu")
       .def("time_native", &python::Layer::timeNative, py::arg("input"), py::arg("states"),
            py::arg("repeats"))
       .def("forward", &python::Layer::forward, py::arg("input"), py::arg("states"),

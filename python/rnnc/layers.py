@@ -102,7 +102,7 @@ class Layer:
 
     def __init__(self, cell, input_size=None, hidden_size=None, num_layers=None,
                  bidirectional=None, batch_first=False, *, threads=0, jit=True, target_cpu="",
-                 weights_dtype="fp32", **sizes):
+                 weights_dtype="fp32", device="cpu", **sizes):
         self.cell = os.fspath(cell)
         self.sizes = {name: int(value) for name, value in sizes.items()}
         if input_size is not None:
@@ -116,6 +116,7 @@ class Layer:
         self.jit = bool(jit)
         self.target_cpu = target_cpu
         self.weights_dtype = weights_dtype
+        self.device = device
         self._weights = None
         self._program = _Program()
 
@@ -143,7 +144,7 @@ class Layer:
         sizes = {name: value for name, value in self.sizes.items() if name != "input_size"}
         layer = _rnnc.Layer(self.cell, self._weights, sizes, self.num_layers, self.bidirectional,
                             self.batch_first, self.jit, self.threads, self.target_cpu,
-                            weights_dtype=self.weights_dtype)
+                            weights_dtype=self.weights_dtype, device=self.device)
         given = self.sizes.get("input_size")
         if given is not None and given != layer.input_size:
             raise ValueError(f"input_size={given} is given, but the weights' first layer reads "
@@ -184,15 +185,17 @@ class Layer:
 
 class _TorchRNN:
     """torch.nn.LSTM, GRU and RNN: the same constructor, state_dict names, call and results.
-    rnnc's own keyword options: threads, jit, target_cpu and weights_dtype ("fp32", "bf16" or
-    "fp16": the weights of every matrix product in half the bytes, the math in fp32)."""
+    rnnc's own keyword options: threads, jit, target_cpu, weights_dtype ("fp32", "bf16" or
+    "fp16": the weights of every matrix product in half the bytes, the math in fp32) and device
+    ("cpu", "cuda": the GPU's kernels through the CUDA driver, "cuda-emulated": those kernels run
+    on this CPU)."""
 
     _gates = 1
     _mode = "RNN"
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
                  dropout=0.0, bidirectional=False, proj_size=0, *, threads=0, jit=True,
-                 target_cpu="", weights_dtype="fp32"):
+                 target_cpu="", weights_dtype="fp32", device="cpu"):
         if not isinstance(hidden_size, int) or hidden_size <= 0:
             raise ValueError(f"hidden_size must be a positive integer, not {hidden_size!r}")
         if not isinstance(num_layers, int) or num_layers <= 0:
@@ -216,7 +219,7 @@ class _TorchRNN:
         self.proj_size = int(proj_size)
         self.training = True
         self._options = dict(threads=threads, jit=jit, target_cpu=target_cpu,
-                             weights_dtype=weights_dtype)
+                             weights_dtype=weights_dtype, device=device)
         self._program = _Program()
         # torch.nn's initialisation: every weight and bias uniform in [-1/sqrt(H), 1/sqrt(H)].
         bound = 1.0 / math.sqrt(hidden_size)
@@ -286,7 +289,8 @@ class _TorchRNN:
         return _rnnc.Layer(cell, self._weights, {}, self.num_layers, self.bidirectional,
                            self.batch_first, self._options["jit"], self._options["threads"],
                            self._options["target_cpu"],
-                           weights_dtype=self._options["weights_dtype"])
+                           weights_dtype=self._options["weights_dtype"],
+                           device=self._options["device"])
 
     def ir(self, after=None):
         """The cell's IR after rnnc's passes, with this module's sizes (see Layer.ir)."""
@@ -389,7 +393,7 @@ class RNN(_TorchRNN):
 
 def from_torch(module, **options):
     """The rnnc equivalent of a torch.nn.LSTM, GRU or RNN: same options, its weights, its
-    training flag. ``options``: threads, jit, target_cpu, weights_dtype."""
+    training flag. ``options``: threads, jit, target_cpu, weights_dtype, device."""
     if torch is None:
         raise ImportError("rnnc.from_torch needs torch")
     if not isinstance(module, (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)):

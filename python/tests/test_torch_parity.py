@@ -255,3 +255,25 @@ def test_an_int8_file_gives_the_int8_layer_of_its_float_weights(tmp_path):
     from_file.load_state_dict(loaded)
     from_float = rnnc.from_torch(module, weights_dtype="int8")
     np.testing.assert_allclose(from_file(x)[0].numpy(), from_float(x)[0].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU"])
+def test_device_option(mode):
+    """device="cuda-emulated" runs the GPU's kernels on this CPU (torch's results, packed
+    sequences included); an unknown device, and "cuda" without a GPU, are clear errors."""
+    module = torch_module(mode, 5, 7, num_layers=2, bidirectional=True)
+    ours = rnnc.from_torch(module, device="cuda-emulated")
+    lengths = torch.tensor([2, 4, 3])
+    padded = torch.randn(4, 3, 5)
+    packed = pack_padded_sequence(padded, lengths, enforce_sorted=False)
+    hx = initial_state(mode, module, 3)
+    with torch.no_grad():
+        compare_outputs(mode, ours(padded, hx), module(padded, hx))
+        y, final = ours(packed, hx)
+        want_y, want_final = module(packed, hx)
+        compare_outputs(mode, (y.data, final), (want_y.data, want_final))
+    with pytest.raises(ValueError, match="device must be"):
+        rnnc.from_torch(module, device="tpu")(padded)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA|GPU"):
+            rnnc.from_torch(module, device="cuda")(padded)
