@@ -15,12 +15,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <set>
 #include <vector>
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -173,6 +176,12 @@ void DiskCache::remove(const std::string& key) const {
 std::optional<std::string> DiskCache::load(const std::string& key) const {
   if (!usable_)
     return std::nullopt;
+  std::optional<std::string> object = loadVerified(key);
+  count(object.has_value());
+  return object;
+}
+
+std::optional<std::string> DiskCache::loadVerified(const std::string& key) const {
   const std::string path = pathFor(key);
   // Not following links, not blocking on a FIFO: only this user's regular files are entries.
   int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -290,6 +299,125 @@ void DiskCache::prune() const {
     if (fs::remove(entry.path, ec))
       total -= entry.bytes;
   }
+}
+
+namespace {
+
+constexpr const char* kStatsFile = "stats";
+
+// The key text of the entry at `path` if it is a valid entry (as load() checks it), else why not.
+std::optional<std::string> entryKey(const fs::path& path, std::string& why) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::string_view view = bytes;
+  if (!view.starts_with(kEntryMagic) || view.size() < kEntryMagic.size() + 16 + kDigestBytes) {
+    why = "not an rnnc cache entry (or an older format)";
+    return std::nullopt;
+  }
+  const size_t end = view.size() - kDigestBytes;
+  if (sha256(view.substr(0, end)) != view.substr(end)) {
+    why = "corrupt: its checksum does not match (deleted when next looked up)";
+    return std::nullopt;
+  }
+  size_t at = kEntryMagic.size();
+  uint64_t keyLength = 0;
+  if (!readU64(view, at, keyLength) || keyLength > end - at) {
+    why = "corrupt key";
+    return std::nullopt;
+  }
+  return std::string(view.substr(at, keyLength));
+}
+
+// "lstm(input_size = 512, hidden_size = 512) for znver3, fp32 weights" out of a key.
+std::string summariseKey(const std::string& key) {
+  auto line = [&](const std::string& prefix) -> std::string {
+    size_t at = key.find("\n" + prefix);
+    if (at == std::string::npos)
+      return "?";
+    at += 1 + prefix.size();
+    return key.substr(at, key.find('\n', at) - at);
+  };
+  std::string cell = "?";
+  if (size_t at = key.find("cell @"); at != std::string::npos)
+    cell = key.substr(at + 6, key.find(" {", at) - at - 6);
+  // The target line is "triple cpu w8 r16 ...": its CPU.
+  std::string target = line("target ");
+  if (size_t space = target.find(' '); space != std::string::npos)
+    target = target.substr(space + 1, target.find(' ', space + 1) - space - 1);
+  return cell + " for " + target + ", " + line("weights ") + " weights";
+}
+
+} // namespace
+
+std::vector<DiskCache::EntryInfo> DiskCache::entries() const {
+  std::vector<EntryInfo> result;
+  std::error_code ec;
+  for (fs::directory_iterator it(directory_, ec), endIt; !ec && it != endIt; it.increment(ec)) {
+    if (!isEntryName(it->path()) || !fs::is_regular_file(it->symlink_status(ec)))
+      continue;
+    struct stat info{};
+    if (stat(it->path().c_str(), &info) != 0)
+      continue;
+    EntryInfo entry;
+    entry.file = it->path().filename().string();
+    entry.bytes = static_cast<int64_t>(info.st_size);
+    entry.used = info.st_mtime;
+    std::string why;
+    std::optional<std::string> key = entryKey(it->path(), why);
+    entry.summary = key ? summariseKey(*key) : why;
+    result.push_back(std::move(entry));
+  }
+  std::sort(result.begin(), result.end(),
+            [](const EntryInfo& a, const EntryInfo& b) { return a.used < b.used; });
+  return result;
+}
+
+int64_t DiskCache::clear() const {
+  int64_t removed = 0;
+  std::error_code ec;
+  std::vector<fs::path> doomed;
+  for (fs::directory_iterator it(directory_, ec), endIt; !ec && it != endIt; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (isEntryName(it->path()) || name.find(".o.tmp.") != std::string::npos || name == kStatsFile)
+      doomed.push_back(it->path());
+  }
+  for (const fs::path& path : doomed)
+    if (fs::remove(path, ec) && path.filename() != kStatsFile)
+      ++removed;
+  return removed;
+}
+
+// The stats file: "hits N\nmisses M\n", read and rewritten under an exclusive lock so that
+// concurrent processes do not lose counts. Best effort, as the cache itself.
+void DiskCache::count(bool hit) const {
+  const std::string path = directory_ + "/" + kStatsFile;
+  int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return;
+  if (flock(fd, LOCK_EX) == 0) {
+    char text[128] = {};
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    long long hits = 0, misses = 0;
+    if (n > 0)
+      std::sscanf(text, "hits %lld\nmisses %lld", &hits, &misses);
+    (hit ? hits : misses) += 1;
+    const std::string updated = fmt::format("hits {}\nmisses {}\n", hits, misses);
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, updated.data(), updated.size(), 0) < 0) {
+      // nothing to do: a lost count only makes `rnnc cache stats` less exact
+    }
+    flock(fd, LOCK_UN);
+  }
+  close(fd);
+}
+
+DiskCache::Counts DiskCache::counts() const {
+  Counts counts;
+  std::ifstream in(directory_ + "/" + kStatsFile);
+  std::string word;
+  long long value = 0;
+  while (in >> word >> value)
+    (word == "hits" ? counts.hits : counts.misses) = value;
+  return counts;
 }
 
 } // namespace rnnc

@@ -15,8 +15,10 @@
 #pragma once
 
 #include <cstdint>
+#include <ctime>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace rnnc {
 
@@ -62,9 +64,29 @@ public:
   void remove(const std::string& key) const;
 
   std::string pathFor(const std::string& key) const;
+  const std::string& directory() const { return directory_; }
+
+  // For `rnnc cache`: the entries (verified ones: their key says what they hold), the
+  // least recently used first; every entry and leftover temporary file deleted (how many);
+  // and the hits and misses of load() in every process that used this directory (kept in its
+  // `stats` file, updated under a lock).
+  struct EntryInfo {
+    std::string file;    // the entry's file name
+    int64_t bytes = 0;   // its size on disk
+    std::time_t used{};  // when it was last loaded or written
+    std::string summary; // the cell and target its key names, or why it is not a valid entry
+  };
+  std::vector<EntryInfo> entries() const;
+  int64_t clear() const;
+  struct Counts {
+    int64_t hits = 0, misses = 0;
+  };
+  Counts counts() const;
 
 private:
   void prune() const;
+  void count(bool hit) const;
+  std::optional<std::string> loadVerified(const std::string& key) const;
   std::string directory_;
   bool usable_ = false;
 };

@@ -64,6 +64,9 @@ protected:
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   ToolResult run(const std::vector<std::string>& args) const { return ToolRunner(dir_).run(args); }
+  ToolResult run(const std::vector<std::string>& args, const std::string& shellPrefix) const {
+    return ToolRunner(dir_).run(args, shellPrefix);
+  }
 
   // Runs the tool and expects a clean failure: exit status 1 (not a crash, not success), nothing
   // on stdout, and a stderr that contains every fragment.
@@ -242,6 +245,8 @@ TEST_F(ToolTest, ConcurrentProcessesShareOneCache) {
   }
   int entries = 0;
   for (const auto& e : fs::directory_iterator(cache)) {
+    if (e.path().filename() == "stats") // the hit counts (rnnc cache stats)
+      continue;
     EXPECT_EQ(e.path().extension(), ".o") << e.path() << " left behind";
     ++entries;
   }
@@ -403,6 +408,52 @@ TEST_F(ToolTest, RunOnTheGpuOrItsEmulation) {
   ToolResult both = run(args);
   EXPECT_NE(both.exitCode, 0) << both;
   EXPECT_THAT(both.err, HasSubstr("--interpret runs on the CPU")) << both;
+}
+
+// `rnnc cache`: a second run hits what the first stored; ls names the cell and target and says
+// which entry is corrupt; stats counts the lookups of every process; clear empties it.
+TEST_F(ToolTest, CacheLsStatsClear) {
+  const std::string fixture = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/lstm_small/";
+  const std::string env = "export RNNC_CACHE_DIR='" + (dir_ / "cache").string() + "'; ";
+  const std::vector<std::string> runLstm = {"run",
+                                            "--cell",
+                                            "lstm",
+                                            "--weights",
+                                            fixture + "weights.safetensors",
+                                            "--input",
+                                            fixture + "input.npy",
+                                            "--output",
+                                            "y.npy"};
+  for (int i = 0; i < 2; ++i)
+    ASSERT_EQ(run(runLstm, env).exitCode, 0);
+  ToolResult stats = run({"cache", "stats"}, env);
+  ASSERT_EQ(stats.exitCode, 0) << stats;
+  EXPECT_THAT(stats.out, HasSubstr("directory: " + (dir_ / "cache").string())) << stats;
+  EXPECT_THAT(stats.out, HasSubstr("entries:   1\n")) << stats;
+  EXPECT_THAT(stats.out, HasSubstr("1 hits, 1 misses (50% hits)")) << stats;
+  ToolResult ls = run({"cache", "ls"}, env);
+  ASSERT_EQ(ls.exitCode, 0) << ls;
+  EXPECT_THAT(ls.out, testing::ContainsRegex("lstm\\(input_size = [0-9]+, hidden_size = [0-9]+\\) "
+                                             "for [a-z0-9_-]+, fp32 weights"))
+      << ls;
+  EXPECT_THAT(ls.out, HasSubstr("1 entries")) << ls;
+  // Corrupt the entry: ls says so (the next lookup deletes and rebuilds it).
+  for (const auto& e : fs::directory_iterator(dir_ / "cache"))
+    if (e.path().extension() == ".o") {
+      std::fstream f(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(100);
+      f.put('\x5a');
+    }
+  ls = run({"cache", "ls"}, env);
+  EXPECT_THAT(ls.out, HasSubstr("corrupt")) << ls;
+  ToolResult clear = run({"cache", "clear"}, env);
+  ASSERT_EQ(clear.exitCode, 0) << clear;
+  EXPECT_THAT(clear.out, HasSubstr("removed 1 entries")) << clear;
+  stats = run({"cache", "stats"}, env);
+  EXPECT_THAT(stats.out, HasSubstr("entries:   0\n")) << stats;
+  EXPECT_THAT(stats.out, HasSubstr("0 hits, 0 misses")) << stats;
+  ToolResult bad = run({"cache", "list"}, env);
+  EXPECT_NE(bad.exitCode, 0) << bad;
 }
 
 // `rnnc bench` on tiny sizes: every path runs, and the JSON report has them all.

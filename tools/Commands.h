@@ -19,6 +19,7 @@ CommandAction addDumpCommand(CLI::App& app);
 CommandAction addBenchCommand(CLI::App& app);
 CommandAction addCompileCommand(CLI::App& app);
 CommandAction addVersionCommand(CLI::App& app);
+CommandAction addCacheCommand(CLI::App& app);
 
 // The optimisation pipeline's flags, shared by `compile` and `run`.
 struct PipelineFlags {

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
       {"compile", rnnc::tools::addCompileCommand(app)},
       {"bench", rnnc::tools::addBenchCommand(app)},
       {"version", rnnc::tools::addVersionCommand(app)},
+      {"cache", rnnc::tools::addCacheCommand(app)},
   };
   // CLI11 would only say "A subcommand is required" for a mistyped command.
   if (argc > 1 && argv[1][0] != '-' && !actions.count(argv[1])) {
