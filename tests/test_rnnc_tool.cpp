@@ -456,6 +456,24 @@ TEST_F(ToolTest, CacheLsStatsClear) {
   EXPECT_NE(bad.exitCode, 0) << bad;
 }
 
+// `rnnc bench --eltwise --json` prints one JSON object (not the table); tiny shapes show their
+// work in a unit that is not 0.000.
+TEST_F(ToolTest, BenchEltwiseJsonAndSmallWorkUnits) {
+  ToolResult eltwise =
+      run({"bench", "--eltwise", "--json", "--batch", "2", "--hidden", "8", "--repeat", "1"});
+  ASSERT_EQ(eltwise.exitCode, 0) << eltwise;
+  nlohmann::json report = nlohmann::json::parse(eltwise.out);
+  EXPECT_EQ(report["benchmark"], "rnn_eltwise");
+  EXPECT_GT(report["paths"]["jit"]["us_per_step"].get<double>(), 0) << eltwise;
+  EXPECT_GT(report["paths"]["interpreter"]["gb_per_s"].get<double>(), 0) << eltwise;
+  EXPECT_GT(report["triad_gb_per_s"].get<double>(), 0) << eltwise;
+  ToolResult small = run({"bench", "--seq", "2", "--batch", "2", "--input", "4", "--hidden", "4",
+                          "--repeat", "1", "--jit-only"});
+  ASSERT_EQ(small.exitCode, 0) << small;
+  // 2 * T * B * 4H * (I + H) = 2 * 2 * 2 * 16 * 8
+  EXPECT_THAT(small.out, HasSubstr("matrix-product work: 1.024 kFLOP per sequence")) << small;
+}
+
 // `rnnc bench` on tiny sizes: every path runs, and the JSON report has them all.
 TEST_F(ToolTest, BenchRunsEveryPathAndReportsThemAsJson) {
   ToolResult r = run({"bench", "--seq", "3", "--batch", "2", "--input", "4", "--hidden", "5",

@@ -172,12 +172,23 @@ double matmulFlops(const ir::Cell& cell, int64_t steps, int64_t batch) {
   return flops;
 }
 
+// "26.844 GFLOP", "1.229 MFLOP", "640 FLOP": a unit that shows the figure at every size.
+std::string flopText(double flop) {
+  if (flop >= 1e9)
+    return fmt::format("{:.3f} GFLOP", flop * 1e-9);
+  if (flop >= 1e6)
+    return fmt::format("{:.3f} MFLOP", flop * 1e-6);
+  if (flop >= 1e3)
+    return fmt::format("{:.3f} kFLOP", flop * 1e-3);
+  return fmt::format("{:.0f} FLOP", flop);
+}
+
 int bench(const BenchOptions& o) {
   if (o.seq < 1 || o.batch < 1 || o.input < 1 || o.hidden < 1 || o.repeat < 1 || o.warmup < 0)
     throw UserError("--seq, --batch, --input, --hidden and --repeat must be positive, and "
                     "--warmup not negative");
   if (o.eltwise)
-    return benchEltwise(o.batch, o.hidden, o.repeat);
+    return benchEltwise(o.batch, o.hidden, o.repeat, o.json);
   if (o.threads < 0)
     throw UserError("--threads must be 0 (automatic) or positive");
   // Checked before any work: an unknown CPU, or one whose code this host cannot run.
@@ -341,8 +352,7 @@ int bench(const BenchOptions& o) {
       resident->execute(schedule);
       Tensor output = resident->download(states);
       for (int64_t i = 0; i < output.numel(); ++i)
-        gpuError = std::max<double>(gpuError,
-                                    std::abs(output.data()[i] - fp32Output.data()[i]));
+        gpuError = std::max<double>(gpuError, std::abs(output.data()[i] - fp32Output.data()[i]));
     }
   }
   std::optional<WeightsAccuracy> accuracy;
@@ -414,7 +424,7 @@ int bench(const BenchOptions& o) {
              "(median, min, max)\n",
              cell->name, o.seq, o.batch, sizeText, target.cpu, target.vectorWidth, threadText,
              o.repeat);
-  fmt::print("matrix-product work: {:.3f} GFLOP per sequence\n\n", gflop);
+  fmt::print("matrix-product work: {} per sequence\n\n", flopText(gflop * 1e9));
   fmt::print("{:<32}{:>12}{:>10}{:>10}{:>10}{:>9}\n", "path", "median ms", "min ms", "max ms",
              "GFLOP/s", "speedup");
   for (const Path& path : paths) {

@@ -10,10 +10,11 @@
 #include "tools/Timing.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace rnnc::tools {
 
-int benchEltwise(int64_t batch, int64_t hidden, int repeat) {
+int benchEltwise(int64_t batch, int64_t hidden, int repeat, bool json) {
   EltwiseWorkload w = makeEltwiseWorkload(batch, hidden);
   const std::vector<Tensor>& inputs = w.inputs;
   const double bytes = w.bytesPerStep;
@@ -49,6 +50,27 @@ int benchEltwise(int64_t batch, int64_t hidden, int repeat) {
   const double triadGBps = triad.bytes() / (timings[2].median * 1e-3 / calls) * 1e-9;
   auto gbps = [&](const Timing& t) { return bytes / (t.median * 1e-3 / calls) * 1e-9; };
 
+  if (json) {
+    auto path = [&](const Timing& t) {
+      return nlohmann::json{{"us_per_step", t.median * 1e3 / calls},
+                            {"min_us_per_step", t.min * 1e3 / calls},
+                            {"max_us_per_step", t.max * 1e3 / calls},
+                            {"gb_per_s", gbps(t)},
+                            {"fraction_of_triad", gbps(t) / triadGBps}};
+    };
+    nlohmann::json out = {{"benchmark", "rnn_eltwise"},
+                          {"batch", batch},
+                          {"hidden", hidden},
+                          {"bytes_per_step", bytes},
+                          {"repeat", repeat},
+                          {"steps_per_repeat", calls},
+                          {"triad_gb_per_s", triadGBps},
+                          {"fused_speedup", unfused.median / fused.median}};
+    out["paths"]["interpreter"] = path(unfused);
+    out["paths"]["jit"] = path(fused);
+    fmt::print("{}\n", out.dump());
+    return 0;
+  }
   fmt::print("rnnc bench --eltwise: rnn_eltwise step, b={} hs={}, speed-of-light traffic {:.2f} "
              "MB per step, median of {} repeats of {} steps\n\n",
              batch, hidden, bytes * 1e-6, repeat, calls);
