@@ -7,6 +7,7 @@
 #include "codegen/RunArgs.h"
 #include "ir/Error.h"
 
+#include <chrono>
 #include <mutex>
 
 namespace rnnc::codegen {
@@ -109,34 +110,68 @@ std::string printModule(const llvm::Module& module) {
   return text;
 }
 
-// Verifies `module`, then produces `stage` of it for `target`.
-std::string finish(std::unique_ptr<llvm::Module> module, const Target& target, Stage stage) {
+using Clock = std::chrono::steady_clock;
+
+double millisecondsSince(Clock::time_point& start) {
+  const Clock::time_point now = Clock::now();
+  const double ms = std::chrono::duration<double, std::milli>(now - start).count();
+  start = now;
+  return ms;
+}
+
+// Verifies `module`, then produces `stage` of it for `target`, timing each part into `times`.
+std::string finish(std::unique_ptr<llvm::Module> module, const Target& target, Stage stage,
+                   CodegenTimes& times) {
+  Clock::time_point start = Clock::now();
   std::string problems;
   llvm::raw_string_ostream problemStream(problems);
   if (llvm::verifyModule(*module, &problemStream))
     throw InternalError("generated LLVM IR is invalid: " + problems + "\n" + printModule(*module));
+  times.verify = millisecondsSince(start);
   if (stage == Stage::LLVM)
     return printModule(*module);
   std::unique_ptr<llvm::TargetMachine> machine = makeTargetMachine(target);
   module->setDataLayout(machine->createDataLayout());
+  times.targetMachine = millisecondsSince(start);
   optimise(*module, *machine, target.isGpu() ? kGpuPipeline : kPipeline);
+  times.optimise = millisecondsSince(start);
+  std::string result;
   switch (stage) {
   case Stage::OptimisedLLVM:
-    return printModule(*module);
+    result = printModule(*module);
+    break;
   case Stage::Assembly:
-    return emitMachineCode(*module, *machine, llvm::CodeGenFileType::AssemblyFile);
+    result = emitMachineCode(*module, *machine, llvm::CodeGenFileType::AssemblyFile);
+    break;
   default:
-    return emitMachineCode(*module, *machine, llvm::CodeGenFileType::ObjectFile);
+    result = emitMachineCode(*module, *machine, llvm::CodeGenFileType::ObjectFile);
   }
+  times.backEnd = millisecondsSince(start);
+  return result;
+}
+
+std::string finish(std::unique_ptr<llvm::Module> module, const Target& target, Stage stage) {
+  CodegenTimes ignored;
+  return finish(std::move(module), target, stage, ignored);
 }
 
 } // namespace
 
 std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
                      Stage stage) {
+  return generate(cell, plan, target, stage, nullptr);
+}
+
+std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
+                     Stage stage, CodegenTimes* times) {
   initialiseLLVM();
+  CodegenTimes local;
+  CodegenTimes& t = times ? *times : local;
+  Clock::time_point start = Clock::now();
   llvm::LLVMContext context;
-  return finish(emitCell(context, cell, plan, target, kRunFunctionName), target, stage);
+  std::unique_ptr<llvm::Module> module = emitCell(context, cell, plan, target, kRunFunctionName);
+  t.emit = millisecondsSince(start);
+  return finish(std::move(module), target, stage, t);
 }
 
 std::string generateGpu(const ir::Cell& cell, const StoragePlan& plan, const Target& gpu,

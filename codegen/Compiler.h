@@ -21,6 +21,14 @@ enum class Stage { LLVM, OptimisedLLVM, Assembly, Object };
 std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
                      Stage stage);
 
+// Milliseconds of each part of generate() (`rnnc compile --time-passes`): emitting the LLVM IR,
+// verifying it, setting up the target machine, LLVM's optimiser, its back end.
+struct CodegenTimes {
+  double emit = 0, verify = 0, targetMachine = 0, optimise = 0, backEnd = 0;
+};
+std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
+                     Stage stage, CodegenTimes* times);
+
 // A GPU's code (codegen/GpuEmitter.h) for `cell` planned for the GPU target `gpu`: its kernels
 // as NVVM IR (Stage::LLVM, OptimisedLLVM) or PTX (Stage::Assembly).
 std::string generateGpu(const ir::Cell& cell, const StoragePlan& plan, const Target& gpu,

@@ -12,6 +12,8 @@
 #include "passes/Simplify.h"
 #include "passes/SinkSlices.h"
 
+#include <chrono>
+
 namespace rnnc::passes {
 namespace {
 
@@ -72,6 +74,7 @@ void runPipeline(ir::Cell& cell, const PipelineOptions& options, std::ostream& l
     for (auto& instr : *block)
       instr->kernel = -1;
   for (const Pass& pass : buildPipeline(options)) {
+    const auto start = std::chrono::steady_clock::now();
     bool changed = pass.run(cell);
     // A pass that breaks the IR is a bug in rnnc, not in the user's cell.
     try {
@@ -79,6 +82,10 @@ void runPipeline(ir::Cell& cell, const PipelineOptions& options, std::ostream& l
     } catch (const UserError& e) {
       throw InternalError("pass '" + pass.name + "' produced invalid IR: " + e.what());
     }
+    if (options.timings)
+      options.timings->emplace_back(pass.name, std::chrono::duration<double, std::milli>(
+                                                   std::chrono::steady_clock::now() - start)
+                                                   .count());
     if (options.printAfterAll || options.printAfter.count(pass.name)) {
       log << "// ----- IR after " << pass.name << (changed ? "" : " (unchanged)") << " -----\n";
       if (changed)

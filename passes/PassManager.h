@@ -9,6 +9,7 @@
 #include <ostream>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rnnc::passes {
@@ -26,6 +27,9 @@ struct PipelineOptions {
   std::set<std::string> disabled;
   bool printAfterAll = false;
   std::set<std::string> printAfter;
+  // When set, each pass's name and milliseconds (its verification included) are appended here
+  // (`rnnc compile --time-passes`).
+  std::vector<std::pair<std::string, double>>* timings = nullptr;
 };
 
 // Every pass rnnc knows, in pipeline order.

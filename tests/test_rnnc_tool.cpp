@@ -322,6 +322,23 @@ TEST_F(ToolTest, CompilePrintsTheIRAfterEveryPassToStderr) {
   EXPECT_THAT(r.out, HasSubstr("step {\n    fused {\n      %4 = linear %h, %weight_hh")) << r;
 }
 
+// `--time-passes`: every pass and every part of LLVM's work with its milliseconds, on stderr
+// (stdout stays the stage asked for).
+TEST_F(ToolTest, CompileTimePasses) {
+  ToolResult r = run({"compile", "gru", "--size", "input_size=8", "--size", "hidden_size=8",
+                      "--emit=asm", "--time-passes"});
+  ASSERT_EQ(r.exitCode, 0) << r;
+  for (const char* part :
+       {"pass simplify", "pass premultiply", "pass fuse-matmul", "rnnc passes in all",
+        "storage plan", "emit LLVM IR", "LLVM optimiser", "LLVM back end", "in all"})
+    EXPECT_THAT(r.err, testing::ContainsRegex(std::string("[0-9]+\\.[0-9]{3}  ") + part)) << r;
+  EXPECT_THAT(r.out, Not(HasSubstr("LLVM back end"))) << r;
+  ToolResult ir = run({"compile", "gru", "--time-passes"});
+  ASSERT_EQ(ir.exitCode, 0) << ir;
+  EXPECT_THAT(ir.err, HasSubstr("rnnc passes in all")) << ir;
+  EXPECT_THAT(ir.err, Not(HasSubstr("LLVM"))) << ir;
+}
+
 // The AVX-512 kernels can be read on a machine without AVX-512, and AVX2 ones on one with it.
 TEST_F(ToolTest, CompileForANamedCpu) {
   std::vector<std::string> args = {"compile", "lstm",           "--size",     "input_size=64",

@@ -9,6 +9,8 @@
 #include "tools/CommandLine.h"
 #include "tools/Commands.h"
 
+#include <chrono>
+#include <fmt/format.h>
 #include <iostream>
 #include <memory>
 
@@ -23,6 +25,7 @@ struct CompileCommandOptions {
   std::string target = "cpu";
   std::string gpu = "sm_80";
   bool grad = false; // the backward cell instead (passes/Autodiff.h)
+  bool timePasses = false;
   std::string weightsDtype = "fp32";
   PipelineFlags pipeline;
 };
@@ -56,8 +59,36 @@ int compile(const CompileCommandOptions& o) {
     return 0;
   }
   // The per-pass log goes to stderr so that stdout stays the requested stage, as with opt.
-  passes::runPipeline(*cell, o.pipeline.options(), std::cerr);
+  std::vector<std::pair<std::string, double>> passTimes;
+  passes::PipelineOptions pipeline = o.pipeline.options();
+  if (o.timePasses)
+    pipeline.timings = &passTimes;
+  passes::runPipeline(*cell, pipeline, std::cerr);
+  // --time-passes: what each part of the compile took, ours and LLVM's, on stderr.
+  double ours = 0;
+  for (const auto& [name, ms] : passTimes)
+    ours += ms;
+  auto printTimes = [&](const codegen::CodegenTimes* llvmTimes, double planMs) {
+    if (!o.timePasses)
+      return;
+    std::cerr << fmt::format("// ----- time of each part (ms) -----\n");
+    for (const auto& [name, ms] : passTimes)
+      std::cerr << fmt::format("{:>9.3f}  pass {}\n", ms, name);
+    std::cerr << fmt::format("{:>9.3f}  rnnc passes in all\n", ours);
+    if (!llvmTimes)
+      return;
+    const codegen::CodegenTimes& t = *llvmTimes;
+    std::cerr << fmt::format("{:>9.3f}  storage plan\n", planMs)
+              << fmt::format("{:>9.3f}  emit LLVM IR\n", t.emit)
+              << fmt::format("{:>9.3f}  LLVM verifier\n", t.verify)
+              << fmt::format("{:>9.3f}  LLVM target machine\n", t.targetMachine)
+              << fmt::format("{:>9.3f}  LLVM optimiser\n", t.optimise)
+              << fmt::format("{:>9.3f}  LLVM back end\n", t.backEnd)
+              << fmt::format("{:>9.3f}  in all\n", ours + planMs + t.emit + t.verify +
+                                                       t.targetMachine + t.optimise + t.backEnd);
+  };
   if (o.emit == "ir-opt") {
+    printTimes(nullptr, 0);
     std::cout << *cell;
     return 0;
   }
@@ -73,8 +104,15 @@ int compile(const CompileCommandOptions& o) {
                                       o.emit == "ptx" ? codegen::Stage::Assembly : stage);
     return 0;
   }
-  std::cout << codegen::generate(*cell, codegen::planStorage(*cell, target, weights), target,
-                                 stage);
+  const auto planStart = std::chrono::steady_clock::now();
+  const codegen::StoragePlan plan = codegen::planStorage(*cell, target, weights);
+  const double planMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - planStart)
+          .count();
+  codegen::CodegenTimes times;
+  const std::string text = codegen::generate(*cell, plan, target, stage, &times);
+  printTimes(&times, planMs);
+  std::cout << text;
   return 0;
 }
 
@@ -107,6 +145,10 @@ CommandAction addCompileCommand(CLI::App& app) {
                   "Store the weights of the matrix products as fp32, bf16 or fp16 (the code "
                   "that widens them shows in --emit=llvm and asm)")
       ->default_val("fp32");
+  cmd->add_flag("--time-passes", o->timePasses,
+                "Print what each part of the compile took to stderr: every rnnc pass, the "
+                "storage plan, and LLVM's IR emission, verifier, target setup, optimiser and back "
+                "end (with --emit=asm all of them)");
   cmd->add_flag("--grad", o->grad,
                 "The cell's backward step (one step of backpropagation through time, derived "
                 "by reverse-mode autodiff) instead of the cell");
