@@ -3,11 +3,49 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <utility>
 #include <vector>
 
+#include <unistd.h>
+
 namespace rnnc::tools {
+
+// Progress of a long measurement on stderr: once it has run for 2 s, and only when stderr is a
+// terminal (never in logs, pipes or tests), one line rewritten in place, erased when done.
+class Progress {
+public:
+  static Progress& get() {
+    static Progress progress;
+    return progress;
+  }
+  // Run `run` of `runs` of the measurement number `measurement` is done.
+  void update(int measurement, int run, int runs) {
+    if (!terminal_)
+      return;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (seconds < 2.0)
+      return;
+    std::fprintf(stderr, "\r\033[Krnnc: measurement %d, run %d of %d, %.0f s", measurement, run,
+                 runs, seconds);
+    shown_ = true;
+  }
+  // Erases the line before the results are printed.
+  void clear() {
+    if (shown_)
+      std::fprintf(stderr, "\r\033[K");
+    shown_ = false;
+  }
+  int nextMeasurement() { return ++measurements_; }
+
+private:
+  Progress() : terminal_(isatty(STDERR_FILENO) != 0), start_(std::chrono::steady_clock::now()) {}
+  bool terminal_, shown_ = false;
+  int measurements_ = 0;
+  std::chrono::steady_clock::time_point start_;
+};
 
 struct Timing {
   double median = 0, min = 0, max = 0; // milliseconds
@@ -35,9 +73,13 @@ inline std::vector<Timing> timeInterleaved(int warmup, int repeat,
     for (const auto& body : bodies)
       body();
   std::vector<std::vector<double>> ms(bodies.size());
-  for (int i = 0; i < repeat; ++i)
+  const int measurement = Progress::get().nextMeasurement();
+  for (int i = 0; i < repeat; ++i) {
     for (size_t b = 0; b < bodies.size(); ++b)
       ms[b].push_back(timeOnce(bodies[b]));
+    Progress::get().update(measurement, i + 1, repeat);
+  }
+  Progress::get().clear();
   std::vector<Timing> timings;
   for (auto& samples : ms)
     timings.push_back(summarise(std::move(samples)));
