@@ -164,18 +164,13 @@ void GpuEmitter::emitProduct(const GpuRegion& region, llvm::Value* item, llvm::V
   const int64_t slices = packed.slices(), tileRows = packed.tileRows;
   const bool fused = region.unit.kernel;
   const KernelGroup group{region.unit.first, region.unit.last};
-  // Which values of the kernel are which slice's sums.
-  std::vector<std::vector<const ir::Value*>> sliceValues(static_cast<size_t>(slices));
-  if (!fused)
-    sliceValues[0].push_back(&product.result);
+  // Which values of the kernel are which slice's sums; views of what else it reads.
+  const std::vector<std::vector<const ir::Value*>> sliceValues =
+      sliceValuesOf(block, fused ? &group : nullptr, packed);
   for (size_t i = fused ? group.first + 1 : 0; fused && i < group.last; ++i) {
     const ir::Instr& instr = *block[i];
-    if (instr.op == Op::Slice && instr.operands[0] == &product.result) {
-      auto at = std::find(packed.offsets.begin(), packed.offsets.end(),
-                          instr.attrs.offset.constantValue());
-      sliceValues[static_cast<size_t>(at - packed.offsets.begin())].push_back(&instr.result);
-      continue;
-    }
+    if (instr.op == Op::Slice && instr.operands[0] == &product.result)
+      continue; // in registers
     for (const ir::Value* operand : instr.operands)
       if (!KernelEmitter::definedIn(block, group, operand) && !KernelEmitter::isImmediate(operand))
         view(operand);

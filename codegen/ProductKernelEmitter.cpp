@@ -165,18 +165,13 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   const ir::Instr& product = *packed.product;
   const int64_t slices = static_cast<int64_t>(packed.offsets.size());
   const int64_t tileRows = packed.tileRows;
-  std::vector<std::vector<const ir::Value*>> sliceValues(static_cast<size_t>(slices));
+  const std::vector<std::vector<const ir::Value*>> sliceValues =
+      sliceValuesOf(block, group, packed);
   std::vector<const ir::Value*> rowOperands; // what the epilogue reads per row
-  if (!group)
-    sliceValues[0].push_back(&product.result);
   for (size_t i = group ? group->first + 1 : 0, end = group ? group->last : 0; i < end; ++i) {
     const ir::Instr& instr = *block[i];
-    if (instr.op == Op::Slice && instr.operands[0] == &product.result) {
-      auto at = std::find(packed.offsets.begin(), packed.offsets.end(),
-                          instr.attrs.offset.constantValue());
-      sliceValues[static_cast<size_t>(at - packed.offsets.begin())].push_back(&instr.result);
-      continue;
-    }
+    if (instr.op == Op::Slice && instr.operands[0] == &product.result)
+      continue; // in registers
     for (const ir::Value* operand : instr.operands)
       if (!KernelEmitter::definedIn(block, *group, operand) &&
           !KernelEmitter::isImmediate(operand)) {

@@ -132,6 +132,25 @@ KernelSpace kernelSpace(const ir::Block& block, const KernelGroup& group) {
   return result;
 }
 
+std::vector<std::vector<const ir::Value*>>
+sliceValuesOf(const ir::Block& block, const KernelGroup* group, const PackedProduct& packed) {
+  const ir::Instr& product = *packed.product;
+  std::vector<std::vector<const ir::Value*>> values(static_cast<size_t>(packed.slices()));
+  if (!group) {
+    values[0].push_back(&product.result);
+    return values;
+  }
+  for (size_t i = group->first + 1; i < group->last; ++i) {
+    const ir::Instr& instr = *block[i];
+    if (instr.op != ir::Op::Slice || instr.operands[0] != &product.result)
+      continue;
+    auto at =
+        std::find(packed.offsets.begin(), packed.offsets.end(), instr.attrs.offset.constantValue());
+    values[static_cast<size_t>(at - packed.offsets.begin())].push_back(&instr.result);
+  }
+  return values;
+}
+
 std::vector<WorkUnit> workUnits(const ir::Block& block, const StoragePlan& plan) {
   std::vector<WorkUnit> units;
   std::vector<KernelGroup> groups = kernelGroups(block);

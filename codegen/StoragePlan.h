@@ -95,6 +95,13 @@ struct PackedProduct {
 inline constexpr int64_t kGpuBlockColumns = 32;
 inline constexpr int64_t kGpuTileRows = 4;
 
+struct KernelGroup;
+// Per slice of `packed` (in its offsets' order), the values of its kernel `group` that are that
+// slice of the product, which the tiles hold in registers; standalone (no group): the product's
+// result as slice 0.
+std::vector<std::vector<const ir::Value*>>
+sliceValuesOf(const ir::Block& block, const KernelGroup* group, const PackedProduct& packed);
+
 // A group of instructions the emitter turns into one loop nest: a fused kernel, or a single
 // elementwise instruction that was not fused (--no-fuse).
 struct KernelGroup {

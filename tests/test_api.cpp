@@ -33,43 +33,19 @@ float maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   return worst;
 }
 
-TEST(Api, ABidirectionalBatchFirstLstmWithLengthsMatchesPyTorch) {
-  for (int threads : {0, 1, 3}) {
-    SCOPED_TRACE(std::to_string(threads) + " threads");
-    const std::string dir = rnnc::test::kLayerFixtures + "lstm_l1_bi_bf_len/";
-    rnnc::LayerSpec spec;
-    spec.batchFirst = true;
-    spec.threads = threads;
-    rnnc::Layer layer = rnnc::Layer::fromFile(spec, dir + "weights.safetensors");
-    EXPECT_EQ(layer.numDirections(), 2);
-    rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy"); // [B, T, I]
-    rnnc::Tensor h0 = rnnc::readNpyFloat32(dir + "h0.npy"),
-                 c0 = rnnc::readNpyFloat32(dir + "c0.npy");
-    rnnc::Int64Array lengths = rnnc::readNpyInt64(dir + "lengths.npy");
-    const int64_t batch = x.dim(0), steps = x.dim(1);
-    ASSERT_EQ(layer.inputSize(), x.dim(2));
-    std::vector<float> y(static_cast<size_t>(steps * batch * layer.outputSize()));
-    std::vector<float> hn(h0.values().size()), cn(c0.values().size());
-    layer.forward(x.data(), steps, batch, h0.data(), c0.data(), lengths.values.data(), y.data(),
-                  hn.data(), cn.data());
-    EXPECT_LE(maxAbsDiff(y, rnnc::readNpyFloat32(dir + "output.npy").values()), 1e-5f);
-    EXPECT_LE(maxAbsDiff(hn, rnnc::readNpyFloat32(dir + "hn.npy").values()), 1e-5f);
-    EXPECT_LE(maxAbsDiff(cn, rnnc::readNpyFloat32(dir + "cn.npy").values()), 1e-5f);
-  }
-}
+const std::string kBidirectionalLstm = rnnc::test::kLayerFixtures + "lstm_l1_bi_bf_len/";
 
-// LayerSpec::device: the GPU's kernels emulated on this CPU give PyTorch's results through the
-// same call; an unknown device, and "cuda" without a GPU, are errors when the layer is built.
-TEST(Api, DeviceOption) {
-  const std::string dir = rnnc::test::kLayerFixtures + "lstm_l1_bi_bf_len/";
-  rnnc::LayerSpec emulated;
-  emulated.batchFirst = true;
-  emulated.device = "cuda-emulated";
-  rnnc::Layer layer = rnnc::Layer::fromFile(emulated, dir + "weights.safetensors");
+// A layer built with `spec` (batch_first) on the bidirectional LSTM fixture with lengths gives
+// PyTorch's outputs and final states through caller-owned buffers.
+void expectPyTorchsBidirectionalLstm(const rnnc::LayerSpec& spec) {
+  const std::string& dir = kBidirectionalLstm;
+  rnnc::Layer layer = rnnc::Layer::fromFile(spec, dir + "weights.safetensors");
+  EXPECT_EQ(layer.numDirections(), 2);
   rnnc::Tensor x = rnnc::readNpyFloat32(dir + "input.npy"); // [B, T, I]
   rnnc::Tensor h0 = rnnc::readNpyFloat32(dir + "h0.npy"), c0 = rnnc::readNpyFloat32(dir + "c0.npy");
   rnnc::Int64Array lengths = rnnc::readNpyInt64(dir + "lengths.npy");
   const int64_t batch = x.dim(0), steps = x.dim(1);
+  ASSERT_EQ(layer.inputSize(), x.dim(2));
   std::vector<float> y(static_cast<size_t>(steps * batch * layer.outputSize()));
   std::vector<float> hn(h0.values().size()), cn(c0.values().size());
   layer.forward(x.data(), steps, batch, h0.data(), c0.data(), lengths.values.data(), y.data(),
@@ -77,14 +53,33 @@ TEST(Api, DeviceOption) {
   EXPECT_LE(maxAbsDiff(y, rnnc::readNpyFloat32(dir + "output.npy").values()), 1e-5f);
   EXPECT_LE(maxAbsDiff(hn, rnnc::readNpyFloat32(dir + "hn.npy").values()), 1e-5f);
   EXPECT_LE(maxAbsDiff(cn, rnnc::readNpyFloat32(dir + "cn.npy").values()), 1e-5f);
+}
 
+TEST(Api, ABidirectionalBatchFirstLstmWithLengthsMatchesPyTorch) {
+  for (int threads : {0, 1, 3}) {
+    SCOPED_TRACE(std::to_string(threads) + " threads");
+    rnnc::LayerSpec spec;
+    spec.batchFirst = true;
+    spec.threads = threads;
+    expectPyTorchsBidirectionalLstm(spec);
+  }
+}
+
+// LayerSpec::device: the GPU's kernels emulated on this CPU give PyTorch's results through the
+// same call; an unknown device, and "cuda" without a GPU, are errors when the layer is built.
+TEST(Api, DeviceOption) {
+  rnnc::LayerSpec emulated;
+  emulated.batchFirst = true;
+  emulated.device = "cuda-emulated";
+  expectPyTorchsBidirectionalLstm(emulated);
+  const std::string weights = kBidirectionalLstm + "weights.safetensors";
   rnnc::LayerSpec unknown = emulated;
   unknown.device = "tpu";
-  EXPECT_THROW(rnnc::Layer::fromFile(unknown, dir + "weights.safetensors"), std::runtime_error);
+  EXPECT_THROW(rnnc::Layer::fromFile(unknown, weights), std::runtime_error);
   rnnc::LayerSpec cuda = emulated;
   cuda.device = "cuda";
   if (!rnnc::CudaDriver::unavailableReason().empty())
-    EXPECT_THROW(rnnc::Layer::fromFile(cuda, dir + "weights.safetensors"), std::runtime_error);
+    EXPECT_THROW(rnnc::Layer::fromFile(cuda, weights), std::runtime_error);
 }
 
 TEST(Api, ConcurrentForwardCallsOnOneLayerAgree) {
