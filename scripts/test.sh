@@ -3,7 +3,7 @@
 # every test twice: in the Release build (build/) and built with AddressSanitizer and
 # UndefinedBehaviorSanitizer (build-asan/); the tests that start threads under ThreadSanitizer
 # (build-tsan/, scripts/tsan.sh); then the libFuzzer harnesses for a bounded time
-# (RNNC_FUZZ_SECONDS each, 20 by default; tests/fuzz/run-libfuzzer 600 for a long run).
+# (RNNC_FUZZ_SECONDS each, 15 by default; tests/fuzz/run-libfuzzer 600 for a long run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,4 +30,4 @@ if ! command -v clang++-19 > /dev/null; then
   exit 1
 fi
 scripts/tsan.sh
-RNNC_FUZZ_SECONDS=${RNNC_FUZZ_SECONDS:-20} tests/fuzz/run-libfuzzer
+RNNC_FUZZ_SECONDS=${RNNC_FUZZ_SECONDS:-15} tests/fuzz/run-libfuzzer
