@@ -50,17 +50,7 @@ std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const Tenso
   options.numLayers = spec.numLayers;
   options.bidirectional = spec.bidirectional;
   options.batchFirst = spec.batchFirst;
-  options.engine = spec.jit ? Engine::Jit : Engine::Interpreter;
-  if (spec.device == "cuda" || spec.device == "cuda-emulated") {
-    if (!spec.jit)
-      throw UserError("LayerSpec::jit = false is the CPU's interpreter; it does not go with "
-                      "device '" +
-                      spec.device + "'");
-    options.engine = spec.device == "cuda" ? Engine::Cuda : Engine::CudaEmulated;
-  } else if (spec.device != "cpu") {
-    throw UserError("LayerSpec::device must be \"cpu\", \"cuda\" or \"cuda-emulated\", not \"" +
-                    spec.device + "\"");
-  }
+  options.engine = engineFor(spec.device, !spec.jit, "LayerSpec::device", "LayerSpec::jit = false");
   if (spec.threads < 0)
     throw UserError("LayerSpec::threads must be 0 (automatic) or positive, not " +
                     std::to_string(spec.threads));

@@ -4,7 +4,6 @@
 #include "codegen/KernelEmitter.h"
 #include "ir/Error.h"
 
-#include <algorithm>
 #include <cstddef>
 
 namespace rnnc::codegen {
@@ -361,17 +360,14 @@ void GpuEmitter::emitStepEnd(const GpuRegion& region, llvm::Value* item) {
     View last{b.CreateGEP(f32, output, b.CreateMul(lastRow, constant(outCols))), constant(outCols)};
     ifThen(b.CreateICmpSGT(steps, constant(0)), "final_state", [&] {
       for (size_t i = 0; i < cell.updates.size(); ++i)
-        if (plan.readFromOutput[i] && !plan.updatedInKernel[i])
+        if (plan.readFromOutput[i])
           copy({states[i], constant(outCols)}, last, outCols);
     });
     return;
   }
-  for (size_t i = 0; i <= cell.updates.size(); ++i) {
-    if (i == cell.updates.size()) { // the output, once
-      if (region.kind == Kind::StepOutputs && !plan.outputInPlace)
-        copy(outputRows_, view(cell.output), outCols);
-      continue;
-    }
+  if (region.kind == Kind::StepOutputs && !plan.outputInPlace)
+    copy(outputRows_, view(cell.output), outCols);
+  for (size_t i = 0; i < cell.updates.size(); ++i) {
     const ir::Value* next = cell.updates[i].next;
     const int64_t cols = columnsOf(next);
     if (plan.updatedInKernel[i])

@@ -81,15 +81,7 @@ LayerArgs layerArgs(const std::string& cellSpec, const std::map<std::string, Flo
   options.numLayers = numLayers;
   options.bidirectional = bidirectional;
   options.batchFirst = batchFirst;
-  options.engine = jit ? Engine::Jit : Engine::Interpreter;
-  if (device == "cuda" || device == "cuda-emulated") {
-    if (!jit)
-      throw UserError("jit=False is the CPU's interpreter; it does not go with device='" + device +
-                      "'");
-    options.engine = device == "cuda" ? Engine::Cuda : Engine::CudaEmulated;
-  } else if (device != "cpu") {
-    throw UserError("device must be 'cpu', 'cuda' or 'cuda-emulated', not '" + device + "'");
-  }
+  options.engine = engineFor(device, !jit, "device", "jit=False");
   options.threads = threads;
   options.compile.targetCpu = targetCpu;
   options.compile.pipeline.fuse = fuse;

@@ -59,6 +59,36 @@ bool readU64(std::string_view bytes, size_t& at, uint64_t& v) {
   return true;
 }
 
+// An entry's key and object (encodeCacheEntry's inverse), verified in full before anything is
+// used: the magic, the digest over the rest, both lengths. Otherwise nullopt and `why`.
+struct DecodedEntry {
+  std::string_view key, object;
+};
+std::optional<DecodedEntry> decodeCacheEntry(std::string_view bytes, std::string& why) {
+  if (!bytes.starts_with(kEntryMagic) || bytes.size() < kEntryMagic.size() + 16 + kDigestBytes) {
+    why = "not an rnnc cache entry (or an older format)";
+    return std::nullopt;
+  }
+  const size_t end = bytes.size() - kDigestBytes;
+  if (sha256(bytes.substr(0, end)) != bytes.substr(end)) {
+    why = "corrupt: its checksum does not match (deleted when next looked up)";
+    return std::nullopt;
+  }
+  size_t at = kEntryMagic.size();
+  uint64_t keyLength = 0, objectLength = 0;
+  DecodedEntry entry;
+  if (readU64(bytes, at, keyLength) && keyLength <= end - at) {
+    entry.key = bytes.substr(at, keyLength);
+    at += keyLength;
+    if (readU64(bytes, at, objectLength) && objectLength == end - at) {
+      entry.object = bytes.substr(at, objectLength);
+      return entry;
+    }
+  }
+  why = "corrupt lengths";
+  return std::nullopt;
+}
+
 const char* environment(const char* name) {
   const char* value = std::getenv(name);
   return value && *value ? value : nullptr;
@@ -207,23 +237,14 @@ std::optional<std::string> DiskCache::loadVerified(const std::string& key) const
       return reject();
     done += static_cast<size_t>(n);
   }
-  // Verified in full before anything is used: the digest over the rest, then the exact key.
-  std::string_view view = bytes;
-  if (!view.starts_with(kEntryMagic) || view.size() < kEntryMagic.size() + 16 + kDigestBytes)
-    return reject();
-  const size_t end = view.size() - kDigestBytes;
-  if (sha256(view.substr(0, end)) != view.substr(end))
-    return reject();
-  size_t at = kEntryMagic.size();
-  uint64_t keyLength = 0, objectLength = 0;
-  if (!readU64(view, at, keyLength) || keyLength > end - at || view.substr(at, keyLength) != key)
-    return reject(); // another key under this name, or an older format
-  at += keyLength;
-  if (!readU64(view, at, objectLength) || objectLength != end - at)
+  // Verified in full before anything is used, then the exact key (not another under this name).
+  std::string why;
+  std::optional<DecodedEntry> entry = decodeCacheEntry(bytes, why);
+  if (!entry || entry->key != key)
     return reject();
   futimens(fd, nullptr); // used now: the last to go when the cache is pruned
   close(fd);
-  return std::string(view.substr(at, objectLength));
+  return std::string(entry->object);
 }
 
 void DiskCache::store(const std::string& key, const std::string& object) const {
@@ -308,24 +329,9 @@ constexpr const char* kStatsFile = "stats";
 // The key text of the entry at `path` if it is a valid entry (as load() checks it), else why not.
 std::optional<std::string> entryKey(const fs::path& path, std::string& why) {
   std::ifstream in(path, std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  std::string_view view = bytes;
-  if (!view.starts_with(kEntryMagic) || view.size() < kEntryMagic.size() + 16 + kDigestBytes) {
-    why = "not an rnnc cache entry (or an older format)";
-    return std::nullopt;
-  }
-  const size_t end = view.size() - kDigestBytes;
-  if (sha256(view.substr(0, end)) != view.substr(end)) {
-    why = "corrupt: its checksum does not match (deleted when next looked up)";
-    return std::nullopt;
-  }
-  size_t at = kEntryMagic.size();
-  uint64_t keyLength = 0;
-  if (!readU64(view, at, keyLength) || keyLength > end - at) {
-    why = "corrupt key";
-    return std::nullopt;
-  }
-  return std::string(view.substr(at, keyLength));
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::optional<DecodedEntry> entry = decodeCacheEntry(bytes, why);
+  return entry ? std::optional<std::string>(entry->key) : std::nullopt;
 }
 
 // "lstm(input_size = 512, hidden_size = 512) for znver3, fp32 weights" out of a key.

@@ -119,20 +119,6 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
 
 namespace {
 
-std::vector<float*> mutablePointers(std::vector<Tensor>& tensors) {
-  std::vector<float*> pointers;
-  for (Tensor& t : tensors)
-    pointers.push_back(t.data());
-  return pointers;
-}
-
-std::vector<const float*> pointers(const std::vector<Tensor>& tensors) {
-  std::vector<const float*> result;
-  for (const Tensor& t : tensors)
-    result.push_back(t.data());
-  return result;
-}
-
 // The threads of one call: a team leased for it, or none for one thread. An automatic count
 // (0) is ThreadGovernor's choice, and the call reports back how it went, once, over all its
 // phases and stretches.
@@ -197,12 +183,12 @@ std::shared_ptr<const CompiledCell::Prepared>
 CompiledCell::prepare(const std::vector<Tensor>& params, int threads) const {
   RNNC_INTERNAL_CHECK(params.size() == cell_->params.size(), "wrong number of parameters");
   auto prepared = std::make_shared<Prepared>();
-  prepared->params = pointers(params);
+  prepared->params = dataPointers(params);
   prepared->fixed.resize(plan_.buffers.size());
   for (size_t i = 0; i < plan_.buffers.size(); ++i)
     if (plan_.buffers[i].rows == codegen::Rows::Fixed)
       prepared->fixed[i] = Tensor({plan_.buffers[i].floatsFor(plan_.buffers[i].fixedRows)});
-  std::vector<float*> buffers = mutablePointers(prepared->fixed);
+  std::vector<float*> buffers = mutableDataPointers(prepared->fixed);
   // The generated code loads every argument pointer on entry; this phase reads none of the
   // inputs and states.
   std::vector<const float*> noInputs(cell_->inputs.size(), nullptr);
@@ -276,8 +262,8 @@ void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inpu
                                             std::max<int64_t>(steps, 1));
   std::vector<float*> buffers =
       bufferPointers(prepared, workspace, chunk * batch, batch, team.size());
-  std::vector<const float*> inputPointers = pointers(inputs);
-  std::vector<float*> statePointers = mutablePointers(states);
+  std::vector<const float*> inputPointers = dataPointers(inputs);
+  std::vector<float*> statePointers = mutableDataPointers(states);
   const int64_t outCols = codegen::columnsOf(cell_->output);
   std::vector<const float*> chunkInputs(inputPointers.size());
   for (int64_t first = 0; first < steps; first += chunk) {
@@ -347,8 +333,8 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>
   RunThreads team(threads);
   std::vector<float*> buffers =
       bufferPointers(prepared, workspace, chunkRows, batchSizes[0], team.size());
-  std::vector<const float*> inputPointers = pointers(inputs);
-  std::vector<float*> statePointers = mutablePointers(states);
+  std::vector<const float*> inputPointers = dataPointers(inputs);
+  std::vector<float*> statePointers = mutableDataPointers(states);
   // The inputs, buffers and output of the rows from packed row `row` on; the chunk's pre
   // buffers start at its first row.
   std::vector<const float*> rowInputs(inputPointers.size());

@@ -32,21 +32,19 @@ namespace {
 
 constexpr unsigned kBlockSize = 256; // threads per block of every launch
 
-// The emulation's regions in the order a GPU runs them: (region, step) pairs.
+constexpr codegen::GpuPhase kPhases[] = {codegen::GpuPhase::Params, codegen::GpuPhase::Pre,
+                                         codegen::GpuPhase::Step, codegen::GpuPhase::Final};
+
+// The regions of `phase` in the order a GPU runs them, as (region, step) pairs: the step
+// regions at every step in turn, the others once.
 template <class Visit>
-void forEachLaunch(const std::vector<codegen::GpuRegion>& regions, int64_t steps, Visit&& visit) {
-  using codegen::GpuPhase;
-  for (GpuPhase phase : {GpuPhase::Params, GpuPhase::Pre})
+void forEachLaunch(const std::vector<codegen::GpuRegion>& regions, codegen::GpuPhase phase,
+                   int64_t steps, Visit&& visit) {
+  const int64_t stepCount = phase == codegen::GpuPhase::Step ? steps : 1;
+  for (int64_t t = 0; t < stepCount; ++t)
     for (size_t i = 0; i < regions.size(); ++i)
       if (regions[i].phase == phase)
-        visit(i, int64_t{0});
-  for (int64_t t = 0; t < steps; ++t)
-    for (size_t i = 0; i < regions.size(); ++i)
-      if (regions[i].phase == GpuPhase::Step)
         visit(i, t);
-  for (size_t i = 0; i < regions.size(); ++i)
-    if (regions[i].phase == GpuPhase::Final)
-      visit(i, int64_t{0});
 }
 
 } // namespace
@@ -128,16 +126,10 @@ Tensor GpuCell::emulateWith(const std::vector<Tensor>& params, const std::vector
   for (const codegen::BufferSpec& spec : plan_.buffers)
     buffers.emplace_back(TensorShape{bufferFloats(spec, steps, batch)});
   Tensor output({steps, batch, codegen::columnsOf(cell_->output)});
-  std::vector<const float*> paramPointers, inputPointers;
-  std::vector<float*> statePointers, bufferPointers;
-  for (const Tensor& p : params)
-    paramPointers.push_back(p.data());
-  for (const Tensor& x : inputs)
-    inputPointers.push_back(x.data());
-  for (Tensor& s : states)
-    statePointers.push_back(s.data());
-  for (Tensor& b : buffers)
-    bufferPointers.push_back(b.data());
+  std::vector<const float*> paramPointers = dataPointers(params),
+                            inputPointers = dataPointers(inputs);
+  std::vector<float*> statePointers = mutableDataPointers(states),
+                      bufferPointers = mutableDataPointers(buffers);
   // The persistent kernel's grid barrier counts on this, as the GPU's on its counter.
   alignas(8) int64_t counter = 0;
   RnncRunArgs args{steps,
@@ -151,21 +143,19 @@ Tensor GpuCell::emulateWith(const std::vector<Tensor>& params, const std::vector
                    0,
                    1,
                    &counter};
-  bool stepsDone = false;
-  forEachLaunch(regions_, steps, [&](size_t region, int64_t step) {
-    if (persistentBlocks == 0 || regions_[region].phase != codegen::GpuPhase::Step) {
-      emulate_(&args, static_cast<int64_t>(region), step, threads, reversed ? 1 : 0);
-      return;
+  for (codegen::GpuPhase phase : kPhases) {
+    if (phase == codegen::GpuPhase::Step && persistentBlocks > 0) {
+      std::vector<std::thread> blocks;
+      for (int block = 0; block < persistentBlocks; ++block)
+        blocks.emplace_back([&, block] { emulate_(&args, -1, block, persistentBlocks, 0); });
+      for (std::thread& t : blocks)
+        t.join();
+      continue;
     }
-    if (stepsDone)
-      return;
-    stepsDone = true;
-    std::vector<std::thread> blocks;
-    for (int block = 0; block < persistentBlocks; ++block)
-      blocks.emplace_back([&, block] { emulate_(&args, -1, block, persistentBlocks, 0); });
-    for (std::thread& t : blocks)
-      t.join();
-  });
+    forEachLaunch(regions_, phase, steps, [&](size_t region, int64_t step) {
+      emulate_(&args, static_cast<int64_t>(region), step, threads, reversed ? 1 : 0);
+    });
+  }
   return output;
 }
 
@@ -267,9 +257,9 @@ void GpuCell::Resident::upload(const std::vector<Tensor>& inputs,
 }
 
 void GpuCell::Resident::execute(GpuSchedule schedule) const {
-  for (codegen::GpuPhase phase :
-       {codegen::GpuPhase::Pre, codegen::GpuPhase::Step, codegen::GpuPhase::Final})
-    launch(phase, schedule);
+  for (codegen::GpuPhase phase : kPhases)
+    if (phase != codegen::GpuPhase::Params) // done once, when the memory was set up
+      launch(phase, schedule);
   CudaDriver::get().synchronize();
 }
 
@@ -308,11 +298,7 @@ void GpuCell::Resident::launch(codegen::GpuPhase phase, GpuSchedule schedule) co
     const int64_t grid = std::clamp<int64_t>((items + kBlockSize - 1) / kBlockSize, 1, maxGrid);
     driver.launch(code.regionKernels[region], static_cast<unsigned>(grid), kBlockSize, arguments);
   };
-  const int64_t stepCount = phase == codegen::GpuPhase::Step ? steps_ : 1;
-  for (int64_t t = 0; t < stepCount; ++t)
-    for (size_t i = 0; i < regions.size(); ++i)
-      if (regions[i].phase == phase)
-        launchRegion(i, t);
+  forEachLaunch(regions, phase, steps_, launchRegion);
 }
 
 Tensor GpuCell::Resident::download(std::vector<Tensor>& states) const {

@@ -153,6 +153,19 @@ SequenceResult runSequence(const ir::Cell& cell, const SequenceRequest& request)
   return result;
 }
 
+Engine engineFor(const std::string& device, bool interpret, const std::string& deviceOption,
+                 const std::string& interpreterOption) {
+  if (device == "cpu")
+    return interpret ? Engine::Interpreter : Engine::Jit;
+  if (device != "cuda" && device != "cuda-emulated")
+    throw UserError(
+        fmt::format("{} must be cpu, cuda or cuda-emulated, not '{}'", deviceOption, device));
+  if (interpret)
+    throw UserError(fmt::format("{} runs on the CPU's interpreter; it does not go with {} {}",
+                                interpreterOption, deviceOption, device));
+  return device == "cuda" ? Engine::Cuda : Engine::CudaEmulated;
+}
+
 const char* engineName(Engine engine) {
   switch (engine) {
   case Engine::Jit:

@@ -66,4 +66,18 @@ std::string describeTensor(const std::string& what, const std::string& source) {
   return source.empty() ? what : what + " (" + source + ")";
 }
 
+std::vector<const float*> dataPointers(const std::vector<Tensor>& tensors) {
+  std::vector<const float*> result;
+  for (const Tensor& t : tensors)
+    result.push_back(t.data());
+  return result;
+}
+
+std::vector<float*> mutableDataPointers(std::vector<Tensor>& tensors) {
+  std::vector<float*> result;
+  for (Tensor& t : tensors)
+    result.push_back(t.data());
+  return result;
+}
+
 } // namespace rnnc

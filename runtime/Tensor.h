@@ -43,6 +43,10 @@ private:
   std::string source_;
 };
 
+// Each tensor's data, in order: the pointer arrays generated code reads (RunArgs.h).
+std::vector<const float*> dataPointers(const std::vector<Tensor>& tensors);
+std::vector<float*> mutableDataPointers(std::vector<Tensor>& tensors);
+
 // A dense int64 array, used for sequence lengths.
 struct Int64Array {
   TensorShape shape;

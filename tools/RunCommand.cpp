@@ -209,12 +209,7 @@ LayerJob prepareJob(const RunOptions& o) {
     options.sizes.erase("input_size");
     options.sizes.erase("hidden_size");
   }
-  options.engine = o.interpret ? Engine::Interpreter : Engine::Jit;
-  if (o.device != "cpu") {
-    if (o.interpret)
-      throw UserError("--interpret runs on the CPU; it does not go with --device " + o.device);
-    options.engine = o.device == "cuda" ? Engine::Cuda : Engine::CudaEmulated;
-  }
+  options.engine = engineFor(o.device, o.interpret, "--device", "--interpret");
   options.compile.pipeline = o.pipeline.options();
   options.compile.log = &std::cerr;
   options.compile.weights = codegen::parseWeightType(o.weightsDtype);
