@@ -22,28 +22,6 @@
 namespace rnnc {
 namespace {
 
-// The generated code's buffers start on a 64-byte boundary: a large std::vector<float> comes
-// from mmap 16 bytes past a page, and with the packed weights 16 bytes off every other 32-byte
-// load of a tile splits a cache line (a 6x16 AVX2 tile ran at 72% of the FMA peak instead of 95%
-// on Zen 3). Each buffer is allocated this many floats longer and used from its first aligned
-// float.
-constexpr int64_t kAlignmentSlack = 15;
-
-float* cacheLineAligned(Tensor& storage) {
-  auto address = reinterpret_cast<std::uintptr_t>(storage.data());
-  return storage.data() + ((64 - address % 64) % 64) / sizeof(float);
-}
-const float* cacheLineAligned(const Tensor& storage) {
-  return cacheLineAligned(const_cast<Tensor&>(storage));
-}
-// `storage` (re)allocated for `floats` aligned floats, unless it already holds them.
-float* cacheLineAligned(Tensor& storage, int64_t floats) {
-  TensorShape shape{floats + kAlignmentSlack};
-  if (storage.shape() != shape)
-    storage = Tensor(shape);
-  return cacheLineAligned(storage);
-}
-
 // Everything the object file depends on: the optimised IR (sizes included), the code
 // generator's sources, LLVM and the target. No LLVM runs to build it, so a cache hit costs only
 // the passes, a file read and the JIT's link.
@@ -209,9 +187,10 @@ CompiledCell::prepare(const std::vector<Tensor>& params, int threads) const {
   prepared->fixed.resize(plan_.buffers.size());
   std::vector<float*> buffers(plan_.buffers.size(), nullptr);
   for (size_t i = 0; i < plan_.buffers.size(); ++i)
-    if (plan_.buffers[i].rows == codegen::Rows::Fixed)
-      buffers[i] = cacheLineAligned(prepared->fixed[i],
-                                    plan_.buffers[i].floatsFor(plan_.buffers[i].fixedRows));
+    if (plan_.buffers[i].rows == codegen::Rows::Fixed) {
+      prepared->fixed[i] = AlignedBuffer(plan_.buffers[i].floatsFor(plan_.buffers[i].fixedRows));
+      buffers[i] = prepared->fixed[i].data();
+    }
   // The generated code loads every argument pointer on entry; this phase reads none of the
   // inputs and states.
   std::vector<const float*> noInputs(cell_->inputs.size(), nullptr);
@@ -241,14 +220,16 @@ std::vector<float*> CompiledCell::bufferPointers(const Prepared& prepared, Works
   for (size_t i = 0; i < plan_.buffers.size(); ++i) {
     const codegen::BufferSpec& spec = plan_.buffers[i];
     if (spec.rows == codegen::Rows::Fixed) {
-      result.push_back(const_cast<float*>(cacheLineAligned(prepared.fixed.at(i))));
+      result.push_back(prepared.fixed.at(i).data());
       continue;
     }
     int64_t rows = spec.rows == codegen::Rows::Sequence        ? sequenceRows
                    : spec.rows == codegen::Rows::Step          ? stepRows
                    : spec.rows == codegen::Rows::PerThreadStep ? threads * stepRows
                                                                : threads * spec.fixedRows;
-    result.push_back(cacheLineAligned(workspace.buffers[i], rows * spec.cols));
+    if (workspace.buffers[i].size() != rows * spec.cols)
+      workspace.buffers[i] = AlignedBuffer(rows * spec.cols);
+    result.push_back(workspace.buffers[i].data());
   }
   return result;
 }

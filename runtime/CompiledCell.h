@@ -11,6 +11,7 @@
 #include "codegen/Target.h"
 #include "ir/Cell.h"
 #include "passes/PassManager.h"
+#include "runtime/AlignedBuffer.h"
 #include "runtime/CompileCache.h"
 #include "runtime/Tensor.h"
 
@@ -58,7 +59,7 @@ public:
   class Workspace {
   private:
     friend class CompiledCell;
-    std::vector<Tensor> buffers;
+    std::vector<AlignedBuffer> buffers;
   };
 
   // The parameter-only work for one set of parameters, done once: stacked weights, summed
@@ -68,7 +69,7 @@ public:
   private:
     friend class CompiledCell;
     std::vector<const float*> params;
-    std::vector<Tensor> fixed; // per plan buffer: the fixed ones filled, the others empty
+    std::vector<AlignedBuffer> fixed; // per plan buffer: the fixed ones filled, the others empty
   };
   // `params` in cell.params order.
   std::shared_ptr<const Prepared> prepare(const std::vector<Tensor>& params, int threads = 1) const;
