@@ -1,6 +1,7 @@
 #include "codegen/Compiler.h"
 
 #include "codegen/CellEmitter.h"
+#include "codegen/GemmTile.h"
 #include "codegen/GpuEmitter.h"
 #include "codegen/LLVMError.h"
 #include "codegen/LLVMHeaders.h"
@@ -192,6 +193,13 @@ std::string generateGpuEmulation(const ir::Cell& cell, const StoragePlan& plan, 
   host.interleavedVectors = 1;
   llvm::LLVMContext context;
   return finish(emitGpuCell(context, cell, plan, planGpuRegions(cell, plan), host), host, stage);
+}
+
+std::string generateGemmTile(const Target& target, Stage stage) {
+  RNNC_INTERNAL_CHECK(!target.isGpu(), "the runtime GEMM runs on the CPU");
+  initialiseLLVM();
+  llvm::LLVMContext context;
+  return finish(emitGemmTile(context, target), target, stage);
 }
 
 } // namespace rnnc::codegen

@@ -38,4 +38,7 @@ std::string generateGpu(const ir::Cell& cell, const StoragePlan& plan, const Tar
 // stage (Stage::Object for the JIT).
 std::string generateGpuEmulation(const ir::Cell& cell, const StoragePlan& plan, Stage stage);
 
+// The runtime GEMM's register tile (codegen/GemmTile.h) for `target`, as any stage.
+std::string generateGemmTile(const Target& target, Stage stage);
+
 } // namespace rnnc::codegen

@@ -3,13 +3,13 @@
 #include "codegen/StoragePlan.h"
 #include "ir/Error.h"
 #include "passes/Autodiff.h"
+#include "runtime/Gemm.h"
 
 #include <Eigen/Core>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <thread>
 
 namespace rnnc {
@@ -51,6 +51,11 @@ namespace {
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstRows = Eigen::Map<const RowMajor>;
 
+// A row-major Eigen block (a map or columns of one) as the GEMM's view.
+template <class M> MatrixView viewOf(const M& m) {
+  return MatrixView::rowMajor(m.data(), m.rows(), m.cols(), m.outerStride());
+}
+
 // Columns [offset, offset + width) of a [T, B, F] tensor.
 Tensor columns(const Tensor& t, int64_t offset, int64_t width) {
   Tensor out({t.dim(0), t.dim(1), width});
@@ -65,45 +70,24 @@ void addInto(Tensor& to, const Tensor& from) {
     to.data()[i] += from.data()[i];
 }
 
-// Runs work(begin, end) over rows [0, rows) split between up to `threads` threads (at least 16
-// rows each): the products below are the training's largest, and each output row is one
-// thread's.
-void splitRows(int64_t rows, int threads, const std::function<void(int64_t, int64_t)>& work) {
-  threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, rows / 16)));
-  auto part = [&](int index) { work(rows * index / threads, rows * (index + 1) / threads); };
-  std::vector<std::thread> helpers;
-  for (int i = 1; i < threads; ++i)
-    helpers.emplace_back(part, i);
-  part(0);
-  for (std::thread& t : helpers)
-    t.join();
-}
-
-// dW += G^T A (linear: dW [N, K], its rows G's columns) or A^T G (matmul: dW [K, N]).
+// dW += G^T A (linear: dW [N, K], its rows G's columns) or A^T G (matmul: dW [K, N]), on the
+// runtime's GEMM (runtime/Gemm.h).
 template <class G, class A>
 void accumulateWeightGradient(Eigen::Map<RowMajor>& dW, const G& g, const A& a, bool linear,
                               int threads) {
-  splitRows(dW.rows(), threads, [&](int64_t begin, int64_t end) {
-    if (linear)
-      dW.middleRows(begin, end - begin).noalias() +=
-          g.middleCols(begin, end - begin).transpose() * a;
-    else
-      dW.middleRows(begin, end - begin).noalias() +=
-          a.middleCols(begin, end - begin).transpose() * g;
-  });
+  const MatrixView vg = viewOf(g), va = viewOf(a);
+  if (linear)
+    gemmAccumulate(vg.transposed(), va, dW.data(), dW.outerStride(), threads);
+  else
+    gemmAccumulate(va.transposed(), vg, dW.data(), dW.outerStride(), threads);
 }
 
 // C += A B (or A B^T).
 template <class A, class B>
 void accumulateRowProduct(Eigen::Map<RowMajor>& c, const A& a, const B& b, bool transposeB,
                           int threads) {
-  splitRows(c.rows(), threads, [&](int64_t begin, int64_t end) {
-    if (transposeB)
-      c.middleRows(begin, end - begin).noalias() +=
-          a.middleRows(begin, end - begin) * b.transpose();
-    else
-      c.middleRows(begin, end - begin).noalias() += a.middleRows(begin, end - begin) * b;
-  });
+  const MatrixView vb = viewOf(b);
+  gemmAccumulate(viewOf(a), transposeB ? vb.transposed() : vb, c.data(), c.outerStride(), threads);
 }
 
 // The index of the parameter called `name` in a slot's cell.

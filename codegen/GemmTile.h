@@ -1,0 +1,37 @@
+// The register tile of the runtime's general matrix product (runtime/Gemm.h), generated for the
+// target like the cells' own tiles: `rnnc_gemm_tile(depth, a, b, c, ldc)` adds
+//   c[i * ldc + j] += sum over k < depth of a[k * rows + i] * b[k * columns + j]
+// for the whole rows x columns tile, from operands packed k-major (BLIS's micro-panels: the
+// tile's `rows` values of A, then its `columns` of B, per depth). Shapes follow from the
+// vector width and registers: AVX2 6 rows x 16 columns (12 accumulators of 16 ymm), AVX-512
+// 14 x 32 (28 of 32 zmm), SSE 6 x 8: two vectors of B and one broadcast of A per row of FMAs.
+// Compiled by codegen::generateGemmTile (Compiler.h).
+#pragma once
+
+#include "codegen/Target.h"
+
+#include <cstdint>
+#include <memory>
+
+namespace llvm {
+class LLVMContext;
+class Module;
+} // namespace llvm
+
+extern "C" {
+using RnncGemmTileFunction = void (*)(int64_t depth, const float* a, const float* b, float* c,
+                                      int64_t ldc);
+}
+
+namespace rnnc::codegen {
+
+inline constexpr const char* kGemmTileFunctionName = "rnnc_gemm_tile";
+
+struct GemmTileShape {
+  int64_t rows = 0, columns = 0;
+};
+GemmTileShape gemmTileShape(const Target& target);
+
+std::unique_ptr<llvm::Module> emitGemmTile(llvm::LLVMContext& context, const Target& target);
+
+} // namespace rnnc::codegen

@@ -1,0 +1,183 @@
+#include "runtime/Gemm.h"
+
+#include "codegen/Compiler.h"
+#include "codegen/GemmTile.h"
+#include "codegen/HostTarget.h"
+#include "codegen/Jit.h"
+#include "codegen/SourceDigest.h"
+#include "ir/Error.h"
+#include "runtime/AlignedBuffer.h"
+#include "runtime/CompileCache.h"
+#include "runtime/CompiledCell.h"
+
+#include <algorithm>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace rnnc {
+namespace {
+
+struct Tile {
+  RnncGemmTileFunction function = nullptr;
+  std::shared_ptr<void> lifetime;
+  codegen::GemmTileShape shape;
+  int64_t depthBlock = 0;  // kc: a column strip of B (kc x columns) stays in L1
+  int64_t rowBlock = 0;    // mc: a block of A (mc x kc) stays in L2
+  int64_t columnBlock = 0; // nc: a panel of B (kc x nc)
+};
+
+Tile compileTile() {
+  const codegen::Target target = codegen::hostTarget();
+  Tile tile;
+  tile.shape = codegen::gemmTileShape(target);
+  // Half of a 32 KB L1 for a strip of B, half of the L2 for the block of A.
+  tile.depthBlock = std::max<int64_t>(64, 16 * 1024 / (tile.shape.columns * 4));
+  tile.rowBlock =
+      std::clamp<int64_t>(target.l2Bytes / 2 / (tile.depthBlock * 4), tile.shape.rows, 512) /
+      tile.shape.rows * tile.shape.rows;
+  tile.columnBlock = 4096 / tile.shape.columns * tile.shape.columns;
+
+  const std::string key = "rnnc " RNNC_VERSION " codegen " + std::string(codegen::sourceDigest()) +
+                          "\nLLVM " + codegen::llvmVersion() + "\ntarget " + target.describe() +
+                          "\ngemm tile\n";
+  CacheOptions options = CacheOptions::fromEnvironment();
+  std::optional<DiskCache> disk;
+  std::optional<std::string> object;
+  if (options.disk) {
+    disk.emplace(options.directory);
+    object = disk->load(key);
+  }
+  std::optional<codegen::Jit::Loaded> loaded;
+  if (object) {
+    try {
+      loaded = processJit().load(*object, codegen::kGemmTileFunctionName);
+    } catch (const std::exception&) {
+      disk->remove(key);
+    }
+  }
+  if (!loaded) {
+    std::string fresh = codegen::generateGemmTile(target, codegen::Stage::Object);
+    if (disk)
+      disk->store(key, fresh);
+    loaded = processJit().load(fresh, codegen::kGemmTileFunctionName);
+  }
+  tile.function = reinterpret_cast<RnncGemmTileFunction>(loaded->address);
+  tile.lifetime = std::move(loaded->lifetime);
+  return tile;
+}
+
+const Tile& processTile() {
+  static const Tile tile = compileTile();
+  return tile;
+}
+
+// Rows [row, row + rows) and depths [depth, depth + depths) of A into strips of the tile's
+// rows, k-major: strip s holds, per depth, its `tileRows` values (zero past A's rows).
+void packA(const MatrixView& a, int64_t row, int64_t rows, int64_t depth, int64_t depths,
+           int64_t tileRows, float* out) {
+  for (int64_t strip = 0; strip < rows; strip += tileRows) {
+    const int64_t count = std::min(tileRows, rows - strip);
+    for (int64_t k = 0; k < depths; ++k) {
+      float* to = out + (strip * depths) + k * tileRows;
+      const float* from = a.data + (row + strip) * a.rowStride + (depth + k) * a.columnStride;
+      int64_t i = 0;
+      for (; i < count; ++i)
+        to[i] = from[i * a.rowStride];
+      for (; i < tileRows; ++i)
+        to[i] = 0.0f;
+    }
+  }
+}
+
+// Depths [depth, depth + depths) and columns [column, column + columns) of B into strips of
+// the tile's columns, k-major (zero past B's columns).
+void packB(const MatrixView& b, int64_t depth, int64_t depths, int64_t column, int64_t columns,
+           int64_t tileColumns, float* out) {
+  for (int64_t strip = 0; strip < columns; strip += tileColumns) {
+    const int64_t count = std::min(tileColumns, columns - strip);
+    for (int64_t k = 0; k < depths; ++k) {
+      float* to = out + strip * depths + k * tileColumns;
+      const float* from = b.data + (depth + k) * b.rowStride + (column + strip) * b.columnStride;
+      int64_t j = 0;
+      if (b.columnStride == 1)
+        for (; j < count; ++j)
+          to[j] = from[j];
+      else
+        for (; j < count; ++j)
+          to[j] = from[j * b.columnStride];
+      for (; j < tileColumns; ++j)
+        to[j] = 0.0f;
+    }
+  }
+}
+
+// C's rows [rowBegin, rowEnd) on this thread.
+void multiplyRows(const Tile& tile, const MatrixView& a, const MatrixView& b, float* c, int64_t ldc,
+                  int64_t rowBegin, int64_t rowEnd) {
+  const int64_t mr = tile.shape.rows, nr = tile.shape.columns;
+  const int64_t depth = a.columns, columns = b.columns;
+  const int64_t kc = std::min(tile.depthBlock, depth);
+  const int64_t mc = std::min(tile.rowBlock, (rowEnd - rowBegin + mr - 1) / mr * mr);
+  const int64_t nc = std::min(tile.columnBlock, (columns + nr - 1) / nr * nr);
+  AlignedBuffer packedA(mc * kc), packedB(nc * kc), scratch(mr * nr);
+  for (int64_t jc = 0; jc < columns; jc += nc) {
+    const int64_t panelColumns = std::min(nc, columns - jc);
+    for (int64_t pc = 0; pc < depth; pc += kc) {
+      const int64_t depths = std::min(kc, depth - pc);
+      packB(b, pc, depths, jc, panelColumns, nr, packedB.data());
+      for (int64_t ic = rowBegin; ic < rowEnd; ic += mc) {
+        const int64_t blockRows = std::min(mc, rowEnd - ic);
+        packA(a, ic, blockRows, pc, depths, mr, packedA.data());
+        for (int64_t jr = 0; jr < panelColumns; jr += nr) {
+          const float* bStrip = packedB.data() + jr * depths;
+          const int64_t tileColumns = std::min(nr, panelColumns - jr);
+          for (int64_t ir = 0; ir < blockRows; ir += mr) {
+            const float* aStrip = packedA.data() + ir * depths;
+            const int64_t tileRows = std::min(mr, blockRows - ir);
+            float* cTile = c + (ic + ir) * ldc + jc + jr;
+            if (tileRows == mr && tileColumns == nr) {
+              tile.function(depths, aStrip, bStrip, cTile, ldc);
+              continue;
+            }
+            std::fill(scratch.data(), scratch.data() + mr * nr, 0.0f);
+            tile.function(depths, aStrip, bStrip, scratch.data(), nr);
+            for (int64_t i = 0; i < tileRows; ++i)
+              for (int64_t j = 0; j < tileColumns; ++j)
+                cTile[i * ldc + j] += scratch.data()[i * nr + j];
+          }
+        }
+      }
+    }
+  }
+}
+
+} // namespace
+
+void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc, int threads) {
+  RNNC_INTERNAL_CHECK(a.columns == b.rows, "GEMM operands' inner sizes differ");
+  const int64_t rows = a.rows;
+  if (rows <= 0 || b.columns <= 0 || a.columns <= 0)
+    return;
+  const Tile& tile = processTile();
+  // At least a few of the tile's rows per thread: fewer would pack B for little work.
+  threads =
+      static_cast<int>(std::clamp<int64_t>(rows / (4 * tile.shape.rows), 1, std::max(1, threads)));
+  auto part = [&](int index) {
+    // Each thread's rows start on a multiple of the tile's rows.
+    const int64_t strips = (rows + tile.shape.rows - 1) / tile.shape.rows;
+    const int64_t begin = std::min(rows, strips * index / threads * tile.shape.rows);
+    const int64_t end = std::min(rows, strips * (index + 1) / threads * tile.shape.rows);
+    if (begin < end)
+      multiplyRows(tile, a, b, c, ldc, begin, end);
+  };
+  std::vector<std::thread> helpers;
+  for (int i = 1; i < threads; ++i)
+    helpers.emplace_back(part, i);
+  part(0);
+  for (std::thread& t : helpers)
+    t.join();
+}
+
+} // namespace rnnc

@@ -1,0 +1,148 @@
+// runtime/Gemm.h: C += A B on the generated tile, against a double-precision loop, at sizes that
+// are not multiples of the tile or of the depth, row and column blocks, with transposed and
+// strided operands, on 1-3 threads; and the tile itself, generated for AVX2 and (where the host
+// has it) AVX-512, run directly.
+#include "runtime/Gemm.h"
+
+#include "codegen/Compiler.h"
+#include "codegen/GemmTile.h"
+#include "codegen/Jit.h"
+#include "ir/Error.h"
+#include "runtime/CompiledCell.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace rnnc {
+namespace {
+
+std::vector<float> randomValues(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v)
+    x = uniform(rng);
+  return v;
+}
+
+// C[M, N] (given) + A B in double precision.
+std::vector<double> reference(const MatrixView& a, const MatrixView& b, const std::vector<float>& c,
+                              int64_t ldc) {
+  std::vector<double> out(c.begin(), c.end());
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < b.columns; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < a.columns; ++k)
+        sum += static_cast<double>(a.at(i, k)) * b.at(k, j);
+      out[static_cast<size_t>(i * ldc + j)] += sum;
+    }
+  return out;
+}
+
+void expectNear(const std::vector<float>& got, const std::vector<double>& want, int64_t depth,
+                const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  const double tolerance = 1e-6 * (depth + 10);
+  int reported = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::abs(got[i] - want[i]) > tolerance && reported++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i];
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+// Past every edge: one element, a partial tile each way, a depth past the depth block (256 with
+// AVX2, 128 with AVX-512), rows past the row block, columns past the 4096-column panel.
+const Shape kShapes[] = {{1, 1, 1},     {7, 17, 3},   {13, 33, 300}, {100, 70, 600},
+                         {600, 50, 40}, {5, 4200, 9}, {64, 512, 257}};
+
+TEST(Gemm, RowMajorOperandsMatchTheReference) {
+  for (const Shape& s : kShapes)
+    for (int threads : {1, 2, 3}) {
+      std::vector<float> a = randomValues(s.m * s.k, 1), b = randomValues(s.k * s.n, 2);
+      std::vector<float> c = randomValues(s.m * s.n, 3); // accumulated into
+      MatrixView va = MatrixView::rowMajor(a.data(), s.m, s.k, s.k);
+      MatrixView vb = MatrixView::rowMajor(b.data(), s.k, s.n, s.n);
+      std::vector<double> want = reference(va, vb, c, s.n);
+      gemmAccumulate(va, vb, c.data(), s.n, threads);
+      expectNear(c, want, s.k,
+                 "M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) +
+                     " K=" + std::to_string(s.k) + " threads=" + std::to_string(threads));
+    }
+}
+
+TEST(Gemm, TransposedAndStridedOperandsAndPaddedOutput) {
+  // The training's shapes in small: dW += G^T X with G a column slice of wider rows, and
+  // dX += G W; C with more floats per row than it has columns (the rest untouched).
+  const int64_t rows = 301, wide = 50, gOffset = 7, gWidth = 37, features = 19, ldc = 23;
+  std::vector<float> o = randomValues(rows * wide, 4), x = randomValues(rows * features, 5);
+  MatrixView g{o.data() + gOffset, rows, gWidth, wide, 1};
+  MatrixView vx = MatrixView::rowMajor(x.data(), rows, features, features);
+  for (int threads : {1, 2}) {
+    std::vector<float> dW = randomValues(gWidth * ldc, 6);
+    std::vector<double> want = reference(g.transposed(), vx, dW, ldc);
+    gemmAccumulate(g.transposed(), vx, dW.data(), ldc, threads);
+    expectNear(dW, want, rows, "G^T X");
+
+    std::vector<float> w = randomValues(features * gWidth, 7); // W [features, gWidth]: dX += G W^T
+    MatrixView wt = MatrixView::rowMajor(w.data(), features, gWidth, gWidth).transposed();
+    std::vector<float> dX = randomValues(rows * ldc, 8);
+    std::vector<double> wantX = reference(g, wt, dX, ldc);
+    gemmAccumulate(g, wt, dX.data(), ldc, threads);
+    expectNear(dX, wantX, gWidth, "G W^T");
+  }
+}
+
+TEST(Gemm, EmptyProductsLeaveCAlone) {
+  std::vector<float> c = {1, 2, 3, 4};
+  std::vector<float> a(4), b(4);
+  gemmAccumulate(MatrixView::rowMajor(a.data(), 2, 0, 0), MatrixView::rowMajor(b.data(), 0, 2, 2),
+                 c.data(), 2);
+  EXPECT_EQ(c, (std::vector<float>{1, 2, 3, 4}));
+}
+
+// The tile generated for a named CPU, run on one full tile at a depth of 37 (no depth is a
+// multiple of anything), against the reference; skipped where the host lacks the CPU's vectors.
+void checkTileFor(const std::string& cpu) {
+  codegen::Target target;
+  try {
+    target = codegen::runnableTarget(cpu);
+  } catch (const UserError& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const codegen::GemmTileShape shape = codegen::gemmTileShape(target);
+  EXPECT_EQ(shape.columns, 2 * target.vectorWidth);
+  EXPECT_EQ(shape.rows, (target.vectorRegisters - 4) / 2);
+  codegen::Jit::Loaded loaded = processJit().load(
+      codegen::generateGemmTile(target, codegen::Stage::Object), codegen::kGemmTileFunctionName);
+  auto tile = reinterpret_cast<RnncGemmTileFunction>(loaded.address);
+  const int64_t depth = 37, ldc = shape.columns + 3;
+  std::vector<float> a = randomValues(depth * shape.rows, 9);
+  std::vector<float> b = randomValues(depth * shape.columns, 10);
+  std::vector<float> c = randomValues(shape.rows * ldc, 11);
+  // The packed operands as views: A's (i, k) at a[k * rows + i], B's (k, j) at b[k * columns + j].
+  MatrixView va{a.data(), shape.rows, depth, 1, shape.rows};
+  MatrixView vb = MatrixView::rowMajor(b.data(), depth, shape.columns, shape.columns);
+  std::vector<double> want = reference(va, vb, c, ldc);
+  tile(depth, a.data(), b.data(), c.data(), ldc);
+  expectNear(c, want, depth, cpu + " tile");
+  const std::string assembly = codegen::generateGemmTile(target, codegen::Stage::Assembly);
+  EXPECT_NE(assembly.find(target.vectorWidth == 16 ? "zmm" : "ymm"), std::string::npos);
+  EXPECT_NE(assembly.find("vfmadd"), std::string::npos);
+}
+
+TEST(GemmTile, Avx2TileMatchesTheReference) {
+  checkTileFor("haswell");
+}
+TEST(GemmTile, Avx512TileMatchesTheReference) {
+  checkTileFor("skylake-avx512");
+}
+
+} // namespace
+} // namespace rnnc
