@@ -62,6 +62,16 @@ void EmitContext::loadArguments(llvm::Value* args) {
   thread = RNNC_FIELD(thread, i64);
   threads = RNNC_FIELD(threads, i64);
   team = RNNC_FIELD(team, ptr);
+  inputStrides.clear();
+  if (denseInputs) {
+    for (const auto& input : cell.inputs)
+      inputStrides.push_back(constant(columnsOf(input.get())));
+  } else {
+    llvm::Value* strides = RNNC_FIELD(inputStrides, ptr);
+    for (size_t i = 0; i < cell.inputs.size(); ++i)
+      inputStrides.push_back(b.CreateLoad(i64, b.CreateConstGEP1_64(i64, strides, i),
+                                          "input_stride" + std::to_string(i)));
+  }
 #undef RNNC_FIELD
 }
 
@@ -81,7 +91,7 @@ void EmitContext::paramViews() {
 void EmitContext::sequenceViews() {
   paramViews();
   for (size_t i = 0; i < cell.inputs.size(); ++i)
-    views[cell.inputs[i].get()] = {inputs[i], constant(columnsOf(cell.inputs[i].get()))};
+    views[cell.inputs[i].get()] = {inputs[i], inputStrides[i]};
   for (const BufferSpec& spec : plan.buffers)
     if (spec.rows == Rows::Sequence)
       views[spec.value] = {buffers[index(spec)], constant(spec.cols)};
@@ -90,11 +100,11 @@ void EmitContext::sequenceViews() {
 View EmitContext::stepViews(llvm::Value* t) {
   paramViews();
   llvm::Value* firstRow = b.CreateMul(t, batch, "first_row");
-  auto rowsFrom = [&](llvm::Value* base, int64_t cols) {
-    return View{b.CreateGEP(f32, base, b.CreateMul(firstRow, constant(cols))), constant(cols)};
+  auto rowsFrom = [&](llvm::Value* base, llvm::Value* stride) {
+    return View{b.CreateGEP(f32, base, b.CreateMul(firstRow, stride)), stride};
   };
   for (size_t i = 0; i < cell.inputs.size(); ++i)
-    views[cell.inputs[i].get()] = rowsFrom(inputs[i], columnsOf(cell.inputs[i].get()));
+    views[cell.inputs[i].get()] = rowsFrom(inputs[i], inputStrides[i]);
   const int64_t outCols = columnsOf(cell.output);
   for (size_t i = 0; i < cell.states.size(); ++i) {
     llvm::Value* base = states[i];
@@ -107,10 +117,10 @@ View EmitContext::stepViews(llvm::Value* t) {
   }
   for (const BufferSpec& spec : plan.buffers)
     if (spec.rows == Rows::Sequence)
-      views[spec.value] = rowsFrom(buffers[index(spec)], spec.cols);
+      views[spec.value] = rowsFrom(buffers[index(spec)], constant(spec.cols));
     else if (spec.rows == Rows::Step && !views.count(spec.value))
       views[spec.value] = {buffers[index(spec)], constant(spec.cols)};
-  View outputRows = rowsFrom(output, outCols);
+  View outputRows = rowsFrom(output, constant(outCols));
   if (plan.outputInPlace)
     views[cell.output] = outputRows;
   return outputRows;

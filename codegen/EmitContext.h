@@ -164,6 +164,9 @@ public:
   llvm::Value* team = nullptr;    // what rnnc_barrier synchronises
   llvm::Value* output = nullptr;
   std::vector<llvm::Value*> params, inputs, states, buffers;
+  std::vector<llvm::Value*> inputStrides; // floats per row of each input (RnncRunArgs)
+  // Inputs as dense rows (a GPU's, and its host emulation's): RnncRunArgs::inputStrides unread.
+  bool denseInputs = false;
   llvm::Value* step = nullptr; // the step being emitted; null outside the time loop
   // No work emitted since the last barrier on this path: another barrier would be a no-op.
   bool synced = true;

@@ -18,7 +18,9 @@ public:
   GpuEmitter(llvm::LLVMContext& llvmContext, const ir::Cell& cell, const StoragePlan& plan,
              const std::vector<GpuRegion>& regions, const Target& target)
       : EmitContext(llvmContext, cell, plan, target, "rnnc_unused"), regions_(regions),
-        kernels_(*this) {}
+        kernels_(*this) {
+    denseInputs = true; // GpuCell's inputs are whole tensors, on the device or emulated
+  }
 
   std::unique_ptr<llvm::Module> emit();
 

@@ -21,6 +21,10 @@ struct RnncRunArgs {
   int64_t thread;
   int64_t threads;
   void* team;
+  // Floats from one row of each input to the next (cell.inputs order): inputs may be columns of
+  // a wider tensor (the training's saved values side by side) without a copy. Read by CPU code
+  // only; a GPU's inputs are dense.
+  const int64_t* inputStrides;
 };
 
 // The phases run in this order when a call asks for several. Run apart: the parameter-only work

@@ -173,10 +173,30 @@ private:
 
 } // namespace
 
-void CompiledCell::checkArity(const std::vector<Tensor>& inputs,
+InputRows InputRows::of(const Tensor& t) {
+  const int64_t columns = t.rank() == 0 ? 0 : t.shape().back();
+  return {t.data(), columns == 0 ? 0 : t.numel() / columns, columns, columns};
+}
+
+namespace {
+
+std::vector<InputRows> rowsOf(const std::vector<Tensor>& inputs) {
+  std::vector<InputRows> rows;
+  for (const Tensor& input : inputs)
+    rows.push_back(InputRows::of(input));
+  return rows;
+}
+
+} // namespace
+
+void CompiledCell::checkArity(const std::vector<InputRows>& inputs,
                               const std::vector<Tensor>& states) const {
   RNNC_INTERNAL_CHECK(inputs.size() == cell_->inputs.size(), "wrong number of inputs");
   RNNC_INTERNAL_CHECK(states.size() == cell_->states.size(), "wrong number of states");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    RNNC_INTERNAL_CHECK(inputs[i].columns == codegen::columnsOf(cell_->inputs[i].get()) &&
+                            inputs[i].stride >= inputs[i].columns,
+                        "input " + cell_->inputs[i]->name + " has the wrong width");
 }
 
 std::shared_ptr<const CompiledCell::Prepared>
@@ -195,6 +215,7 @@ CompiledCell::prepare(const std::vector<Tensor>& params, int threads) const {
   // inputs and states.
   std::vector<const float*> noInputs(cell_->inputs.size(), nullptr);
   std::vector<float*> noStates(cell_->states.size(), nullptr);
+  std::vector<int64_t> noStrides(cell_->inputs.size(), 0);
   RnncRunArgs args{0,
                    0,
                    prepared->params.data(),
@@ -205,7 +226,8 @@ CompiledCell::prepare(const std::vector<Tensor>& params, int threads) const {
                    RNNC_PHASE_PARAMS,
                    0,
                    1,
-                   nullptr};
+                   nullptr,
+                   noStrides.data()};
   RunThreads(threads).call(function_, args);
   return prepared;
 }
@@ -251,11 +273,22 @@ void CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tens
 void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inputs,
                        std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
                        int threads) const {
+  RNNC_INTERNAL_CHECK(!inputs.empty() && inputs[0].rank() == 3, "inputs must be [T, B, F]");
+  run(prepared, inputs[0].dim(0), rowsOf(inputs), states, output, workspace, threads);
+}
+
+void CompiledCell::run(const Prepared& prepared, int64_t steps,
+                       const std::vector<InputRows>& inputs, std::vector<Tensor>& states,
+                       Tensor& output, Workspace& workspace, int threads) const {
   checkArity(inputs, states);
-  const int64_t steps = inputs.at(0).dim(0), batch = inputs.at(0).dim(1);
+  const int64_t batch = steps > 0 ? inputs.at(0).rows / steps : 0;
+  for (const InputRows& input : inputs)
+    RNNC_INTERNAL_CHECK(input.rows == steps * batch, "inputs' rows differ");
   TensorShape outputShape{steps, batch, codegen::columnsOf(cell_->output)};
   if (output.shape() != outputShape)
     output = Tensor(outputShape);
+  if (steps == 0 || batch == 0)
+    return;
   RunThreads team(threads);
   // Steps per chunk: as many as the pre buffers' memory allows, at least one.
   const int64_t rowBytes = std::max<int64_t>(1, sequenceBytesPerRow());
@@ -263,13 +296,15 @@ void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inpu
                                             std::max<int64_t>(steps, 1));
   std::vector<float*> buffers =
       bufferPointers(prepared, workspace, chunk * batch, batch, team.size());
-  std::vector<const float*> inputPointers = dataPointers(inputs);
   std::vector<float*> statePointers = mutableDataPointers(states);
   const int64_t outCols = codegen::columnsOf(cell_->output);
-  std::vector<const float*> chunkInputs(inputPointers.size());
+  std::vector<const float*> chunkInputs(inputs.size());
+  std::vector<int64_t> strides;
+  for (const InputRows& input : inputs)
+    strides.push_back(input.stride);
   for (int64_t first = 0; first < steps; first += chunk) {
     for (size_t i = 0; i < inputs.size(); ++i)
-      chunkInputs[i] = inputPointers[i] + first * batch * inputs[i].dim(2);
+      chunkInputs[i] = inputs[i].data + first * batch * inputs[i].stride;
     RnncRunArgs args{std::min(chunk, steps - first),
                      batch,
                      prepared.params.data(),
@@ -280,7 +315,8 @@ void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inpu
                      RNNC_PHASE_PRE | RNNC_PHASE_LOOP,
                      0,
                      1,
-                     nullptr};
+                     nullptr,
+                     strides.data()};
     team.call(function_, args);
   }
 }
@@ -296,13 +332,21 @@ int64_t CompiledCell::sequenceBytesPerRow() const {
 void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>& inputs,
                              const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
                              Tensor& output, Workspace& workspace, int threads) const {
+  for (const Tensor& input : inputs)
+    RNNC_INTERNAL_CHECK(input.rank() == 2, "packed inputs must be [N, F]");
+  runPacked(prepared, rowsOf(inputs), batchSizes, states, output, workspace, threads);
+}
+
+void CompiledCell::runPacked(const Prepared& prepared, const std::vector<InputRows>& inputs,
+                             const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
+                             Tensor& output, Workspace& workspace, int threads) const {
   checkArity(inputs, states);
   RNNC_INTERNAL_CHECK(!batchSizes.empty() && batchSizes[0] > 0, "empty packed batch");
   const int64_t rows = std::accumulate(batchSizes.begin(), batchSizes.end(), int64_t{0});
   for (size_t t = 1; t < batchSizes.size(); ++t)
     RNNC_INTERNAL_CHECK(batchSizes[t] <= batchSizes[t - 1], "batch sizes must not increase");
-  for (const Tensor& input : inputs)
-    RNNC_INTERNAL_CHECK(input.rank() == 2 && input.dim(0) == rows, "packed input has wrong rows");
+  for (const InputRows& input : inputs)
+    RNNC_INTERNAL_CHECK(input.rows == rows, "packed input has wrong rows");
   for (const Tensor& state : states)
     RNNC_INTERNAL_CHECK(state.rank() == 2 && state.dim(0) == batchSizes[0],
                         "state rows differ from the first batch size");
@@ -334,15 +378,17 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>
   RunThreads team(threads);
   std::vector<float*> buffers =
       bufferPointers(prepared, workspace, chunkRows, batchSizes[0], team.size());
-  std::vector<const float*> inputPointers = dataPointers(inputs);
   std::vector<float*> statePointers = mutableDataPointers(states);
+  std::vector<int64_t> strides;
+  for (const InputRows& input : inputs)
+    strides.push_back(input.stride);
   // The inputs, buffers and output of the rows from packed row `row` on; the chunk's pre
   // buffers start at its first row.
-  std::vector<const float*> rowInputs(inputPointers.size());
+  std::vector<const float*> rowInputs(inputs.size());
   std::vector<float*> rowBuffers(buffers);
   auto at = [&](int64_t row, int64_t chunkRow) {
     for (size_t i = 0; i < inputs.size(); ++i)
-      rowInputs[i] = inputPointers[i] + row * inputs[i].dim(1);
+      rowInputs[i] = inputs[i].data + row * inputs[i].stride;
     for (size_t i = 0; i < plan_.buffers.size(); ++i)
       if (plan_.buffers[i].rows == codegen::Rows::Sequence)
         rowBuffers[i] = buffers[i] + chunkRow * plan_.buffers[i].cols;
@@ -361,7 +407,8 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>
                     RNNC_PHASE_PRE,
                     0,
                     1,
-                    nullptr};
+                    nullptr,
+                    strides.data()};
     team.call(function_, pre);
     // Each stretch of steps with one active batch reads and writes its own rows.
     std::vector<int64_t> chunkSizes(batchSizes.begin() + static_cast<std::ptrdiff_t>(c.firstStep),
@@ -378,7 +425,8 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>
                        RNNC_PHASE_LOOP,
                        0,
                        1,
-                       nullptr};
+                       nullptr,
+                       strides.data()};
       team.call(function_, loop);
     }
   }

@@ -45,6 +45,15 @@ class Jit;
 }
 codegen::Jit& processJit();
 
+// An input's rows where they are: `rows` rows of `columns` floats, `stride` floats apart (a
+// dense tensor's own width, or more: columns of a wider tensor, read without a copy).
+struct InputRows {
+  const float* data = nullptr;
+  int64_t rows = 0, columns = 0, stride = 0;
+  // Every row of a dense [T, B, F] or [N, F] tensor.
+  static InputRows of(const Tensor& t);
+};
+
 // Where compiled code came from.
 enum class CodeSource { Compiled, MemoryCache, DiskCache };
 
@@ -85,6 +94,10 @@ public:
            int threads = 1) const;
   void run(const Prepared& prepared, const std::vector<Tensor>& inputs, std::vector<Tensor>& states,
            Tensor& output, Workspace& workspace, int threads = 1) const;
+  // The same with each input's `steps` * B rows where they are.
+  void run(const Prepared& prepared, int64_t steps, const std::vector<InputRows>& inputs,
+           std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
+           int threads = 1) const;
 
   // Variable length, in cuDNN's and PyTorch's packed layout: `batchSizes[t]` (non-increasing)
   // sequences are active at step t, and `inputs` hold, step after step, the rows of the active
@@ -96,6 +109,9 @@ public:
   void runPacked(const Prepared& prepared, const std::vector<Tensor>& inputs,
                  const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
                  Tensor& output, Workspace& workspace, int threads = 1) const;
+  void runPacked(const Prepared& prepared, const std::vector<InputRows>& inputs,
+                 const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
+                 Tensor& output, Workspace& workspace, int threads = 1) const;
 
   const ir::Cell& optimisedCell() const { return *cell_; }
   // The time compile() took, and whether LLVM ran or a cache answered.
@@ -103,7 +119,7 @@ public:
   CodeSource source() const { return source_; }
 
 private:
-  void checkArity(const std::vector<Tensor>& inputs, const std::vector<Tensor>& states) const;
+  void checkArity(const std::vector<InputRows>& inputs, const std::vector<Tensor>& states) const;
   // Buffer pointers for a call: the prepared fixed buffers and the workspace's others.
   std::vector<float*> bufferPointers(const Prepared& prepared, Workspace& workspace,
                                      int64_t sequenceRows, int64_t stepRows, int threads) const;

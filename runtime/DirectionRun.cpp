@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <numeric>
 
 namespace rnnc {
@@ -170,22 +172,65 @@ void dropoutBetweenLayers(Tensor& t, double p, uint64_t seed, int layer) {
   }
 }
 
+namespace {
+
+// The cell's inputs as columns of the side-by-side tensor `in` ([T, B, W] or [N, W]), read where
+// they are.
+std::vector<InputRows> columnsOf(const Tensor& in, const std::vector<int64_t>& widths) {
+  const int64_t stride = in.shape().back();
+  const int64_t rows = stride == 0 ? 0 : in.numel() / stride;
+  std::vector<InputRows> views;
+  int64_t offset = 0;
+  for (int64_t width : widths) {
+    views.push_back({in.data() + offset, rows, width, stride});
+    offset += width;
+  }
+  return views;
+}
+
+// Workspaces kept between calls of one executor (a run then allocates no scratch memory: its
+// buffers are tens of megabytes, and fresh pages cost a fault each); one per concurrent call.
+class WorkspacePool {
+public:
+  std::unique_ptr<CompiledCell::Workspace> take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.empty())
+      return std::make_unique<CompiledCell::Workspace>();
+    auto workspace = std::move(free_.back());
+    free_.pop_back();
+    return workspace;
+  }
+  void give(std::unique_ptr<CompiledCell::Workspace> workspace) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(std::move(workspace));
+  }
+
+private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<CompiledCell::Workspace>> free_;
+};
+
+} // namespace
+
 Executor jitExecutor(std::shared_ptr<const CompiledCell> cell,
                      std::shared_ptr<const CompiledCell::Prepared> prepared, int threads,
                      std::vector<int64_t> widths) {
+  auto pool = std::make_shared<WorkspacePool>();
   Executor run;
   run.padded = [=](const Tensor& in, std::vector<Tensor>& states) {
     Tensor output;
-    CompiledCell::Workspace workspace;
-    cell->run(*prepared, splitFeatures(in, widths), states, output, workspace, threads);
+    auto workspace = pool->take();
+    cell->run(*prepared, in.dim(0), columnsOf(in, widths), states, output, *workspace, threads);
+    pool->give(std::move(workspace));
     return output;
   };
   run.packed = [=](const Tensor& in, const std::vector<int64_t>& batchSizes,
                    std::vector<Tensor>& states) {
     Tensor output;
-    CompiledCell::Workspace workspace;
-    cell->runPacked(*prepared, splitFeatures(in, widths), batchSizes, states, output, workspace,
+    auto workspace = pool->take();
+    cell->runPacked(*prepared, columnsOf(in, widths), batchSizes, states, output, *workspace,
                     threads);
+    pool->give(std::move(workspace));
     return output;
   };
   return run;
