@@ -121,6 +121,49 @@ TEST(JitTileHeights, EveryBatchFromOneToFortyMatchesTheInterpreter) {
   }
 }
 
+// Inputs read where they are (InputRows): x as columns of a wider tensor whose other columns are
+// NaN, padded and packed, against the interpreter on a dense copy; a NaN read would show.
+TEST(JitStridedInputs, ColumnsOfAWiderTensorMatchTheInterpreter) {
+  for (const char* name : {"lstm", "gru", "rnn_tanh"}) {
+    auto cell = frontend::loadCell(name);
+    const int64_t input = 13, hidden = 21, steps = 5, batch = 7, left = 3, wide = input + 8;
+    cell->bindSizes({{"input_size", input}, {"hidden_size", hidden}});
+    std::mt19937 rng(5);
+    TensorMap weights = test::randomWeights(*cell, cell->sizes, rng);
+    std::vector<Tensor> params;
+    for (const auto& p : cell->params)
+      params.push_back(weights.at(p->name));
+    auto compiled = CompiledCell::compile(*cell);
+    auto prepared = compiled->prepare(params);
+    Tensor x = test::randomTensor({steps, batch, input}, rng);
+    Tensor around({steps, batch, wide}, std::nanf(""));
+    for (int64_t r = 0; r < steps * batch; ++r)
+      std::copy(x.data() + r * input, x.data() + (r + 1) * input, around.data() + r * wide + left);
+    std::vector<Tensor> states, expectedStates;
+    for (size_t s = 0; s < cell->states.size(); ++s)
+      states.push_back(test::randomTensor({batch, hidden}, rng));
+    expectedStates = states;
+    Tensor expected = Interpreter(*cell, params).run({x}, expectedStates);
+    InputRows columns{around.data() + left, steps * batch, input, wide};
+    Tensor output;
+    CompiledCell::Workspace workspace;
+    compiled->run(*prepared, steps, {columns}, states, output, workspace);
+    EXPECT_LT(test::maxAbsDiff(output, expected), 1e-5) << name;
+    for (size_t i = 0; i < states.size(); ++i)
+      EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 1e-5) << name << " state " << i;
+
+    // Packed: every sequence all steps long, so the packed rows are the padded ones.
+    std::vector<Tensor> packedStates = expectedStates; // any states: compare with a dense run
+    std::vector<Tensor> denseStates = packedStates;
+    Tensor packedOutput, denseOutput;
+    std::vector<int64_t> batchSizes(steps, batch);
+    compiled->runPacked(*prepared, {columns}, batchSizes, packedStates, packedOutput, workspace);
+    compiled->runPacked(*prepared, {x.reshaped({steps * batch, input})}, batchSizes, denseStates,
+                        denseOutput, workspace);
+    EXPECT_LT(test::maxAbsDiff(packedOutput, denseOutput), 1e-6) << name;
+  }
+}
+
 std::vector<JitCase> jitCases() {
   std::vector<JitCase> cases;
   for (const auto& name : frontend::builtinCellNames())
