@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <unistd.h>
@@ -82,11 +83,25 @@ protected:
 };
 
 // The largest |a[i] - b[i]|, after checking the shapes agree.
+// max(worst, difference) that keeps a NaN once one is seen: std::max(worst, NaN) is worst, so a
+// NaN result would pass `EXPECT_LT(worst, tolerance)`.
+template <class F> F worseOf(F worst, F difference) {
+  return std::isnan(worst) || std::isnan(difference) ? std::numeric_limits<F>::quiet_NaN()
+                                                     : std::max(worst, difference);
+}
+
+// The largest |a - b|; NaN where either holds a NaN the other does not (std::max would drop
+// it, and a NaN result then passes every `EXPECT_LT(maxAbsDiff(...), tolerance)`).
 inline float maxAbsDiff(const Tensor& a, const Tensor& b) {
   EXPECT_EQ(a.shape(), b.shape());
   float worst = 0;
-  for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i)
-    worst = std::max(worst, std::abs(a.data()[i] - b.data()[i]));
+  for (int64_t i = 0; i < std::min(a.numel(), b.numel()); ++i) {
+    const float x = a.data()[i], y = b.data()[i];
+    if (std::isnan(x) != std::isnan(y))
+      return std::numeric_limits<float>::quiet_NaN();
+    if (!std::isnan(x))
+      worst = std::max(worst, std::abs(x - y));
+  }
   return worst;
 }
 

@@ -29,7 +29,7 @@ float maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   EXPECT_EQ(a.size(), b.size());
   float worst = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    worst = std::max(worst, std::abs(a[i] - b[i]));
+    worst = rnnc::test::worseOf(worst, std::abs(a[i] - b[i]));
   return worst;
 }
 

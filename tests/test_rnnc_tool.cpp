@@ -98,7 +98,7 @@ void writeBytes(const std::string& p, const std::string& bytes) {
 float maxAbsDiff(const Tensor& a, const Tensor& b) {
   float worst = 0;
   for (int64_t i = 0; i < a.numel(); ++i)
-    worst = std::max(worst, std::fabs(a.data()[i] - b.data()[i]));
+    worst = test::worseOf(worst, std::fabs(a.data()[i] - b.data()[i]));
   return worst;
 }
 
@@ -529,7 +529,7 @@ TEST_F(ToolTest, WeightsDtypeOnBenchRunAndCompile) {
   float largest = 0, worst = 0;
   for (int64_t i = 0; i < expected.numel(); ++i) {
     largest = std::max(largest, std::fabs(expected.data()[i]));
-    worst = std::max(worst, std::fabs(expected.data()[i] - actual.data()[i]));
+    worst = test::worseOf(worst, std::fabs(expected.data()[i] - actual.data()[i]));
   }
   const float runError = worst / largest;
   EXPECT_GT(runError, 0.0f) << "the weights were not reduced";

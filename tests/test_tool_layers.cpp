@@ -39,7 +39,7 @@ protected:
     EXPECT_EQ(got.shape(), want.shape());
     float worst = 0;
     for (int64_t i = 0; i < std::min(got.numel(), want.numel()); ++i)
-      worst = std::max(worst, std::abs(got.data()[i] - want.data()[i]));
+      worst = test::worseOf(worst, std::abs(got.data()[i] - want.data()[i]));
     return worst;
   }
 };

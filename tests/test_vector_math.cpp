@@ -48,8 +48,10 @@ std::vector<float> sweep(float span) {
 template <class Reference>
 double maxAbsError(const std::vector<float>& x, const std::vector<float>& y, Reference f) {
   double worst = 0;
-  for (size_t i = 0; i < x.size(); ++i)
-    worst = std::max(worst, std::abs(static_cast<double>(y[i]) - f(static_cast<double>(x[i]))));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double error = std::abs(static_cast<double>(y[i]) - f(static_cast<double>(x[i])));
+    worst = std::isnan(error) || std::isnan(worst) ? error + worst : std::max(worst, error);
+  }
   return worst;
 }
 
