@@ -274,14 +274,14 @@ void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inpu
                        std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
                        int threads) const {
   RNNC_INTERNAL_CHECK(!inputs.empty() && inputs[0].rank() == 3, "inputs must be [T, B, F]");
-  run(prepared, inputs[0].dim(0), rowsOf(inputs), states, output, workspace, threads);
+  run(prepared, inputs[0].dim(0), inputs[0].dim(1), rowsOf(inputs), states, output, workspace,
+      threads);
 }
 
-void CompiledCell::run(const Prepared& prepared, int64_t steps,
+void CompiledCell::run(const Prepared& prepared, int64_t steps, int64_t batch,
                        const std::vector<InputRows>& inputs, std::vector<Tensor>& states,
                        Tensor& output, Workspace& workspace, int threads) const {
   checkArity(inputs, states);
-  const int64_t batch = steps > 0 ? inputs.at(0).rows / steps : 0;
   for (const InputRows& input : inputs)
     RNNC_INTERNAL_CHECK(input.rows == steps * batch, "inputs' rows differ");
   TensorShape outputShape{steps, batch, codegen::columnsOf(cell_->output)};

@@ -94,10 +94,10 @@ public:
            int threads = 1) const;
   void run(const Prepared& prepared, const std::vector<Tensor>& inputs, std::vector<Tensor>& states,
            Tensor& output, Workspace& workspace, int threads = 1) const;
-  // The same with each input's `steps` * B rows where they are.
-  void run(const Prepared& prepared, int64_t steps, const std::vector<InputRows>& inputs,
-           std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
-           int threads = 1) const;
+  // The same with each input's `steps` * `batch` rows where they are.
+  void run(const Prepared& prepared, int64_t steps, int64_t batch,
+           const std::vector<InputRows>& inputs, std::vector<Tensor>& states, Tensor& output,
+           Workspace& workspace, int threads = 1) const;
 
   // Variable length, in cuDNN's and PyTorch's packed layout: `batchSizes[t]` (non-increasing)
   // sequences are active at step t, and `inputs` hold, step after step, the rows of the active

@@ -17,26 +17,25 @@ namespace {
 
 // A packed batch run one stretch of steps with the same active batch at a time, each stretch a
 // padded run of its rows: for an executor with no packed entry of its own (the interpreter).
-Tensor
-runPackedByStretches(const std::function<Tensor(const Tensor&, std::vector<Tensor>&)>& padded,
-                     const Tensor& input, const std::vector<int64_t>& batchSizes,
-                     std::vector<Tensor>& states) {
+Tensor runPackedByStretches(const Executor& run, const CellInputs& inputs,
+                            const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states) {
   Tensor output;
   for (const Stretch& stretch : stretchesOf(batchSizes)) {
     const int64_t active = stretch.active, firstRow = stretch.firstRow;
-    const int64_t rows = stretch.steps * active;
-    Tensor segment({stretch.steps, active, input.dim(1)},
-                   std::vector<float>(row(input, firstRow), row(input, firstRow + rows)));
+    CellInputs segment;
+    for (const InputRows& input : inputs)
+      segment.push_back({input.data + firstRow * input.stride, stretch.steps * active,
+                         input.columns, input.stride});
     std::vector<Tensor> activeStates;
     for (const Tensor& state : states)
       activeStates.emplace_back(TensorShape{active, state.dim(1)},
                                 std::vector<float>(state.data(), row(state, active)));
-    Tensor out = padded(segment, activeStates);
+    Tensor out = run.padded(stretch.steps, active, segment, activeStates);
     for (size_t s = 0; s < states.size(); ++s)
       std::copy(activeStates[s].data(), activeStates[s].data() + activeStates[s].numel(),
                 states[s].data());
     if (output.numel() == 0)
-      output = Tensor({input.dim(0), out.dim(2)});
+      output = Tensor({inputs.at(0).rows, out.dim(2)});
     std::copy(out.data(), out.data() + out.numel(), row(output, firstRow));
   }
   return output;
@@ -63,52 +62,15 @@ Tensor swapLeadingDims(const Tensor& t) {
   return out;
 }
 
-// [..., F0], [..., F1], ... -> [..., F0 + F1 + ...]: the layer's input and its side inputs as
-// one tensor, so that sorting, reversing and packing move them together.
-Tensor concatFeatures(const std::vector<const Tensor*>& parts) {
-  TensorShape shape = parts[0]->shape();
-  shape.back() = 0;
-  for (const Tensor* part : parts)
-    shape.back() += part->shape().back();
-  Tensor out(shape);
-  const int64_t rows = out.numel() / std::max<int64_t>(shape.back(), 1);
-  for (int64_t r = 0; r < rows; ++r) {
-    float* to = row(out, r);
-    for (const Tensor* part : parts) {
-      const int64_t width = part->shape().back();
-      std::memcpy(to, row(*part, r), static_cast<size_t>(width) * sizeof(float));
-      to += width;
-    }
-  }
-  return out;
-}
-
-// The inverse: the cell's inputs out of the combined tensor.
-std::vector<Tensor> splitFeatures(const Tensor& t, const std::vector<int64_t>& widths) {
-  if (widths.size() == 1)
-    return {t};
-  std::vector<Tensor> parts;
-  const int64_t rows = t.numel() / std::max<int64_t>(t.shape().back(), 1);
-  int64_t offset = 0;
-  for (int64_t width : widths) {
-    TensorShape shape = t.shape();
-    shape.back() = width;
-    Tensor part(shape);
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(row(part, r), row(t, r) + offset, static_cast<size_t>(width) * sizeof(float));
-    parts.push_back(std::move(part));
-    offset += width;
-  }
-  return parts;
-}
-
-DirectionRun runDirection(const Executor& run, const Tensor& input, std::vector<Tensor> states,
+DirectionRun runDirection(const Executor& run, const CellInputs& inputs, int64_t steps,
+                          int64_t batch, std::vector<Tensor> states,
                           const std::vector<int64_t>& lengths, bool reverse) {
-  const int64_t steps = input.dim(0), batch = input.dim(1), features = input.dim(2);
+  for (const InputRows& input : inputs)
+    RNNC_INTERNAL_CHECK(input.rows == steps * batch, "a direction's inputs differ in rows");
   DirectionRun result;
   bool padded = std::all_of(lengths.begin(), lengths.end(), [&](int64_t l) { return l == steps; });
   if (padded && !reverse) { // nothing to pack
-    result.output = run.padded(input, states);
+    result.output = run.padded(steps, batch, inputs, states);
     result.final = std::move(states);
     return result;
   }
@@ -138,13 +100,19 @@ DirectionRun runDirection(const Executor& run, const Tensor& input, std::vector<
                   static_cast<size_t>(state.dim(1)) * sizeof(float));
     state = std::move(sorted);
   }
-  Tensor packed({packedRows, features});
-  for (int64_t r = 0; r < packedRows; ++r)
-    std::memcpy(row(packed, r), row(input, paddedRow[r]),
-                static_cast<size_t>(features) * sizeof(float));
+  std::vector<Tensor> packed;
+  CellInputs packedInputs;
+  for (const InputRows& input : inputs) {
+    Tensor rows({packedRows, input.columns});
+    for (int64_t r = 0; r < packedRows; ++r)
+      std::memcpy(row(rows, r), input.data + paddedRow[r] * input.stride,
+                  static_cast<size_t>(input.columns) * sizeof(float));
+    packedInputs.push_back(InputRows::of(rows));
+    packed.push_back(std::move(rows));
+  }
 
-  Tensor out = run.packed ? run.packed(packed, batchSizes, states)
-                          : runPackedByStretches(run.padded, packed, batchSizes, states);
+  Tensor out = run.packed ? run.packed(packedInputs, batchSizes, states)
+                          : runPackedByStretches(run, packedInputs, batchSizes, states);
 
   result.output = Tensor({steps, batch, out.dim(1)}); // zero past each length
   for (int64_t r = 0; r < packedRows; ++r)
@@ -160,6 +128,28 @@ DirectionRun runDirection(const Executor& run, const Tensor& input, std::vector<
   return result;
 }
 
+CellInputs columnsOf(const Tensor& t, const std::vector<int64_t>& widths, int64_t first) {
+  const int64_t stride = t.shape().back();
+  const int64_t rows = stride == 0 ? 0 : t.numel() / stride;
+  CellInputs views;
+  int64_t offset = first;
+  for (int64_t width : widths) {
+    RNNC_INTERNAL_CHECK(offset + width <= stride, "columns past the tensor's width");
+    views.push_back({t.data() + offset, rows, width, stride});
+    offset += width;
+  }
+  return views;
+}
+
+Tensor denseCopy(const InputRows& rows, TensorShape shape) {
+  Tensor out(std::move(shape));
+  RNNC_INTERNAL_CHECK(out.numel() == rows.rows * rows.columns, "a dense copy of another size");
+  for (int64_t r = 0; r < rows.rows; ++r)
+    std::memcpy(out.data() + r * rows.columns, rows.data + r * rows.stride,
+                static_cast<size_t>(rows.columns) * sizeof(float));
+  return out;
+}
+
 // Dropout on a layer's output before the next layer: zero with probability p, else scaled by
 // 1 / (1 - p); the mask is a pure function of (seed, layer, element).
 void dropoutBetweenLayers(Tensor& t, double p, uint64_t seed, int layer) {
@@ -172,85 +162,72 @@ void dropoutBetweenLayers(Tensor& t, double p, uint64_t seed, int layer) {
   }
 }
 
-namespace {
-
-// The cell's inputs as columns of the side-by-side tensor `in` ([T, B, W] or [N, W]), read where
-// they are.
-std::vector<InputRows> columnsOf(const Tensor& in, const std::vector<int64_t>& widths) {
-  const int64_t stride = in.shape().back();
-  const int64_t rows = stride == 0 ? 0 : in.numel() / stride;
-  std::vector<InputRows> views;
-  int64_t offset = 0;
-  for (int64_t width : widths) {
-    views.push_back({in.data() + offset, rows, width, stride});
-    offset += width;
-  }
-  return views;
+std::unique_ptr<CompiledCell::Workspace> WorkspacePool::take() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (free_.empty())
+    return std::make_unique<CompiledCell::Workspace>();
+  auto workspace = std::move(free_.back());
+  free_.pop_back();
+  return workspace;
 }
 
-// Workspaces kept between calls of one executor (a run then allocates no scratch memory: its
-// buffers are tens of megabytes, and fresh pages cost a fault each); one per concurrent call.
-class WorkspacePool {
-public:
-  std::unique_ptr<CompiledCell::Workspace> take() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (free_.empty())
-      return std::make_unique<CompiledCell::Workspace>();
-    auto workspace = std::move(free_.back());
-    free_.pop_back();
-    return workspace;
-  }
-  void give(std::unique_ptr<CompiledCell::Workspace> workspace) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_.push_back(std::move(workspace));
-  }
+void WorkspacePool::give(std::unique_ptr<CompiledCell::Workspace> workspace) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  free_.push_back(std::move(workspace));
+}
 
-private:
-  std::mutex mutex_;
-  std::vector<std::unique_ptr<CompiledCell::Workspace>> free_;
-};
+namespace {
+
+// Each input as a dense [steps, batch, F] tensor, for the executors that take tensors.
+std::vector<Tensor> denseInputs(const CellInputs& inputs, int64_t steps, int64_t batch) {
+  std::vector<Tensor> tensors;
+  for (const InputRows& input : inputs)
+    tensors.push_back(denseCopy(input, {steps, batch, input.columns}));
+  return tensors;
+}
 
 } // namespace
 
 Executor jitExecutor(std::shared_ptr<const CompiledCell> cell,
                      std::shared_ptr<const CompiledCell::Prepared> prepared, int threads,
-                     std::vector<int64_t> widths) {
-  auto pool = std::make_shared<WorkspacePool>();
+                     std::shared_ptr<WorkspacePool> pool) {
+  if (!pool)
+    pool = std::make_shared<WorkspacePool>();
   Executor run;
-  run.padded = [=](const Tensor& in, std::vector<Tensor>& states) {
-    Tensor output;
-    auto workspace = pool->take();
-    cell->run(*prepared, in.dim(0), columnsOf(in, widths), states, output, *workspace, threads);
-    pool->give(std::move(workspace));
-    return output;
-  };
-  run.packed = [=](const Tensor& in, const std::vector<int64_t>& batchSizes,
+  run.padded = [=](int64_t steps, int64_t batch, const CellInputs& inputs,
                    std::vector<Tensor>& states) {
     Tensor output;
     auto workspace = pool->take();
-    cell->runPacked(*prepared, columnsOf(in, widths), batchSizes, states, output, *workspace,
-                    threads);
+    cell->run(*prepared, steps, batch, inputs, states, output, *workspace, threads);
+    pool->give(std::move(workspace));
+    return output;
+  };
+  run.packed = [=](const CellInputs& inputs, const std::vector<int64_t>& batchSizes,
+                   std::vector<Tensor>& states) {
+    Tensor output;
+    auto workspace = pool->take();
+    cell->runPacked(*prepared, inputs, batchSizes, states, output, *workspace, threads);
     pool->give(std::move(workspace));
     return output;
   };
   return run;
 }
 
-Executor interpreterExecutor(std::shared_ptr<const Interpreter> interpreter,
-                             std::vector<int64_t> widths) {
+Executor interpreterExecutor(std::shared_ptr<const Interpreter> interpreter) {
   Executor run;
-  run.padded = [=](const Tensor& in, std::vector<Tensor>& states) {
-    return interpreter->run(splitFeatures(in, widths), states);
+  run.padded = [=](int64_t steps, int64_t batch, const CellInputs& inputs,
+                   std::vector<Tensor>& states) {
+    return interpreter->run(denseInputs(inputs, steps, batch), states);
   };
   return run;
 }
 
-Executor gpuExecutor(std::shared_ptr<const GpuCell> cell, std::vector<Tensor> params, bool device,
-                     std::vector<int64_t> widths) {
+Executor gpuExecutor(std::shared_ptr<const GpuCell> cell, std::vector<Tensor> params, bool device) {
   Executor run;
-  run.padded = [=](const Tensor& in, std::vector<Tensor>& states) {
-    return device ? cell->run(params, splitFeatures(in, widths), states)
-                  : cell->emulate(params, splitFeatures(in, widths), states);
+  run.padded = [=](int64_t steps, int64_t batch, const CellInputs& inputs,
+                   std::vector<Tensor>& states) {
+    std::vector<Tensor> tensors = denseInputs(inputs, steps, batch);
+    return device ? cell->run(params, tensors, states) : cell->emulate(params, tensors, states);
   };
   return run;
 }

@@ -22,9 +22,13 @@ struct GradientProgram::Slot {
   std::shared_ptr<const CompiledCell::Prepared> forwardPrepared, backwardPrepared;
   std::shared_ptr<const Interpreter> forwardInterpreter, backwardInterpreter;
 
-  Executor forwardRun(int threads, std::vector<int64_t> widths) const {
-    return forwardCode ? jitExecutor(forwardCode, forwardPrepared, threads, std::move(widths))
-                       : interpreterExecutor(forwardInterpreter, std::move(widths));
+  // Scratch memory of the compiled code, kept between calls.
+  std::shared_ptr<WorkspacePool> forwardWorkspaces = std::make_shared<WorkspacePool>();
+  std::shared_ptr<WorkspacePool> backwardWorkspaces = std::make_shared<WorkspacePool>();
+
+  Executor forwardRun(int threads) const {
+    return forwardCode ? jitExecutor(forwardCode, forwardPrepared, threads, forwardWorkspaces)
+                       : interpreterExecutor(forwardInterpreter);
   }
   // The backward cell's inputs `kept.<k>` (its last ones): their widths, and all of them.
   std::vector<int64_t> keptWidths() const {
@@ -40,9 +44,9 @@ struct GradientProgram::Slot {
       sum += w;
     return sum;
   }
-  Executor backwardRun(int threads, std::vector<int64_t> widths) const {
-    return backwardCode ? jitExecutor(backwardCode, backwardPrepared, threads, std::move(widths))
-                        : interpreterExecutor(backwardInterpreter, std::move(widths));
+  Executor backwardRun(int threads) const {
+    return backwardCode ? jitExecutor(backwardCode, backwardPrepared, threads, backwardWorkspaces)
+                        : interpreterExecutor(backwardInterpreter);
   }
 };
 
@@ -50,24 +54,23 @@ namespace {
 
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstRows = Eigen::Map<const RowMajor>;
+using StridedRows = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
 
 // A row-major Eigen block (a map or columns of one) as the GEMM's view.
 template <class M> MatrixView viewOf(const M& m) {
   return MatrixView::rowMajor(m.data(), m.rows(), m.cols(), m.outerStride());
 }
 
-// Columns [offset, offset + width) of a [T, B, F] tensor.
-Tensor columns(const Tensor& t, int64_t offset, int64_t width) {
-  Tensor out({t.dim(0), t.dim(1), width});
-  for (int64_t r = 0; r < t.dim(0) * t.dim(1); ++r)
-    std::memcpy(row(out, r), row(t, r) + offset, static_cast<size_t>(width) * sizeof(float));
-  return out;
-}
-
-void addInto(Tensor& to, const Tensor& from) {
-  RNNC_INTERNAL_CHECK(to.numel() == from.numel(), "gradient shapes differ");
-  for (int64_t i = 0; i < to.numel(); ++i)
-    to.data()[i] += from.data()[i];
+// to += columns [offset, offset + width) of `from` ([T, B, F]; `to` [T, B, width]).
+void addColumns(Tensor& to, const Tensor& from, int64_t offset, int64_t width) {
+  const int64_t rows = from.dim(0) * from.dim(1);
+  RNNC_INTERNAL_CHECK(to.numel() == rows * width, "gradient shapes differ");
+  for (int64_t r = 0; r < rows; ++r) {
+    float* out = to.data() + r * width;
+    const float* in = row(from, r) + offset;
+    for (int64_t c = 0; c < width; ++c)
+      out[c] += in[c];
+  }
 }
 
 // dW += G^T A (linear: dW [N, K], its rows G's columns) or A^T G (matmul: dW [K, N]), on the
@@ -113,10 +116,12 @@ std::string initialStateGradientName(const std::string& state) {
 int64_t TrainingTape::bytes() const {
   int64_t floats = 0;
   for (const Slot& slot : slots) {
-    floats += slot.input.numel();
-    for (const Tensor& state : slot.states)
-      floats += state.numel();
-    floats += slot.kept.numel();
+    for (const Tensor& input : slot.inputs)
+      floats += input.numel();
+    // Not the output's columns: the forward's result.
+    const int64_t width = slot.values.rank() == 3 ? slot.values.dim(2) : 0;
+    if (width > 0)
+      floats += slot.values.numel() / width * (width - slot.outputWidth);
   }
   return floats * static_cast<int64_t>(sizeof(float));
 }
@@ -180,36 +185,30 @@ TrainingTape GradientProgram::forward(const Tensor& input,
   const int threads = options_.threads;
   // The layer runner (checks, sorting, directions, dropout between layers, batch_first) with
   // each slot run by its training cell, keeping its inputs and the states entering each step.
-  auto trainingRun = [&](int64_t index, const Tensor& in, const std::vector<int64_t>& widths,
+  auto trainingRun = [&](int64_t index, const CellInputs& inputs, int64_t steps, int64_t batch,
                          std::vector<Tensor> states, const std::vector<int64_t>& runLengths,
                          bool reverse) {
     const Slot& s = *slots_[static_cast<size_t>(index)];
-    DirectionRun out =
-        runDirection(s.forwardRun(threads, widths), in, std::move(states), runLengths, reverse);
+    DirectionRun out = runDirection(s.forwardRun(threads), inputs, steps, batch, std::move(states),
+                                    runLengths, reverse);
     TrainingTape::Slot& kept = tape.slots[static_cast<size_t>(index)];
-    kept.input = in;
-    kept.widths = widths;
+    kept.inputs.clear();
+    for (const InputRows& in : inputs)
+      kept.inputs.push_back(denseCopy(in, {steps, batch, in.columns}));
     // The training cell's output: the cell's output, each state entering the step, then the
-    // kept values.
+    // kept values; kept whole, the layer's output copied out of it.
     const ir::Cell& bound = *program_->slots()[static_cast<size_t>(index)].bound;
-    std::vector<int64_t> outputWidths = {codegen::columnsOf(bound.output)};
+    kept.outputWidth = codegen::columnsOf(bound.output);
+    kept.stateWidths.clear();
     for (const auto& state : bound.states)
-      outputWidths.push_back(codegen::columnsOf(state.get()));
-    const int64_t keptWidth = s.keptWidth();
-    if (keptWidth > 0)
-      outputWidths.push_back(keptWidth);
-    std::vector<Tensor> parts = splitFeatures(out.output, outputWidths);
-    out.output = std::move(parts[0]);
-    if (keptWidth > 0) {
-      kept.kept = std::move(parts.back());
-      parts.pop_back();
-    }
-    kept.states.assign(std::make_move_iterator(parts.begin() + 1),
-                       std::make_move_iterator(parts.end()));
+      kept.stateWidths.push_back(codegen::columnsOf(state.get()));
+    kept.values = std::move(out.output);
+    out.output =
+        denseCopy(columnsOf(kept.values, {kept.outputWidth})[0], {steps, batch, kept.outputWidth});
     return out;
   };
   tape.forward = program_->run(input, initialStates, lengths, sideInputs, trainingRun);
-  const Tensor& first = tape.slots[0].input;
+  const Tensor& first = tape.slots[0].inputs.at(0);
   tape.lengths = checkedLengths(lengths, first.dim(0), first.dim(1));
   return tape;
 }
@@ -218,7 +217,7 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
   const ir::Cell& cell = program_->cell();
   const int directions = program_->numDirections(), layers = program_->numLayers();
   const int threads = options_.threads;
-  const Tensor& firstInput = tape.slots.at(0).input;
+  const Tensor& firstInput = tape.slots.at(0).inputs.at(0);
   const int64_t steps = firstInput.dim(0), batch = firstInput.dim(1);
   const int64_t slotCount = static_cast<int64_t>(slots_.size());
   const int gemmThreads =
@@ -264,38 +263,31 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       const LayerProgram::Slot& slot = program_->slots()[static_cast<size_t>(index)];
       const int64_t outWidth = codegen::columnsOf(slot.bound->output);
 
-      // The backward step's inputs side by side: the cell's inputs, the states entering each
-      // step, the output gradient of this direction, the kept forward values.
-      std::vector<const Tensor*> parts = {&kept.input};
-      std::vector<int64_t> widths = kept.widths;
-      for (const Tensor& state : kept.states) {
-        parts.push_back(&state);
-        widths.push_back(state.dim(2));
-      }
-      Tensor gradOut = columns(gradLayerOutput, direction * outWidth, outWidth);
-      parts.push_back(&gradOut);
-      widths.push_back(outWidth);
+      // The backward step's inputs, where they are: the cell's inputs, the states entering
+      // each step and the kept forward values (columns of the forward's outputs), the output
+      // gradient of this direction (columns of the layer's).
+      CellInputs inputs;
+      for (const Tensor& in : kept.inputs)
+        inputs.push_back(InputRows::of(in));
+      for (const InputRows& state : columnsOf(kept.values, kept.stateWidths, kept.outputWidth))
+        inputs.push_back(state);
+      inputs.push_back(columnsOf(gradLayerOutput, {outWidth}, direction * outWidth)[0]);
       if (s.keptWidth() > 0) {
-        parts.push_back(&kept.kept);
-        for (int64_t w : s.keptWidths())
-          widths.push_back(w);
+        int64_t keptColumn = kept.outputWidth;
+        for (int64_t w : kept.stateWidths)
+          keptColumn += w;
+        for (const InputRows& value : columnsOf(kept.values, s.keptWidths(), keptColumn))
+          inputs.push_back(value);
       }
-      // Where each input of the backward cell (the cell's inputs, then its states) is in them.
-      std::map<std::string, int64_t> inputColumn;
+      // Each input of the backward cell by name (the cell's inputs, then its states).
+      std::map<std::string, InputRows> inputNamed;
       {
-        int64_t at = 0;
-        size_t w = 0;
-        for (const auto& input : slot.bound->inputs) {
-          inputColumn[input->name] = at;
-          at += widths[w++];
-        }
-        for (const auto& state : slot.bound->states) {
-          inputColumn[state->name] = at;
-          at += widths[w++];
-        }
+        size_t at = 0;
+        for (const auto& input : slot.bound->inputs)
+          inputNamed[input->name] = inputs[at++];
+        for (const auto& state : slot.bound->states)
+          inputNamed[state->name] = inputs[at++];
       }
-      Tensor backwardInput = concatFeatures(parts);
-      ConstRows inputRows(backwardInput.data(), steps * batch, backwardInput.dim(2));
       std::vector<Tensor> gradStates;
       for (const auto& state : slot.bound->states) {
         int64_t features = codegen::columnsOf(state.get());
@@ -309,7 +301,7 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       }
       // Backwards in time: from each sequence's end for the forward direction, from its start
       // for the reverse one.
-      DirectionRun back = runDirection(s.backwardRun(threads, widths), backwardInput,
+      DirectionRun back = runDirection(s.backwardRun(threads), inputs, steps, batch,
                                        std::move(gradStates), tape.lengths, direction == 0);
       for (size_t k = 0; k < slot.bound->states.size(); ++k) {
         Tensor& all = grads.at(initialStateGradientName(slot.bound->states[k]->name));
@@ -331,7 +323,7 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
         const int64_t at = constantOf(seg.offset), width = constantOf(seg.width);
         using Kind = passes::GradientSegment::Kind;
         if (seg.kind == Kind::Input) {
-          addInto(inputGradient(seg.name, width), columns(o, at, width));
+          addColumns(inputGradient(seg.name, width), o, at, width);
           continue;
         }
         if (seg.kind == Kind::InputByLinear || seg.kind == Kind::InputByMatMul) {
@@ -363,10 +355,13 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
         }
         // The operand: an input of the backward cell as given (rows past a sequence's length
         // meet zero gradients), or columns of its output.
-        auto a = seg.operandInput.empty()
-                     ? rows.middleCols(constantOf(seg.operandOffset), constantOf(seg.operandWidth))
-                     : inputRows.middleCols(inputColumn.at(seg.operandInput),
-                                            constantOf(seg.operandWidth));
+        const InputRows operand =
+            seg.operandInput.empty()
+                ? InputRows{o.data() + constantOf(seg.operandOffset), steps * batch,
+                            constantOf(seg.operandWidth), o.dim(2)}
+                : inputNamed.at(seg.operandInput);
+        StridedRows a(operand.data, operand.rows, constantOf(seg.operandWidth),
+                      Eigen::OuterStride<>(operand.stride));
         accumulateWeightGradient(dW, g, a, seg.kind == Kind::LinearWeight, gemmThreads);
       }
     }

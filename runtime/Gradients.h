@@ -28,10 +28,13 @@ struct TrainingTape {
   LayerResult forward;
   std::vector<int64_t> lengths;
   struct Slot {
-    Tensor input;                // the cell's inputs side by side, [T, B, sum of widths]
-    std::vector<int64_t> widths; // of each input
-    std::vector<Tensor> states;  // per state: the value entering each step, [T, B, F]
-    Tensor kept; // the forward values the backward reads (passes::BackwardCell::kept) [T, B, K]
+    std::vector<Tensor> inputs; // the cell's inputs, [T, B, F] each
+    // The training forward's outputs side by side, [T, B, H + state widths + K]: the cell's
+    // output, the value of each state entering each step, the forward values the backward reads
+    // (passes::BackwardCell::kept); the backward reads them where they are.
+    Tensor values;
+    int64_t outputWidth = 0;
+    std::vector<int64_t> stateWidths;
   };
   std::vector<Slot> slots;
   // The bytes the tape holds beyond the forward's results (the training workspace).

@@ -210,27 +210,21 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
                                       std::vector<float>(row(it->second, index * batch),
                                                          row(it->second, (index + 1) * batch))));
       }
-      // The side inputs travel beside the layer's input through sorting and packing, and are
-      // split off again for the cell.
-      std::vector<const Tensor*> parts = {&layerInput};
-      std::vector<int64_t> widths = {layerInput.dim(2)};
-      for (size_t i = 1; i < cell.inputs.size(); ++i) {
-        parts.push_back(&sides.at(cell.inputs[i]->name));
-        widths.push_back(parts.back()->dim(2));
-      }
-      Tensor combined = parts.size() == 1 ? layerInput : concatFeatures(parts);
+      // The layer's input, then the side inputs, each read where it is.
+      CellInputs inputs = {InputRows::of(layerInput)};
+      for (size_t i = 1; i < cell.inputs.size(); ++i)
+        inputs.push_back(InputRows::of(sides.at(cell.inputs[i]->name)));
       DirectionRun out;
       if (slotRunner) {
-        out = slotRunner(index, combined, widths, std::move(states), lengths, direction == 1);
+        out = slotRunner(index, inputs, steps, batch, std::move(states), lengths, direction == 1);
       } else {
         ExecutionOptions execution{options_.training, options_.seed + static_cast<uint64_t>(index)};
         Executor run =
-            slot.gpu ? gpuExecutor(slot.gpu, slot.params, options_.engine == Engine::Cuda, widths)
-            : slot.compiled
-                ? jitExecutor(slot.compiled, slot.prepared, threads_, widths)
-                : interpreterExecutor(
-                      std::make_shared<Interpreter>(*slot.bound, slot.params, execution), widths);
-        out = runDirection(run, combined, std::move(states), lengths, direction == 1);
+            slot.gpu        ? gpuExecutor(slot.gpu, slot.params, options_.engine == Engine::Cuda)
+            : slot.compiled ? jitExecutor(slot.compiled, slot.prepared, threads_, slot.workspaces)
+                            : interpreterExecutor(std::make_shared<Interpreter>(
+                                  *slot.bound, slot.params, execution));
+        out = runDirection(run, inputs, steps, batch, std::move(states), lengths, direction == 1);
       }
       for (size_t s = 0; s < out.final.size(); ++s)
         finals[s].push_back(std::move(out.final[s]));

@@ -70,10 +70,10 @@ public:
                                                    const LayerOptions& options);
 
   // Runs one layer in one direction in place of the slot's own executor (the gradient
-  // runner's training forward, which keeps what the backward reads): `input` holds the cell's
-  // inputs side by side, `widths` features each; `states` are the initial values.
+  // runner's training forward, which keeps what the backward reads): the cell's `inputs`, T * B
+  // rows each; `states` are the initial values.
   using SlotRunner = std::function<DirectionRun(
-      int64_t slot, const Tensor& input, const std::vector<int64_t>& widths,
+      int64_t slot, const CellInputs& inputs, int64_t steps, int64_t batch,
       std::vector<Tensor> states, const std::vector<int64_t>& lengths, bool reverse)>;
 
   // `sideInputs`: one tensor for each input of the cell past its first, by name, laid out like
@@ -104,6 +104,8 @@ public:
     std::shared_ptr<CompiledCell> compiled;                 // null: run on the interpreter
     std::shared_ptr<const CompiledCell::Prepared> prepared; // its parameter-only work, done
     std::shared_ptr<const GpuCell> gpu; // the GPU engines' code (Engine::Cuda, CudaEmulated)
+    // The compiled code's scratch memory, kept between runs.
+    std::shared_ptr<WorkspacePool> workspaces = std::make_shared<WorkspacePool>();
   };
   const std::vector<Slot>& slots() const { return slots_; }
 

@@ -147,7 +147,7 @@ TEST(JitStridedInputs, ColumnsOfAWiderTensorMatchTheInterpreter) {
     InputRows columns{around.data() + left, steps * batch, input, wide};
     Tensor output;
     CompiledCell::Workspace workspace;
-    compiled->run(*prepared, steps, {columns}, states, output, workspace);
+    compiled->run(*prepared, steps, batch, {columns}, states, output, workspace);
     EXPECT_LT(test::maxAbsDiff(output, expected), 1e-5) << name;
     for (size_t i = 0; i < states.size(); ++i)
       EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 1e-5) << name << " state " << i;
