@@ -55,6 +55,26 @@ codegen::Jit& processJit() {
   return jit;
 }
 
+LoadedCode loadOrGenerate(const CacheOptions& cache, const std::string& key,
+                          const std::string& function,
+                          const std::function<std::string()>& generate) {
+  std::optional<DiskCache> disk;
+  if (cache.disk)
+    disk.emplace(cache.directory);
+  if (disk)
+    if (std::optional<std::string> object = disk->load(key)) {
+      try {
+        return {processJit().load(*object, function), true};
+      } catch (const std::exception&) {
+        disk->remove(key); // verified but not loadable: rebuilt below, not failing every run
+      }
+    }
+  std::string object = generate();
+  if (disk)
+    disk->store(key, object);
+  return {processJit().load(object, function), false};
+}
+
 std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
                                                     const CompileOptions& options) {
   auto start = std::chrono::steady_clock::now();
@@ -84,31 +104,12 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
       }
   }
 
-  std::optional<std::string> object;
-  std::optional<DiskCache> disk;
-  if (options.cache.disk) {
-    disk.emplace(options.cache.directory);
-    object = disk->load(key);
-  }
-  std::optional<codegen::Jit::Loaded> cached;
-  if (object) {
-    try {
-      cached = processJit().load(*object, codegen::kRunFunctionName);
-    } catch (const std::exception&) {
-      disk->remove(key); // verified but not loadable: rebuilt below, not failing every run
-      object.reset();
-    }
-  }
-  compiled->source_ = object ? CodeSource::DiskCache : CodeSource::Compiled;
-  if (!object) {
-    object = codegen::generate(*compiled->cell_, compiled->plan_, target, codegen::Stage::Object);
-    if (disk)
-      disk->store(key, *object);
-  }
-  codegen::Jit::Loaded loaded =
-      cached ? std::move(*cached) : processJit().load(*object, codegen::kRunFunctionName);
-  compiled->function_ = reinterpret_cast<void (*)(const void*)>(loaded.address);
-  compiled->lifetime_ = std::move(loaded.lifetime);
+  LoadedCode code = loadOrGenerate(options.cache, key, codegen::kRunFunctionName, [&] {
+    return codegen::generate(*compiled->cell_, compiled->plan_, target, codegen::Stage::Object);
+  });
+  compiled->source_ = code.fromDisk ? CodeSource::DiskCache : CodeSource::Compiled;
+  compiled->function_ = reinterpret_cast<void (*)(const void*)>(code.loaded.address);
+  compiled->lifetime_ = std::move(code.loaded.lifetime);
   compiled->compileMs_ = elapsed();
   if (options.memoryCache) {
     std::lock_guard<std::mutex> lock(memory.mutex);

@@ -7,6 +7,7 @@
 // keep cores busy.
 #pragma once
 
+#include "codegen/Jit.h"
 #include "codegen/StoragePlan.h"
 #include "codegen/Target.h"
 #include "ir/Cell.h"
@@ -15,6 +16,7 @@
 #include "runtime/CompileCache.h"
 #include "runtime/Tensor.h"
 
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <vector>
@@ -40,9 +42,6 @@ struct CompileOptions {
 };
 
 // The process's JIT, with the runtime's helpers: every compiled cell's code is loaded into it.
-namespace codegen {
-class Jit;
-}
 codegen::Jit& processJit();
 
 // An input's rows where they are: `rows` rows of `columns` floats, `stride` floats apart (a
@@ -53,6 +52,17 @@ struct InputRows {
   // Every row of a dense [T, B, F] or [N, F] tensor.
   static InputRows of(const Tensor& t);
 };
+
+// Code for `key` loaded into the process's JIT, its entry point `function`: from the disk cache
+// (`cache`) where a verified entry loads (one that does not is deleted), else `generate()`d and
+// stored there.
+struct LoadedCode {
+  codegen::Jit::Loaded loaded;
+  bool fromDisk = false;
+};
+LoadedCode loadOrGenerate(const CacheOptions& cache, const std::string& key,
+                          const std::string& function,
+                          const std::function<std::string()>& generate);
 
 // Where compiled code came from.
 enum class CodeSource { Compiled, MemoryCache, DiskCache };

@@ -42,29 +42,11 @@ Tile compileTile() {
   const std::string key = "rnnc " RNNC_VERSION " codegen " + std::string(codegen::sourceDigest()) +
                           "\nLLVM " + codegen::llvmVersion() + "\ntarget " + target.describe() +
                           "\ngemm tile\n";
-  CacheOptions options = CacheOptions::fromEnvironment();
-  std::optional<DiskCache> disk;
-  std::optional<std::string> object;
-  if (options.disk) {
-    disk.emplace(options.directory);
-    object = disk->load(key);
-  }
-  std::optional<codegen::Jit::Loaded> loaded;
-  if (object) {
-    try {
-      loaded = processJit().load(*object, codegen::kGemmTileFunctionName);
-    } catch (const std::exception&) {
-      disk->remove(key);
-    }
-  }
-  if (!loaded) {
-    std::string fresh = codegen::generateGemmTile(target, codegen::Stage::Object);
-    if (disk)
-      disk->store(key, fresh);
-    loaded = processJit().load(fresh, codegen::kGemmTileFunctionName);
-  }
-  tile.function = reinterpret_cast<RnncGemmTileFunction>(loaded->address);
-  tile.lifetime = std::move(loaded->lifetime);
+  LoadedCode code =
+      loadOrGenerate(CacheOptions::fromEnvironment(), key, codegen::kGemmTileFunctionName,
+                     [&] { return codegen::generateGemmTile(target, codegen::Stage::Object); });
+  tile.function = reinterpret_cast<RnncGemmTileFunction>(code.loaded.address);
+  tile.lifetime = std::move(code.loaded.lifetime);
   return tile;
 }
 

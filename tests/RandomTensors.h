@@ -32,4 +32,14 @@ inline TensorMap randomWeights(const ir::Cell& cell, const ir::SizeMap& sizes, s
   return weights;
 }
 
+// The same in the cell's parameter order, as CompiledCell and the interpreter take them.
+inline std::vector<Tensor> randomParams(const ir::Cell& cell, const ir::SizeMap& sizes,
+                                        std::mt19937& rng) {
+  TensorMap weights = randomWeights(cell, sizes, rng);
+  std::vector<Tensor> params;
+  for (const auto& p : cell.params)
+    params.push_back(weights.at(p->name));
+  return params;
+}
+
 } // namespace rnnc::test

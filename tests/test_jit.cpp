@@ -100,10 +100,7 @@ TEST(JitTileHeights, EveryBatchFromOneToFortyMatchesTheInterpreter) {
     auto cell = frontend::loadCell(name);
     cell->bindSizes({{"input_size", 4}, {"hidden_size", hidden}});
     std::mt19937 rng(11);
-    TensorMap weights = test::randomWeights(*cell, cell->sizes, rng);
-    std::vector<Tensor> params;
-    for (const auto& p : cell->params)
-      params.push_back(weights.at(p->name));
+    std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
     auto compiled = CompiledCell::compile(*cell);
     for (int64_t batch = 1; batch <= 40; ++batch) {
       std::vector<Tensor> inputs = {test::randomTensor({3, batch, 4}, rng)};
@@ -129,10 +126,7 @@ TEST(JitStridedInputs, ColumnsOfAWiderTensorMatchTheInterpreter) {
     const int64_t input = 13, hidden = 21, steps = 5, batch = 7, left = 3, wide = input + 8;
     cell->bindSizes({{"input_size", input}, {"hidden_size", hidden}});
     std::mt19937 rng(5);
-    TensorMap weights = test::randomWeights(*cell, cell->sizes, rng);
-    std::vector<Tensor> params;
-    for (const auto& p : cell->params)
-      params.push_back(weights.at(p->name));
+    std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
     auto compiled = CompiledCell::compile(*cell);
     auto prepared = compiled->prepare(params);
     Tensor x = test::randomTensor({steps, batch, input}, rng);

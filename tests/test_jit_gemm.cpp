@@ -56,10 +56,7 @@ void expectMatchesInterpreter(const Shape& shape, const std::string& cpu, const 
   auto cell = frontend::loadCell(shape.cell);
   cell->bindSizes({{"input_size", shape.input}, {"hidden_size", shape.hidden}});
   std::mt19937 rng(static_cast<unsigned>(shape.input * 31 + shape.hidden));
-  TensorMap weights = test::randomWeights(*cell, cell->sizes, rng);
-  std::vector<Tensor> params;
-  for (const auto& p : cell->params)
-    params.push_back(weights.at(p->name));
+  std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
   std::vector<Tensor> inputs = {
       test::randomTensor({shape.steps, shape.batch, shape.input}, rng, 1.0f)};
   std::vector<Tensor> states;
@@ -147,10 +144,7 @@ TEST(JitChunks, ChunksOfStepsMatchTheInterpreterSequenceBySequence) {
     const int64_t input = 5, hidden = 7;
     cell->bindSizes({{"input_size", input}, {"hidden_size", hidden}});
     std::mt19937 rng(5);
-    TensorMap weights = test::randomWeights(*cell, cell->sizes, rng);
-    std::vector<Tensor> params;
-    for (const auto& p : cell->params)
-      params.push_back(weights.at(p->name));
+    std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
     const std::vector<int64_t> lengths = {6, 6, 5, 3, 3, 1}; // sorted, as packed batches are
     const int64_t steps = 6, batch = static_cast<int64_t>(lengths.size());
     Tensor x = test::randomTensor({steps, batch, input}, rng, 1.0f);

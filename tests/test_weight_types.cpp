@@ -152,10 +152,7 @@ TEST(WeightTypes, EveryBuiltinCellMatchesTheInterpreterOnRoundedWeights) {
                                                   : shape.hidden - 3; // proj_size
           cell->bindSizes(sizes);
           std::mt19937 rng(static_cast<unsigned>(shape.input * 131 + shape.batch));
-          TensorMap weights = test::randomWeights(*cell, cell->sizes, rng);
-          std::vector<Tensor> params;
-          for (const auto& p : cell->params)
-            params.push_back(weights.at(p->name));
+          std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
           std::vector<Tensor> inputs = {
               test::randomTensor({shape.steps, shape.batch, shape.input}, rng, 1.0f)};
           std::vector<Tensor> states;
