@@ -38,17 +38,19 @@ std::vector<Pass> allPasses() {
       {"cse", "common subexpression elimination", eliminateCommonSubexpressions},
       {"dce", "dead code elimination", eliminateDeadCode},
       {"premultiply", "hoist state-independent matrix products and their biases out of the loop",
-       premultiply},
-      {"cleanup-cse", "common subexpression elimination after the rewrites",
+       premultiply, PassGroup::Premultiply},
+      {"premultiply-cse",
+       "common subexpression elimination of what premultiply hoisted, before the gates merge",
        eliminateCommonSubexpressions},
       {"merge-gates", "one matrix product per operand, by the stacked weights", mergeGates},
-      {"sink-slices", "push slices through elementwise ops towards what they read", sinkSlices},
+      {"sink-slices", "push slices through elementwise ops towards what they read", sinkSlices,
+       PassGroup::Fusion},
       {"cleanup-cse", "common subexpression elimination after the rewrites",
        eliminateCommonSubexpressions},
       {"cleanup-dce", "dead code elimination after the rewrites", eliminateDeadCode},
-      {"fuse", "group elementwise ops into fused kernels", fuseElementwise},
+      {"fuse", "group elementwise ops into fused kernels", fuseElementwise, PassGroup::Fusion},
       {"fuse-matmul", "compute the recurrent matrix product tile by tile inside its kernel",
-       fuseMatMul},
+       fuseMatMul, PassGroup::Fusion},
   };
 }
 
@@ -57,9 +59,9 @@ std::vector<Pass> buildPipeline(const PipelineOptions& options) {
   checkNames(options.printAfter, "--print-after");
   std::vector<Pass> pipeline;
   for (Pass& pass : allPasses()) {
-    if (options.disabled.count(pass.name) || (pass.name == "premultiply" && !options.premultiply) ||
-        ((pass.name == "fuse" || pass.name == "sink-slices" || pass.name == "fuse-matmul") &&
-         !options.fuse))
+    const bool groupOff = (pass.group == PassGroup::Premultiply && !options.premultiply) ||
+                          (pass.group == PassGroup::Fusion && !options.fuse);
+    if (groupOff || options.disabled.count(pass.name))
       continue;
     pipeline.push_back(std::move(pass));
   }

@@ -15,10 +15,15 @@
 namespace rnnc::passes {
 
 // A pass rewrites the cell in place and says whether it changed anything.
+// What a pass belongs to, for the options that switch a whole group off (--no-premul,
+// --no-fuse) rather than one pass by name.
+enum class PassGroup { Always, Premultiply, Fusion };
+
 struct Pass {
-  std::string name;
+  std::string name; // unique in the pipeline: --disable-pass and --print-after choose by it
   std::string description;
   std::function<bool(ir::Cell&)> run;
+  PassGroup group = PassGroup::Always;
 };
 
 struct PipelineOptions {

@@ -1,5 +1,5 @@
-// Every pass setting a cell must run under: the default pipeline, each pass disabled alone (a
-// name listed twice in the pipeline, cleanup-cse, once), no premultiply, no fusion. Shared by
+// Every pass setting a cell must run under: the default pipeline, each pass disabled alone, no
+// premultiply, no fusion. Shared by
 // the cell regression tests and the differential fuzzer.
 #pragma once
 
@@ -18,10 +18,7 @@ struct PassSetting {
 
 inline std::vector<PassSetting> everyPassSetting() {
   std::vector<PassSetting> settings = {{"default", {}}};
-  std::set<std::string> seen;
   for (const passes::Pass& pass : passes::allPasses()) {
-    if (!seen.insert(pass.name).second)
-      continue;
     passes::PipelineOptions options;
     options.disabled.insert(pass.name);
     settings.push_back({"--disable-pass " + pass.name, options});

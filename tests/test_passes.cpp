@@ -22,7 +22,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <set>
 #include <sstream>
 
 using namespace rnnc;
@@ -866,6 +868,33 @@ TEST(IRParser, ReadsFusedRegionsBack) {
   std::string printed = ir::toString(*lstm);
   EXPECT_NE(printed.find("    fused {\n"), std::string::npos);
   EXPECT_EQ(ir::toString(*ir::parseIR(printed)), printed);
+}
+
+// Every pass has its own name (so --disable-pass and --print-after choose one), and --no-fuse
+// and --no-premul switch off exactly their groups.
+TEST(PassManager, NamesAreUniqueAndGroupsSwitchOffTogether) {
+  std::set<std::string> names;
+  int fusion = 0, premultiply = 0;
+  for (const passes::Pass& pass : passes::allPasses()) {
+    EXPECT_TRUE(names.insert(pass.name).second) << pass.name << " is listed twice";
+    fusion += pass.group == passes::PassGroup::Fusion;
+    premultiply += pass.group == passes::PassGroup::Premultiply;
+  }
+  EXPECT_EQ(fusion, 3);
+  EXPECT_EQ(premultiply, 1);
+  passes::PipelineOptions noFuse, noPremul, oneCse;
+  noFuse.fuse = false;
+  noPremul.premultiply = false;
+  oneCse.disabled = {"premultiply-cse"};
+  const size_t all = passes::allPasses().size();
+  EXPECT_EQ(passes::buildPipeline(noFuse).size(), all - 3);
+  for (const passes::Pass& pass : passes::buildPipeline(noFuse))
+    EXPECT_NE(pass.group, passes::PassGroup::Fusion) << pass.name;
+  EXPECT_EQ(passes::buildPipeline(noPremul).size(), all - 1);
+  std::vector<passes::Pass> withoutOne = passes::buildPipeline(oneCse);
+  ASSERT_EQ(withoutOne.size(), all - 1);
+  EXPECT_TRUE(std::any_of(withoutOne.begin(), withoutOne.end(),
+                          [](const passes::Pass& p) { return p.name == "cleanup-cse"; }));
 }
 
 TEST(PassManager, PrintsAfterEachPassAndRejectsUnknownNames) {
