@@ -20,6 +20,12 @@
 #include <unordered_map>
 
 namespace rnnc {
+
+std::string codeCacheKey(const codegen::Target& target, const std::string& code) {
+  return "rnnc " RNNC_VERSION " codegen " + std::string(codegen::sourceDigest()) + "\nLLVM " +
+         codegen::llvmVersion() + "\ntarget " + target.describe() + "\n" + code;
+}
+
 namespace {
 
 // Everything the object file depends on: the optimised IR (sizes included), the code
@@ -27,9 +33,16 @@ namespace {
 // the passes, a file read and the JIT's link.
 std::string cacheKey(const ir::Cell& optimised, const codegen::Target& target,
                      codegen::WeightType weights) {
-  return "rnnc " RNNC_VERSION " codegen " + std::string(codegen::sourceDigest()) + "\nLLVM " +
-         codegen::llvmVersion() + "\ntarget " + target.describe() + "\nweights " +
-         std::string(codegen::weightTypeName(weights)) + "\n" + ir::toString(optimised);
+  return codeCacheKey(target, "weights " + std::string(codegen::weightTypeName(weights)) + "\n" +
+                                  ir::toString(optimised));
+}
+
+// Each input's row stride, as RnncRunArgs::inputStrides.
+std::vector<int64_t> stridesOf(const std::vector<InputRows>& inputs) {
+  std::vector<int64_t> strides;
+  for (const InputRows& input : inputs)
+    strides.push_back(input.stride);
+  return strides;
 }
 
 // Code compiled in this process, by cache key.
@@ -300,9 +313,7 @@ void CompiledCell::run(const Prepared& prepared, int64_t steps, int64_t batch,
   std::vector<float*> statePointers = mutableDataPointers(states);
   const int64_t outCols = codegen::columnsOf(cell_->output);
   std::vector<const float*> chunkInputs(inputs.size());
-  std::vector<int64_t> strides;
-  for (const InputRows& input : inputs)
-    strides.push_back(input.stride);
+  const std::vector<int64_t> strides = stridesOf(inputs);
   for (int64_t first = 0; first < steps; first += chunk) {
     for (size_t i = 0; i < inputs.size(); ++i)
       chunkInputs[i] = inputs[i].data + first * batch * inputs[i].stride;
@@ -380,9 +391,7 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<InputRo
   std::vector<float*> buffers =
       bufferPointers(prepared, workspace, chunkRows, batchSizes[0], team.size());
   std::vector<float*> statePointers = mutableDataPointers(states);
-  std::vector<int64_t> strides;
-  for (const InputRows& input : inputs)
-    strides.push_back(input.stride);
+  const std::vector<int64_t> strides = stridesOf(inputs);
   // The inputs, buffers and output of the rows from packed row `row` on; the chunk's pre
   // buffers start at its first row.
   std::vector<const float*> rowInputs(inputs.size());

@@ -53,6 +53,10 @@ struct InputRows {
   static InputRows of(const Tensor& t);
 };
 
+// The cache key of code for `target`: the rnnc version, the code generator's sources, LLVM and
+// the target, then `code` (what is compiled: a cell's IR and weight type, or the GEMM tile).
+std::string codeCacheKey(const codegen::Target& target, const std::string& code);
+
 // Code for `key` loaded into the process's JIT, its entry point `function`: from the disk cache
 // (`cache`) where a verified entry loads (one that does not is deleted), else `generate()`d and
 // stored there.

@@ -2,9 +2,7 @@
 
 #include "codegen/Compiler.h"
 #include "codegen/GemmTile.h"
-#include "codegen/HostTarget.h"
 #include "codegen/Jit.h"
-#include "codegen/SourceDigest.h"
 #include "ir/Error.h"
 #include "runtime/AlignedBuffer.h"
 #include "runtime/CompileCache.h"
@@ -39,11 +37,9 @@ Tile compileTile() {
       tile.shape.rows * tile.shape.rows;
   tile.columnBlock = 4096 / tile.shape.columns * tile.shape.columns;
 
-  const std::string key = "rnnc " RNNC_VERSION " codegen " + std::string(codegen::sourceDigest()) +
-                          "\nLLVM " + codegen::llvmVersion() + "\ntarget " + target.describe() +
-                          "\ngemm tile\n";
   LoadedCode code =
-      loadOrGenerate(CacheOptions::fromEnvironment(), key, codegen::kGemmTileFunctionName,
+      loadOrGenerate(CacheOptions::fromEnvironment(), codeCacheKey(target, "gemm tile\n"),
+                     codegen::kGemmTileFunctionName,
                      [&] { return codegen::generateGemmTile(target, codegen::Stage::Object); });
   tile.function = reinterpret_cast<RnncGemmTileFunction>(code.loaded.address);
   tile.lifetime = std::move(code.loaded.lifetime);
