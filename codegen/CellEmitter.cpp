@@ -32,9 +32,10 @@ private:
   // (no batch dimension) and the pre phase (per row).
   enum class Work { All, PerRow, WithoutBatch };
 
-  // Work split by rows may follow work split by the same rows without a barrier; a fused
-  // product (split by columns, reading its input's rows whole) and work done on thread 0 alone
-  // are fenced on both sides.
+  // Work split by rows may follow work split by the same rows without a barrier; products
+  // and work done on thread 0 alone are fenced on both sides: the recurrent product is split
+  // by columns, reading its input's rows whole, and the others by whole tiles of rows
+  // (codegen/TileRows.h, tileUnits), not by the even shares of per-row work.
   void emitBlock(const ir::Block& block, llvm::Value* batchRows, Work which = Work::All);
 
   void emitInstruction(const ir::Instr& instr, llvm::Value* batchRows);
@@ -131,8 +132,8 @@ void CellEmitter::emitBlock(const ir::Block& block, llvm::Value* batchRows, Work
     if ((which == Work::PerRow && unit.unbatched) ||
         (which == Work::WithoutBatch && !unit.unbatched))
       continue;
-    // The recurrent product is split by columns, every other product by rows like per-row work.
-    const bool product = unit.packed && !unit.packed->splitRows;
+    // A product's rows (or columns) are not the even share per-row work takes.
+    const bool product = unit.packed != nullptr;
     if (product)
       barrier();
     synced = false;

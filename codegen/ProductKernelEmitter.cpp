@@ -267,15 +267,17 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
         e.b.CreateStore(sums[m][s],
                         stored(e.b.CreateAdd(firstSlot, e.constant(static_cast<int64_t>(m))), s));
   };
-  // Rows [chunkBegin, chunkEnd) times the blocks [blocks.begin, blocks.end).
+  // All the rows in tiles (codegen/TileRows.h), cut where the row count is known. A
+  // row-split product cuts only its last tiles short: a tile variant for rows two short would
+  // cost compile time for one tile in many.
+  const TileShapes shapes(tileRows, /*withShorter=*/!packed.splitRows);
+  const int64_t halfRows = shapes.half;
+  IRArithmetic arithmetic{e.b};
+  const TileSplit<IRArithmetic> split =
+      splitIntoTiles(arithmetic, e.constant(0), batchRows, shapes);
+  // Rows [chunkBegin, chunkEnd), whole tiles of `split`, times the blocks [blocks.begin,
+  // blocks.end).
   auto chunk = [&](llvm::Value* chunkBegin, llvm::Value* chunkEnd, RowRange blocks) {
-    // The chunk's rows in tiles (codegen/TileRows.h), cut where the row count is known.
-    // A row-split product cuts only its last chunk short: a tile variant for rows two short
-    // would cost compile time for one tile in many.
-    const TileShapes shapes(tileRows, /*withShorter=*/!packed.splitRows);
-    const int64_t halfRows = shapes.half;
-    IRArithmetic arithmetic{e.b};
-    const TileSplit<IRArithmetic> split = splitIntoTiles(arithmetic, chunkBegin, chunkEnd, shapes);
     // Odd steps walk the blocks of the recurrent product backwards. When a thread's weights
     // overflow its L2 (batch 1 at H=256 streams 1 MB a step through 512 KB), walking them in
     // the same order every step evicts each block just before it is needed again, and every
@@ -352,11 +354,16 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     copyRows(x, source, {e.constant(0), batchRows});
     return chunk(e.constant(0), batchRows, e.share(e.constant(packed.blocks)));
   }
-  RowRange mine = e.share(batchRows);
-  RowRange allBlocks{e.constant(0), e.constant(packed.blocks)};
-  e.forLoop(mine.begin, mine.end, e.constant(packed.chunkRows), "chunk", [&](llvm::Value* begin) {
-    llvm::Value* end = e.b.CreateAdd(begin, e.constant(packed.chunkRows));
-    end = e.b.CreateSelect(e.b.CreateICmpSLT(end, mine.end), end, mine.end);
+  // Each thread its share of the tiles, in chunks of chunkRows / tileRows tiles.
+  llvm::Value* zero = e.constant(0);
+  RowRange mine = e.share(tileUnits(arithmetic, zero, batchRows, split, shapes));
+  RowRange allBlocks{zero, e.constant(packed.blocks)};
+  const int64_t chunkTiles = packed.chunkRows / tileRows;
+  e.forLoop(mine.begin, mine.end, e.constant(chunkTiles), "chunk", [&](llvm::Value* unit) {
+    llvm::Value* last = e.b.CreateAdd(unit, e.constant(chunkTiles));
+    last = e.b.CreateSelect(e.b.CreateICmpSLT(last, mine.end), last, mine.end);
+    llvm::Value* begin = tileUnitStart(arithmetic, zero, batchRows, split, shapes, unit);
+    llvm::Value* end = tileUnitStart(arithmetic, zero, batchRows, split, shapes, last);
     // The chunk's rows, addressed by their row numbers.
     x = View{e.b.CreateGEP(e.f32, copies,
                            e.b.CreateNeg(e.b.CreateMul(begin, e.constant(packed.xStride)))),

@@ -65,6 +65,54 @@ TileSplit<A> splitIntoTiles(A& a, typename A::Int begin, typename A::Int end,
           a.add(shortenedEnd, a.mul(shorterTiles, a.constant(shapes.shorter)))};
 }
 
+// Threads (and chunks) take whole tiles of one split of all the rows, so that every row is
+// computed in the same tile, at the same height, however many threads run: a tile's height
+// decides how its depth is summed (ProductKernelEmitter::accumulatorSets), and a row's result
+// must not change with the thread count (which an automatic run picks from the machine's load).
+// Units are the split's tiles of full, shortened and shorter height, then the rest (half tiles
+// and single rows, fewer than a full tile's rows) as one last unit.
+template <class A>
+typename A::Int tileUnits(A& a, typename A::Int begin, typename A::Int end,
+                          const TileSplit<A>& split, const TileShapes& shapes) {
+  auto units = a.div(a.sub(split.fullEnd, begin), a.constant(shapes.full));
+  if (shapes.shortened > 0)
+    units =
+        a.add(units, a.div(a.sub(split.shortenedEnd, split.fullEnd), a.constant(shapes.shortened)));
+  if (shapes.shorter > 0)
+    units = a.add(units,
+                  a.div(a.sub(split.shorterEnd, split.shortenedEnd), a.constant(shapes.shorter)));
+  auto rest = a.lessEqual(end, split.shorterEnd);
+  return a.add(units, a.select(rest, a.constant(0), a.constant(1)));
+}
+
+// The first row of unit `unit` (in [0, tileUnits]; tileUnits gives `end`).
+template <class A>
+typename A::Int tileUnitStart(A& a, typename A::Int begin, typename A::Int end,
+                              const TileSplit<A>& split, const TileShapes& shapes,
+                              typename A::Int unit) {
+  auto min = [&](auto x, auto y) { return a.select(a.lessEqual(x, y), x, y); };
+  auto zero = a.constant(0);
+  // Tiles of one height before this unit, out of `count` of them.
+  auto taken = [&](auto remaining, auto count) {
+    return min(a.select(a.lessEqual(remaining, zero), zero, remaining), count);
+  };
+  auto fullTiles = a.div(a.sub(split.fullEnd, begin), a.constant(shapes.full));
+  auto row = a.add(begin, a.mul(taken(unit, fullTiles), a.constant(shapes.full)));
+  auto remaining = a.sub(unit, fullTiles);
+  if (shapes.shortened > 0) {
+    auto tiles = a.div(a.sub(split.shortenedEnd, split.fullEnd), a.constant(shapes.shortened));
+    row = a.add(row, a.mul(taken(remaining, tiles), a.constant(shapes.shortened)));
+    remaining = a.sub(remaining, tiles);
+  }
+  if (shapes.shorter > 0) {
+    auto tiles = a.div(a.sub(split.shorterEnd, split.shortenedEnd), a.constant(shapes.shorter));
+    row = a.add(row, a.mul(taken(remaining, tiles), a.constant(shapes.shorter)));
+    remaining = a.sub(remaining, tiles);
+  }
+  // Past the tiles: the rest, whole.
+  return a.select(a.lessEqual(remaining, zero), row, end);
+}
+
 // Plain integers.
 struct IntArithmetic {
   using Int = int64_t;

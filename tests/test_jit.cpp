@@ -6,6 +6,7 @@
 #include "runtime/CompiledCell.h"
 #include "runtime/Interpreter.h"
 #include "runtime/SequenceRunner.h"
+#include "tests/RunnableCpus.h"
 #include "tests/TestSupport.h"
 
 #include <gtest/gtest.h>
@@ -116,6 +117,65 @@ TEST(JitTileHeights, EveryBatchFromOneToFortyMatchesTheInterpreter) {
             << name << " B=" << batch << " state " << i;
     }
   }
+}
+
+// A row's result must not depend on how many threads computed it: an automatic run picks its
+// thread count from the machine's load (runtime/ThreadGovernor.h), so the same call would
+// otherwise give different bits from one run to the next. Threads take whole tiles of the input
+// GEMM (codegen/TileRows.h, tileUnits): a tile's height decides how its depth is summed.
+// Bitwise, on AVX2 and AVX-512 code, for batches of one tile, several and a ragged rest, and
+// for padded and packed (variable length) runs.
+TEST(JitThreads, ResultsAreTheSameBitsOnAnyThreadCount) {
+  for (const std::string& cpu : test::runnableCpus())
+    for (const char* name : {"lstm", "gru", "rnn_tanh"}) {
+      auto cell = frontend::loadCell(name);
+      const int64_t input = 20, hidden = 37, steps = 6;
+      cell->bindSizes({{"input_size", input}, {"hidden_size", hidden}});
+      CompileOptions options;
+      options.targetCpu = cpu;
+      auto compiled = CompiledCell::compile(*cell, options);
+      std::mt19937 rng(3);
+      std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
+      auto prepared = compiled->prepare(params);
+      for (int64_t batch : {1, 5, 13, 40}) {
+        std::vector<Tensor> inputs = {test::randomTensor({steps, batch, input}, rng)};
+        std::vector<Tensor> states0;
+        for (size_t s = 0; s < cell->states.size(); ++s)
+          states0.push_back(test::randomTensor({batch, hidden}, rng));
+        // Variable length: every sequence one step shorter than the one before, at least 1.
+        std::vector<int64_t> batchSizes;
+        for (int64_t t = 0; t < steps; ++t)
+          batchSizes.push_back(std::max<int64_t>(1, batch - t));
+        int64_t packedRows = 0;
+        for (int64_t b : batchSizes)
+          packedRows += b;
+        std::vector<Tensor> packedInputs = {test::randomTensor({packedRows, input}, rng)};
+        Tensor oneOutput, onePacked;
+        std::vector<Tensor> oneStates, onePackedStates;
+        for (int threads : {1, 2, 3}) {
+          CompiledCell::Workspace workspace;
+          std::vector<Tensor> states = states0, packedStates = states0;
+          Tensor output, packedOutput;
+          compiled->run(*prepared, inputs, states, output, workspace, threads);
+          compiled->runPacked(*prepared, packedInputs, batchSizes, packedStates, packedOutput,
+                              workspace, threads);
+          if (threads == 1) {
+            oneOutput = output, oneStates = states;
+            onePacked = packedOutput, onePackedStates = packedStates;
+            continue;
+          }
+          const std::string where = cpu + " " + name + " B=" + std::to_string(batch) + " on " +
+                                    std::to_string(threads) + " threads";
+          EXPECT_EQ(output.values(), oneOutput.values()) << where;
+          EXPECT_EQ(packedOutput.values(), onePacked.values()) << where << ", packed";
+          for (size_t i = 0; i < states.size(); ++i) {
+            EXPECT_EQ(states[i].values(), oneStates[i].values()) << where << " state " << i;
+            EXPECT_EQ(packedStates[i].values(), onePackedStates[i].values())
+                << where << " packed state " << i;
+          }
+        }
+      }
+    }
 }
 
 // Inputs read where they are (InputRows): x as columns of a wider tensor whose other columns are

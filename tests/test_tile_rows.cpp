@@ -50,10 +50,42 @@ TEST(TileRows, EveryCountIsCoveredByTheFiveVariants) {
       // smaller than tileRows - 2 rows is left.
       const int64_t tiles = (rows + tileRows - 1) / tileRows;
       const int64_t missing = tiles * tileRows - rows;
-      if (tileRows > 2 && (missing <= tiles || (shapes.balancesTwoShort() && missing <= 2 * tiles)))
+      if (tileRows > 2 &&
+          (missing <= tiles || (shapes.balancesTwoShort() && missing <= 2 * tiles))) {
         EXPECT_EQ(small, 0) << rows << " rows in tiles of " << tileRows;
+      }
     }
   }
+}
+
+// Units (what threads share) start where tiles start, in order, and cover every row once: a
+// thread's rows are then whole tiles at the heights one thread would use for them.
+TEST(TileRows, UnitsStartAtTheTilesOfTheWholeSplit) {
+  IntArithmetic a;
+  for (bool withShorter : {true, false})
+    for (int64_t tileRows = 1; tileRows <= 14; ++tileRows) {
+      const TileShapes shapes(tileRows, withShorter);
+      for (int64_t rows = 0; rows <= 200; ++rows) {
+        const auto split = splitIntoTiles(a, int64_t{0}, rows, shapes);
+        const int64_t units = tileUnits(a, int64_t{0}, rows, split, shapes);
+        // The generated code's walk from row 0: each tile's height from where it starts (the
+        // rest, past the balanced tiles, is one step).
+        std::vector<int64_t> starts;
+        for (int64_t r = 0; r < rows;) {
+          starts.push_back(r);
+          r += r < split.fullEnd        ? shapes.full
+               : r < split.shortenedEnd ? shapes.shortened
+               : r < split.shorterEnd   ? shapes.shorter
+                                        : rows - r;
+        }
+        starts.push_back(rows);
+        ASSERT_EQ(units + 1, static_cast<int64_t>(starts.size()))
+            << rows << " rows in tiles of " << tileRows;
+        for (int64_t u = 0; u <= units; ++u)
+          EXPECT_EQ(tileUnitStart(a, int64_t{0}, rows, split, shapes, u), starts[u])
+              << "unit " << u << " of " << rows << " rows in tiles of " << tileRows;
+      }
+    }
 }
 
 } // namespace
