@@ -57,12 +57,31 @@ void packA(const MatrixView& a, int64_t row, int64_t rows, int64_t depth, int64_
            int64_t tileRows, float* out) {
   for (int64_t strip = 0; strip < rows; strip += tileRows) {
     const int64_t count = std::min(tileRows, rows - strip);
+    float* stripOut = out + strip * depths;
+    if (a.columnStride == 1 && count == tileRows) {
+      // Row-major A (dX = G W): transposed in blocks of 16 depths, a cache line of each row.
+      const float* first = a.data + (row + strip) * a.rowStride + depth;
+      for (int64_t k0 = 0; k0 < depths; k0 += 16) {
+        const int64_t kn = std::min<int64_t>(16, depths - k0);
+        for (int64_t i = 0; i < count; ++i) {
+          const float* from = first + i * a.rowStride + k0;
+          float* to = stripOut + k0 * tileRows + i;
+          for (int64_t k = 0; k < kn; ++k)
+            to[k * tileRows] = from[k];
+        }
+      }
+      continue;
+    }
     for (int64_t k = 0; k < depths; ++k) {
-      float* to = out + (strip * depths) + k * tileRows;
+      float* to = stripOut + k * tileRows;
       const float* from = a.data + (row + strip) * a.rowStride + (depth + k) * a.columnStride;
       int64_t i = 0;
-      for (; i < count; ++i)
-        to[i] = from[i * a.rowStride];
+      if (a.rowStride == 1) // a transposed row-major matrix (dW = G^T X): contiguous
+        for (; i < count; ++i)
+          to[i] = from[i];
+      else
+        for (; i < count; ++i)
+          to[i] = from[i * a.rowStride];
       for (; i < tileRows; ++i)
         to[i] = 0.0f;
     }
