@@ -224,7 +224,8 @@ std::map<std::string, WeightTensor> Layer::backward(const TrainingRecord& record
     }
   std::map<std::string, WeightTensor> out;
   for (auto& [name, tensor] : impl_->trainingProgram().backward(tape, grads))
-    out[name] = {tensor.shape(), std::move(tensor.values())};
+    out[name] = {tensor.shape(),
+                 std::vector<float>(tensor.values().begin(), tensor.values().end())};
   return out;
 }
 

@@ -299,8 +299,8 @@ void CompiledCell::run(const Prepared& prepared, int64_t steps, int64_t batch,
   for (const InputRows& input : inputs)
     RNNC_INTERNAL_CHECK(input.rows == steps * batch, "inputs' rows differ");
   TensorShape outputShape{steps, batch, codegen::columnsOf(cell_->output)};
-  if (output.shape() != outputShape)
-    output = Tensor(outputShape);
+  if (output.shape() != outputShape) // every row of every step is written
+    output = Tensor::uninitialized(outputShape);
   if (steps == 0 || batch == 0)
     return;
   RunThreads team(threads);
@@ -363,8 +363,8 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<InputRo
     RNNC_INTERNAL_CHECK(state.rank() == 2 && state.dim(0) == batchSizes[0],
                         "state rows differ from the first batch size");
   const int64_t outCols = codegen::columnsOf(cell_->output);
-  if (output.shape() != TensorShape{rows, outCols})
-    output = Tensor({rows, outCols});
+  if (output.shape() != TensorShape{rows, outCols}) // every packed row is written
+    output = Tensor::uninitialized({rows, outCols});
   // Chunks of whole steps, each as many packed rows as the pre buffers' memory allows (at least
   // one step).
   const int64_t rowBytes = std::max<int64_t>(1, sequenceBytesPerRow());

@@ -54,7 +54,7 @@ const float* row(const Tensor& t, int64_t index) {
 // [A, B, F] -> [B, A, F].
 Tensor swapLeadingDims(const Tensor& t) {
   const int64_t a = t.dim(0), b = t.dim(1), f = t.dim(2);
-  Tensor out({b, a, f});
+  Tensor out = Tensor::uninitialized({b, a, f});
   for (int64_t i = 0; i < a; ++i)
     for (int64_t j = 0; j < b; ++j)
       std::memcpy(row(out, j * a + i), row(t, i * b + j), static_cast<size_t>(f) * sizeof(float));
@@ -94,7 +94,7 @@ DirectionRun runDirection(const Executor& run, const CellInputs& inputs, int64_t
   const int64_t packedRows = static_cast<int64_t>(paddedRow.size());
 
   for (Tensor& state : states) { // into sorted order
-    Tensor sorted(state.shape());
+    Tensor sorted = Tensor::uninitialized(state.shape());
     for (int64_t i = 0; i < batch; ++i)
       std::memcpy(row(sorted, i), row(state, order[i]),
                   static_cast<size_t>(state.dim(1)) * sizeof(float));
@@ -103,7 +103,7 @@ DirectionRun runDirection(const Executor& run, const CellInputs& inputs, int64_t
   std::vector<Tensor> packed;
   CellInputs packedInputs;
   for (const InputRows& input : inputs) {
-    Tensor rows({packedRows, input.columns});
+    Tensor rows = Tensor::uninitialized({packedRows, input.columns});
     for (int64_t r = 0; r < packedRows; ++r)
       std::memcpy(row(rows, r), input.data + paddedRow[r] * input.stride,
                   static_cast<size_t>(input.columns) * sizeof(float));
@@ -114,12 +114,14 @@ DirectionRun runDirection(const Executor& run, const CellInputs& inputs, int64_t
   Tensor out = run.packed ? run.packed(packedInputs, batchSizes, states)
                           : runPackedByStretches(run, packedInputs, batchSizes, states);
 
-  result.output = Tensor({steps, batch, out.dim(1)}); // zero past each length
+  // Zero past each length; where every sequence is whole, each row is copied over.
+  result.output = padded ? Tensor::uninitialized({steps, batch, out.dim(1)})
+                         : Tensor({steps, batch, out.dim(1)});
   for (int64_t r = 0; r < packedRows; ++r)
     std::memcpy(row(result.output, paddedRow[r]), row(out, r),
                 static_cast<size_t>(out.dim(1)) * sizeof(float));
   for (Tensor& state : states) { // back to the caller's order
-    Tensor unsorted(state.shape());
+    Tensor unsorted = Tensor::uninitialized(state.shape());
     for (int64_t i = 0; i < batch; ++i)
       std::memcpy(row(unsorted, order[i]), row(state, i),
                   static_cast<size_t>(state.dim(1)) * sizeof(float));
@@ -142,7 +144,7 @@ CellInputs columnsOf(const Tensor& t, const std::vector<int64_t>& widths, int64_
 }
 
 Tensor denseCopy(const InputRows& rows, TensorShape shape) {
-  Tensor out(std::move(shape));
+  Tensor out = Tensor::uninitialized(std::move(shape));
   RNNC_INTERNAL_CHECK(out.numel() == rows.rows * rows.columns, "a dense copy of another size");
   for (int64_t r = 0; r < rows.rows; ++r)
     std::memcpy(out.data() + r * rows.columns, rows.data + r * rows.stride,

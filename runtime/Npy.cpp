@@ -44,8 +44,8 @@ constexpr size_t kAlign = 64;
 }
 
 // The raw bytes of a vector's elements.
-template <typename T> std::string_view bytesOf(const std::vector<T>& values) {
-  return {reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T)};
+template <typename Values> std::string_view bytesOf(const Values& values) {
+  return {reinterpret_cast<const char*>(values.data()), values.size() * sizeof(values[0])};
 }
 
 uint32_t readLittleEndian(std::string_view bytes, size_t offset, size_t width) {

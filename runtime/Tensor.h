@@ -2,13 +2,44 @@
 // files, hands to the interpreter and writes back; it favours clarity over clever storage.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rnnc {
 
 using TensorShape = std::vector<int64_t>;
+
+// Memory for tensor data. Buffers of 2 MB and more are mapped on a 2 MB boundary and advised
+// onto huge pages (MADV_HUGEPAGE; Linux's transparent huge pages are often "madvise" only): a
+// training step's tensors of tens of megabytes, freshly allocated, then cost tens of page faults
+// instead of thousands (malloc maps anything past 32 MB on 4 KB pages, and in a VM each fault
+// costs microseconds: a quarter of an LSTM training step went to them). Contents unspecified.
+void* allocateTensorBytes(size_t bytes);
+void freeTensorBytes(void* data, size_t bytes) noexcept;
+
+// std::vector's allocator for tensor data: the memory above, and elements default-initialised
+// (a resize leaves floats unwritten), so that a tensor made to be overwritten is not zeroed
+// first; Tensor's constructors fill explicitly.
+template <class T> struct TensorAllocator {
+  using value_type = T;
+  TensorAllocator() = default;
+  template <class U> TensorAllocator(const TensorAllocator<U>&) noexcept {}
+  T* allocate(size_t n) { return static_cast<T*>(allocateTensorBytes(n * sizeof(T))); }
+  void deallocate(T* data, size_t n) noexcept { freeTensorBytes(data, n * sizeof(T)); }
+  template <class U, class... Args> void construct(U* at, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0)
+      ::new (static_cast<void*>(at)) U;
+    else
+      ::new (static_cast<void*>(at)) U(std::forward<Args>(args)...);
+  }
+  template <class U> bool operator==(const TensorAllocator<U>&) const noexcept { return true; }
+};
+
+using TensorData = std::vector<float, TensorAllocator<float>>;
 
 std::string shapeToString(const TensorShape& shape); // "[3, 4]"
 int64_t numElements(const TensorShape& shape);
@@ -17,7 +48,10 @@ class Tensor {
 public:
   Tensor() = default;
   explicit Tensor(TensorShape shape, float fill = 0.0f);
-  Tensor(TensorShape shape, std::vector<float> values); // values.size() must match the shape
+  Tensor(TensorShape shape, const std::vector<float>& values); // values.size() must match
+  Tensor(TensorShape shape, TensorData values);
+  // A tensor whose every element the caller writes before reading it: not filled.
+  static Tensor uninitialized(TensorShape shape);
 
   const TensorShape& shape() const { return shape_; }
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
@@ -27,8 +61,8 @@ public:
 
   float* data() { return data_.data(); }
   const float* data() const { return data_.data(); }
-  std::vector<float>& values() { return data_; }
-  const std::vector<float>& values() const { return data_; }
+  TensorData& values() { return data_; }
+  const TensorData& values() const { return data_; }
 
   // Same data, new shape with the same element count.
   Tensor reshaped(TensorShape shape) const;
@@ -39,7 +73,7 @@ public:
 
 private:
   TensorShape shape_;
-  std::vector<float> data_;
+  TensorData data_;
   std::string source_;
 };
 

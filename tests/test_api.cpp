@@ -25,7 +25,7 @@ rnnc::LayerSpec spec(const std::string& cell) {
   return s;
 }
 
-float maxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+template <class A, class B> float maxAbsDiff(const A& a, const B& b) {
   EXPECT_EQ(a.size(), b.size());
   float worst = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
@@ -78,8 +78,9 @@ TEST(Api, DeviceOption) {
   EXPECT_THROW(rnnc::Layer::fromFile(unknown, weights), std::runtime_error);
   rnnc::LayerSpec cuda = emulated;
   cuda.device = "cuda";
-  if (!rnnc::CudaDriver::unavailableReason().empty())
+  if (!rnnc::CudaDriver::unavailableReason().empty()) {
     EXPECT_THROW(rnnc::Layer::fromFile(cuda, weights), std::runtime_error);
+  }
 }
 
 TEST(Api, ConcurrentForwardCallsOnOneLayerAgree) {

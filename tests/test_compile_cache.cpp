@@ -51,7 +51,7 @@ protected:
   }
 
   // Runs a compiled GRU on fixed data, so results of differently obtained code can be compared.
-  static std::vector<float> runIt(const CompiledCell& compiled) {
+  static TensorData runIt(const CompiledCell& compiled) {
     std::vector<Tensor> params = {Tensor({15, 3}, 0.1f), Tensor({15, 5}, -0.2f), Tensor({15}, 0.3f),
                                   Tensor({15}, 0.05f)};
     std::vector<Tensor> inputs = {Tensor({4, 2, 3}, 0.7f)};
@@ -121,7 +121,7 @@ TEST_F(CompileCacheTest, ConcurrentWritersLeaveOneValidEntry) {
     return o;
   }()));
   std::vector<std::thread> threads;
-  std::vector<std::vector<float>> results(4);
+  std::vector<TensorData> results(4);
   for (size_t i = 0; i < results.size(); ++i)
     threads.emplace_back([&, i] { results[i] = runIt(*CompiledCell::compile(*cell_, options())); });
   for (auto& t : threads)

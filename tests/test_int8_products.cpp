@@ -135,7 +135,7 @@ TEST(Int8Products, MatchAReferenceQuantizationOnEveryTarget) {
     const QuantizedWeights qw = quantizeWeights(w), qu = quantizeWeights(u);
     Tensor expected({shape.steps, shape.batch, shape.hidden});
     std::vector<float> h;
-    h = h0.values();
+    h.assign(h0.values().begin(), h0.values().end());
     for (int64_t t = 0; t < shape.steps; ++t) {
       for (int64_t b = 0; b < shape.batch; ++b) {
         std::vector<float> y = quantizedLinear(x.data() + (t * shape.batch + b) * shape.input, qw);

@@ -267,7 +267,7 @@ TEST(Weights, TwoUnknownSizesInOneDimensionNeedExplicitSizes) {
   request.sizes["a"] = 2;
   SequenceResult result = runSequence(*cell, request);
   EXPECT_EQ(result.boundCell->sizes, (ir::SizeMap{{"a", 2}, {"b", 3}}));
-  EXPECT_EQ(result.output.values(), std::vector<float>(5, 2.0f));
+  EXPECT_EQ(result.output.values(), TensorData(5, 2.0f));
 }
 
 // ---- PyTorch fixtures through the library --------------------------------------------------

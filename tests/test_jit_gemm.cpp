@@ -217,7 +217,7 @@ TEST(JitChunks, ChunksOfStepsMatchTheInterpreterSequenceBySequence) {
         for (int64_t f = 0; f < input; ++f)
           packed.push_back(x.values()[static_cast<size_t>((t * batch + b) * input + f)]);
     Tensor packedInput({static_cast<int64_t>(packed.size()) / input, input});
-    packedInput.values() = packed;
+    packedInput.values().assign(packed.begin(), packed.end());
     std::vector<Tensor> states;
     for (size_t s = 0; s < cell->states.size(); ++s)
       states.push_back(stateRows(s, lengths.size()));

@@ -160,7 +160,7 @@ TEST_F(NpyTest, ReadsAFileWrittenByNumPy) {
       std::string("\x93NUMPY\x01\x00\x76\x00", 10) + header + bytesOf<float>({0, 1, 2, 3, 4, 5});
   Tensor t = readNpyFloat32(writeBytes("x.npy", bytes));
   EXPECT_EQ(t.shape(), (TensorShape{2, 3}));
-  EXPECT_EQ(t.values(), (std::vector<float>{0, 1, 2, 3, 4, 5}));
+  EXPECT_EQ(t.values(), (TensorData{0, 1, 2, 3, 4, 5}));
 }
 
 // np.save("lens.npy", np.array([3, 1, 4, 1], dtype=np.int64)) with an older NumPy (no growth room).
@@ -179,7 +179,7 @@ TEST_F(NpyTest, ReadsAnInt64FileWrittenByOlderNumPy) {
 TEST_F(NpyTest, ReadsAScalarFile) {
   Tensor t = readNpyFloat32(writeBytes("s.npy", npyFile(floatDict("()"), bytesOf<float>({2.5f}))));
   EXPECT_EQ(t.shape(), TensorShape{});
-  EXPECT_EQ(t.values(), std::vector<float>{2.5f});
+  EXPECT_EQ(t.values(), TensorData{2.5f});
 }
 
 TEST_F(NpyTest, ReadsFormatVersions2And3) {
@@ -188,7 +188,7 @@ TEST_F(NpyTest, ReadsFormatVersions2And3) {
     std::string p = writeBytes("v.npy", npyFile(floatDict("(2,)"), bytesOf<float>({1, 2}), major));
     Tensor t = readNpyFloat32(p);
     EXPECT_EQ(t.shape(), TensorShape{2});
-    EXPECT_EQ(t.values(), (std::vector<float>{1, 2}));
+    EXPECT_EQ(t.values(), (TensorData{1, 2}));
   }
 }
 

@@ -111,8 +111,8 @@ TEST_F(SafeTensorsTest, RoundTripsNamesThatNeedEscaping) {
   writeSafeTensors(p, tensors);
   TensorMap back = readSafeTensors(p);
   ASSERT_EQ(back.size(), 2u);
-  EXPECT_EQ(back.at("a \"quoted\"\\name").values(), (std::vector<float>{1, 2}));
-  EXPECT_EQ(back.at("ünïcode.weight").values(), (std::vector<float>{5}));
+  EXPECT_EQ(back.at("a \"quoted\"\\name").values(), (TensorData{1, 2}));
+  EXPECT_EQ(back.at("ünïcode.weight").values(), (TensorData{5}));
 }
 
 // --- The writer's layout -----------------------------------------------------------------------
@@ -162,8 +162,8 @@ TEST_F(SafeTensorsTest, ReadsAFileWrittenByThePythonLibrary) {
       readSafeTensors(writeBytes(safetensorsFile(json, floatBytes({9, 8, 0, 1, 2, 3}))));
   ASSERT_EQ(tensors.size(), 2u);
   EXPECT_EQ(tensors.at("weight").shape(), (TensorShape{2, 2}));
-  EXPECT_EQ(tensors.at("weight").values(), (std::vector<float>{0, 1, 2, 3}));
-  EXPECT_EQ(tensors.at("bias").values(), (std::vector<float>{9, 8}));
+  EXPECT_EQ(tensors.at("weight").values(), (TensorData{0, 1, 2, 3}));
+  EXPECT_EQ(tensors.at("bias").values(), (TensorData{9, 8}));
 }
 
 TEST_F(SafeTensorsTest, AllowsGapsAndUnpaddedHeaders) {
@@ -171,7 +171,7 @@ TEST_F(SafeTensorsTest, AllowsGapsAndUnpaddedHeaders) {
   std::string json = R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})";
   std::string bytes = u64(json.size()) + json + floatBytes({-1, 6});
   TensorMap tensors = readSafeTensors(writeBytes(bytes));
-  EXPECT_EQ(tensors.at("x").values(), std::vector<float>{6});
+  EXPECT_EQ(tensors.at("x").values(), TensorData{6});
 }
 
 // --- Malformed files: the container ------------------------------------------------------------
@@ -394,9 +394,8 @@ TEST_F(QuantizedSafeTensorsTest, Int8WeightsAreReadAsQTimesTheirRowsScale) {
   TensorMap tensors = readSafeTensors(p);
   ASSERT_EQ(tensors.size(), 2u) << "the scales are consumed";
   EXPECT_EQ(tensors.at("w").shape(), (TensorShape{2, 3}));
-  EXPECT_EQ(tensors.at("w").values(),
-            (std::vector<float>{0.5f, -1.0f, 63.5f, -31.75f, 0.0f, 1.25f}));
-  EXPECT_EQ(tensors.at("v").values(), (std::vector<float>{6.0f, -8.0f}));
+  EXPECT_EQ(tensors.at("w").values(), (TensorData{0.5f, -1.0f, 63.5f, -31.75f, 0.0f, 1.25f}));
+  EXPECT_EQ(tensors.at("v").values(), (TensorData{6.0f, -8.0f}));
 }
 
 TEST_F(QuantizedSafeTensorsTest, MissingOrMisshapenScalesAreErrors) {

@@ -24,7 +24,8 @@ std::vector<float> jitElementwise(const std::string& body, const std::vector<flo
   auto compiled = CompiledCell::compile(*cell, options);
   std::vector<Tensor> states;
   Tensor input({1, 1, static_cast<int64_t>(x.size())}, x);
-  return compiled->run({}, {input}, states).values();
+  const TensorData y = compiled->run({}, {input}, states).values();
+  return {y.begin(), y.end()};
 }
 
 // Dense in [-span, span], plus large magnitudes and the values where the formulas switch.
