@@ -84,6 +84,8 @@ std::unique_ptr<llvm::Module> CellEmitter::emit() {
       if (plan.readFromOutput[i])
         ifThen(b.CreateICmpSGT(steps, constant(0)), "final_state", [&] {
           llvm::Value* lastRow = b.CreateMul(b.CreateSub(steps, constant(1)), batch);
+          if (reverse) // the last step run is the first of the rows
+            lastRow = b.CreateSelect(reverse, constant(0), lastRow);
           View last{b.CreateGEP(f32, output, b.CreateMul(lastRow, constant(outCols))),
                     constant(outCols)};
           copyRows({states[i], constant(outCols)}, last, share(batch), outCols);

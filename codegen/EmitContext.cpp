@@ -63,6 +63,8 @@ void EmitContext::loadArguments(llvm::Value* args) {
   threads = RNNC_FIELD(threads, i64);
   team = RNNC_FIELD(team, ptr);
   inputStrides.clear();
+  reverse =
+      denseInputs ? nullptr : b.CreateICmpNE(RNNC_FIELD(reverse, i64), constant(0), "reverse");
   if (denseInputs) {
     for (const auto& input : cell.inputs)
       inputStrides.push_back(constant(columnsOf(input.get())));
@@ -99,7 +101,10 @@ void EmitContext::sequenceViews() {
 
 View EmitContext::stepViews(llvm::Value* t) {
   paramViews();
-  llvm::Value* firstRow = b.CreateMul(t, batch, "first_row");
+  // The rows of the step the loop's step t is: t, or counted from the end in reverse.
+  llvm::Value* rowStep =
+      reverse ? b.CreateSelect(reverse, b.CreateSub(b.CreateSub(steps, constant(1)), t), t) : t;
+  llvm::Value* firstRow = b.CreateMul(rowStep, batch, "first_row");
   auto rowsFrom = [&](llvm::Value* base, llvm::Value* stride) {
     return View{b.CreateGEP(f32, base, b.CreateMul(firstRow, stride)), stride};
   };
@@ -108,9 +113,11 @@ View EmitContext::stepViews(llvm::Value* t) {
   const int64_t outCols = columnsOf(cell.output);
   for (size_t i = 0; i < cell.states.size(); ++i) {
     llvm::Value* base = states[i];
-    if (plan.readFromOutput[i]) { // step t > 0 reads the state from output rows t - 1
-      llvm::Value* previous =
-          b.CreateGEP(f32, output, b.CreateMul(b.CreateSub(firstRow, batch), constant(outCols)));
+    if (plan.readFromOutput[i]) { // step t > 0 reads the state from the previous step's rows
+      llvm::Value* previousRow = b.CreateSub(firstRow, batch);
+      if (reverse)
+        previousRow = b.CreateSelect(reverse, b.CreateAdd(firstRow, batch), previousRow);
+      llvm::Value* previous = b.CreateGEP(f32, output, b.CreateMul(previousRow, constant(outCols)));
       base = b.CreateSelect(b.CreateICmpEQ(t, constant(0)), base, previous);
     }
     views[cell.states[i].get()] = {base, constant(columnsOf(cell.states[i].get()))};

@@ -165,6 +165,7 @@ public:
   llvm::Value* output = nullptr;
   std::vector<llvm::Value*> params, inputs, states, buffers;
   std::vector<llvm::Value*> inputStrides; // floats per row of each input (RnncRunArgs)
+  llvm::Value* reverse = nullptr;         // i1, RnncRunArgs::reverse; null where it cannot be set
   // Inputs as dense rows (a GPU's, and its host emulation's): RnncRunArgs::inputStrides unread.
   bool denseInputs = false;
   llvm::Value* step = nullptr; // the step being emitted; null outside the time loop

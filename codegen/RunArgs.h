@@ -25,6 +25,10 @@ struct RnncRunArgs {
   // a wider tensor (the training's saved values side by side) without a copy. Read by CPU code
   // only; a GPU's inputs are dense.
   const int64_t* inputStrides;
+  // Nonzero: the loop runs the steps from the last to the first (a reverse direction over whole
+  // sequences, without a reversed copy of its inputs): loop step t reads and writes the rows of
+  // step `steps - 1 - t`. CPU code only.
+  int64_t reverse;
 };
 
 // The phases run in this order when a call asks for several. Run apart: the parameter-only work

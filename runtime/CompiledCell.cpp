@@ -241,7 +241,8 @@ CompiledCell::prepare(const std::vector<Tensor>& params, int threads) const {
                    0,
                    1,
                    nullptr,
-                   noStrides.data()};
+                   noStrides.data(),
+                   0};
   RunThreads(threads).call(function_, args);
   return prepared;
 }
@@ -294,7 +295,7 @@ void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inpu
 
 void CompiledCell::run(const Prepared& prepared, int64_t steps, int64_t batch,
                        const std::vector<InputRows>& inputs, std::vector<Tensor>& states,
-                       Tensor& output, Workspace& workspace, int threads) const {
+                       Tensor& output, Workspace& workspace, int threads, bool reverse) const {
   checkArity(inputs, states);
   for (const InputRows& input : inputs)
     RNNC_INTERNAL_CHECK(input.rows == steps * batch, "inputs' rows differ");
@@ -314,7 +315,10 @@ void CompiledCell::run(const Prepared& prepared, int64_t steps, int64_t batch,
   const int64_t outCols = codegen::columnsOf(cell_->output);
   std::vector<const float*> chunkInputs(inputs.size());
   const std::vector<int64_t> strides = stridesOf(inputs);
-  for (int64_t first = 0; first < steps; first += chunk) {
+  // In reverse, the chunks from the last to the first, each run backwards by the loop.
+  const int64_t chunks = (steps + chunk - 1) / chunk;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t first = (reverse ? chunks - 1 - c : c) * chunk;
     for (size_t i = 0; i < inputs.size(); ++i)
       chunkInputs[i] = inputs[i].data + first * batch * inputs[i].stride;
     RnncRunArgs args{std::min(chunk, steps - first),
@@ -328,7 +332,8 @@ void CompiledCell::run(const Prepared& prepared, int64_t steps, int64_t batch,
                      0,
                      1,
                      nullptr,
-                     strides.data()};
+                     strides.data(),
+                     reverse ? 1 : 0};
     team.call(function_, args);
   }
 }
@@ -418,7 +423,8 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<InputRo
                     0,
                     1,
                     nullptr,
-                    strides.data()};
+                    strides.data(),
+                    0};
     team.call(function_, pre);
     // Each stretch of steps with one active batch reads and writes its own rows.
     std::vector<int64_t> chunkSizes(batchSizes.begin() + static_cast<std::ptrdiff_t>(c.firstStep),
@@ -436,7 +442,8 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<InputRo
                        0,
                        1,
                        nullptr,
-                       strides.data()};
+                       strides.data(),
+                       0};
       team.call(function_, loop);
     }
   }

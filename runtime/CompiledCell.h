@@ -108,10 +108,12 @@ public:
            int threads = 1) const;
   void run(const Prepared& prepared, const std::vector<Tensor>& inputs, std::vector<Tensor>& states,
            Tensor& output, Workspace& workspace, int threads = 1) const;
-  // The same with each input's `steps` * `batch` rows where they are.
+  // The same with each input's `steps` * `batch` rows where they are; `reverse`: the steps run
+  // from the last to the first (each output row stays at its step), as a reverse direction
+  // over whole sequences runs, without reversed copies of its inputs and outputs.
   void run(const Prepared& prepared, int64_t steps, int64_t batch,
            const std::vector<InputRows>& inputs, std::vector<Tensor>& states, Tensor& output,
-           Workspace& workspace, int threads = 1) const;
+           Workspace& workspace, int threads = 1, bool reverse = false) const;
 
   // Variable length, in cuDNN's and PyTorch's packed layout: `batchSizes[t]` (non-increasing)
   // sequences are active at step t, and `inputs` hold, step after step, the rows of the active

@@ -69,8 +69,9 @@ DirectionRun runDirection(const Executor& run, const CellInputs& inputs, int64_t
     RNNC_INTERNAL_CHECK(input.rows == steps * batch, "a direction's inputs differ in rows");
   DirectionRun result;
   bool padded = std::all_of(lengths.begin(), lengths.end(), [&](int64_t l) { return l == steps; });
-  if (padded && !reverse) { // nothing to pack
-    result.output = run.padded(steps, batch, inputs, states);
+  if (padded && (!reverse || run.reversed)) { // nothing to pack
+    result.output = reverse ? run.reversed(steps, batch, inputs, states)
+                            : run.padded(steps, batch, inputs, states);
     result.final = std::move(states);
     return result;
   }
@@ -201,6 +202,15 @@ Executor jitExecutor(std::shared_ptr<const CompiledCell> cell,
     Tensor output;
     auto workspace = pool->take();
     cell->run(*prepared, steps, batch, inputs, states, output, *workspace, threads);
+    pool->give(std::move(workspace));
+    return output;
+  };
+  run.reversed = [=](int64_t steps, int64_t batch, const CellInputs& inputs,
+                     std::vector<Tensor>& states) {
+    Tensor output;
+    auto workspace = pool->take();
+    cell->run(*prepared, steps, batch, inputs, states, output, *workspace, threads,
+              /*reverse=*/true);
     pool->give(std::move(workspace));
     return output;
   };

@@ -29,6 +29,11 @@ struct Executor {
   std::function<Tensor(int64_t steps, int64_t batch, const CellInputs& inputs,
                        std::vector<Tensor>& states)>
       padded;
+  // Optional: `padded` with the steps run from the last to the first (output rows at their
+  // steps); where absent, a reverse direction runs packed on reversed copies.
+  std::function<Tensor(int64_t steps, int64_t batch, const CellInputs& inputs,
+                       std::vector<Tensor>& states)>
+      reversed;
   std::function<Tensor(const CellInputs& inputs, const std::vector<int64_t>& batchSizes,
                        std::vector<Tensor>& states)>
       packed;

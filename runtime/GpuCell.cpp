@@ -142,7 +142,9 @@ Tensor GpuCell::emulateWith(const std::vector<Tensor>& params, const std::vector
                    0,
                    0,
                    1,
-                   &counter};
+                   &counter,
+                   nullptr, // dense inputs
+                   0};
   for (codegen::GpuPhase phase : kPhases) {
     if (phase == codegen::GpuPhase::Step && persistentBlocks > 0) {
       std::vector<std::thread> blocks;
@@ -235,7 +237,9 @@ GpuCell::resident(const std::vector<Tensor>& params, const std::vector<TensorSha
                    0,
                    0,
                    1,
-                   nullptr};
+                   nullptr,
+                   nullptr, // dense inputs
+                   0};
   m.args = upload(&args, sizeof args);
   m.counter = allocate(sizeof(int64_t));
   run->launch(codegen::GpuPhase::Params, GpuSchedule::PerStep);

@@ -178,6 +178,57 @@ TEST(JitThreads, ResultsAreTheSameBitsOnAnyThreadCount) {
     }
 }
 
+// A reverse run (the steps from the last to the first, each output row at its step) against
+// the forward run of a time-reversed copy, reversed back: LSTM (states in their own buffers),
+// GRU and the vanilla RNN (the state read from the previous step's output rows), in chunks of
+// a few steps (a small sequence buffer) and whole, on one thread and two, AVX2 and AVX-512.
+TEST(JitReverse, RunsTheStepsBackwardsLikeAReversedCopy) {
+  for (const std::string& cpu : test::runnableCpus())
+    for (const char* name : {"lstm", "gru", "rnn_tanh"})
+      for (int64_t bufferBytes : {int64_t{4096}, int64_t{32} << 20}) {
+        auto cell = frontend::loadCell(name);
+        const int64_t input = 9, hidden = 21, steps = 7, batch = 5;
+        cell->bindSizes({{"input_size", input}, {"hidden_size", hidden}});
+        CompileOptions options;
+        options.targetCpu = cpu;
+        options.sequenceBufferBytes = bufferBytes;
+        auto compiled = CompiledCell::compile(*cell, options);
+        std::mt19937 rng(8);
+        std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
+        auto prepared = compiled->prepare(params);
+        Tensor x = test::randomTensor({steps, batch, input}, rng);
+        Tensor flipped({steps, batch, input});
+        for (int64_t t = 0; t < steps; ++t)
+          std::copy_n(x.data() + (steps - 1 - t) * batch * input, batch * input,
+                      flipped.data() + t * batch * input);
+        std::vector<Tensor> states0;
+        for (size_t s = 0; s < cell->states.size(); ++s)
+          states0.push_back(test::randomTensor({batch, hidden}, rng));
+        for (int threads : {1, 2}) {
+          const std::string where = cpu + " " + name + " buffer " + std::to_string(bufferBytes) +
+                                    " on " + std::to_string(threads) + " threads";
+          CompiledCell::Workspace workspace;
+          std::vector<Tensor> expectedStates = states0, states = states0;
+          Tensor expected, actual;
+          compiled->run(*prepared, {flipped}, expectedStates, expected, workspace, threads);
+          compiled->run(*prepared, steps, batch, {InputRows::of(x)}, states, actual, workspace,
+                        threads, /*reverse=*/true);
+          ASSERT_EQ(actual.shape(), expected.shape()) << where;
+          const int64_t width = actual.dim(2);
+          float worst = 0;
+          for (int64_t t = 0; t < steps; ++t)
+            for (int64_t i = 0; i < batch * width; ++i)
+              worst = test::worseOf(worst,
+                                    std::abs(actual.data()[t * batch * width + i] -
+                                             expected.data()[(steps - 1 - t) * batch * width + i]));
+          EXPECT_LT(worst, 1e-5f) << where;
+          for (size_t i = 0; i < states.size(); ++i)
+            EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 1e-5f)
+                << where << " state " << i;
+        }
+      }
+}
+
 // Inputs read where they are (InputRows): x as columns of a wider tensor whose other columns are
 // NaN, padded and packed, against the interpreter on a dense copy; a NaN read would show.
 TEST(JitStridedInputs, ColumnsOfAWiderTensorMatchTheInterpreter) {
