@@ -11,6 +11,11 @@
 
 namespace rnnc {
 
+// A cache line, and the huge page that large buffers (these, and tensors: runtime/Tensor.h) are
+// aligned to.
+inline constexpr size_t kCacheLineBytes = 64;
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
 class AlignedBuffer {
 public:
   AlignedBuffer() = default;

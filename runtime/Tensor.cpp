@@ -1,5 +1,7 @@
 #include "runtime/Tensor.h"
 
+#include "runtime/AlignedBuffer.h"
+
 #include "ir/Error.h"
 
 #include <algorithm>
@@ -38,11 +40,8 @@ int64_t numElements(const TensorShape& shape) {
 
 namespace {
 
-constexpr size_t kHugePage = size_t{2} << 20;
-constexpr size_t kCacheLine = 64;
-
 size_t hugePagesFor(size_t bytes) {
-  return (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
 }
 
 // `n` elements of `shape`, filled with `fill` unless `fill` is empty.
@@ -69,13 +68,14 @@ void* mapHugePages(size_t used) {
   // Map a huge page more than needed, then unmap what lies before the first 2 MB boundary and
   // after the buffer's last huge page: what is left starts on the boundary, and its size follows
   // from the tensor's bytes alone when it is freed.
-  const size_t mapped = used + kHugePage;
+  const size_t mapped = used + kHugePageBytes;
   void* mapping = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mapping == MAP_FAILED)
     throw std::bad_alloc();
   auto* begin = static_cast<char*>(mapping);
-  auto* aligned = reinterpret_cast<char*>(
-      (reinterpret_cast<std::uintptr_t>(begin) + kHugePage - 1) / kHugePage * kHugePage);
+  auto* aligned =
+      reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(begin) + kHugePageBytes - 1) /
+                              kHugePageBytes * kHugePageBytes);
   if (aligned > begin)
     munmap(begin, static_cast<size_t>(aligned - begin));
   if (begin + mapped > aligned + used)
@@ -139,14 +139,15 @@ LargeBufferCache& largeBuffers() {
 } // namespace
 
 void* allocateTensorBytes(size_t bytes) {
-  if (bytes >= kHugePage) {
+  if (bytes >= kHugePageBytes) {
     const size_t used = hugePagesFor(bytes);
     if (void* reused = largeBuffers().take(used))
       return reused;
     return mapHugePages(used);
   }
   void* memory = std::aligned_alloc(
-      kCacheLine, std::max<size_t>(1, (bytes + kCacheLine - 1) / kCacheLine) * kCacheLine);
+      kCacheLineBytes,
+      std::max<size_t>(1, (bytes + kCacheLineBytes - 1) / kCacheLineBytes) * kCacheLineBytes);
   if (!memory)
     throw std::bad_alloc();
   return memory;
@@ -155,7 +156,7 @@ void* allocateTensorBytes(size_t bytes) {
 void freeTensorBytes(void* data, size_t bytes) noexcept {
   if (!data)
     return;
-  if (bytes >= kHugePage)
+  if (bytes >= kHugePageBytes)
     largeBuffers().give(data, hugePagesFor(bytes));
   else
     std::free(data);
