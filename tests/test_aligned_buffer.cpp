@@ -19,8 +19,9 @@ TEST(AlignedBuffer, SmallAndLargeStartOnTheirBoundariesAndReadZero) {
     AlignedBuffer buffer(floats);
     ASSERT_EQ(buffer.size(), floats);
     EXPECT_EQ(address(buffer) % 64, 0u) << floats;
-    if (floats * 4 >= (2 << 20))
+    if (floats * 4 >= (2 << 20)) {
       EXPECT_EQ(address(buffer) % (2 << 20), 0u) << floats;
+    }
     for (int64_t i = 0; i < floats; i += 997)
       EXPECT_EQ(buffer.data()[i], 0.0f);
     buffer.data()[floats - 1] = 1.0f; // the whole size is writable (ASan checks the small ones)
