@@ -65,6 +65,24 @@ TileSplit<A> splitIntoTiles(A& a, typename A::Int begin, typename A::Int end,
           a.add(shortenedEnd, a.mul(shorterTiles, a.constant(shapes.shorter)))};
 }
 
+// The split's tiles of full, shortened and shorter height, in that order, from row `begin`.
+template <class A> struct TileCounts {
+  typename A::Int counts[3];
+  int64_t heights[3];
+};
+
+template <class A>
+TileCounts<A> countTiles(A& a, typename A::Int begin, const TileSplit<A>& split,
+                         const TileShapes& shapes) {
+  auto tiles = [&](typename A::Int from, typename A::Int to, int64_t height) {
+    return height > 0 ? a.div(a.sub(to, from), a.constant(height)) : a.constant(0);
+  };
+  return {{tiles(begin, split.fullEnd, shapes.full),
+           tiles(split.fullEnd, split.shortenedEnd, shapes.shortened),
+           tiles(split.shortenedEnd, split.shorterEnd, shapes.shorter)},
+          {shapes.full, shapes.shortened, shapes.shorter}};
+}
+
 // Threads (and chunks) take whole tiles of one split of all the rows, so that every row is
 // computed in the same tile, at the same height, however many threads run: a tile's height
 // decides how its depth is summed (ProductKernelEmitter::accumulatorSets), and a row's result
@@ -74,13 +92,8 @@ TileSplit<A> splitIntoTiles(A& a, typename A::Int begin, typename A::Int end,
 template <class A>
 typename A::Int tileUnits(A& a, typename A::Int begin, typename A::Int end,
                           const TileSplit<A>& split, const TileShapes& shapes) {
-  auto units = a.div(a.sub(split.fullEnd, begin), a.constant(shapes.full));
-  if (shapes.shortened > 0)
-    units =
-        a.add(units, a.div(a.sub(split.shortenedEnd, split.fullEnd), a.constant(shapes.shortened)));
-  if (shapes.shorter > 0)
-    units = a.add(units,
-                  a.div(a.sub(split.shorterEnd, split.shortenedEnd), a.constant(shapes.shorter)));
+  const TileCounts<A> tiles = countTiles(a, begin, split, shapes);
+  auto units = a.add(a.add(tiles.counts[0], tiles.counts[1]), tiles.counts[2]);
   auto rest = a.lessEqual(end, split.shorterEnd);
   return a.add(units, a.select(rest, a.constant(0), a.constant(1)));
 }
@@ -90,24 +103,16 @@ template <class A>
 typename A::Int tileUnitStart(A& a, typename A::Int begin, typename A::Int end,
                               const TileSplit<A>& split, const TileShapes& shapes,
                               typename A::Int unit) {
-  auto min = [&](auto x, auto y) { return a.select(a.lessEqual(x, y), x, y); };
+  const TileCounts<A> tiles = countTiles(a, begin, split, shapes);
   auto zero = a.constant(0);
-  // Tiles of one height before this unit, out of `count` of them.
-  auto taken = [&](auto remaining, auto count) {
-    return min(a.select(a.lessEqual(remaining, zero), zero, remaining), count);
-  };
-  auto fullTiles = a.div(a.sub(split.fullEnd, begin), a.constant(shapes.full));
-  auto row = a.add(begin, a.mul(taken(unit, fullTiles), a.constant(shapes.full)));
-  auto remaining = a.sub(unit, fullTiles);
-  if (shapes.shortened > 0) {
-    auto tiles = a.div(a.sub(split.shortenedEnd, split.fullEnd), a.constant(shapes.shortened));
-    row = a.add(row, a.mul(taken(remaining, tiles), a.constant(shapes.shortened)));
-    remaining = a.sub(remaining, tiles);
-  }
-  if (shapes.shorter > 0) {
-    auto tiles = a.div(a.sub(split.shorterEnd, split.shortenedEnd), a.constant(shapes.shorter));
-    row = a.add(row, a.mul(taken(remaining, tiles), a.constant(shapes.shorter)));
-    remaining = a.sub(remaining, tiles);
+  auto row = begin;
+  auto remaining = unit; // units not yet passed
+  for (int h = 0; h < 3; ++h) {
+    // This height's tiles before the unit: `remaining` clamped to [0, count].
+    auto positive = a.select(a.lessEqual(remaining, zero), zero, remaining);
+    auto taken = a.select(a.lessEqual(positive, tiles.counts[h]), positive, tiles.counts[h]);
+    row = a.add(row, a.mul(taken, a.constant(tiles.heights[h])));
+    remaining = a.sub(remaining, tiles.counts[h]);
   }
   // Past the tiles: the rest, whole.
   return a.select(a.lessEqual(remaining, zero), row, end);

@@ -2,6 +2,7 @@
 
 #include "ir/Error.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -9,27 +10,46 @@
 #include <utility>
 
 namespace rnnc {
+namespace {
+
+bool mapped(size_t bytes) {
+  return bytes >= kHugePageBytes;
+}
+
+} // namespace
+
+void* mapHugePages(size_t bytes) {
+  // Map a huge page more than needed, then unmap what lies before the first 2 MB boundary and
+  // after the buffer's last huge page: what is left starts on the boundary, and its size follows
+  // from `bytes` alone when it is unmapped.
+  const size_t used = wholeHugePages(bytes), mappedBytes = used + kHugePageBytes;
+  void* mapping =
+      mmap(nullptr, mappedBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED)
+    throw std::bad_alloc();
+  auto* begin = static_cast<char*>(mapping);
+  auto* aligned =
+      reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(begin) + kHugePageBytes - 1) /
+                              kHugePageBytes * kHugePageBytes);
+  if (aligned > begin)
+    munmap(begin, static_cast<size_t>(aligned - begin));
+  if (begin + mappedBytes > aligned + used)
+    munmap(aligned + used, static_cast<size_t>(begin + mappedBytes - (aligned + used)));
+  (void)madvise(aligned, used, MADV_HUGEPAGE);
+  return aligned;
+}
+
+void unmapHugePages(void* data, size_t bytes) noexcept {
+  munmap(data, wholeHugePages(bytes));
+}
+
 AlignedBuffer::AlignedBuffer(int64_t floats) : floats_(floats) {
   RNNC_INTERNAL_CHECK(floats >= 0, "negative buffer size");
   const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
   if (bytes == 0)
     return;
-  if (bytes >= kHugePageBytes) {
-    // Map a huge page more than needed and use it from its first 2 MB boundary, so that every
-    // 2 MB of the buffer can be one page.
-    mappedBytes_ = bytes + kHugePageBytes;
-    void* mapping =
-        mmap(nullptr, mappedBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mapping == MAP_FAILED)
-      throw std::bad_alloc();
-    mapping_ = mapping;
-    auto address = reinterpret_cast<std::uintptr_t>(mapping);
-    auto* aligned =
-        reinterpret_cast<char*>((address + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes);
-    // Advice only: where huge pages are off, the buffer is on 4 KB pages and still works.
-    (void)madvise(aligned, (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes,
-                  MADV_HUGEPAGE);
-    data_ = reinterpret_cast<float*>(aligned); // anonymous memory reads as zero
+  if (mapped(bytes)) {
+    data_ = static_cast<float*>(mapHugePages(bytes)); // anonymous memory reads as zero
     return;
   }
   void* memory = std::aligned_alloc(kCacheLineBytes, (bytes + kCacheLineBytes - 1) /
@@ -45,30 +65,25 @@ AlignedBuffer::~AlignedBuffer() {
 }
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), floats_(std::exchange(other.floats_, 0)),
-      mapping_(std::exchange(other.mapping_, nullptr)),
-      mappedBytes_(std::exchange(other.mappedBytes_, 0)) {}
+    : data_(std::exchange(other.data_, nullptr)), floats_(std::exchange(other.floats_, 0)) {}
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
   if (this != &other) {
     release();
     data_ = std::exchange(other.data_, nullptr);
     floats_ = std::exchange(other.floats_, 0);
-    mapping_ = std::exchange(other.mapping_, nullptr);
-    mappedBytes_ = std::exchange(other.mappedBytes_, 0);
   }
   return *this;
 }
 
 void AlignedBuffer::release() {
-  if (mapping_)
-    munmap(mapping_, mappedBytes_);
+  const size_t bytes = static_cast<size_t>(floats_) * sizeof(float);
+  if (data_ && mapped(bytes))
+    unmapHugePages(data_, bytes);
   else
     std::free(data_);
   data_ = nullptr;
-  mapping_ = nullptr;
   floats_ = 0;
-  mappedBytes_ = 0;
 }
 
 } // namespace rnnc

@@ -16,6 +16,15 @@ namespace rnnc {
 inline constexpr size_t kCacheLineBytes = 64;
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 
+// Memory for a large buffer: `bytes` rounded up to whole huge pages, mapped on a 2 MB boundary
+// and advised onto huge pages (advice only: where they are off, 4 KB pages work too); fresh
+// mappings read as zero. Freed with unmapHugePages(data, the same bytes).
+void* mapHugePages(size_t bytes);
+inline size_t wholeHugePages(size_t bytes) {
+  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+}
+void unmapHugePages(void* data, size_t bytes) noexcept;
+
 class AlignedBuffer {
 public:
   AlignedBuffer() = default;
@@ -34,8 +43,6 @@ private:
   void release();
   float* data_ = nullptr;
   int64_t floats_ = 0;
-  void* mapping_ = nullptr; // an mmap'd region (large buffers), else null
-  size_t mappedBytes_ = 0;
 };
 
 } // namespace rnnc

@@ -197,23 +197,18 @@ Executor jitExecutor(std::shared_ptr<const CompiledCell> cell,
   if (!pool)
     pool = std::make_shared<WorkspacePool>();
   Executor run;
-  run.padded = [=](int64_t steps, int64_t batch, const CellInputs& inputs,
-                   std::vector<Tensor>& states) {
-    Tensor output;
-    auto workspace = pool->take();
-    cell->run(*prepared, steps, batch, inputs, states, output, *workspace, threads);
-    pool->give(std::move(workspace));
-    return output;
+  auto padded = [=](bool reverse) {
+    return
+        [=](int64_t steps, int64_t batch, const CellInputs& inputs, std::vector<Tensor>& states) {
+          Tensor output;
+          auto workspace = pool->take();
+          cell->run(*prepared, steps, batch, inputs, states, output, *workspace, threads, reverse);
+          pool->give(std::move(workspace));
+          return output;
+        };
   };
-  run.reversed = [=](int64_t steps, int64_t batch, const CellInputs& inputs,
-                     std::vector<Tensor>& states) {
-    Tensor output;
-    auto workspace = pool->take();
-    cell->run(*prepared, steps, batch, inputs, states, output, *workspace, threads,
-              /*reverse=*/true);
-    pool->give(std::move(workspace));
-    return output;
-  };
+  run.padded = padded(false);
+  run.reversed = padded(true);
   run.packed = [=](const CellInputs& inputs, const std::vector<int64_t>& batchSizes,
                    std::vector<Tensor>& states) {
     Tensor output;

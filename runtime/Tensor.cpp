@@ -11,7 +11,6 @@
 #include <new>
 #include <optional>
 #include <string>
-#include <sys/mman.h>
 
 namespace rnnc {
 
@@ -40,10 +39,6 @@ int64_t numElements(const TensorShape& shape) {
 
 namespace {
 
-size_t hugePagesFor(size_t bytes) {
-  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-}
-
 // `n` elements of `shape`, filled with `fill` unless `fill` is empty.
 TensorData allocate(const TensorShape& shape, std::optional<float> fill) {
   const int64_t n = numElements(shape);
@@ -58,30 +53,6 @@ TensorData allocate(const TensorShape& shape, std::optional<float> fill) {
     throw UserError("out of memory for a tensor of shape " + shapeToString(shape) + " (" +
                     std::to_string(n * static_cast<int64_t>(sizeof(float))) + " bytes)");
   }
-}
-
-} // namespace
-
-namespace {
-
-void* mapHugePages(size_t used) {
-  // Map a huge page more than needed, then unmap what lies before the first 2 MB boundary and
-  // after the buffer's last huge page: what is left starts on the boundary, and its size follows
-  // from the tensor's bytes alone when it is freed.
-  const size_t mapped = used + kHugePageBytes;
-  void* mapping = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mapping == MAP_FAILED)
-    throw std::bad_alloc();
-  auto* begin = static_cast<char*>(mapping);
-  auto* aligned =
-      reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(begin) + kHugePageBytes - 1) /
-                              kHugePageBytes * kHugePageBytes);
-  if (aligned > begin)
-    munmap(begin, static_cast<size_t>(aligned - begin));
-  if (begin + mapped > aligned + used)
-    munmap(aligned + used, static_cast<size_t>(begin + mapped - (aligned + used)));
-  (void)madvise(aligned, used, MADV_HUGEPAGE); // advice only: 4 KB pages work too
-  return aligned;
 }
 
 // Large buffers freed, kept for the next tensor of the same size: a training step allocates
@@ -118,7 +89,7 @@ public:
       }
     }
     for (const Buffer& b : evicted)
-      munmap(b.data, b.bytes);
+      unmapHugePages(b.data, b.bytes);
   }
 
 private:
@@ -140,7 +111,7 @@ LargeBufferCache& largeBuffers() {
 
 void* allocateTensorBytes(size_t bytes) {
   if (bytes >= kHugePageBytes) {
-    const size_t used = hugePagesFor(bytes);
+    const size_t used = wholeHugePages(bytes);
     if (void* reused = largeBuffers().take(used))
       return reused;
     return mapHugePages(used);
@@ -157,7 +128,7 @@ void freeTensorBytes(void* data, size_t bytes) noexcept {
   if (!data)
     return;
   if (bytes >= kHugePageBytes)
-    largeBuffers().give(data, hugePagesFor(bytes));
+    largeBuffers().give(data, wholeHugePages(bytes));
   else
     std::free(data);
 }
