@@ -175,19 +175,57 @@ void reassociateAll(ir::Cell& cell, ir::Block& block) {
   }
 }
 
+// Which step instructions leave the loop. Not everything the state does not reach: a row-wise
+// op costs the same work in either block, but in `pre` its result is an array over all T*B rows,
+// written once and read back from memory by the loop, where in the loop it is computed in
+// registers from what the step reads anyway (a backward step's gate derivatives, computed
+// from the kept gates, were six such arrays). So what leaves is what gains from it: the matrix
+// products (one GEMM over T*B rows) with everything they read, parameter-only values (computed
+// once instead of per step), and ops that read nothing but those (a product's bias, slices, an
+// input-side layer norm: the GEMM's epilogue, no new array).
+std::vector<bool> worthHoisting(const ir::Cell& cell) {
+  DependenceMap dependence(cell);
+  const ir::Block& step = cell.step;
+  std::unordered_map<const ir::Value*, size_t> indexOf;
+  for (size_t i = 0; i < step.size(); ++i)
+    indexOf[&step[i]->result] = i;
+  auto invariant = [&](size_t i) { return dependence(&step[i]->result) != Dependence::State; };
+  std::vector<bool> hoist(step.size(), false);
+  for (size_t i = 0; i < step.size(); ++i)
+    hoist[i] = invariant(i) && (ir::isMatrixProduct(step[i]->op) ||
+                                dependence(&step[i]->result) == Dependence::ParamsOnly);
+  // What a hoisted instruction reads goes with it (operands come earlier: walk backwards).
+  for (size_t i = step.size(); i-- > 0;)
+    if (hoist[i])
+      for (const ir::Value* operand : step[i]->operands)
+        if (auto it = indexOf.find(operand); it != indexOf.end())
+          hoist[it->second] = true;
+  // Ops on hoisted values, `pre` values and parameters only.
+  std::unordered_set<const ir::Value*> preValues;
+  for (const auto& instr : cell.pre)
+    preValues.insert(&instr->result);
+  auto inPre = [&](const ir::Value* v) {
+    if (auto it = indexOf.find(v); it != indexOf.end())
+      return static_cast<bool>(hoist[it->second]);
+    return preValues.count(v) > 0 || dependence(v) == Dependence::ParamsOnly;
+  };
+  for (size_t i = 0; i < step.size(); ++i)
+    if (!hoist[i] && invariant(i))
+      hoist[i] = std::all_of(step[i]->operands.begin(), step[i]->operands.end(), inPre);
+  return hoist;
+}
+
 } // namespace
 
 bool premultiply(ir::Cell& cell) {
   std::string before = ir::toString(cell);
   exposeBiases(cell, cell.step);
   reassociateAll(cell, cell.step);
-  DependenceMap dependence(cell);
+  const std::vector<bool> hoist = worthHoisting(cell);
   // Move in program order, so every hoisted instruction's operands stay defined before it.
   ir::Block kept;
-  for (auto& instr : cell.step) {
-    bool hoist = dependence(&instr->result) != Dependence::State;
-    (hoist ? cell.pre : kept).push_back(std::move(instr));
-  }
+  for (size_t i = 0; i < cell.step.size(); ++i)
+    (hoist[i] ? cell.pre : kept).push_back(std::move(cell.step[i]));
   cell.step = std::move(kept);
   // Sums that came out of the loop with their biases: the parameter terms of each are added
   // first, into one vector computed once (a GRU's b_ir + b_hr).

@@ -9,7 +9,7 @@ build=${RNNC_TSAN_BUILD:-build-tsan}
 
 mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++-19 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DRNNC_TSAN=ON -DCMAKE_UNITY_BUILD=ON \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DRNNC_TSAN=ON -DCMAKE_UNITY_BUILD=ON \
   > "$build/configure.log"
 cmake --build "$build" --target rnnc_tests
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1"

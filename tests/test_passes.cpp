@@ -336,8 +336,7 @@ TEST(Premultiply, FoldsTheBiasesOfChunkedProductsIntoTheInputSide) {
 
 // A sum of thousands of terms (a generated cell's) goes through the pipeline in time linear in
 // its size: reassociation once walked the add tree from each of its nodes and counted each
-// node's uses over the whole cell (cubic: 2,000 terms took 16 s, 20,000 never finished). The
-// input term and the bias, summed ahead of the loop, leave one add per state term in the step.
+// node's uses over the whole cell (cubic: 2,000 terms took 16 s, 20,000 never finished).
 TEST(Premultiply, ReassociatesSumsOfThousandsOfTerms) {
   const int terms = 5000;
   std::string sum = "x";
@@ -354,11 +353,17 @@ TEST(Premultiply, ReassociatesSumsOfThousandsOfTerms) {
     stepAdds += instr->op == ir::Op::Add;
   for (const auto& instr : cell->pre)
     preAdds += instr->op == ir::Op::Add;
-  EXPECT_EQ(preAdds, 1);      // x + b, once per row ahead of the loop
-  EXPECT_EQ(stepAdds, terms); // h + ... + h + (x + b)
+  // No product to hoist: x + b stays in the loop, summed first (reassociated), then one add per
+  // state term: h + ... + h + (x + b).
+  EXPECT_EQ(preAdds, 0);
+  EXPECT_EQ(stepAdds, terms + 1);
 }
 
-TEST(Premultiply, HoistsAllStateIndependentWorkAndIsIdempotent) {
+// What a hoisted product reads (a layer norm of the input) leaves the loop with it, and so does
+// what reads only hoisted values and parameters (the product's bias); a row-wise op on the inputs
+// that no hoisted product needs stays in the loop, where its result never becomes an array over
+// all steps.
+TEST(Premultiply, HoistsProductsWithWhatTheyReadAndLeavesOtherRowWiseWork) {
   std::string text = cell(R"(  pre {
     %0 = linear %x, %w : [B, n]
   }
@@ -366,24 +371,30 @@ TEST(Premultiply, HoistsAllStateIndependentWorkAndIsIdempotent) {
     %1 = linear %h, %u : [B, n]
     %2 = add %1, %0 : [B, n]
     %3 = layernorm %x {eps = 1e-05} : [B, n]
-    %4 = sigmoid %3 : [B, n]
-    %5 = mul %2, %4 : [B, n]
+    %4 = linear %3, %w : [B, n]
+    %5 = add %4, %b : [B, n]
+    %6 = sigmoid %x : [B, n]
+    %7 = mul %2, %6 : [B, n]
+    %8 = add %7, %5 : [B, n]
   }
-  yield %h = %5
-  output %5
+  yield %h = %8
+  output %8
 )");
   std::string expected = cell(R"(  pre {
     %0 = linear %x, %w : [B, n]
     %1 = layernorm %x {eps = 1e-05} : [B, n]
-    %2 = sigmoid %1 : [B, n]
+    %2 = linear %1, %w : [B, n]
+    %3 = add %2, %b : [B, n]
   }
   step {
-    %3 = linear %h, %u : [B, n]
-    %4 = add %3, %0 : [B, n]
-    %5 = mul %4, %2 : [B, n]
+    %4 = linear %h, %u : [B, n]
+    %5 = add %4, %0 : [B, n]
+    %6 = sigmoid %x : [B, n]
+    %7 = mul %5, %6 : [B, n]
+    %8 = add %7, %3 : [B, n]
   }
-  yield %h = %5
-  output %5
+  yield %h = %8
+  output %8
 )");
   checkPass(passes::premultiply, text, expected);
   checkPass(passes::premultiply, expected, expected, /*expectChanged=*/false);
