@@ -192,8 +192,8 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
   PackedProduct packed;
   packed.product = &product;
   packed.weights = weights;
-  packed.splitRows = packed.standalone() || &block == &cell.pre;
-  if (packed.standalone()) { // one slice of all its columns
+  packed.splitRows = &block == &cell.pre; // see "How the work is split" in StoragePlan.h
+  if (packed.standalone()) {              // one slice of all its columns
     packed.offsets.push_back(0);
     packed.columns = columnsOf(&product.result);
   }

@@ -43,10 +43,12 @@ struct BufferSpec {
 // pass reads one contiguous panel: block after block, panel after panel, depth after depth,
 // `width` weights of each of the panel's slices (zero past the kernel's columns).
 //
-// How the work is split: the recurrent product (fused, in the step) gives each thread a fixed
-// share of the column blocks for the whole sequence, so that its weights stay in its cache; every
-// other product (the input projection over T*B rows above all) gives each thread its rows, in
-// chunks of `chunkRows` rows that stay in L2 while every block of weights passes over them.
+// How the work is split: a product in the step (the recurrent product, fused or standalone, as a
+// backward step's dgates W_hh) gives each thread a fixed share of the column blocks for the whole
+// sequence, so that its weights stay in its cache and B rows need not divide into tiles evenly
+// (B = 64 in 14-row tiles gave one thread 42 rows, the other 22); a product in `pre` (the input
+// projection over T*B rows above all) gives each thread its rows, in chunks of `chunkRows` rows
+// that stay in L2 while every block of weights passes over them.
 // (Walking the depth in blocks whose panels stay in L1, as BLIS does, gained nothing measurable:
 // the panel's lines stream from L2 fast enough for 2 loads per row of FMAs.)
 struct PackedProduct {

@@ -58,17 +58,23 @@ TEST(StoragePlan, TheLstmKernelStoresBothStatesAndTheOutputDirectly) {
   EXPECT_TRUE(plan.outputInPlace);
   // Left to buffers: the pre block's input product and the gates with the folded bias (both
   // T*B rows), the step's product result, both products' packed weights and each thread's
-  // copies of their x rows (a chunk of rows each); none for c', h' or any gate.
+  // copies of their x rows (the input product: a chunk of rows each; the step's: all B rows);
+  // none for c', h' or any gate.
   ASSERT_EQ(plan.buffers.size(), 7u);
   EXPECT_EQ(countRows(plan, codegen::Rows::Sequence, false), 2);
   EXPECT_EQ(countRows(plan, codegen::Rows::Step, false), 1);
   EXPECT_EQ(countRows(plan, codegen::Rows::Fixed, true), 2);
-  EXPECT_EQ(countRows(plan, codegen::Rows::PerThread, false), 2);
-  // Both products are standalone (fuse-matmul is off), tiled over rows and stored.
+  EXPECT_EQ(countRows(plan, codegen::Rows::PerThread, false), 1);
+  EXPECT_EQ(countRows(plan, codegen::Rows::PerThreadStep, false), 1);
+  // Both products are standalone (fuse-matmul is off) and stored; the input product's T*B rows
+  // are split between threads, the step's B rows are not: threads take its column blocks.
   ASSERT_EQ(plan.packedProducts.size(), 2u);
   for (const codegen::PackedProduct& packed : plan.packedProducts) {
     EXPECT_TRUE(packed.standalone());
-    EXPECT_TRUE(packed.splitRows);
+    const bool inPre = std::any_of(lstm->pre.begin(), lstm->pre.end(), [&](const auto& instr) {
+      return instr.get() == packed.product;
+    });
+    EXPECT_EQ(packed.splitRows, inPre);
     EXPECT_EQ(plan.buffers.at(plan.bufferOf.at(&packed.product->result)).cols, 16);
   }
 }
