@@ -49,17 +49,8 @@ llvm::Value* ProductKernelEmitter::narrowWeight(llvm::Value* weight, WeightType 
     return weight;
   case WeightType::F16:
     return e.b.CreateFPTrunc(weight, e.b.getHalfTy()); // vcvtps2ph: to nearest even
-  case WeightType::BF16: {
-    // The upper half of the fp32 bits, rounded to nearest even: add 0x7fff plus the lowest kept
-    // bit, then shift. A NaN stays a (quiet) NaN rather than rounding into infinity.
-    llvm::Value* bits = e.b.CreateBitCast(weight, e.b.getInt32Ty());
-    llvm::Value* lowestKept = e.b.CreateAnd(e.b.CreateLShr(bits, 16), e.b.getInt32(1));
-    llvm::Value* rounded =
-        e.b.CreateLShr(e.b.CreateAdd(bits, e.b.CreateAdd(lowestKept, e.b.getInt32(0x7fff))), 16);
-    llvm::Value* nan = e.b.CreateFCmpUNO(weight, weight);
-    llvm::Value* quietNaN = e.b.CreateOr(e.b.CreateLShr(bits, 16), e.b.getInt32(0x40));
-    return e.b.CreateTrunc(e.b.CreateSelect(nan, quietNaN, rounded), e.b.getInt16Ty());
-  }
+  case WeightType::BF16:
+    return bf16Bits(weight); // Bf16Products.cpp
   case WeightType::I8:
     break; // QuantizedProducts.cpp
   }
@@ -92,6 +83,8 @@ llvm::Value* ProductKernelEmitter::widenWeights(llvm::Value* packed, WeightType 
 void ProductKernelEmitter::emitPacking(const PackedProduct& packed) {
   if (packed.weights == WeightType::I8)
     return emitInt8Packing(packed);
+  // bf16 in depth pairs: 32-bit elements of two bf16 halves, each half stored by itself.
+  const bool pairs = packed.depthPairs;
   const ir::Instr& product = *packed.product;
   const bool transposed = product.op == Op::Linear; // x @ W^T: W is [N, K]
   View w = e.view(product.operands[1]);
@@ -119,7 +112,8 @@ void ProductKernelEmitter::emitPacking(const PackedProduct& packed) {
   auto lookup = [&](llvm::Value* array, llvm::Value* s) {
     return e.b.CreateLoad(e.i64, e.b.CreateGEP(e.i64, array, s));
   };
-  llvm::Type* element = weightElementType(packed.weights);
+  llvm::Type* element = pairs ? e.b.getInt32Ty() : weightElementType(packed.weights);
+  const int64_t packedValues = pairs ? 2 * packed.packedDepth() : packed.depth;
   RowRange blocks = e.share(e.constant(packed.blocks));
   e.forLoop(blocks.begin, blocks.end, e.constant(1), "pack", [&](llvm::Value* blk) {
     llvm::Value* block =
@@ -134,21 +128,31 @@ void ProductKernelEmitter::emitPacking(const PackedProduct& packed) {
             llvm::Value* inside = e.b.CreateICmpSLT(local, e.constant(packed.columns));
             llvm::Value* column = e.b.CreateAdd(local, lookup(offsetTable, s));
             llvm::Value* to = e.b.CreateGEP(element, sliceBase, l);
-            e.forLoop(e.constant(0), e.constant(packed.depth), e.constant(1), "packk",
-                      [&](llvm::Value* k) {
-                        llvm::Value* from = transposed ? e.elementPointer(w, column, k)
-                                                       : e.elementPointer(w, k, column);
-                        // Past the kernel's columns the address may be out of bounds: select it
-                        // away.
-                        llvm::Value* safe = e.b.CreateSelect(inside, from, w.base);
-                        llvm::Value* weight = e.b.CreateSelect(
-                            inside, e.b.CreateAlignedLoad(e.f32, safe, llvm::Align(4)),
-                            llvm::ConstantFP::get(e.f32, 0.0));
-                        e.b.CreateAlignedStore(
-                            narrowWeight(weight, packed.weights),
-                            e.b.CreateGEP(element, to, e.b.CreateMul(k, panelWidth)),
-                            llvm::Align(static_cast<uint64_t>(weightTypeBytes(packed.weights))));
-                      });
+            e.forLoop(
+                e.constant(0), e.constant(packedValues), e.constant(1), "packk",
+                [&](llvm::Value* k) {
+                  // Past the kernel's columns (or a pair's depth past the depth) the address
+                  // may be out of bounds: select it away.
+                  llvm::Value* valid =
+                      pairs ? e.b.CreateAnd(inside, e.b.CreateICmpSLT(k, e.constant(packed.depth)))
+                            : inside;
+                  llvm::Value* from =
+                      transposed ? e.elementPointer(w, column, k) : e.elementPointer(w, k, column);
+                  llvm::Value* safe = e.b.CreateSelect(valid, from, w.base);
+                  llvm::Value* weight =
+                      e.b.CreateSelect(valid, e.b.CreateAlignedLoad(e.f32, safe, llvm::Align(4)),
+                                       llvm::ConstantFP::get(e.f32, 0.0));
+                  llvm::Value* at =
+                      pairs ? e.b.CreateGEP(
+                                  e.b.getInt16Ty(), to,
+                                  e.b.CreateAdd(
+                                      e.b.CreateMul(e.b.CreateAnd(k, e.constant(~1)), panelWidth),
+                                      e.b.CreateAnd(k, e.constant(1))))
+                            : e.b.CreateGEP(element, to, e.b.CreateMul(k, panelWidth));
+                  e.b.CreateAlignedStore(
+                      narrowWeight(weight, packed.weights), at,
+                      llvm::Align(static_cast<uint64_t>(weightTypeBytes(packed.weights))));
+                });
           });
     });
   });
@@ -191,6 +195,8 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   auto copyRows = [&](const View& to, const View& from, RowRange rows) {
     if (packed.weights == WeightType::I8)
       quantizeRows(to, from, rows, packed.depth, packed.xStride);
+    else if (packed.weights == WeightType::BF16)
+      bf16Rows(to, from, rows, packed.depth, packed.depthPairs);
     else
       e.copyRows(to, from, rows, packed.depth);
   };
@@ -433,6 +439,8 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::V
                                                           int64_t rows) {
   if (packed.weights == WeightType::I8)
     return emitInt8Tile(x, weights, packed, blk, firstRow, rows);
+  if (packed.depthPairs)
+    return emitBf16PairTile(x, weights, packed, blk, firstRow, rows);
   const int64_t slices = packed.slices();
   const int64_t perPass = slicesPerPass(packed, rows, /*spare=*/1);
   llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));

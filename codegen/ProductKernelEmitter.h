@@ -61,6 +61,14 @@ private:
   int64_t slicesPerPass(const PackedProduct& packed, int64_t rows, int64_t spare) const;
   int64_t accumulatorSets(const PackedProduct& packed, int64_t rows, int64_t count, int64_t spare,
                           int64_t depth) const;
+  // bf16 (codegen/Bf16Products.cpp): fp32 values (a scalar or a vector) rounded to nearest
+  // even, as bf16 bit patterns (i16); rows [rows) of `from` copied into `to` with each value
+  // rounded to bf16, as bf16 (`pairs`: 2 bytes each, zero past an odd depth) or as fp32; a tile
+  // of vdpbf16ps over depth pairs (PackedProduct::depthPairs).
+  llvm::Value* bf16Bits(llvm::Value* v);
+  void bf16Rows(const View& to, const View& from, RowRange rows, int64_t depth, bool pairs);
+  Tile emitBf16PairTile(const View& x, llvm::Value* words, const PackedProduct& packed,
+                        llvm::Value* blk, llvm::Value* firstRow, int64_t rows);
   // A slot in the function's entry block (promoted to a register by LLVM): loop-carried values
   // of forLoop bodies.
   llvm::Value* entrySlot(llvm::Type* type, const char* name);

@@ -216,6 +216,7 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
     packed.tileRows = kGpuTileRows;
     return packed;
   }
+  packed.depthPairs = weights == WeightType::BF16 && vectorWidth == 16 && target.has("avx512bf16");
   packed.width = vectorWidth;
   packed.blocks = (packed.columns + vectorWidth - 1) / vectorWidth;
   // Accumulators: every vector register but one for the broadcast input and a few for the

@@ -65,6 +65,10 @@ struct PackedProduct {
   // int8: per block, each slice's `width` dequantization scales then its `width` column sums
   // of the quantized weights (fp32; the sums correct for the input's zero point).
   size_t scaleBuffer = 0;
+  // bf16 on a CPU with AVX512_BF16: the weights of two consecutive depths in one 32-bit element
+  // (the lower depth in the low half, zero past the depth), what vdpbf16ps multiplies with the
+  // row's pair of inputs, themselves rounded to bf16 as they are copied for the tiles.
+  bool depthPairs = false;
   bool splitRows = false; // threads split rows (in chunks), not column blocks
   int64_t chunkRows = 0;  // with splitRows: rows per chunk, a multiple of tileRows
   // The rows of x are first copied into this thread's part of buffer `xBuffer` (each chunk's
@@ -82,9 +86,11 @@ struct PackedProduct {
   // The packed elements: one weight of `weights`'s type, but for int8 a 32-bit group of the
   // weights of 4 consecutive depths (what vpmaddubsw multiplies with 4 bytes of the input), the
   // depth then counted in groups (zero past the depth).
-  int64_t packedDepth() const { return weights == WeightType::I8 ? (depth + 3) / 4 : depth; }
+  int64_t packedDepth() const {
+    return weights == WeightType::I8 ? (depth + 3) / 4 : depthPairs ? (depth + 1) / 2 : depth;
+  }
   int64_t packedElementBytes() const {
-    return weights == WeightType::I8 ? 4 : weightTypeBytes(weights);
+    return weights == WeightType::I8 || depthPairs ? 4 : weightTypeBytes(weights);
   }
   // Where the packed elements of (slice, packed depth 0) of block 0 start; packed depth k adds
   // k * panelWidth(slice), block b adds b * packedDepth() * slices() * width.

@@ -140,6 +140,15 @@ void evaluate(const ir::Instr& instr, const std::vector<const Tensor*>& in, Tens
     Eigen::Map<const MatrixR> x(in[0]->data(), rowsOf(*in[0]), colsOf(*in[0]));
     Eigen::Map<const MatrixR> w(in[1]->data(), in[1]->dim(0), in[1]->dim(1));
     Eigen::Map<MatrixR> y(out.data(), rowsOf(out), colsOf(out));
+    if (ctx.options.bf16Products) {
+      auto toBf16 = [](float v) { return static_cast<float>(Eigen::bfloat16(v)); };
+      const MatrixR xr = x.unaryExpr(toBf16), wr = w.unaryExpr(toBf16);
+      if (instr.op == Op::Linear)
+        y.noalias() = xr * wr.transpose();
+      else
+        y.noalias() = xr * wr;
+      return;
+    }
     if (instr.op == Op::Linear)
       y.noalias() = x * w.transpose();
     else

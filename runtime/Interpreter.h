@@ -14,6 +14,9 @@ namespace rnnc {
 struct ExecutionOptions {
   bool training = false; // dropout is active only in training
   uint64_t seed = 0;     // dropout masks are a pure function of (seed, op, row, column)
+  // Matrix products multiply their operands rounded to bf16 (to nearest even, by Eigen), and sum
+  // in fp32: what the generated code computes with bf16 weights (codegen/Bf16Products.cpp).
+  bool bf16Products = false;
 };
 
 class Interpreter {

@@ -190,22 +190,73 @@ def test_repr_names_the_options():
         "rnnc.LSTM(3, 4, num_layers=2, batch_first=True)"
 
 
+def bf16_product_reference(mode, module, x):
+    """The layers written out in torch ops, every matrix product multiplying operands rounded to
+    bf16 (inputs, states and weights) and summing in fp32, as rnnc's bf16 products do; biases and
+    the elementwise math in fp32. No hx: zero initial states. Returns (output, h_n[, c_n])."""
+    def bf16(t):
+        return t.to(torch.bfloat16).float()
+
+    def product(rows, weight):
+        return bf16(rows) @ bf16(weight).t()
+
+    hidden = module.hidden_size
+    directions = 2 if module.bidirectional else 1
+    layer_input, finals_h, finals_c = x, [], []
+    for layer in range(module.num_layers):
+        outputs = []
+        for direction in range(directions):
+            suffix = f"_l{layer}" + ("_reverse" if direction else "")
+            w_ih, w_hh = getattr(module, "weight_ih" + suffix), getattr(module, "weight_hh" + suffix)
+            b_ih, b_hh = getattr(module, "bias_ih" + suffix), getattr(module, "bias_hh" + suffix)
+            h = torch.zeros(x.shape[1], hidden)
+            c = torch.zeros(x.shape[1], hidden)
+            steps = range(x.shape[0] - 1, -1, -1) if direction else range(x.shape[0])
+            out = [None] * x.shape[0]
+            for t in steps:
+                gi = product(layer_input[t], w_ih) + b_ih
+                gh = product(h, w_hh) + b_hh
+                if mode == "LSTM":
+                    i, f, g, o = (gi + gh).chunk(4, 1)
+                    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+                    h = torch.sigmoid(o) * torch.tanh(c)
+                elif mode == "GRU":
+                    ir, iz, inn = gi.chunk(3, 1)
+                    hr, hz, hn = gh.chunk(3, 1)
+                    r, z = torch.sigmoid(ir + hr), torch.sigmoid(iz + hz)
+                    n = torch.tanh(inn + r * hn)
+                    h = (1 - z) * n + z * h
+                else:
+                    h = torch.tanh(gi + gh)
+                out[t] = h
+            outputs.append(torch.stack(out))
+            finals_h.append(h)
+            finals_c.append(c)
+        layer_input = torch.cat(outputs, 2)
+    if mode == "LSTM":
+        return layer_input, (torch.stack(finals_h), torch.stack(finals_c))
+    return layer_input, torch.stack(finals_h)
+
+
 @pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN_TANH"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_reduced_weights_match_torch_on_weights_rounded_by_torch(mode, dtype):
+def test_reduced_weights_match_torch_on_rounded_operands(mode, dtype):
     module = torch_module(mode, 9, 12, num_layers=2, bidirectional=True)
     ours = rnnc.from_torch(module, weights_dtype=dtype)
     x = torch.randn(6, 3, 9)
     with torch.no_grad():
         exact = module(x)
-        # torch rounds the matrices (not the biases) the same way: to nearest even.
-        torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-        for name, parameter in module.named_parameters():
-            if name.startswith("weight"):
-                parameter.copy_(parameter.to(torch_dtype).float())
-        rounded = module(x)
         got = ours(x)
-    compare_outputs(mode, got, rounded)
+        if dtype == "bf16":  # products of bf16 inputs and bf16 weights
+            reference = bf16_product_reference(mode, module, x)
+        else:
+            # fp16 weights, fp32 inputs: torch rounds the matrices (not the biases) the same
+            # way, to nearest even.
+            for name, parameter in module.named_parameters():
+                if name.startswith("weight"):
+                    parameter.copy_(parameter.half().float())
+            reference = module(x)
+    compare_outputs(mode, got, reference)
     error = float((got[0] - exact[0]).abs().max()) / float(exact[0].abs().max())
     assert 0 < error < 1e-2, f"{dtype} weights: error {error:.3g} against fp32"
 

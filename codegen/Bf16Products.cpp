@@ -1,0 +1,197 @@
+// bf16 matrix products (--weights-dtype bf16, codegen/WeightType.h), the ProductKernelEmitter's
+// part for them. A product with bf16 weights multiplies bf16 inputs: each row of x is rounded
+// to bf16 (to nearest even) as it is copied for the tiles, and the products of the two are
+// summed in fp32, on every CPU (so a CPU without AVX512_BF16 gives the same results up to the
+// order of the sums, as for fp32):
+//   - with AVX512_BF16 (PackedProduct::depthPairs), the weights of two consecutive depths are
+//     packed in one 32-bit element and the row's copy is bf16; one vdpbf16ps multiplies 16
+//     columns by a broadcast pair of inputs, 32 products where an FMA does 16;
+//   - elsewhere the weights are widened to fp32 in registers and the rounded row stays fp32.
+#include "codegen/ProductKernelEmitter.h"
+
+#include "ir/Error.h"
+
+#include <llvm/IR/IntrinsicsX86.h>
+
+#include <algorithm>
+
+namespace rnnc::codegen {
+namespace {
+
+constexpr int64_t kPairLanes = 16; // fp32 sums of one vdpbf16ps on zmm
+
+} // namespace
+
+llvm::Value* ProductKernelEmitter::bf16Bits(llvm::Value* v) {
+  llvm::Type* i32 = e.b.getInt32Ty();
+  llvm::Type* i16 = e.b.getInt16Ty();
+  if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(v->getType())) {
+    i32 = llvm::FixedVectorType::get(i32, vector->getNumElements());
+    i16 = llvm::FixedVectorType::get(i16, vector->getNumElements());
+  }
+  // The upper half of the fp32 bits, rounded to nearest even: add 0x7fff plus the lowest kept
+  // bit, then shift. A NaN stays a (quiet) NaN rather than rounding into infinity.
+  llvm::Value* bits = e.b.CreateBitCast(v, i32);
+  llvm::Value* upper = e.b.CreateLShr(bits, 16);
+  llvm::Value* lowestKept = e.b.CreateAnd(upper, 1);
+  llvm::Value* rounded = e.b.CreateLShr(
+      e.b.CreateAdd(bits, e.b.CreateAdd(lowestKept, llvm::ConstantInt::get(i32, 0x7fff))), 16);
+  llvm::Value* nan = e.b.CreateFCmpUNO(v, v);
+  llvm::Value* quietNaN = e.b.CreateOr(upper, 0x40);
+  return e.b.CreateTrunc(e.b.CreateSelect(nan, quietNaN, rounded), i16);
+}
+
+void ProductKernelEmitter::bf16Rows(const View& to, const View& from, RowRange rows, int64_t depth,
+                                    bool pairs) {
+  e.synced = false;
+  const int64_t width = e.target.vectorWidth, vectorDepth = depth / width * width;
+  auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(width));
+  e.forLoop(rows.begin, rows.end, e.constant(1), "bf16row", [&](llvm::Value* r) {
+    llvm::Value* source = e.elementPointer(from, r, e.constant(0));
+    llvm::Value* row = e.elementPointer(to, r, e.constant(0));
+    // Values [k, k + lanes) (a vector, or one value), rounded and stored.
+    auto put = [&](llvm::Value* k, unsigned lanes) {
+      llvm::Type* type = lanes == 1 ? e.f32 : static_cast<llvm::Type*>(floats);
+      llvm::Value* v = e.b.CreateAlignedLoad(type, e.b.CreateGEP(e.f32, source, k), llvm::Align(4));
+      llvm::Value* bits = bf16Bits(v);
+      if (pairs) {
+        e.b.CreateAlignedStore(bits, e.b.CreateGEP(e.b.getInt16Ty(), row, k), llvm::Align(2));
+        return;
+      }
+      llvm::Type* wide = e.b.getInt32Ty();
+      if (lanes > 1)
+        wide = llvm::FixedVectorType::get(wide, lanes);
+      llvm::Value* widened = e.b.CreateBitCast(e.b.CreateShl(e.b.CreateZExt(bits, wide), 16), type);
+      e.b.CreateAlignedStore(widened, e.b.CreateGEP(e.f32, row, k), llvm::Align(4));
+    };
+    e.forLoop(e.constant(0), e.constant(vectorDepth), e.constant(width), "bf16vec",
+              [&](llvm::Value* k) { put(k, static_cast<unsigned>(width)); });
+    e.forLoop(e.constant(vectorDepth), e.constant(depth), e.constant(1), "bf16one",
+              [&](llvm::Value* k) { put(k, 1); });
+    if (pairs && depth % 2 == 1) // the last pair's upper half: its weight is zero too
+      e.b.CreateAlignedStore(e.b.getInt16(0), e.b.CreateConstGEP1_64(e.b.getInt16Ty(), row, depth),
+                             llvm::Align(2));
+  });
+}
+
+ProductKernelEmitter::Tile ProductKernelEmitter::emitBf16PairTile(const View& x, llvm::Value* words,
+                                                                  const PackedProduct& packed,
+                                                                  llvm::Value* blk,
+                                                                  llvm::Value* firstRow,
+                                                                  int64_t rows) {
+  const int64_t slices = packed.slices(), pairs = packed.packedDepth();
+  const int64_t parts = packed.width / kPairLanes; // vdpbf16ps per slice and row
+  RNNC_INTERNAL_CHECK(parts * kPairLanes == packed.width, "bf16 pair blocks of 16 columns");
+  const int64_t perPass = slicesPerPass(packed, rows, /*spare=*/1);
+  llvm::Type* i32 = e.b.getInt32Ty();
+  auto* lanes = llvm::FixedVectorType::get(e.f32, kPairLanes);
+  auto* words16 = llvm::FixedVectorType::get(i32, kPairLanes);
+  auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
+  llvm::Function* dot =
+      llvm::Intrinsic::getDeclaration(e.module.get(), llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512);
+  llvm::FunctionType* dotType = dot->getFunctionType();
+
+  std::vector<llvm::Value*> rowWords; // the rows' bf16 copies, a pair per 32-bit word
+  for (int64_t m = 0; m < rows; ++m)
+    rowWords.push_back(e.elementPointer(x, e.b.CreateAdd(firstRow, e.constant(m)), e.constant(0)));
+  llvm::Value* block =
+      e.b.CreateGEP(i32, words, e.b.CreateMul(blk, e.constant(pairs * slices * packed.width)));
+
+  using Sums = std::vector<std::vector<std::vector<llvm::Value*>>>; // [row][slice][part]
+  Tile sums(static_cast<size_t>(rows), std::vector<llvm::Value*>(static_cast<size_t>(slices)));
+  for (int64_t first = 0; first < slices; first += perPass) {
+    const int64_t count = std::min(perPass, slices - first);
+    std::vector<llvm::Value*> sliceWords;
+    for (int64_t s = first; s < first + count; ++s)
+      sliceWords.push_back(e.b.CreateConstGEP1_64(i32, block, packed.sliceStart(s)));
+    const int64_t chains = accumulatorSets(packed, rows, count, /*spare=*/1, pairs);
+    const int64_t loopPairs = pairs / chains * chains;
+    auto step = [&](llvm::Value* p, Sums& acc) {
+      std::vector<std::vector<llvm::Value*>> w(static_cast<size_t>(count));
+      for (int64_t s = 0; s < count; ++s)
+        for (int64_t part = 0; part < parts; ++part) {
+          llvm::Value* at =
+              e.b.CreateAdd(e.b.CreateMul(p, e.constant(packed.panelWidth(first + s))),
+                            e.constant(part * kPairLanes));
+          w[s].push_back(e.b.CreateBitCast(
+              e.b.CreateAlignedLoad(words16, e.b.CreateGEP(i32, sliceWords[s], at), llvm::Align(4)),
+              dotType->getParamType(2)));
+        }
+      for (int64_t m = 0; m < rows; ++m) {
+        llvm::Value* pair =
+            e.b.CreateAlignedLoad(i32, e.b.CreateGEP(i32, rowWords[m], p), llvm::Align(4));
+        llvm::Value* input =
+            e.b.CreateBitCast(e.b.CreateVectorSplat(kPairLanes, pair), dotType->getParamType(1));
+        for (int64_t s = 0; s < count; ++s)
+          for (int64_t part = 0; part < parts; ++part)
+            acc[m][s][part] = e.b.CreateCall(dot, {acc[m][s][part], input, w[s][part]});
+      }
+    };
+    auto zeroSums = [&] {
+      return Sums(static_cast<size_t>(rows),
+                  std::vector<std::vector<llvm::Value*>>(
+                      static_cast<size_t>(count),
+                      std::vector<llvm::Value*>(static_cast<size_t>(parts),
+                                                llvm::ConstantFP::get(lanes, 0.0))));
+    };
+    std::vector<Sums> acc(static_cast<size_t>(chains), zeroSums());
+    if (loopPairs > 0) {
+      llvm::BasicBlock* before = e.b.GetInsertBlock();
+      auto [p, header, exit] = e.openLoop(e.constant(0), "pairdepth");
+      std::vector<std::vector<llvm::PHINode*>> phis(static_cast<size_t>(chains));
+      for (int64_t c = 0; c < chains; ++c)
+        for (int64_t m = 0; m < rows; ++m)
+          for (int64_t s = 0; s < count; ++s)
+            for (int64_t part = 0; part < parts; ++part) {
+              llvm::PHINode* phi = e.b.CreatePHI(lanes, 2);
+              phi->addIncoming(llvm::ConstantFP::get(lanes, 0.0), before);
+              phis[c].push_back(phi);
+              acc[c][m][s][part] = phi;
+            }
+      for (int64_t c = 0; c < chains; ++c)
+        step(c == 0 ? p : e.b.CreateAdd(p, e.constant(c)), acc[c]);
+      llvm::Value* next = e.b.CreateAdd(p, e.constant(chains));
+      llvm::BasicBlock* latch = e.b.GetInsertBlock();
+      for (int64_t c = 0; c < chains; ++c) {
+        size_t i = 0;
+        for (int64_t m = 0; m < rows; ++m)
+          for (int64_t s = 0; s < count; ++s)
+            for (int64_t part = 0; part < parts; ++part)
+              phis[c][i++]->addIncoming(acc[c][m][s][part], latch);
+      }
+      p->addIncoming(next, latch);
+      e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(loopPairs)), header, exit);
+      e.b.SetInsertPoint(exit);
+    }
+    for (int64_t rest = loopPairs; rest < pairs; ++rest)
+      step(e.constant(rest), acc[0]);
+
+    // The chains added, the parts joined into the block's width (16 + 16 -> 32 -> 64 lanes).
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t s = 0; s < count; ++s) {
+        std::vector<llvm::Value*> part;
+        for (int64_t q = 0; q < parts; ++q) {
+          llvm::Value* total = acc[0][m][s][q];
+          for (int64_t c = 1; c < chains; ++c)
+            total = e.b.CreateFAdd(total, acc[c][m][s][q]);
+          part.push_back(total);
+        }
+        while (part.size() > 1) {
+          std::vector<llvm::Value*> joined;
+          for (size_t i = 0; i < part.size(); i += 2) {
+            auto n = llvm::cast<llvm::FixedVectorType>(part[i]->getType())->getNumElements();
+            std::vector<int> mask(2 * n);
+            for (unsigned j = 0; j < 2 * n; ++j)
+              mask[j] = static_cast<int>(j);
+            joined.push_back(e.b.CreateShuffleVector(part[i], part[i + 1], mask));
+          }
+          part = std::move(joined);
+        }
+        RNNC_INTERNAL_CHECK(part[0]->getType() == floats, "bf16 tile width");
+        sums[m][first + s] = part[0];
+      }
+  }
+  return sums;
+}
+
+} // namespace rnnc::codegen
