@@ -197,3 +197,28 @@ TEST(StoragePlan, SwappedStatesAreStagedBeforeBeingOverwritten) {
 }
 
 } // namespace
+
+// bf16 weights are packed in depth pairs for vdpbf16ps where the CPU has AVX512_BF16 (half the
+// packed depth, 4-byte elements, an odd depth padded), and as 2-byte weights widened in registers
+// elsewhere; other types never pair.
+TEST(StoragePlan, Bf16WeightsPairDepthsOnlyWithAvx512Bf16) {
+  const codegen::Target bf16Cpu{"x86_64-unknown-linux-gnu", "znver4", "+avx512f,+avx512bf16,+f16c",
+                                16, 32};
+  auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 7}, {"hidden_size", 9}});
+  auto productsOf = [&](const codegen::Target& target, codegen::WeightType weights) {
+    return codegen::planStorage(*lstm, target, weights).packedProducts;
+  };
+  for (const codegen::PackedProduct& packed : productsOf(bf16Cpu, codegen::WeightType::BF16)) {
+    EXPECT_TRUE(packed.depthPairs);
+    EXPECT_EQ(packed.packedDepth(), (packed.depth + 1) / 2);
+    EXPECT_EQ(packed.packedElementBytes(), 4);
+  }
+  for (const codegen::PackedProduct& packed : productsOf(kPlanAvx512, codegen::WeightType::BF16)) {
+    EXPECT_FALSE(packed.depthPairs);
+    EXPECT_EQ(packed.packedDepth(), packed.depth);
+    EXPECT_EQ(packed.packedElementBytes(), 2);
+  }
+  for (auto weights : {codegen::WeightType::F32, codegen::WeightType::F16})
+    for (const codegen::PackedProduct& packed : productsOf(bf16Cpu, weights))
+      EXPECT_FALSE(packed.depthPairs);
+}
