@@ -149,15 +149,13 @@ private:
       lexer_.errorAt(name, "'" + name.text + "' is a reserved word");
   }
 
+  // The statements' keywords and every built-in function's name (builtinFunctions()).
   static bool isReserved(const std::string& word) {
-    static const char* reserved[] = {"cell",   "input",  "state", "param",   "return",
-                                     "output", "linear", "chunk", "cat",     "sigmoid",
-                                     "tanh",   "relu",   "exp",   "log",     "sqrt",
-                                     "min",    "max",    "clamp", "dropout", "layernorm"};
-    for (const char* r : reserved)
-      if (word == r)
+    static const char* keywords[] = {"cell", "input", "state", "param", "return", "output"};
+    for (const char* k : keywords)
+      if (word == k)
         return true;
-    return false;
+    return findBuiltin(word) != nullptr;
   }
 
   // ---- Statements ---------------------------------------------------------------------------
@@ -417,70 +415,109 @@ private:
     }
   }
 
+  // The cell language's built-in functions, each named once: what reserves its name, what the
+  // call parses to, and the list an unknown name's error gives (in this order).
+  using CallParser = Operand (CellParser::*)(const Token& fn, const CallArgs& args);
+  struct Builtin {
+    const char* name;
+    CallParser parse; // null for chunk, which only an assignment of several names can call
+    Op op = Op::Add;  // what callElementwise builds for the one-operand functions
+  };
+  static const std::vector<Builtin>& builtinFunctions() {
+    static const std::vector<Builtin> builtins = {
+        {"linear", &CellParser::callLinear},
+        {"sigmoid", &CellParser::callElementwise, Op::Sigmoid},
+        {"tanh", &CellParser::callElementwise, Op::Tanh},
+        {"relu", &CellParser::callElementwise, Op::Relu},
+        {"exp", &CellParser::callElementwise, Op::Exp},
+        {"log", &CellParser::callElementwise, Op::Log},
+        {"sqrt", &CellParser::callElementwise, Op::Sqrt},
+        {"min", &CellParser::callMinMax, Op::Min},
+        {"max", &CellParser::callMinMax, Op::Max},
+        {"clamp", &CellParser::callClamp},
+        {"chunk", nullptr},
+        {"cat", &CellParser::callCat},
+        {"layernorm", &CellParser::layerNorm},
+        {"dropout", &CellParser::callDropout},
+    };
+    return builtins;
+  }
+  static const Builtin* findBuiltin(const std::string& name) {
+    for (const Builtin& builtin : builtinFunctions())
+      if (name == builtin.name)
+        return &builtin;
+    return nullptr;
+  }
+
   Operand parseCall(const Token& fn) {
-    static const std::unordered_map<std::string, Op> unary = {
-        {"sigmoid", Op::Sigmoid}, {"tanh", Op::Tanh}, {"relu", Op::Relu},
-        {"exp", Op::Exp},         {"log", Op::Log},   {"sqrt", Op::Sqrt}};
-    if (fn.text == "chunk")
+    const Builtin* builtin = findBuiltin(fn.text);
+    if (!builtin) {
+      std::string known;
+      for (const Builtin& b : builtinFunctions())
+        known += (known.empty() ? "" : ", ") + std::string(b.name);
+      lexer_.errorAt(fn, "unknown function '" + fn.text + "'; known: " + known);
+    }
+    if (!builtin->parse)
       lexer_.errorAt(fn, "chunk(x, n) must be assigned to n names: a, b = chunk(x, 2)");
     Lexer::Nesting nesting(lexer_, fn);
     CallArgs args = parseCallArgs();
     if (fn.text != "layernorm")
       checkKeywords(fn, args, {});
+    return (this->*builtin->parse)(fn, args);
+  }
 
-    if (auto it = unary.find(fn.text); it != unary.end()) {
-      checkArgCount(fn, args, 1, 1, (fn.text + "(x)").c_str());
-      Value* x = requireValue(args.positional[0], fn.text.c_str());
-      return result(fn, withLocation(fn, [&] { return builder_.create(it->second, {x}); }));
+  Operand callElementwise(const Token& fn, const CallArgs& args) {
+    checkArgCount(fn, args, 1, 1, (fn.text + "(x)").c_str());
+    Value* x = requireValue(args.positional[0], fn.text.c_str());
+    const Op op = findBuiltin(fn.text)->op;
+    return result(fn, withLocation(fn, [&] { return builder_.create(op, {x}); }));
+  }
+
+  Operand callMinMax(const Token& fn, const CallArgs& args) {
+    checkArgCount(fn, args, 2, 2, (fn.text + "(a, b)").c_str());
+    return binary(findBuiltin(fn.text)->op, fn, args.positional[0], args.positional[1]);
+  }
+
+  Operand callClamp(const Token& fn, const CallArgs& args) {
+    checkArgCount(fn, args, 3, 3, "clamp(x, lo, hi) with number bounds");
+    ir::Attrs attrs;
+    attrs.lo = requireNumber(args.positional[1], "clamp's lower bound");
+    attrs.hi = requireNumber(args.positional[2], "clamp's upper bound");
+    if (!(attrs.lo <= attrs.hi))
+      lexer_.errorAt(args.positional[1].token, "clamp's lower bound exceeds its upper bound");
+    Value* x = requireValue(args.positional[0], "clamp");
+    return result(fn, withLocation(fn, [&] { return builder_.create(Op::Clamp, {x}, attrs); }));
+  }
+
+  Operand callDropout(const Token& fn, const CallArgs& args) {
+    checkArgCount(fn, args, 2, 2, "dropout(x, p) with 0 <= p < 1");
+    ir::Attrs attrs;
+    attrs.value = requireNumber(args.positional[1], "dropout's probability");
+    if (!(attrs.value >= 0 && attrs.value < 1))
+      lexer_.errorAt(args.positional[1].token, "dropout's probability must be in [0, 1)");
+    Value* x = requireValue(args.positional[0], "dropout");
+    return result(fn, withLocation(fn, [&] { return builder_.create(Op::Dropout, {x}, attrs); }));
+  }
+
+  Operand callLinear(const Token& fn, const CallArgs& args) {
+    checkArgCount(fn, args, 2, 3, "linear(x, weight) or linear(x, weight, bias)");
+    Value* x = requireValue(args.positional[0], "linear");
+    Value* w = requireValue(args.positional[1], "linear");
+    Value* y = withLocation(fn, [&] { return builder_.create(Op::Linear, {x, w}); });
+    if (args.positional.size() == 3) {
+      Value* b = requireValue(args.positional[2], "linear");
+      y = withLocation(fn, [&] { return builder_.create(Op::Add, {y, b}); });
     }
-    if (fn.text == "min" || fn.text == "max") {
-      checkArgCount(fn, args, 2, 2, (fn.text + "(a, b)").c_str());
-      return binary(fn.text == "min" ? Op::Min : Op::Max, fn, args.positional[0],
-                    args.positional[1]);
-    }
-    if (fn.text == "clamp") {
-      checkArgCount(fn, args, 3, 3, "clamp(x, lo, hi) with number bounds");
-      ir::Attrs attrs;
-      attrs.lo = requireNumber(args.positional[1], "clamp's lower bound");
-      attrs.hi = requireNumber(args.positional[2], "clamp's upper bound");
-      if (!(attrs.lo <= attrs.hi))
-        lexer_.errorAt(args.positional[1].token, "clamp's lower bound exceeds its upper bound");
-      Value* x = requireValue(args.positional[0], "clamp");
-      return result(fn, withLocation(fn, [&] { return builder_.create(Op::Clamp, {x}, attrs); }));
-    }
-    if (fn.text == "dropout") {
-      checkArgCount(fn, args, 2, 2, "dropout(x, p) with 0 <= p < 1");
-      ir::Attrs attrs;
-      attrs.value = requireNumber(args.positional[1], "dropout's probability");
-      if (!(attrs.value >= 0 && attrs.value < 1))
-        lexer_.errorAt(args.positional[1].token, "dropout's probability must be in [0, 1)");
-      Value* x = requireValue(args.positional[0], "dropout");
-      return result(fn, withLocation(fn, [&] { return builder_.create(Op::Dropout, {x}, attrs); }));
-    }
-    if (fn.text == "linear") {
-      checkArgCount(fn, args, 2, 3, "linear(x, weight) or linear(x, weight, bias)");
-      Value* x = requireValue(args.positional[0], "linear");
-      Value* w = requireValue(args.positional[1], "linear");
-      Value* y = withLocation(fn, [&] { return builder_.create(Op::Linear, {x, w}); });
-      if (args.positional.size() == 3) {
-        Value* b = requireValue(args.positional[2], "linear");
-        y = withLocation(fn, [&] { return builder_.create(Op::Add, {y, b}); });
-      }
-      return result(fn, y);
-    }
-    if (fn.text == "cat") {
-      if (args.positional.empty())
-        lexer_.errorAt(fn, "cat takes one or more values: cat(a, b, ...)");
-      std::vector<Value*> parts;
-      for (const Operand& part : args.positional)
-        parts.push_back(requireValue(part, "cat"));
-      return result(fn, withLocation(fn, [&] { return builder_.create(Op::Concat, parts); }));
-    }
-    if (fn.text == "layernorm")
-      return layerNorm(fn, args);
-    lexer_.errorAt(fn, "unknown function '" + fn.text +
-                           "'; known: linear, sigmoid, tanh, relu, exp, log, sqrt, min, max, "
-                           "clamp, chunk, cat, layernorm, dropout");
+    return result(fn, y);
+  }
+
+  Operand callCat(const Token& fn, const CallArgs& args) {
+    if (args.positional.empty())
+      lexer_.errorAt(fn, "cat takes one or more values: cat(a, b, ...)");
+    std::vector<Value*> parts;
+    for (const Operand& part : args.positional)
+      parts.push_back(requireValue(part, "cat"));
+    return result(fn, withLocation(fn, [&] { return builder_.create(Op::Concat, parts); }));
   }
 
   // layernorm(x), layernorm(x, weight), layernorm(x, weight, bias), each with optional eps=...
