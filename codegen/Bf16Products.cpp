@@ -97,7 +97,6 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitBf16PairTile(const View& x,
   llvm::Value* block =
       e.b.CreateGEP(i32, words, e.b.CreateMul(blk, e.constant(pairs * slices * packed.width)));
 
-  using Sums = std::vector<std::vector<std::vector<llvm::Value*>>>; // [row][slice][part]
   Tile sums(static_cast<size_t>(rows), std::vector<llvm::Value*>(static_cast<size_t>(slices)));
   for (int64_t first = 0; first < slices; first += perPass) {
     const int64_t count = std::min(perPass, slices - first);
@@ -105,8 +104,11 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitBf16PairTile(const View& x,
     for (int64_t s = first; s < first + count; ++s)
       sliceWords.push_back(e.b.CreateConstGEP1_64(i32, block, packed.sliceStart(s)));
     const int64_t chains = accumulatorSets(packed, rows, count, /*spare=*/1, pairs);
-    const int64_t loopPairs = pairs / chains * chains;
-    auto step = [&](llvm::Value* p, Sums& acc) {
+    // Accumulator [(row * count + slice) * parts + part] of a set.
+    auto slot = [&](int64_t m, int64_t s, int64_t part) {
+      return static_cast<size_t>((m * count + s) * parts + part);
+    };
+    auto step = [&](llvm::Value* p, Accumulators& acc) {
       std::vector<std::vector<llvm::Value*>> w(static_cast<size_t>(count));
       for (int64_t s = 0; s < count; ++s)
         for (int64_t part = 0; part < parts; ++part) {
@@ -123,57 +125,24 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitBf16PairTile(const View& x,
         llvm::Value* input =
             e.b.CreateBitCast(e.b.CreateVectorSplat(kPairLanes, pair), dotType->getParamType(1));
         for (int64_t s = 0; s < count; ++s)
-          for (int64_t part = 0; part < parts; ++part)
-            acc[m][s][part] = e.b.CreateCall(dot, {acc[m][s][part], input, w[s][part]});
+          for (int64_t part = 0; part < parts; ++part) {
+            llvm::Value*& a = acc[slot(m, s, part)];
+            a = e.b.CreateCall(dot, {a, input, w[s][part]});
+          }
       }
     };
-    auto zeroSums = [&] {
-      return Sums(static_cast<size_t>(rows),
-                  std::vector<std::vector<llvm::Value*>>(
-                      static_cast<size_t>(count),
-                      std::vector<llvm::Value*>(static_cast<size_t>(parts),
-                                                llvm::ConstantFP::get(lanes, 0.0))));
-    };
-    std::vector<Sums> acc(static_cast<size_t>(chains), zeroSums());
-    if (loopPairs > 0) {
-      llvm::BasicBlock* before = e.b.GetInsertBlock();
-      auto [p, header, exit] = e.openLoop(e.constant(0), "pairdepth");
-      std::vector<std::vector<llvm::PHINode*>> phis(static_cast<size_t>(chains));
-      for (int64_t c = 0; c < chains; ++c)
-        for (int64_t m = 0; m < rows; ++m)
-          for (int64_t s = 0; s < count; ++s)
-            for (int64_t part = 0; part < parts; ++part) {
-              llvm::PHINode* phi = e.b.CreatePHI(lanes, 2);
-              phi->addIncoming(llvm::ConstantFP::get(lanes, 0.0), before);
-              phis[c].push_back(phi);
-              acc[c][m][s][part] = phi;
-            }
-      for (int64_t c = 0; c < chains; ++c)
-        step(c == 0 ? p : e.b.CreateAdd(p, e.constant(c)), acc[c]);
-      llvm::Value* next = e.b.CreateAdd(p, e.constant(chains));
-      llvm::BasicBlock* latch = e.b.GetInsertBlock();
-      for (int64_t c = 0; c < chains; ++c) {
-        size_t i = 0;
-        for (int64_t m = 0; m < rows; ++m)
-          for (int64_t s = 0; s < count; ++s)
-            for (int64_t part = 0; part < parts; ++part)
-              phis[c][i++]->addIncoming(acc[c][m][s][part], latch);
-      }
-      p->addIncoming(next, latch);
-      e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(loopPairs)), header, exit);
-      e.b.SetInsertPoint(exit);
-    }
-    for (int64_t rest = loopPairs; rest < pairs; ++rest)
-      step(e.constant(rest), acc[0]);
+    const std::vector<Accumulators> acc =
+        accumulateOverDepth(chains, pairs, static_cast<size_t>(rows * count * parts),
+                            llvm::ConstantFP::get(lanes, 0.0), step, "pairdepth");
 
     // The chains added, the parts joined into the block's width (16 + 16 -> 32 -> 64 lanes).
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t s = 0; s < count; ++s) {
         std::vector<llvm::Value*> part;
         for (int64_t q = 0; q < parts; ++q) {
-          llvm::Value* total = acc[0][m][s][q];
+          llvm::Value* total = acc[0][slot(m, s, q)];
           for (int64_t c = 1; c < chains; ++c)
-            total = e.b.CreateFAdd(total, acc[c][m][s][q]);
+            total = e.b.CreateFAdd(total, acc[c][slot(m, s, q)]);
           part.push_back(total);
         }
         while (part.size() > 1) {

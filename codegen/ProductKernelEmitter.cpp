@@ -400,6 +400,40 @@ void ProductKernelEmitter::prefetchRows(const std::vector<const ir::Value*>& ope
   }
 }
 
+std::vector<ProductKernelEmitter::Accumulators> ProductKernelEmitter::accumulateOverDepth(
+    int64_t chains, int64_t steps, size_t accumulators, llvm::Value* zero,
+    const std::function<void(llvm::Value* k, Accumulators& acc)>& step, const std::string& name) {
+  std::vector<Accumulators> acc(static_cast<size_t>(chains), Accumulators(accumulators, zero));
+  // The accumulators are the loop's phis. It is not unrolled beyond the chains: the FMAs of one
+  // depth already hide their latency, and a bigger body only costs compile time.
+  const int64_t loopSteps = steps / chains * chains;
+  if (loopSteps > 0) {
+    llvm::BasicBlock* before = e.b.GetInsertBlock();
+    auto [k, header, exit] = e.openLoop(e.constant(0), name);
+    std::vector<std::vector<llvm::PHINode*>> phis(static_cast<size_t>(chains));
+    for (int64_t c = 0; c < chains; ++c)
+      for (size_t i = 0; i < accumulators; ++i) {
+        llvm::PHINode* phi = e.b.CreatePHI(zero->getType(), 2);
+        phi->addIncoming(zero, before);
+        phis[c].push_back(phi);
+        acc[c][i] = phi;
+      }
+    for (int64_t c = 0; c < chains; ++c)
+      step(c == 0 ? k : e.b.CreateAdd(k, e.constant(c)), acc[c]);
+    llvm::Value* next = e.b.CreateAdd(k, e.constant(chains));
+    llvm::BasicBlock* latch = e.b.GetInsertBlock();
+    for (int64_t c = 0; c < chains; ++c)
+      for (size_t i = 0; i < accumulators; ++i)
+        phis[c][i]->addIncoming(acc[c][i], latch);
+    k->addIncoming(next, latch);
+    e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(loopSteps)), header, exit);
+    e.b.SetInsertPoint(exit);
+  }
+  for (int64_t rest = loopSteps; rest < steps; ++rest)
+    step(e.constant(rest), acc[0]);
+  return acc;
+}
+
 // As many slices per pass as the full tile's accumulators allow for this many rows, and as the
 // registers hold with each slice's weights and the spare ones beside them (3 rows x 4 slices is
 // 17 registers of AVX2's 16: LLVM spilled accumulators in the depth loop, which ran at less than
@@ -462,10 +496,9 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::V
     for (int64_t s = first; s < first + count; ++s)
       sliceWeights.push_back(e.b.CreateConstGEP1_64(element, blockWeights, packed.sliceStart(s)));
     const int64_t chains = accumulatorSets(packed, rows, count, /*spare=*/1, packed.depth);
-    const int64_t loopDepth = packed.depth / chains * chains; // the rest after the loop
-    // One depth step into accumulator set `acc`: the slices' weights, each row's input
-    // broadcast, their FMAs.
-    auto step = [&](llvm::Value* k, Tile& acc) {
+    // One depth step into accumulator set `acc` ([row * count + slice]): the slices' weights,
+    // each row's input broadcast, their FMAs.
+    auto step = [&](llvm::Value* k, Accumulators& acc) {
       std::vector<llvm::Value*> w;
       for (int64_t s = 0; s < count; ++s)
         w.push_back(widenWeights(
@@ -479,43 +512,21 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::V
         llvm::Value* input = e.b.CreateVectorSplat(
             static_cast<unsigned>(packed.width),
             e.b.CreateAlignedLoad(e.f32, e.b.CreateGEP(e.f32, rowPointers[m], k), llvm::Align(4)));
-        for (int64_t s = 0; s < count; ++s)
-          acc[m][s] = e.b.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {input, w[s], acc[m][s]});
+        for (int64_t s = 0; s < count; ++s) {
+          llvm::Value*& a = acc[static_cast<size_t>(m * count + s)];
+          a = e.b.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {input, w[s], a});
+        }
       }
     };
-    // The accumulators are the depth loop's phis. It is not unrolled beyond the chains: the
-    // FMAs of one depth already hide their latency, and a bigger body only costs compile time.
-    llvm::BasicBlock* before = e.b.GetInsertBlock();
-    auto [k, header, exit] = e.openLoop(e.constant(0), "depth");
-    std::vector<Tile> acc(static_cast<size_t>(chains), Tile(static_cast<size_t>(rows)));
-    std::vector<std::vector<std::vector<llvm::PHINode*>>> phis(
-        static_cast<size_t>(chains),
-        std::vector<std::vector<llvm::PHINode*>>(static_cast<size_t>(rows)));
-    for (int64_t c = 0; c < chains; ++c)
-      for (int64_t m = 0; m < rows; ++m)
-        for (int64_t s = 0; s < count; ++s) {
-          phis[c][m].push_back(e.b.CreatePHI(vec, 2));
-          phis[c][m].back()->addIncoming(llvm::ConstantFP::get(vec, 0.0), before);
-          acc[c][m].push_back(phis[c][m].back());
-        }
-    for (int64_t c = 0; c < chains; ++c)
-      step(c == 0 ? k : e.b.CreateAdd(k, e.constant(c)), acc[c]);
-    llvm::Value* next = e.b.CreateAdd(k, e.constant(chains));
-    llvm::BasicBlock* latch = e.b.GetInsertBlock();
-    for (int64_t c = 0; c < chains; ++c)
-      for (int64_t m = 0; m < rows; ++m)
-        for (int64_t s = 0; s < count; ++s)
-          phis[c][m][s]->addIncoming(acc[c][m][s], latch);
-    k->addIncoming(next, latch);
-    e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(loopDepth)), header, exit);
-    e.b.SetInsertPoint(exit);
-    for (int64_t rest = loopDepth; rest < packed.depth; ++rest)
-      step(e.constant(rest), acc[0]);
+    const std::vector<Accumulators> acc =
+        accumulateOverDepth(chains, packed.depth, static_cast<size_t>(rows * count),
+                            llvm::ConstantFP::get(vec, 0.0), step, "depth");
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t s = 0; s < count; ++s) {
-        llvm::Value* sum = acc[0][m][s];
+        const size_t at = static_cast<size_t>(m * count + s);
+        llvm::Value* sum = acc[0][at];
         for (int64_t c = 1; c < chains; ++c)
-          sum = e.b.CreateFAdd(sum, acc[c][m][s]);
+          sum = e.b.CreateFAdd(sum, acc[c][at]);
         sums[m][first + s] = sum;
       }
   }

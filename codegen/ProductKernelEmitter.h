@@ -5,6 +5,8 @@
 // tile stored (a standalone product). Internal to codegen/.
 #pragma once
 
+#include <functional>
+
 #include "codegen/EmitContext.h"
 #include "codegen/KernelEmitter.h"
 
@@ -69,6 +71,14 @@ private:
   void bf16Rows(const View& to, const View& from, RowRange rows, int64_t depth, bool pairs);
   Tile emitBf16PairTile(const View& x, llvm::Value* words, const PackedProduct& packed,
                         llvm::Value* blk, llvm::Value* firstRow, int64_t rows);
+  // A tile's walk over the depth: `chains` sets of `accumulators` values each, all starting at
+  // `zero`; steps [0, steps / chains * chains) in a loop, step k into set k % chains (`step`
+  // gets k and that set), the rest after it into set 0. Returns the sets' final values.
+  using Accumulators = std::vector<llvm::Value*>;
+  std::vector<Accumulators>
+  accumulateOverDepth(int64_t chains, int64_t steps, size_t accumulators, llvm::Value* zero,
+                      const std::function<void(llvm::Value* k, Accumulators& acc)>& step,
+                      const std::string& name);
   // A slot in the function's entry block (promoted to a register by LLVM): loop-carried values
   // of forLoop bodies.
   llvm::Value* entrySlot(llvm::Type* type, const char* name);

@@ -250,7 +250,6 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
       e.b.CreateGEP(e.f32, e.buffers[packed.scaleBuffer],
                     e.b.CreateMul(blk, e.constant(slices * packed.width * 2)));
 
-  using Sums = std::vector<std::vector<std::vector<llvm::Value*>>>; // [row][slice][part]
   Tile sums(static_cast<size_t>(rows), std::vector<llvm::Value*>(static_cast<size_t>(slices)));
   for (int64_t first = 0; first < slices; first += perPass) {
     const int64_t count = std::min(perPass, slices - first);
@@ -259,8 +258,11 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
       sliceWords.push_back(e.b.CreateConstGEP1_64(i32, block, packed.sliceStart(s)));
     // Split the depth between accumulator sets where few rows leave few of them (emitTile).
     const int64_t chains = accumulatorSets(packed, rows, count, kSpare, groups);
-    const int64_t loopGroups = groups / chains * chains;
-    auto step = [&](llvm::Value* g, Sums& acc) {
+    // Accumulator [(row * count + slice) * parts + part] of a set.
+    auto slot = [&](int64_t m, int64_t s, int64_t p) {
+      return static_cast<size_t>((m * count + s) * parts + p);
+    };
+    auto step = [&](llvm::Value* g, Accumulators& acc) {
       std::vector<std::vector<llvm::Value*>> w(static_cast<size_t>(count));
       for (int64_t s = 0; s < count; ++s)
         for (int64_t p = 0; p < parts; ++p) {
@@ -277,60 +279,25 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
             e.b.CreateBitCast(e.b.CreateVectorSplat(kLanesPerMultiply, four), bytes);
         for (int64_t s = 0; s < count; ++s)
           for (int64_t p = 0; p < parts; ++p) {
+            llvm::Value*& a = acc[slot(m, s, p)];
             if (vnni) {
-              acc[m][s][p] = e.b.CreateIntrinsic(vnni512 ? llvm::Intrinsic::x86_avx512_vpdpbusd_512
-                                                         : llvm::Intrinsic::x86_avx512_vpdpbusd_256,
-                                                 {},
-                                                 {acc[m][s][p], e.b.CreateBitCast(input, lanes),
-                                                  e.b.CreateBitCast(w[s][p], lanes)});
+              a = e.b.CreateIntrinsic(
+                  vnni512 ? llvm::Intrinsic::x86_avx512_vpdpbusd_512
+                          : llvm::Intrinsic::x86_avx512_vpdpbusd_256,
+                  {}, {a, e.b.CreateBitCast(input, lanes), e.b.CreateBitCast(w[s][p], lanes)});
               continue;
             }
             llvm::Value* products =
                 e.b.CreateIntrinsic(llvm::Intrinsic::x86_avx2_pmadd_ub_sw, {}, {input, w[s][p]});
             llvm::Value* quads =
                 e.b.CreateIntrinsic(llvm::Intrinsic::x86_avx2_pmadd_wd, {}, {products, ones});
-            acc[m][s][p] = e.b.CreateAdd(acc[m][s][p], quads);
+            a = e.b.CreateAdd(a, quads);
           }
       }
     };
-    auto zeroSums = [&] {
-      return Sums(static_cast<size_t>(rows),
-                  std::vector<std::vector<llvm::Value*>>(
-                      static_cast<size_t>(count),
-                      std::vector<llvm::Value*>(static_cast<size_t>(parts),
-                                                llvm::ConstantInt::get(lanes, 0))));
-    };
-    std::vector<Sums> acc(static_cast<size_t>(chains), zeroSums());
-    if (loopGroups > 0) {
-      llvm::BasicBlock* before = e.b.GetInsertBlock();
-      auto [g, header, exit] = e.openLoop(e.constant(0), "qdepth");
-      std::vector<std::vector<llvm::PHINode*>> phis(static_cast<size_t>(chains));
-      for (int64_t c = 0; c < chains; ++c)
-        for (int64_t m = 0; m < rows; ++m)
-          for (int64_t s = 0; s < count; ++s)
-            for (int64_t p = 0; p < parts; ++p) {
-              llvm::PHINode* phi = e.b.CreatePHI(lanes, 2);
-              phi->addIncoming(llvm::ConstantInt::get(lanes, 0), before);
-              phis[c].push_back(phi);
-              acc[c][m][s][p] = phi;
-            }
-      for (int64_t c = 0; c < chains; ++c)
-        step(c == 0 ? g : e.b.CreateAdd(g, e.constant(c)), acc[c]);
-      llvm::Value* next = e.b.CreateAdd(g, e.constant(chains));
-      llvm::BasicBlock* latch = e.b.GetInsertBlock();
-      for (int64_t c = 0; c < chains; ++c) {
-        size_t i = 0;
-        for (int64_t m = 0; m < rows; ++m)
-          for (int64_t s = 0; s < count; ++s)
-            for (int64_t p = 0; p < parts; ++p)
-              phis[c][i++]->addIncoming(acc[c][m][s][p], latch);
-      }
-      g->addIncoming(next, latch);
-      e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(loopGroups)), header, exit);
-      e.b.SetInsertPoint(exit);
-    }
-    for (int64_t rest = loopGroups; rest < groups; ++rest)
-      step(e.constant(rest), acc[0]);
+    const std::vector<Accumulators> acc =
+        accumulateOverDepth(chains, groups, static_cast<size_t>(rows * count * parts),
+                            llvm::ConstantInt::get(lanes, 0), step, "qdepth");
 
     // Dequantized: (sum - zero * colsum) * (x_scale * w_scale), per column.
     for (int64_t s = 0; s < count; ++s) {
@@ -342,9 +309,9 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
       for (int64_t m = 0; m < rows; ++m) {
         std::vector<llvm::Value*> part;
         for (int64_t p = 0; p < parts; ++p) {
-          llvm::Value* total = acc[0][m][s][p];
+          llvm::Value* total = acc[0][slot(m, s, p)];
           for (int64_t c = 1; c < chains; ++c)
-            total = e.b.CreateAdd(total, acc[c][m][s][p]);
+            total = e.b.CreateAdd(total, acc[c][slot(m, s, p)]);
           part.push_back(total);
         }
         while (part.size() > 1) { // concatenated pairwise: 8 + 8 -> 16 + 16 -> 32 lanes
