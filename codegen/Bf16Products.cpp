@@ -85,7 +85,6 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitBf16PairTile(const View& x,
   const int64_t perPass = slicesPerPass(packed, rows, /*spare=*/1);
   llvm::Type* i32 = e.b.getInt32Ty();
   auto* lanes = llvm::FixedVectorType::get(e.f32, kPairLanes);
-  auto* words16 = llvm::FixedVectorType::get(i32, kPairLanes);
   auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   llvm::Function* dot =
       llvm::Intrinsic::getDeclaration(e.module.get(), llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512);
@@ -109,16 +108,8 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitBf16PairTile(const View& x,
       return static_cast<size_t>((m * count + s) * parts + part);
     };
     auto step = [&](llvm::Value* p, Accumulators& acc) {
-      std::vector<std::vector<llvm::Value*>> w(static_cast<size_t>(count));
-      for (int64_t s = 0; s < count; ++s)
-        for (int64_t part = 0; part < parts; ++part) {
-          llvm::Value* at =
-              e.b.CreateAdd(e.b.CreateMul(p, e.constant(packed.panelWidth(first + s))),
-                            e.constant(part * kPairLanes));
-          w[s].push_back(e.b.CreateBitCast(
-              e.b.CreateAlignedLoad(words16, e.b.CreateGEP(i32, sliceWords[s], at), llvm::Align(4)),
-              dotType->getParamType(2)));
-        }
+      const std::vector<std::vector<llvm::Value*>> w = loadWeightParts(
+          packed, sliceWords, first, p, parts, kPairLanes, dotType->getParamType(2));
       for (int64_t m = 0; m < rows; ++m) {
         llvm::Value* pair =
             e.b.CreateAlignedLoad(i32, e.b.CreateGEP(i32, rowWords[m], p), llvm::Align(4));
@@ -135,29 +126,12 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitBf16PairTile(const View& x,
         accumulateOverDepth(chains, pairs, static_cast<size_t>(rows * count * parts),
                             llvm::ConstantFP::get(lanes, 0.0), step, "pairdepth");
 
-    // The chains added, the parts joined into the block's width (16 + 16 -> 32 -> 64 lanes).
+    // The sets added, the parts joined into the block's width.
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t s = 0; s < count; ++s) {
-        std::vector<llvm::Value*> part;
-        for (int64_t q = 0; q < parts; ++q) {
-          llvm::Value* total = acc[0][slot(m, s, q)];
-          for (int64_t c = 1; c < chains; ++c)
-            total = e.b.CreateFAdd(total, acc[c][slot(m, s, q)]);
-          part.push_back(total);
-        }
-        while (part.size() > 1) {
-          std::vector<llvm::Value*> joined;
-          for (size_t i = 0; i < part.size(); i += 2) {
-            auto n = llvm::cast<llvm::FixedVectorType>(part[i]->getType())->getNumElements();
-            std::vector<int> mask(2 * n);
-            for (unsigned j = 0; j < 2 * n; ++j)
-              mask[j] = static_cast<int>(j);
-            joined.push_back(e.b.CreateShuffleVector(part[i], part[i + 1], mask));
-          }
-          part = std::move(joined);
-        }
-        RNNC_INTERNAL_CHECK(part[0]->getType() == floats, "bf16 tile width");
-        sums[m][first + s] = part[0];
+        llvm::Value* joined = sumOfSets(acc, slot(m, s, 0), parts);
+        RNNC_INTERNAL_CHECK(joined->getType() == floats, "bf16 tile width");
+        sums[m][first + s] = joined;
       }
   }
   return sums;

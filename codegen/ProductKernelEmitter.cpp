@@ -434,6 +434,52 @@ std::vector<ProductKernelEmitter::Accumulators> ProductKernelEmitter::accumulate
   return acc;
 }
 
+std::vector<std::vector<llvm::Value*>> ProductKernelEmitter::loadWeightParts(
+    const PackedProduct& packed, const std::vector<llvm::Value*>& sliceWords, int64_t first,
+    llvm::Value* k, int64_t parts, int64_t lanes, llvm::Type* type) {
+  auto* words = llvm::FixedVectorType::get(e.b.getInt32Ty(), static_cast<unsigned>(lanes));
+  std::vector<std::vector<llvm::Value*>> w(sliceWords.size());
+  for (size_t s = 0; s < sliceWords.size(); ++s)
+    for (int64_t part = 0; part < parts; ++part) {
+      llvm::Value* at = e.b.CreateAdd(
+          e.b.CreateMul(k, e.constant(packed.panelWidth(first + static_cast<int64_t>(s)))),
+          e.constant(part * lanes));
+      w[s].push_back(e.b.CreateBitCast(
+          e.b.CreateAlignedLoad(words, e.b.CreateGEP(e.b.getInt32Ty(), sliceWords[s], at),
+                                llvm::Align(4)),
+          type));
+    }
+  return w;
+}
+
+llvm::Value* ProductKernelEmitter::joinParts(std::vector<llvm::Value*> parts) {
+  while (parts.size() > 1) { // concatenated pairwise: 16 + 16 -> 32, 32 + 32 -> 64 lanes
+    std::vector<llvm::Value*> joined;
+    for (size_t i = 0; i < parts.size(); i += 2) {
+      auto n = llvm::cast<llvm::FixedVectorType>(parts[i]->getType())->getNumElements();
+      std::vector<int> mask(2 * n);
+      for (unsigned j = 0; j < 2 * n; ++j)
+        mask[j] = static_cast<int>(j);
+      joined.push_back(e.b.CreateShuffleVector(parts[i], parts[i + 1], mask));
+    }
+    parts = std::move(joined);
+  }
+  return parts[0];
+}
+
+llvm::Value* ProductKernelEmitter::sumOfSets(const std::vector<Accumulators>& sets, size_t first,
+                                             int64_t parts) {
+  std::vector<llvm::Value*> part;
+  for (size_t q = first; q < first + static_cast<size_t>(parts); ++q) {
+    llvm::Value* total = sets[0][q];
+    for (size_t c = 1; c < sets.size(); ++c)
+      total = total->getType()->isFPOrFPVectorTy() ? e.b.CreateFAdd(total, sets[c][q])
+                                                   : e.b.CreateAdd(total, sets[c][q]);
+    part.push_back(total);
+  }
+  return joinParts(std::move(part));
+}
+
 // As many slices per pass as the full tile's accumulators allow for this many rows, and as the
 // registers hold with each slice's weights and the spare ones beside them (3 rows x 4 slices is
 // 17 registers of AVX2's 16: LLVM spilled accumulators in the depth loop, which ran at less than

@@ -79,6 +79,16 @@ private:
   accumulateOverDepth(int64_t chains, int64_t steps, size_t accumulators, llvm::Value* zero,
                       const std::function<void(llvm::Value* k, Accumulators& acc)>& step,
                       const std::string& name);
+  // Tiles whose multiplies take 32-bit groups of packed elements (int8, bf16 pairs), in `parts`
+  // vectors of `lanes` columns per slice: the weights of the pass's slices [first, first +
+  // sliceWords.size()) at packed depth k, each part loaded as `type` (w[slice][part]); and a
+  // column's parts joined back into one vector of the block's width.
+  std::vector<std::vector<llvm::Value*>>
+  loadWeightParts(const PackedProduct& packed, const std::vector<llvm::Value*>& sliceWords,
+                  int64_t first, llvm::Value* k, int64_t parts, int64_t lanes, llvm::Type* type);
+  llvm::Value* joinParts(std::vector<llvm::Value*> parts);
+  // Accumulators [first, first + parts) of every set added up (fp or integer), then joined.
+  llvm::Value* sumOfSets(const std::vector<Accumulators>& sets, size_t first, int64_t parts);
   // A slot in the function's entry block (promoted to a register by LLVM): loop-carried values
   // of forLoop bodies.
   llvm::Value* entrySlot(llvm::Type* type, const char* name);

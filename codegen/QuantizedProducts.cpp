@@ -263,15 +263,8 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
       return static_cast<size_t>((m * count + s) * parts + p);
     };
     auto step = [&](llvm::Value* g, Accumulators& acc) {
-      std::vector<std::vector<llvm::Value*>> w(static_cast<size_t>(count));
-      for (int64_t s = 0; s < count; ++s)
-        for (int64_t p = 0; p < parts; ++p) {
-          llvm::Value* at =
-              e.b.CreateAdd(e.b.CreateMul(g, e.constant(packed.panelWidth(first + s))),
-                            e.constant(p * kLanesPerMultiply));
-          w[s].push_back(
-              e.b.CreateAlignedLoad(bytes, e.b.CreateGEP(i32, sliceWords[s], at), llvm::Align(4)));
-        }
+      const std::vector<std::vector<llvm::Value*>> w =
+          loadWeightParts(packed, sliceWords, first, g, parts, kLanesPerMultiply, bytes);
       for (int64_t m = 0; m < rows; ++m) {
         llvm::Value* four = e.b.CreateAlignedLoad(
             i32, e.b.CreateGEP(i8, rowBytes[m], e.b.CreateMul(g, e.constant(4))), llvm::Align(1));
@@ -307,25 +300,7 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
       llvm::Value* columnSum = e.b.CreateAlignedLoad(
           floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at + packed.width), llvm::Align(4));
       for (int64_t m = 0; m < rows; ++m) {
-        std::vector<llvm::Value*> part;
-        for (int64_t p = 0; p < parts; ++p) {
-          llvm::Value* total = acc[0][slot(m, s, p)];
-          for (int64_t c = 1; c < chains; ++c)
-            total = e.b.CreateAdd(total, acc[c][slot(m, s, p)]);
-          part.push_back(total);
-        }
-        while (part.size() > 1) { // concatenated pairwise: 8 + 8 -> 16 + 16 -> 32 lanes
-          std::vector<llvm::Value*> joined;
-          for (size_t i = 0; i < part.size(); i += 2) {
-            auto n = llvm::cast<llvm::FixedVectorType>(part[i]->getType())->getNumElements();
-            std::vector<int> mask(2 * n);
-            for (unsigned j = 0; j < 2 * n; ++j)
-              mask[j] = static_cast<int>(j);
-            joined.push_back(e.b.CreateShuffleVector(part[i], part[i + 1], mask));
-          }
-          part = std::move(joined);
-        }
-        llvm::Value* total = e.b.CreateSIToFP(part[0], floats);
+        llvm::Value* total = e.b.CreateSIToFP(sumOfSets(acc, slot(m, s, 0), parts), floats);
         llvm::Value* corrected = e.b.CreateFSub(
             total,
             e.b.CreateFMul(e.b.CreateVectorSplat(static_cast<unsigned>(packed.width), rowZero[m]),
