@@ -496,8 +496,9 @@ CommandAction addBenchCommand(CLI::App& app) {
                   "Generate for this x86-64 CPU by LLVM's name and run it here (haswell: the AVX2 "
                   "code on an AVX-512 host); default: the host");
   cmd->add_option("--weights-dtype", o->weightsDtype,
-                  "Also time the JIT with its weights stored as bf16 or fp16 (half the bytes, "
-                  "widened to fp32 in registers), and report its error against fp32")
+                  "Also time the JIT with its weights stored as fp16 (widened to fp32 in "
+                  "registers), bf16 (bf16 products summed in fp32: vdpbf16ps with AVX512_BF16) or "
+                  "int8 (dynamic quantization), and report its error against fp32")
       ->default_val("fp32");
   return [o] { return bench(*o); };
 }

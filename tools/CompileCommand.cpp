@@ -142,8 +142,8 @@ CommandAction addCompileCommand(CLI::App& app) {
                   "sm_90")
       ->default_val("sm_80");
   cmd->add_option("--weights-dtype", o->weightsDtype,
-                  "Store the weights of the matrix products as fp32, bf16 or fp16 (the code "
-                  "that widens them shows in --emit=llvm and asm)")
+                  "Store the weights of the matrix products as fp32, bf16, fp16 or int8 (the "
+                  "code that widens, pairs or quantizes them shows in --emit=llvm and asm)")
       ->default_val("fp32");
   cmd->add_flag("--time-passes", o->timePasses,
                 "Print what each part of the compile took to stderr: every rnnc pass, the "

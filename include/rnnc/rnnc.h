@@ -30,10 +30,11 @@ struct LayerSpec {
   // "skylake-avx512", "znver4"...) instead of the host's, e.g. to measure the AVX2 kernels on an
   // AVX-512 machine; it must run here (an error names the missing extension). Empty: the host.
   std::string targetCpu;
-  // How the JIT stores the weights of every matrix product: "fp32" (as given), or "bf16" or
-  // "fp16": half the bytes, rounded to nearest even once when the layer is built and widened to
-  // fp32 in registers (the math stays fp32; errors within 1e-2 of the output's range). Faster
-  // where reading the weights bounds a step (small batches). Inference only.
+  // How the JIT stores the weights of every matrix product: "fp32" (as given); "fp16": half the
+  // bytes, rounded to nearest even once when the layer is built and widened to fp32 in registers
+  // (the math stays fp32); "bf16": half the bytes, and each product multiplies bf16-rounded
+  // inputs by them, summed in fp32 (vdpbf16ps where the CPU has AVX512_BF16: about 2x fp32);
+  // "int8": dynamic quantization. Errors within 1e-2 of the output's range. Inference only.
   std::string weightsDtype = "fp32";
   // Take the tensors whose names start with this prefix ("rnn." for a model's self.rnn) under
   // the rest of their names, ignoring the others: a submodule out of a whole model's state_dict.

@@ -92,8 +92,10 @@ class Layer:
     """Any cell as a layer: ``cell`` is a built-in name (``rnnc.builtin_cells()``), the path of a
     ``.cell`` file or the cell's source text. Sizes the weights do not show are keyword
     arguments (``Layer(src, attention_size=32)``); num_layers and bidirectional are checked
-    against the weights, or inferred from them when None. ``weights_dtype="bf16"`` or ``"fp16"``
-    stores the weights of every matrix product in half the bytes (the math stays fp32).
+    against the weights, or inferred from them when None. ``weights_dtype="fp16"`` stores the
+    weights of every matrix product in half the bytes (the math stays fp32); ``"bf16"`` too, and
+    its products multiply bf16-rounded inputs (summed in fp32; vdpbf16ps with AVX512_BF16);
+    ``"int8"`` quantizes dynamically.
 
         layer = rnnc.Layer("gru", input_size=8, hidden_size=16)
         layer.load_state_dict(torch.nn.GRU(8, 16).state_dict())
@@ -185,8 +187,9 @@ class Layer:
 
 class _TorchRNN:
     """torch.nn.LSTM, GRU and RNN: the same constructor, state_dict names, call and results.
-    rnnc's own keyword options: threads, jit, target_cpu, weights_dtype ("fp32", "bf16" or
-    "fp16": the weights of every matrix product in half the bytes, the math in fp32) and device
+    rnnc's own keyword options: threads, jit, target_cpu, weights_dtype ("fp32"; "fp16": the
+    weights of every matrix product in half the bytes, the math in fp32; "bf16": bf16 products
+    summed in fp32; "int8": dynamic quantization) and device
     ("cpu", "cuda": the GPU's kernels through the CUDA driver, "cuda-emulated": those kernels run
     on this CPU)."""
 
