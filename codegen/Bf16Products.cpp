@@ -23,12 +23,8 @@ constexpr int64_t kPairLanes = 16; // fp32 sums of one vdpbf16ps on zmm
 } // namespace
 
 llvm::Value* ProductKernelEmitter::bf16Bits(llvm::Value* v) {
-  llvm::Type* i32 = e.b.getInt32Ty();
-  llvm::Type* i16 = e.b.getInt16Ty();
-  if (auto* vector = llvm::dyn_cast<llvm::FixedVectorType>(v->getType())) {
-    i32 = llvm::FixedVectorType::get(i32, vector->getNumElements());
-    i16 = llvm::FixedVectorType::get(i16, vector->getNumElements());
-  }
+  llvm::Type* i32 = v->getType()->getWithNewType(e.b.getInt32Ty());
+  llvm::Type* i16 = v->getType()->getWithNewType(e.b.getInt16Ty());
   // The upper half of the fp32 bits, rounded to nearest even: add 0x7fff plus the lowest kept
   // bit, then shift. A NaN stays a (quiet) NaN rather than rounding into infinity.
   llvm::Value* bits = e.b.CreateBitCast(v, i32);
@@ -58,11 +54,8 @@ void ProductKernelEmitter::bf16Rows(const View& to, const View& from, RowRange r
         e.b.CreateAlignedStore(bits, e.b.CreateGEP(e.b.getInt16Ty(), row, k), llvm::Align(2));
         return;
       }
-      llvm::Type* wide = e.b.getInt32Ty();
-      if (lanes > 1)
-        wide = llvm::FixedVectorType::get(wide, lanes);
-      llvm::Value* widened = e.b.CreateBitCast(e.b.CreateShl(e.b.CreateZExt(bits, wide), 16), type);
-      e.b.CreateAlignedStore(widened, e.b.CreateGEP(e.f32, row, k), llvm::Align(4));
+      e.b.CreateAlignedStore(widenWeights(bits, WeightType::BF16), e.b.CreateGEP(e.f32, row, k),
+                             llvm::Align(4));
     };
     e.forLoop(e.constant(0), e.constant(vectorDepth), e.constant(width), "bf16vec",
               [&](llvm::Value* k) { put(k, static_cast<unsigned>(width)); });

@@ -59,15 +59,15 @@ llvm::Value* ProductKernelEmitter::narrowWeight(llvm::Value* weight, WeightType 
 }
 
 llvm::Value* ProductKernelEmitter::widenWeights(llvm::Value* packed, WeightType type) {
-  auto* vector = llvm::cast<llvm::FixedVectorType>(packed->getType());
-  auto* floats = llvm::FixedVectorType::get(e.f32, vector->getNumElements());
+  // A vector of them, or one (bf16Rows widens a row's last values one by one).
+  llvm::Type* floats = packed->getType()->getWithNewType(e.f32);
   switch (type) {
   case WeightType::F32:
     return packed;
   case WeightType::F16:
     return e.b.CreateFPExt(packed, floats); // vcvtph2ps
   case WeightType::BF16: {
-    auto* ints = llvm::FixedVectorType::get(e.b.getInt32Ty(), vector->getNumElements());
+    llvm::Type* ints = packed->getType()->getWithNewType(e.b.getInt32Ty());
     llvm::Value* wide = e.b.CreateShl(e.b.CreateZExt(packed, ints), 16); // vpmovzxwd, vpslld
     return e.b.CreateBitCast(wide, floats);
   }
@@ -568,13 +568,8 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::V
         accumulateOverDepth(chains, packed.depth, static_cast<size_t>(rows * count),
                             llvm::ConstantFP::get(vec, 0.0), step, "depth");
     for (int64_t m = 0; m < rows; ++m)
-      for (int64_t s = 0; s < count; ++s) {
-        const size_t at = static_cast<size_t>(m * count + s);
-        llvm::Value* sum = acc[0][at];
-        for (int64_t c = 1; c < chains; ++c)
-          sum = e.b.CreateFAdd(sum, acc[c][at]);
-        sums[m][first + s] = sum;
-      }
+      for (int64_t s = 0; s < count; ++s)
+        sums[m][first + s] = sumOfSets(acc, static_cast<size_t>(m * count + s), 1);
   }
   return sums;
 }

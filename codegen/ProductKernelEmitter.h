@@ -5,10 +5,10 @@
 // tile stored (a standalone product). Internal to codegen/.
 #pragma once
 
-#include <functional>
-
 #include "codegen/EmitContext.h"
 #include "codegen/KernelEmitter.h"
+
+#include <functional>
 
 #include <vector>
 

@@ -77,21 +77,29 @@ CopyFunction copierFor(int64_t count) {
   }
 }
 
+// Per depth k, the contiguous run of `strips * width` values at first + k * depthStride dealt to
+// `strips` strips of `width` values per depth (strip s at out + s * width * depths): each run read
+// whole, one stream of lines that the prefetcher follows.
+void dealToStrips(const float* first, int64_t depthStride, int64_t depths, int64_t strips,
+                  int64_t width, float* out) {
+  const CopyFunction copy = copierFor(width);
+  for (int64_t k = 0; k < depths; ++k) {
+    const float* from = first + k * depthStride;
+    float* to = out + k * width;
+    for (int64_t strip = 0; strip < strips; ++strip)
+      copy(to + strip * width * depths, from + strip * width, width);
+  }
+}
+
 // Rows [row, row + rows) and depths [depth, depth + depths) of A into strips of the tile's
 // rows, k-major: strip s holds, per depth, its `tileRows` values (zero past A's rows).
 void packA(const MatrixView& a, int64_t row, int64_t rows, int64_t depth, int64_t depths,
            int64_t tileRows, float* out) {
   const int64_t fullStrips = rows / tileRows;
   if (a.rowStride == 1) {
-    // A transposed row-major matrix (dW = G^T X): each depth is a contiguous run of A's rows,
-    // read whole (one run of lines that the prefetcher follows) and dealt to the strips.
-    const CopyFunction copy = copierFor(tileRows);
-    for (int64_t k = 0; k < depths; ++k) {
-      const float* from = a.data + row + (depth + k) * a.columnStride;
-      float* to = out + k * tileRows;
-      for (int64_t strip = 0; strip < fullStrips; ++strip)
-        copy(to + strip * tileRows * depths, from + strip * tileRows, tileRows);
-    }
+    // A transposed row-major matrix (dW = G^T X): each depth is a contiguous run of A's rows.
+    dealToStrips(a.data + row + depth * a.columnStride, a.columnStride, depths, fullStrips,
+                 tileRows, out);
   } else if (a.columnStride == 1) {
     // Row-major A (dX = G W): transposed in blocks of 16 depths, a cache line of each row.
     for (int64_t strip = 0; strip < fullStrips; ++strip) {
@@ -130,16 +138,9 @@ void packA(const MatrixView& a, int64_t row, int64_t rows, int64_t depth, int64_
 void packB(const MatrixView& b, int64_t depth, int64_t depths, int64_t column, int64_t columns,
            int64_t tileColumns, float* out) {
   const int64_t fullStrips = b.columnStride == 1 ? columns / tileColumns : 0;
-  if (fullStrips > 0) {
-    // Row-major B: each depth's row read whole and dealt to the strips.
-    const CopyFunction copy = copierFor(tileColumns);
-    for (int64_t k = 0; k < depths; ++k) {
-      const float* from = b.data + (depth + k) * b.rowStride + column;
-      float* to = out + k * tileColumns;
-      for (int64_t strip = 0; strip < fullStrips; ++strip)
-        copy(to + strip * tileColumns * depths, from + strip * tileColumns, tileColumns);
-    }
-  }
+  if (fullStrips > 0) // row-major B: each depth is a contiguous run of B's columns
+    dealToStrips(b.data + depth * b.rowStride + column, b.rowStride, depths, fullStrips,
+                 tileColumns, out);
   for (int64_t strip = fullStrips * tileColumns; strip < columns; strip += tileColumns) {
     const int64_t count = std::min(tileColumns, columns - strip);
     for (int64_t k = 0; k < depths; ++k) {

@@ -137,18 +137,19 @@ void evaluate(const ir::Instr& instr, const std::vector<const Tensor*>& in, Tens
   }
   case Op::Linear:
   case Op::MatMul: {
-    Eigen::Map<const MatrixR> x(in[0]->data(), rowsOf(*in[0]), colsOf(*in[0]));
-    Eigen::Map<const MatrixR> w(in[1]->data(), in[1]->dim(0), in[1]->dim(1));
-    Eigen::Map<MatrixR> y(out.data(), rowsOf(out), colsOf(out));
+    Eigen::Map<const MatrixR> given(in[0]->data(), rowsOf(*in[0]), colsOf(*in[0]));
+    Eigen::Map<const MatrixR> givenWeights(in[1]->data(), in[1]->dim(0), in[1]->dim(1));
+    MatrixR rounded, roundedWeights; // the operands rounded to bf16, with bf16Products
     if (ctx.options.bf16Products) {
       auto toBf16 = [](float v) { return static_cast<float>(Eigen::bfloat16(v)); };
-      const MatrixR xr = x.unaryExpr(toBf16), wr = w.unaryExpr(toBf16);
-      if (instr.op == Op::Linear)
-        y.noalias() = xr * wr.transpose();
-      else
-        y.noalias() = xr * wr;
-      return;
+      rounded = given.unaryExpr(toBf16);
+      roundedWeights = givenWeights.unaryExpr(toBf16);
     }
+    const bool bf16 = ctx.options.bf16Products;
+    Eigen::Map<const MatrixR> x(bf16 ? rounded.data() : given.data(), given.rows(), given.cols());
+    Eigen::Map<const MatrixR> w(bf16 ? roundedWeights.data() : givenWeights.data(),
+                                givenWeights.rows(), givenWeights.cols());
+    Eigen::Map<MatrixR> y(out.data(), rowsOf(out), colsOf(out));
     if (instr.op == Op::Linear)
       y.noalias() = x * w.transpose();
     else
