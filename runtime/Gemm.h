@@ -2,11 +2,11 @@
 // (codegen/GemmTile.h) rather than a library's: the training's weight and input gradients
 // (runtime/Gradients.cpp) are its largest products (dW += G^T X over all T*B rows). Blocked as
 // BLIS does: per panel of B's columns and block of the depth, B packed into the tile's column
-// strips (kept in L3, each strip in L1 while a block of A's rows passes), per block of A's rows
-// A packed into the tile's row strips (kept in L2); the tile runs over each pair; tiles that
-// overhang C's edges are computed into a scratch tile and only their part in C is added. Block
-// sizes follow from the tile and the caches. The operands are any strided views, so transposes
-// cost nothing but their packing.
+// strips (kept in L3, each strip of 32 KB read from L1 and L2 while a block of A's rows passes),
+// per block of A's rows A packed into the tile's row strips (kept in L2); the tile runs over each
+// pair; tiles that overhang C's edges are computed into a scratch tile and only their part in C
+// is added. Block sizes follow from the tile and the caches. The operands are any strided views,
+// so transposes cost nothing but their packing.
 #pragma once
 
 #include <cstdint>
