@@ -51,16 +51,20 @@ struct Options {
   long seq = 100, batch = 64, input = 512, hidden = 512;
   int repeat = 5, warmup = 1;
   bool backward = false; // time forward_training + backward instead of forward_inference
+  bool int8 = false;     // --dtype int8: the u8s8 forward inference (LSTM, GRU)
 };
 
 [[noreturn]] void usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage: onednn_rnn [--cell lstm|gru|rnn_tanh] [--seq T] [--batch B] [--input I] "
-               "[--hidden H] [--repeat R] [--warmup W] [--backward]\n"
+               "[--hidden H] [--repeat R] [--warmup W] [--backward] [--dtype fp32|int8]\n"
                "Times oneDNN's fp32 forward-inference LSTM (lstm_forward), GRU "
                "(lbr_gru_forward) or tanh RNN (vanilla_rnn_forward), or with --backward one "
                "training step (forward_training, then lstm_backward, lbr_gru_backward or "
-               "vanilla_rnn_backward); threads from OMP_NUM_THREADS. Prints one line of JSON.\n");
+               "vanilla_rnn_backward), or with --dtype int8 the int8 forward inference (u8 "
+               "data, s8 weights per output channel; LSTM and GRU) with the input's "
+               "quantization, and its error against fp32; threads from OMP_NUM_THREADS. Prints "
+               "one line of JSON.\n");
   std::exit(code);
 }
 
@@ -103,7 +107,12 @@ Options parse(int argc, char** argv) {
       o.repeat = static_cast<int>(parsePositive("--repeat", v, 1));
     else if (a == "--warmup")
       o.warmup = static_cast<int>(parsePositive("--warmup", v, 0));
-    else {
+    else if (a == "--dtype" && (std::string(v) == "fp32" || std::string(v) == "int8"))
+      o.int8 = std::string(v) == "int8";
+    else if (a == "--dtype") {
+      std::fprintf(stderr, "onednn_rnn: --dtype must be fp32 or int8, got '%s'\n", v);
+      std::exit(2);
+    } else {
       std::fprintf(stderr, "onednn_rnn: unknown option %s\n", a.c_str());
       usage(2);
     }
@@ -111,6 +120,10 @@ Options parse(int argc, char** argv) {
   if (o.cell != "lstm" && o.cell != "gru" && o.cell != "rnn_tanh") {
     std::fprintf(stderr, "onednn_rnn: --cell must be lstm, gru or rnn_tanh, got '%s'\n",
                  o.cell.c_str());
+    std::exit(2);
+  }
+  if (o.int8 && (o.backward || o.cell == "rnn_tanh")) {
+    std::fprintf(stderr, "onednn_rnn: --dtype int8 times the LSTM's and the GRU's inference\n");
     std::exit(2);
   }
   return o;
@@ -218,10 +231,183 @@ double sumOf(const memory& m, bool* nonzero) {
   return sum;
 }
 
+double medianOf(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  size_t n = ms.size();
+  return n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+}
+
+// --dtype int8: oneDNN's int8 RNN inference, as its int8 example sets it up. Data (the input and
+// the hidden state) as u8 = round(x * scale + 128), one scale for both (x and h in [-1, 1]: 127);
+// weights as s8 with a scale per gate row (127 / the row's largest |w| over W_ih and W_hh,
+// whose scales oneDNN shares), quantized when reordered into the primitive's layout, untimed,
+// as the fp32 weights are; the biases, the cell state and the output in fp32, the final hidden
+// state in u8 (oneDNN wants it in the data's type). Timed: the input's and h0's quantization
+// (reorders f32 -> u8, as PyTorch's dynamic quantization quantizes per call) and the primitive.
+// The error: the output against the fp32 primitive's on the same weights and input, relative to
+// its largest value.
+int runInt8(const Options& o) {
+  const bool lstm = o.cell == "lstm";
+  const memory::dim T = o.seq, B = o.batch, I = o.input, H = o.hidden, L = 1, D = 1;
+  const memory::dim G = lstm ? 4 : 3, biasG = 4;
+  try {
+    dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+    dnnl::stream s(eng);
+    std::mt19937 rng(12345);
+    const float w = 1.0f / std::sqrt(static_cast<float>(H));
+    const auto prop = dnnl::prop_kind::forward_inference;
+    const auto dir = dnnl::rnn_direction::unidirectional_left2right;
+
+    memory::desc xF32({T, B, I}, dt::f32, tag::tnc), xU8({T, B, I}, dt::u8, tag::tnc);
+    memory::desc hF32({L, D, B, H}, dt::f32, tag::ldnc), hU8({L, D, B, H}, dt::u8, tag::ldnc);
+    memory::desc yF32({T, B, H}, dt::f32, tag::tnc);
+    memory::desc wLayerUser({L, D, I, G, H}, dt::f32, tag::ldigo);
+    memory::desc wIterUser({L, D, H, G, H}, dt::f32, tag::ldigo);
+    memory::desc bias({L, D, biasG, H}, dt::f32, tag::ldgo);
+    auto anyWeights = [&](memory::dim in, dt type) {
+      return memory::desc({L, D, in, G, H}, type, tag::any);
+    };
+
+    memory wLayerLdigo = randomMemory(wLayerUser, eng, rng, w);
+    memory wIterLdigo = randomMemory(wIterUser, eng, rng, w);
+    memory b = randomMemory(bias, eng, rng, w);
+    memory x = randomMemory(xF32, eng, rng, 1.0f);
+    memory h0 = randomMemory(hF32, eng, rng, 1.0f);
+    memory c0 = randomMemory(hF32, eng, rng, 1.0f);
+
+    // Per gate row (g, o): the largest |w| over both weights (ldigo: i outermost).
+    std::vector<float> scales(static_cast<size_t>(G * H), 0.0f);
+    for (const memory* m : {&wLayerLdigo, &wIterLdigo}) {
+      const auto* p = static_cast<const float*>(m->get_data_handle());
+      const size_t rows = m->get_desc().get_size() / sizeof(float) / scales.size();
+      for (size_t i = 0; i < rows; ++i)
+        for (size_t go = 0; go < scales.size(); ++go)
+          scales[go] = std::max(scales[go], std::abs(p[i * scales.size() + go]));
+    }
+    for (float& scale : scales)
+      scale = scale > 0 ? 127.0f / scale : 1.0f;
+    dnnl::primitive_attr attr;
+    attr.set_rnn_data_qparams(127.0f, 128.0f);
+    attr.set_rnn_weights_qparams((1 << 3) | (1 << 4), scales); // per g and o of ldigo
+
+    // The primitive for `type` weights and data (the fp32 one for the reference output).
+    auto build = [&](dt data, dt weights, const dnnl::primitive_attr& a, memory::desc& wLayerMd,
+                     memory::desc& wIterMd) -> dnnl::primitive {
+      memory::desc x_(xF32.dims(), data, tag::tnc), h_(hF32.dims(), data, tag::ldnc);
+      if (lstm) {
+        dnnl::lstm_forward::desc d(prop, dir, x_, h_, hF32, anyWeights(I, weights),
+                                   anyWeights(H, weights), bias, yF32, h_, hF32);
+        dnnl::lstm_forward::primitive_desc pd(d, a, eng);
+        wLayerMd = pd.weights_layer_desc();
+        wIterMd = pd.weights_iter_desc();
+        return dnnl::lstm_forward(pd);
+      }
+      dnnl::lbr_gru_forward::desc d(prop, dir, x_, h_, anyWeights(I, weights),
+                                    anyWeights(H, weights), bias, yF32, h_);
+      dnnl::lbr_gru_forward::primitive_desc pd(d, a, eng);
+      wLayerMd = pd.weights_layer_desc();
+      wIterMd = pd.weights_iter_desc();
+      return dnnl::lbr_gru_forward(pd);
+    };
+    auto reordered = [&](memory from, const memory::desc& to, const dnnl::primitive_attr& a) {
+      memory out(to, eng);
+      dnnl::reorder(dnnl::reorder::primitive_desc(eng, from.get_desc(), eng, to, a))
+          .execute(s, from, out);
+      s.wait();
+      return out;
+    };
+
+    memory::desc wLayerMd, wIterMd, wLayerF32Md, wIterF32Md;
+    dnnl::primitive int8Prim = build(dt::u8, dt::s8, attr, wLayerMd, wIterMd);
+    dnnl::primitive f32Prim =
+        build(dt::f32, dt::f32, dnnl::primitive_attr(), wLayerF32Md, wIterF32Md);
+    memory wLayer = reordered(wLayerLdigo, wLayerMd, attr),
+           wIter = reordered(wIterLdigo, wIterMd, attr);
+    memory xq(xU8, eng), h0q(hU8, eng), y(yF32, eng), hn(hU8, eng), cn(hF32, eng);
+    dnnl::reorder quantizeX(dnnl::reorder::primitive_desc(eng, xF32, eng, xU8, attr));
+    dnnl::reorder quantizeH(dnnl::reorder::primitive_desc(eng, hF32, eng, hU8, attr));
+    std::unordered_map<int, memory> args = {
+        {DNNL_ARG_SRC_LAYER, xq},       {DNNL_ARG_SRC_ITER, h0q}, {DNNL_ARG_WEIGHTS_LAYER, wLayer},
+        {DNNL_ARG_WEIGHTS_ITER, wIter}, {DNNL_ARG_BIAS, b},       {DNNL_ARG_DST_LAYER, y},
+        {DNNL_ARG_DST_ITER, hn}};
+    if (lstm) {
+      args[DNNL_ARG_SRC_ITER_C] = c0;
+      args[DNNL_ARG_DST_ITER_C] = cn;
+    }
+    auto once = [&] {
+      quantizeX.execute(s, x, xq);
+      quantizeH.execute(s, h0, h0q);
+      int8Prim.execute(s, args);
+      s.wait();
+    };
+    for (int i = 0; i < o.warmup; ++i)
+      once();
+    std::vector<double> ms;
+    for (int i = 0; i < o.repeat; ++i) {
+      auto start = std::chrono::steady_clock::now();
+      once();
+      ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
+    }
+
+    // The fp32 primitive on the same weights and data, once, for the error.
+    memory yRef(yF32, eng), hnRef(hF32, eng), cnRef(hF32, eng);
+    std::unordered_map<int, memory> refArgs = {
+        {DNNL_ARG_SRC_LAYER, x},
+        {DNNL_ARG_SRC_ITER, h0},
+        {DNNL_ARG_WEIGHTS_LAYER, preferredWeights(wLayerLdigo, wLayerF32Md, eng, s)},
+        {DNNL_ARG_WEIGHTS_ITER, preferredWeights(wIterLdigo, wIterF32Md, eng, s)},
+        {DNNL_ARG_BIAS, b},
+        {DNNL_ARG_DST_LAYER, yRef},
+        {DNNL_ARG_DST_ITER, hnRef}};
+    if (lstm) {
+      refArgs[DNNL_ARG_SRC_ITER_C] = c0;
+      refArgs[DNNL_ARG_DST_ITER_C] = cnRef;
+    }
+    f32Prim.execute(s, refArgs);
+    s.wait();
+    const auto* got = static_cast<const float*>(y.get_data_handle());
+    const auto* want = static_cast<const float*>(yRef.get_data_handle());
+    double largest = 0, maxError = 0, sumError = 0;
+    for (memory::dim i = 0; i < T * B * H; ++i) {
+      largest = std::max(largest, static_cast<double>(std::abs(want[i])));
+      const double error = std::abs(static_cast<double>(got[i]) - want[i]);
+      maxError = std::max(maxError, error);
+      sumError += error;
+    }
+    if (!std::isfinite(sumError)) {
+      std::fprintf(stderr, "onednn_rnn: the int8 output is not finite\n");
+      return 1;
+    }
+    std::sort(ms.begin(), ms.end());
+    const dnnl::version_t* v = dnnl::version();
+    std::printf("{\"engine\":\"onednn\",\"cell\":\"%s\",\"T\":%ld,\"B\":%ld,\"I\":%ld,\"H\":%ld,"
+                "\"threads\":%d,\"median_ms\":%.6g,\"min_ms\":%.6g,\"max_ms\":%.6g,"
+                "\"repeat\":%d,\"warmup\":%d,\"runtime\":\"%s\",\"isa\":\"%s\","
+                "\"weights_format\":\"%s\",\"version\":\"%d.%d.%d\",\"dtype\":\"int8\","
+                "\"max_abs_error_relative\":%.6g,\"mean_abs_error\":%.6g,\"backward\":false}\n",
+                o.cell.c_str(), static_cast<long>(T), static_cast<long>(B), static_cast<long>(I),
+                static_cast<long>(H), threadCount(), medianOf(ms), ms.front(), ms.back(), o.repeat,
+                o.warmup, runtimeName(), isaName(dnnl::get_effective_cpu_isa()),
+                formatKindName(wLayerMd), v->major, v->minor, v->patch,
+                largest > 0 ? maxError / largest : maxError,
+                sumError / static_cast<double>(T * B * H));
+  } catch (const dnnl::error& e) {
+    std::fprintf(stderr, "onednn_rnn: oneDNN error %d: %s%s\n", static_cast<int>(e.status),
+                 e.what(),
+                 lstm ? "" : " (int8 lbr_gru, PyTorch's GRU, is not implemented by this oneDNN)");
+    return 1;
+  }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
+  if (o.int8)
+    return runInt8(o);
   const bool lstm = o.cell == "lstm", gru = o.cell == "gru";
   const memory::dim T = o.seq, B = o.batch, I = o.input, H = o.hidden;
   const memory::dim L = 1, D = 1;
