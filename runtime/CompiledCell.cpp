@@ -2,7 +2,6 @@
 
 #include "codegen/Compiler.h"
 #include "codegen/HostTarget.h"
-#include "codegen/Jit.h"
 #include "codegen/RunArgs.h"
 #include "codegen/SourceDigest.h"
 #include "ir/Error.h"
@@ -58,16 +57,6 @@ MemoryCache& memoryCache() {
 
 } // namespace
 
-// One JIT per process, like a code cache: every compiled cell is loaded into it.
-codegen::Jit& processJit() {
-  static codegen::Jit jit(
-      {{codegen::kGemmSymbol, reinterpret_cast<void*>(&rnnc_gemm)},
-       {codegen::kLayerNormSymbol, reinterpret_cast<void*>(&rnnc_layernorm)},
-       {codegen::kLayerNormGradSymbol, reinterpret_cast<void*>(&rnnc_layernorm_grad)},
-       {codegen::kBarrierSymbol, reinterpret_cast<void*>(&rnnc_barrier)}});
-  return jit;
-}
-
 LoadedCode loadOrGenerate(const CacheOptions& cache, const std::string& key,
                           const std::string& function,
                           const std::function<std::string()>& generate) {
@@ -77,7 +66,7 @@ LoadedCode loadOrGenerate(const CacheOptions& cache, const std::string& key,
   if (disk)
     if (std::optional<std::string> object = disk->load(key)) {
       try {
-        return {processJit().load(*object, function), true};
+        return {loadGeneratedCode(*object, function), true};
       } catch (const std::exception&) {
         disk->remove(key); // verified but not loadable: rebuilt below, not failing every run
       }
@@ -85,7 +74,7 @@ LoadedCode loadOrGenerate(const CacheOptions& cache, const std::string& key,
   std::string object = generate();
   if (disk)
     disk->store(key, object);
-  return {processJit().load(object, function), false};
+  return {loadGeneratedCode(object, function), false};
 }
 
 std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,

@@ -7,7 +7,7 @@
 // keep cores busy.
 #pragma once
 
-#include "codegen/Jit.h"
+#include "runtime/ObjectLoader.h"
 #include "codegen/StoragePlan.h"
 #include "codegen/Target.h"
 #include "ir/Cell.h"
@@ -41,9 +41,6 @@ struct CompileOptions {
   codegen::WeightType weights = codegen::WeightType::F32;
 };
 
-// The process's JIT, with the runtime's helpers: every compiled cell's code is loaded into it.
-codegen::Jit& processJit();
-
 // An input's rows where they are: `rows` rows of `columns` floats, `stride` floats apart (a
 // dense tensor's own width, or more: columns of a wider tensor, read without a copy).
 struct InputRows {
@@ -61,7 +58,7 @@ std::string codeCacheKey(const codegen::Target& target, const std::string& code)
 // (`cache`) where a verified entry loads (one that does not is deleted), else `generate()`d and
 // stored there.
 struct LoadedCode {
-  codegen::Jit::Loaded loaded;
+  LoadedFunction loaded;
   bool fromDisk = false;
 };
 LoadedCode loadOrGenerate(const CacheOptions& cache, const std::string& key,

@@ -2,7 +2,6 @@
 
 #include "codegen/Compiler.h"
 #include "codegen/GemmTile.h"
-#include "codegen/Jit.h"
 #include "ir/Error.h"
 #include "runtime/AlignedBuffer.h"
 #include "runtime/CompileCache.h"

@@ -2,7 +2,6 @@
 
 #include "codegen/Compiler.h"
 #include "codegen/GpuEmitter.h"
-#include "codegen/Jit.h"
 #include "codegen/RunArgs.h"
 #include "ir/Error.h"
 #include "runtime/CompiledCell.h"
@@ -116,7 +115,7 @@ Tensor GpuCell::emulateWith(const std::vector<Tensor>& params, const std::vector
   RNNC_INTERNAL_CHECK(threads >= 1, "at least one emulated thread");
   std::call_once(emulationOnce_, [&] {
     std::string object = codegen::generateGpuEmulation(*cell_, plan_, codegen::Stage::Object);
-    codegen::Jit::Loaded loaded = processJit().load(object, codegen::kGpuEmulateFunction);
+    LoadedFunction loaded = loadGeneratedCode(object, codegen::kGpuEmulateFunction);
     emulate_ =
         reinterpret_cast<void (*)(const void*, int64_t, int64_t, int64_t, int64_t)>(loaded.address);
     emulationLifetime_ = std::move(loaded.lifetime);

@@ -6,7 +6,6 @@
 
 #include "codegen/Compiler.h"
 #include "codegen/GemmTile.h"
-#include "codegen/Jit.h"
 #include "ir/Error.h"
 #include "runtime/CompiledCell.h"
 
@@ -121,7 +120,7 @@ void checkTileFor(const std::string& cpu) {
   const codegen::GemmTileShape shape = codegen::gemmTileShape(target);
   EXPECT_EQ(shape.columns, 2 * target.vectorWidth);
   EXPECT_EQ(shape.rows, (target.vectorRegisters - 4) / 2);
-  codegen::Jit::Loaded loaded = processJit().load(
+  LoadedFunction loaded = loadGeneratedCode(
       codegen::generateGemmTile(target, codegen::Stage::Object), codegen::kGemmTileFunctionName);
   auto tile = reinterpret_cast<RnncGemmTileFunction>(loaded.address);
   const int64_t depth = 37, ldc = shape.columns + 3;
