@@ -39,7 +39,7 @@ Target targetFor(const HostTarget& host) {
 
 // `target` with this machine's cache sizes, where the OS gives them.
 Target withHostCaches(Target target) {
-  long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  static const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE); // CPUID too, once
   if (l2 >= 128 * 1024) // 0 or -1 where the OS does not say; a smaller figure is not an L2
     target.l2Bytes = l2;
   return target;
