@@ -7,6 +7,33 @@
 
 namespace rnnc::ir {
 
+std::span<const AttrField> attrFields(AttrKind kind) {
+  static constexpr AttrField kValue[] = {{"value", &Attrs::value}};
+  static constexpr AttrField kOffset[] = {{"offset", nullptr}};
+  static constexpr AttrField kRange[] = {{"lo", &Attrs::lo}, {"hi", &Attrs::hi}};
+  static constexpr AttrField kProb[] = {{"p", &Attrs::value}};
+  static constexpr AttrField kEps[] = {{"eps", &Attrs::value}};
+  switch (kind) {
+  case AttrKind::None:
+    return {};
+  case AttrKind::Value:
+    return kValue;
+  case AttrKind::Offset:
+    return kOffset;
+  case AttrKind::Range:
+    return kRange;
+  case AttrKind::Prob:
+    return kProb;
+  case AttrKind::Eps:
+    return kEps;
+  }
+  return {};
+}
+
+} // namespace rnnc::ir
+
+namespace rnnc::ir {
+
 std::string_view argKindName(ArgKind kind) {
   switch (kind) {
   case ArgKind::Input:

@@ -17,6 +17,7 @@
 #include "ir/Ops.h"
 
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -46,6 +47,14 @@ struct Attrs {
   double lo = 0, hi = 0;
   Dim offset;
 };
+
+// The attributes of each AttrKind as the IR text spells them, in printed order, and where each
+// lives in Attrs: the one list the printer and the parser read.
+struct AttrField {
+  const char* name;
+  double Attrs::* number; // null for the offset, a dimension
+};
+std::span<const AttrField> attrFields(AttrKind kind);
 
 class Instr {
 public:

@@ -135,51 +135,29 @@ private:
   // Parses `{name = value, ...}` for the attributes the op carries, in any order, each once.
   Attrs parseAttrs(Op op, const Token& opToken) {
     Attrs attrs;
-    AttrKind kind = opAttrKind(op);
-    std::vector<std::string> expected;
-    switch (kind) {
-    case AttrKind::None:
-      break;
-    case AttrKind::Value:
-      expected = {"value"};
-      break;
-    case AttrKind::Offset:
-      expected = {"offset"};
-      break;
-    case AttrKind::Range:
-      expected = {"lo", "hi"};
-      break;
-    case AttrKind::Prob:
-      expected = {"p"};
-      break;
-    case AttrKind::Eps:
-      expected = {"eps"};
-      break;
-    }
+    const std::span<const AttrField> fields = attrFields(opAttrKind(op));
     std::vector<std::string> seen;
     if (lexer_.accept("{")) {
       do {
         Token name = lexer_.expectIdentifier("an attribute name");
-        if (std::find(expected.begin(), expected.end(), name.text) == expected.end())
+        auto field = std::find_if(fields.begin(), fields.end(),
+                                  [&](const AttrField& f) { return name.text == f.name; });
+        if (field == fields.end())
           lexer_.errorAt(name, std::string(opName(op)) + " has no attribute '" + name.text + "'");
         if (std::find(seen.begin(), seen.end(), name.text) != seen.end())
           lexer_.errorAt(name, "attribute '" + name.text + "' is given twice");
         seen.push_back(name.text);
         lexer_.expect("=", "after the attribute name");
-        if (name.text == "offset")
-          attrs.offset = parseDim(lexer_, nullptr).substitute(cell_->sizes);
-        else if (name.text == "lo")
-          attrs.lo = parseNumberAttr();
-        else if (name.text == "hi")
-          attrs.hi = parseNumberAttr();
+        if (field->number)
+          attrs.*field->number = parseNumberAttr();
         else
-          attrs.value = parseNumberAttr();
+          attrs.offset = parseDim(lexer_, nullptr).substitute(cell_->sizes);
       } while (lexer_.accept(","));
       lexer_.expect("}", "to close the attributes");
     }
-    for (const auto& name : expected)
-      if (std::find(seen.begin(), seen.end(), name) == seen.end())
-        lexer_.errorAt(opToken, std::string(opName(op)) + " needs attribute '" + name + "'");
+    for (const AttrField& field : fields)
+      if (std::find(seen.begin(), seen.end(), field.name) == seen.end())
+        lexer_.errorAt(opToken, std::string(opName(op)) + " needs attribute '" + field.name + "'");
     return attrs;
   }
 

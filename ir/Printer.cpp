@@ -75,26 +75,14 @@ private:
   }
 
   void printAttrs(const Instr& instr) {
-    const Attrs& a = instr.attrs;
-    switch (opAttrKind(instr.op)) {
-    case AttrKind::None:
-      return;
-    case AttrKind::Value:
-      os_ << " {value = " << formatNumber(a.value) << "}";
-      return;
-    case AttrKind::Offset:
-      os_ << " {offset = " << a.offset.str() << "}";
-      return;
-    case AttrKind::Range:
-      os_ << " {lo = " << formatNumber(a.lo) << ", hi = " << formatNumber(a.hi) << "}";
-      return;
-    case AttrKind::Prob:
-      os_ << " {p = " << formatNumber(a.value) << "}";
-      return;
-    case AttrKind::Eps:
-      os_ << " {eps = " << formatNumber(a.value) << "}";
-      return;
+    const char* separator = " {";
+    for (const AttrField& field : attrFields(opAttrKind(instr.op))) {
+      os_ << separator << field.name << " = "
+          << (field.number ? formatNumber(instr.attrs.*field.number) : instr.attrs.offset.str());
+      separator = ", ";
     }
+    if (*separator == ',')
+      os_ << "}";
   }
 
   std::ostream& os_;
