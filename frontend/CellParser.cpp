@@ -75,19 +75,7 @@ private:
   void parseHeader() {
     lexer_.expectWord("cell", "at the start of the file");
     cell_->name = lexer_.expectIdentifier("the cell's name").text;
-    lexer_.expect("(", "to open the list of size names");
-    if (!lexer_.peek().is(")")) {
-      do {
-        Token size = lexer_.expectIdentifier("a size name");
-        if (size.text == ir::kBatchSymbol)
-          lexer_.errorAt(size, "'B' is the batch size, always present; it cannot be declared");
-        for (const auto& existing : cell_->sizeNames)
-          if (existing == size.text)
-            lexer_.errorAt(size, "size '" + size.text + "' is declared twice");
-        cell_->sizeNames.push_back(size.text);
-      } while (lexer_.accept(","));
-    }
-    lexer_.expect(")", "to close the list of size names");
+    cell_->sizeNames = ir::parseSizeList(lexer_, /*withValues=*/false).names;
     lexer_.expect("{", "to open the cell body");
   }
 

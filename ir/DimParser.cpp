@@ -69,6 +69,33 @@ Dim parseDim(Lexer& lexer, const SizeNameCheck& check) {
   return sum;
 }
 
+SizeList parseSizeList(Lexer& lexer, bool withValues) {
+  SizeList sizes;
+  lexer.expect("(", "to open the list of size names");
+  if (!lexer.peek().is(")")) {
+    do {
+      Token size = lexer.expectIdentifier("a size name");
+      if (size.text == kBatchSymbol)
+        lexer.errorAt(size, "'B' is the batch size, always present; it cannot be declared");
+      for (const auto& existing : sizes.names)
+        if (existing == size.text)
+          lexer.errorAt(size, "size '" + size.text + "' is declared twice");
+      sizes.names.push_back(size.text);
+      if (withValues && lexer.accept("=")) {
+        Token value = lexer.expectNumber("the size's value");
+        errno = 0;
+        char* end = nullptr;
+        long long v = std::strtoll(value.text.c_str(), &end, 10);
+        if (*end != '\0' || v <= 0 || errno == ERANGE)
+          lexer.errorAt(value, "size value must be a positive integer");
+        sizes.values.emplace_back(size.text, v);
+      }
+    } while (lexer.accept(","));
+  }
+  lexer.expect(")", "to close the list of size names");
+  return sizes;
+}
+
 Shape parseShape(Lexer& lexer, const SizeNameCheck& check) {
   lexer.expect("[", "to open a shape");
   Shape shape;

@@ -51,27 +51,10 @@ private:
     lexer_.expectWord("cell", "at the start of the IR");
     lexer_.expect("@", "before the cell name");
     cell_->name = lexer_.expectIdentifier("the cell name").text;
-    lexer_.expect("(", "to open the size list");
-    if (!lexer_.peek().is(")")) {
-      do {
-        Token size = lexer_.expectIdentifier("a size name");
-        if (size.text == kBatchSymbol)
-          lexer_.errorAt(size, "'B' is the batch size and cannot be declared");
-        for (const auto& existing : cell_->sizeNames)
-          if (existing == size.text)
-            lexer_.errorAt(size, "size '" + size.text + "' is declared twice");
-        cell_->sizeNames.push_back(size.text);
-        if (lexer_.accept("=")) {
-          Token value = lexer_.expectNumber("the size's value");
-          char* end = nullptr;
-          long long v = std::strtoll(value.text.c_str(), &end, 10);
-          if (*end != '\0' || v <= 0)
-            lexer_.errorAt(value, "size value must be a positive integer");
-          cell_->sizes[size.text] = v;
-        }
-      } while (lexer_.accept(","));
-    }
-    lexer_.expect(")", "to close the size list");
+    SizeList sizes = parseSizeList(lexer_, /*withValues=*/true);
+    cell_->sizeNames = std::move(sizes.names);
+    for (const auto& [name, value] : sizes.values)
+      cell_->sizes[name] = value;
     lexer_.expect("{", "to open the cell body");
   }
 

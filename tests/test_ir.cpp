@@ -177,6 +177,30 @@ TEST(IRParser, RejectsRedefinitionsAndBadStructure) {
       "slice: [2*hidden_size : 3*hidden_size] is not within the last dimension");
 }
 
+// The size list, read by the same function as the cell language's header (ir::parseSizeList),
+// with the values only the IR gives.
+TEST(IRParser, ReadsSizeValuesAndRejectsBadSizeLists) {
+  auto bound = ir::parseIR(replaced("cell @tiny(hidden_size)", "cell @tiny(hidden_size = 4)"));
+  EXPECT_EQ(bound->sizes.at("hidden_size"), 4);
+  EXPECT_EQ(bound->sizeNames, (std::vector<std::string>{"hidden_size"}));
+  expectUserError(
+      [] {
+        ir::parseIR(replaced("cell @tiny(hidden_size)", "cell @tiny(hidden_size = 0)"), "t.ir");
+      },
+      "t.ir:1:26: error: size value must be a positive integer");
+  expectUserError(
+      [] {
+        ir::parseIR(replaced("cell @tiny(hidden_size)", "cell @tiny(hidden_size, B)"), "t.ir");
+      },
+      "t.ir:1:25: error: 'B' is the batch size, always present; it cannot be declared");
+  expectUserError(
+      [] {
+        ir::parseIR(replaced("cell @tiny(hidden_size)", "cell @tiny(hidden_size, hidden_size)"),
+                    "t.ir");
+      },
+      "t.ir:1:25: error: size 'hidden_size' is declared twice");
+}
+
 TEST(IRParser, RejectsUnknownSizes) {
   expectUserError(
       [] { ir::parseIR(replaced("param %b : [hidden_size]", "param %b : [width]"), "t.ir"); },
