@@ -305,9 +305,10 @@ class _TorchRNN:
     def forward(self, input, hx=None):
         if self.training and self.dropout > 0 and self.num_layers > 1:
             raise NotImplementedError(
-                f"{type(self).__name__}(dropout={self.dropout}) in training mode: rnnc's Python "
-                "modules run inference, where dropout between layers is the identity; call "
-                ".eval() first (training from Python is not there yet)")
+                f"{type(self).__name__}(dropout={self.dropout}) in training mode: rnnc."
+                f"{type(self).__name__} runs inference, where dropout between layers is the "
+                f"identity; call .eval() first, or train with rnnc.nn.{type(self).__name__} (a "
+                "torch.nn.Module whose forward and backward are rnnc's, dropout included)")
         packed = PackedSequence is not None and isinstance(input, PackedSequence)
         lengths = None
         if packed:
