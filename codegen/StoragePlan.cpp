@@ -32,24 +32,6 @@ bool isViewOrImmediate(const ir::Value* value) {
          (value->def->op == ir::Op::Slice || value->def->op == ir::Op::Const);
 }
 
-int64_t columnsOf(const ir::Value* value) {
-  if (value->shape.empty())
-    return 1;
-  const ir::Dim& last = value->shape.back();
-  RNNC_INTERNAL_CHECK(last.isConstant(), "unbound size in " + ir::shapeStr(value->shape));
-  return last.constantValue();
-}
-
-int64_t fixedRowsOf(const ir::Value* value) {
-  int64_t rows = 1;
-  for (size_t i = 0; i + 1 < value->shape.size(); ++i) {
-    RNNC_INTERNAL_CHECK(value->shape[i].isConstant(),
-                        "unbound size in " + ir::shapeStr(value->shape));
-    rows *= value->shape[i].constantValue();
-  }
-  return rows;
-}
-
 // The argument a value reads, looking through slices; null if it is not a view of an argument.
 const ir::Value* viewedArgument(const ir::Value* value) {
   while (!value->isArgument() && value->def->op == ir::Op::Slice)

@@ -167,14 +167,7 @@ struct WorkUnit {
 };
 std::vector<WorkUnit> workUnits(const ir::Block& block, const StoragePlan& plan);
 
-// The number of rows of an unbatched value (the product of its leading dimensions; 1 for a
-// vector or scalar).
-int64_t fixedRowsOf(const ir::Value* value);
-
 // Whether `value` is only a view (slice) or an immediate (const), never stored.
 bool isViewOrImmediate(const ir::Value* value);
-
-// The number of columns of a value (its last dimension; 1 for a scalar).
-int64_t columnsOf(const ir::Value* value);
 
 } // namespace rnnc::codegen

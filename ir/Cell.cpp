@@ -7,6 +7,23 @@
 
 namespace rnnc::ir {
 
+int64_t columnsOf(const Value* value) {
+  if (value->shape.empty())
+    return 1;
+  const Dim& last = value->shape.back();
+  RNNC_INTERNAL_CHECK(last.isConstant(), "unbound size in " + shapeStr(value->shape));
+  return last.constantValue();
+}
+
+int64_t fixedRowsOf(const Value* value) {
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < value->shape.size(); ++i) {
+    RNNC_INTERNAL_CHECK(value->shape[i].isConstant(), "unbound size in " + shapeStr(value->shape));
+    rows *= value->shape[i].constantValue();
+  }
+  return rows;
+}
+
 std::span<const AttrField> attrFields(AttrKind kind) {
   static constexpr AttrField kValue[] = {{"value", &Attrs::value}};
   static constexpr AttrField kOffset[] = {{"offset", nullptr}};

@@ -48,6 +48,12 @@ struct Attrs {
   Dim offset;
 };
 
+// The number of columns of a bound value (its last dimension; 1 for a scalar).
+int64_t columnsOf(const Value* value);
+// The number of rows of a bound unbatched value (the product of its leading dimensions; 1 for a
+// vector or scalar).
+int64_t fixedRowsOf(const Value* value);
+
 // The attributes of each AttrKind as the IR text spells them, in printed order, and where each
 // lives in Attrs: the one list the printer and the parser read.
 struct AttrField {

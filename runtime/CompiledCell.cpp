@@ -197,7 +197,7 @@ void CompiledCell::checkArity(const std::vector<InputRows>& inputs,
   RNNC_INTERNAL_CHECK(inputs.size() == cell_->inputs.size(), "wrong number of inputs");
   RNNC_INTERNAL_CHECK(states.size() == cell_->states.size(), "wrong number of states");
   for (size_t i = 0; i < inputs.size(); ++i)
-    RNNC_INTERNAL_CHECK(inputs[i].columns == codegen::columnsOf(cell_->inputs[i].get()) &&
+    RNNC_INTERNAL_CHECK(inputs[i].columns == ir::columnsOf(cell_->inputs[i].get()) &&
                             inputs[i].stride >= inputs[i].columns,
                         "input " + cell_->inputs[i]->name + " has the wrong width");
 }
@@ -288,7 +288,7 @@ void CompiledCell::run(const Prepared& prepared, int64_t steps, int64_t batch,
   checkArity(inputs, states);
   for (const InputRows& input : inputs)
     RNNC_INTERNAL_CHECK(input.rows == steps * batch, "inputs' rows differ");
-  TensorShape outputShape{steps, batch, codegen::columnsOf(cell_->output)};
+  TensorShape outputShape{steps, batch, ir::columnsOf(cell_->output)};
   if (output.shape() != outputShape) // every row of every step is written
     output = Tensor::uninitialized(outputShape);
   if (steps == 0 || batch == 0)
@@ -301,7 +301,7 @@ void CompiledCell::run(const Prepared& prepared, int64_t steps, int64_t batch,
   std::vector<float*> buffers =
       bufferPointers(prepared, workspace, chunk * batch, batch, team.size());
   std::vector<float*> statePointers = mutableDataPointers(states);
-  const int64_t outCols = codegen::columnsOf(cell_->output);
+  const int64_t outCols = ir::columnsOf(cell_->output);
   std::vector<const float*> chunkInputs(inputs.size());
   const std::vector<int64_t> strides = stridesOf(inputs);
   // In reverse, the chunks from the last to the first, each run backwards by the loop.
@@ -356,7 +356,7 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<InputRo
   for (const Tensor& state : states)
     RNNC_INTERNAL_CHECK(state.rank() == 2 && state.dim(0) == batchSizes[0],
                         "state rows differ from the first batch size");
-  const int64_t outCols = codegen::columnsOf(cell_->output);
+  const int64_t outCols = ir::columnsOf(cell_->output);
   if (output.shape() != TensorShape{rows, outCols}) // every packed row is written
     output = Tensor::uninitialized({rows, outCols});
   // Chunks of whole steps, each as many packed rows as the pre buffers' memory allows (at least

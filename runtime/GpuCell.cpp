@@ -124,7 +124,7 @@ Tensor GpuCell::emulateWith(const std::vector<Tensor>& params, const std::vector
   std::vector<Tensor> buffers;
   for (const codegen::BufferSpec& spec : plan_.buffers)
     buffers.emplace_back(TensorShape{bufferFloats(spec, steps, batch)});
-  Tensor output({steps, batch, codegen::columnsOf(cell_->output)});
+  Tensor output({steps, batch, ir::columnsOf(cell_->output)});
   std::vector<const float*> paramPointers = dataPointers(params),
                             inputPointers = dataPointers(inputs);
   std::vector<float*> statePointers = mutableDataPointers(states),
@@ -199,7 +199,7 @@ GpuCell::resident(const std::vector<Tensor>& params, const std::vector<TensorSha
   run->cell_ = this;
   run->steps_ = inputShapes[0][0];
   run->batch_ = inputShapes[0][1];
-  run->outputShape_ = {run->steps_, run->batch_, codegen::columnsOf(cell_->output)};
+  run->outputShape_ = {run->steps_, run->batch_, ir::columnsOf(cell_->output)};
   run->memory_ = std::make_unique<Resident::Memory>();
   Resident::Memory& m = *run->memory_;
   auto allocate = [&](size_t bytes) {

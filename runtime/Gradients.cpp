@@ -1,6 +1,6 @@
 #include "runtime/Gradients.h"
 
-#include "codegen/StoragePlan.h"
+#include "codegen/WeightType.h"
 #include "ir/Error.h"
 #include "passes/Autodiff.h"
 #include "runtime/Gemm.h"
@@ -35,7 +35,7 @@ struct GradientProgram::Slot {
     const auto& inputs = backward.cell->inputs;
     std::vector<int64_t> widths;
     for (size_t k = inputs.size() - backward.kept.size(); k < inputs.size(); ++k)
-      widths.push_back(codegen::columnsOf(inputs[k].get()));
+      widths.push_back(ir::columnsOf(inputs[k].get()));
     return widths;
   }
   int64_t keptWidth() const {
@@ -198,10 +198,10 @@ TrainingTape GradientProgram::forward(const Tensor& input,
     // The training cell's output: the cell's output, each state entering the step, then the
     // kept values; kept whole, the layer's output copied out of it.
     const ir::Cell& bound = *program_->slots()[static_cast<size_t>(index)].bound;
-    kept.outputWidth = codegen::columnsOf(bound.output);
+    kept.outputWidth = ir::columnsOf(bound.output);
     kept.stateWidths.clear();
     for (const auto& state : bound.states)
-      kept.stateWidths.push_back(codegen::columnsOf(state.get()));
+      kept.stateWidths.push_back(ir::columnsOf(state.get()));
     kept.values = std::move(out.output);
     out.output =
         denseCopy(columnsOf(kept.values, {kept.outputWidth})[0], {steps, batch, kept.outputWidth});
@@ -261,7 +261,7 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       const Slot& s = *slots_[static_cast<size_t>(index)];
       const TrainingTape::Slot& kept = tape.slots[static_cast<size_t>(index)];
       const LayerProgram::Slot& slot = program_->slots()[static_cast<size_t>(index)];
-      const int64_t outWidth = codegen::columnsOf(slot.bound->output);
+      const int64_t outWidth = ir::columnsOf(slot.bound->output);
 
       // The backward step's inputs, where they are: the cell's inputs, the states entering
       // each step and the kept forward values (columns of the forward's outputs), the output
@@ -290,7 +290,7 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       }
       std::vector<Tensor> gradStates;
       for (const auto& state : slot.bound->states) {
-        int64_t features = codegen::columnsOf(state.get());
+        int64_t features = ir::columnsOf(state.get());
         auto it = given.finalStates.find(state->name);
         gradStates.push_back(
             it == given.finalStates.end()

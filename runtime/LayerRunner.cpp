@@ -2,7 +2,7 @@
 
 #include "runtime/CudaDriver.h"
 
-#include "codegen/StoragePlan.h"
+#include "codegen/WeightType.h"
 #include "ir/Error.h"
 #include "runtime/DirectionRun.h"
 #include "runtime/ThreadTeam.h"
@@ -135,9 +135,9 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
       } else if (options.engine == Engine::Jit && !trainingDropout) {
         slot.compiled = CompiledCell::compile(*slot.bound, options.compile);
       }
-      layerOutput += codegen::columnsOf(slot.bound->output);
+      layerOutput += ir::columnsOf(slot.bound->output);
       if (layer == 0 && direction == 0)
-        program->inputSize_ = codegen::columnsOf(slot.bound->inputs[0].get());
+        program->inputSize_ = ir::columnsOf(slot.bound->inputs[0].get());
       program->slots_.push_back(std::move(slot));
     }
     previousOutput = layerOutput;
@@ -203,7 +203,7 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
       std::vector<Tensor> states;
       for (const auto& state : slot.bound->states) {
         auto it = initialStates.find(state->name);
-        int64_t features = codegen::columnsOf(state.get());
+        int64_t features = ir::columnsOf(state.get());
         states.push_back(it == initialStates.end()
                              ? Tensor({batch, features})
                              : Tensor({batch, features},
@@ -304,13 +304,13 @@ int64_t LayerProgram::sideInputSize(const std::string& name) const {
   const ir::Value* value = slots_.at(0).bound->findArgument(name);
   if (!value || value->argKind != ir::ArgKind::Input || value == slots_[0].bound->inputs[0].get())
     throw UserError(fmt::format("cell '{}' has no side input '{}'", cell_->name, name));
-  return codegen::columnsOf(value);
+  return ir::columnsOf(value);
 }
 
 int64_t LayerProgram::stateSize(const std::string& state) const {
   const ir::Value* value = slots_.at(0).bound->findArgument(state);
   RNNC_INTERNAL_CHECK(value && value->argKind == ir::ArgKind::State, "no state " + state);
-  return codegen::columnsOf(value);
+  return ir::columnsOf(value);
 }
 
 LayerResult runLayers(const ir::Cell& cell, const LayerRequest& request,

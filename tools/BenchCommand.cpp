@@ -283,7 +283,7 @@ int bench(const BenchOptions& o) {
       initial[cell->states[i]->name] =
           initialStates[i].reshaped({1, initialStates[i].dim(0), initialStates[i].dim(1)});
     GradientInputs grads;
-    grads.output = randomTensor({o.seq, o.batch, codegen::columnsOf(cell->output)}, 1.0f, rng);
+    grads.output = randomTensor({o.seq, o.batch, ir::columnsOf(cell->output)}, 1.0f, rng);
     return timeRepeats(o.warmup, o.repeat, [&] {
       TrainingTape tape = program->forward(inputs[0], initial, std::nullopt);
       bytes = tape.bytes();
