@@ -231,6 +231,25 @@ double sumOf(const memory& m, bool* nonzero) {
   return sum;
 }
 
+// What a forward primitive reads and writes; the cell state's only for an LSTM.
+struct ForwardMemory {
+  memory x, h0, c0, wLayer, wIter, bias, y, hn, cn;
+};
+std::unordered_map<int, memory> forwardArgs(bool lstm, const ForwardMemory& m) {
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC_LAYER, m.x},
+                                          {DNNL_ARG_SRC_ITER, m.h0},
+                                          {DNNL_ARG_WEIGHTS_LAYER, m.wLayer},
+                                          {DNNL_ARG_WEIGHTS_ITER, m.wIter},
+                                          {DNNL_ARG_BIAS, m.bias},
+                                          {DNNL_ARG_DST_LAYER, m.y},
+                                          {DNNL_ARG_DST_ITER, m.hn}};
+  if (lstm) {
+    args[DNNL_ARG_SRC_ITER_C] = m.c0;
+    args[DNNL_ARG_DST_ITER_C] = m.cn;
+  }
+  return args;
+}
+
 double medianOf(std::vector<double> ms) {
   std::sort(ms.begin(), ms.end());
   size_t n = ms.size();
@@ -326,14 +345,7 @@ int runInt8(const Options& o) {
     memory xq(xU8, eng), h0q(hU8, eng), y(yF32, eng), hn(hU8, eng), cn(hF32, eng);
     dnnl::reorder quantizeX(dnnl::reorder::primitive_desc(eng, xF32, eng, xU8, attr));
     dnnl::reorder quantizeH(dnnl::reorder::primitive_desc(eng, hF32, eng, hU8, attr));
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC_LAYER, xq},       {DNNL_ARG_SRC_ITER, h0q}, {DNNL_ARG_WEIGHTS_LAYER, wLayer},
-        {DNNL_ARG_WEIGHTS_ITER, wIter}, {DNNL_ARG_BIAS, b},       {DNNL_ARG_DST_LAYER, y},
-        {DNNL_ARG_DST_ITER, hn}};
-    if (lstm) {
-      args[DNNL_ARG_SRC_ITER_C] = c0;
-      args[DNNL_ARG_DST_ITER_C] = cn;
-    }
+    auto args = forwardArgs(lstm, {xq, h0q, c0, wLayer, wIter, b, y, hn, cn});
     auto once = [&] {
       quantizeX.execute(s, x, xq);
       quantizeH.execute(s, h0, h0q);
@@ -353,18 +365,9 @@ int runInt8(const Options& o) {
 
     // The fp32 primitive on the same weights and data, once, for the error.
     memory yRef(yF32, eng), hnRef(hF32, eng), cnRef(hF32, eng);
-    std::unordered_map<int, memory> refArgs = {
-        {DNNL_ARG_SRC_LAYER, x},
-        {DNNL_ARG_SRC_ITER, h0},
-        {DNNL_ARG_WEIGHTS_LAYER, preferredWeights(wLayerLdigo, wLayerF32Md, eng, s)},
-        {DNNL_ARG_WEIGHTS_ITER, preferredWeights(wIterLdigo, wIterF32Md, eng, s)},
-        {DNNL_ARG_BIAS, b},
-        {DNNL_ARG_DST_LAYER, yRef},
-        {DNNL_ARG_DST_ITER, hnRef}};
-    if (lstm) {
-      refArgs[DNNL_ARG_SRC_ITER_C] = c0;
-      refArgs[DNNL_ARG_DST_ITER_C] = cnRef;
-    }
+    auto refArgs = forwardArgs(lstm, {x, h0, c0, preferredWeights(wLayerLdigo, wLayerF32Md, eng, s),
+                                      preferredWeights(wIterLdigo, wIterF32Md, eng, s), b, yRef,
+                                      hnRef, cnRef});
     f32Prim.execute(s, refArgs);
     s.wait();
     const auto* got = static_cast<const float*>(y.get_data_handle());
@@ -500,14 +503,7 @@ int main(int argc, char** argv) {
     memory c0 = randomMemory(iter, eng, rng, 1.0f);
     memory y(dstLayer, eng), hn(iter, eng), cn(iter, eng);
 
-    std::unordered_map<int, memory> args = {
-        {DNNL_ARG_SRC_LAYER, x},        {DNNL_ARG_SRC_ITER, h0}, {DNNL_ARG_WEIGHTS_LAYER, wLayer},
-        {DNNL_ARG_WEIGHTS_ITER, wIter}, {DNNL_ARG_BIAS, b},      {DNNL_ARG_DST_LAYER, y},
-        {DNNL_ARG_DST_ITER, hn}};
-    if (lstm) {
-      args[DNNL_ARG_SRC_ITER_C] = c0;
-      args[DNNL_ARG_DST_ITER_C] = cn;
-    }
+    auto args = forwardArgs(lstm, {x, h0, c0, wLayer, wIter, b, y, hn, cn});
 
     // Training: the backward reads the forward's arguments and workspace, and writes every
     // gradient. The gradient of y.sum(): ones for y, zeros for the final states.
@@ -566,8 +562,7 @@ int main(int argc, char** argv) {
               .count());
     }
     std::sort(ms.begin(), ms.end());
-    size_t n = ms.size();
-    double median = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
+    const double median = medianOf(ms);
 
     // A checksum of the last output, so a broken run shows as NaN rather than a fast time.
     const auto* yp = static_cast<const float*>(y.get_data_handle());

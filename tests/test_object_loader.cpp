@@ -105,20 +105,17 @@ public:
     symtab.sh_size = table.size();
     symtab.sh_offset = place(table, 8);
     headers.push_back(symtab);
-    Elf64_Shdr strtab{};
-    strtab.sh_name = name(".strtab");
-    strtab.sh_type = SHT_STRTAB;
-    strtab.sh_addralign = 1;
-    strtab.sh_size = strings.size();
-    strtab.sh_offset = place(strings, 1);
-    headers.push_back(strtab);
-    Elf64_Shdr shstrtab{};
-    shstrtab.sh_name = name(".shstrtab");
-    shstrtab.sh_type = SHT_STRTAB;
-    shstrtab.sh_addralign = 1;
-    shstrtab.sh_size = names.size();
-    shstrtab.sh_offset = place(names, 1);
-    headers.push_back(shstrtab);
+    auto stringTable = [&](const char* tableName, const std::string& text) {
+      Elf64_Shdr h{};
+      h.sh_name = name(tableName);
+      h.sh_type = SHT_STRTAB;
+      h.sh_addralign = 1;
+      h.sh_size = text.size();
+      h.sh_offset = place(text, 1);
+      headers.push_back(h);
+    };
+    stringTable(".strtab", strings);
+    stringTable(".shstrtab", names); // its own name added first: the last string it holds
 
     Elf64_Ehdr header{};
     std::memcpy(header.e_ident, ELFMAG, SELFMAG);
