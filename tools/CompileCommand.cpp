@@ -1,4 +1,5 @@
-// `rnnc compile`: runs the optimisation pipeline on a cell and shows any stage of it.
+// `rnnc compile`: runs the optimisation pipeline on a cell and shows any stage of it; `rnnc dump`
+// is its first stage (`compile --emit=ir`), on the same code path.
 #include "codegen/Compiler.h"
 #include "frontend/BuiltinCells.h"
 #include "ir/Error.h"
@@ -117,6 +118,15 @@ int compile(const CompileCommandOptions& o) {
 }
 
 } // namespace
+
+CommandAction addDumpCommand(CLI::App& app) {
+  auto o = std::make_shared<CompileCommandOptions>();
+  o->emit = "ir";
+  CLI::App* cmd = app.add_subcommand("dump", "Print a cell's IR (rnnc compile --emit=ir)");
+  cmd->add_option("cell", o->cell, "Built-in cell name, .cell file or .rnnir IR dump")->required();
+  cmd->add_option("--size", o->sizes, "Bind a named size: NAME=VALUE (repeatable)");
+  return [o] { return compile(*o); };
+}
 
 CommandAction addCompileCommand(CLI::App& app) {
   auto o = std::make_shared<CompileCommandOptions>();
