@@ -75,14 +75,15 @@ private:
   }
 
   void printAttrs(const Instr& instr) {
-    const char* separator = " {";
-    for (const AttrField& field : attrFields(opAttrKind(instr.op))) {
-      os_ << separator << field.name << " = "
-          << (field.number ? formatNumber(instr.attrs.*field.number) : instr.attrs.offset.str());
-      separator = ", ";
-    }
-    if (*separator == ',')
-      os_ << "}";
+    const std::span<const AttrField> fields = attrFields(opAttrKind(instr.op));
+    if (fields.empty())
+      return;
+    os_ << " {";
+    for (size_t i = 0; i < fields.size(); ++i)
+      os_ << (i ? ", " : "") << fields[i].name << " = "
+          << (fields[i].number ? formatNumber(instr.attrs.*fields[i].number)
+                               : instr.attrs.offset.str());
+    os_ << "}";
   }
 
   std::ostream& os_;

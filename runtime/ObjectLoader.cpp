@@ -113,7 +113,9 @@ public:
 private:
   struct Symbol {
     std::string_view name;
-    uint64_t address = 0;
+    uint16_t section = SHN_UNDEF; // as the object gives them
+    uint64_t value = 0;
+    uint64_t address = 0;  // once the sections are mapped
     bool external = false; // resolved outside the object
     bool function = false; // a function in a loaded section (not, say, the file's name)
     bool resolved = false;
@@ -157,8 +159,8 @@ private:
         refuse(fmt::format("thread-local symbol '{}'", symbol.name));
       symbol.external = sym.st_shndx == SHN_UNDEF && i != 0;
       symbol.function = ELF64_ST_TYPE(sym.st_info) == STT_FUNC && loaded(sym.st_shndx);
-      symbolSections_.push_back(sym.st_shndx);
-      symbolValues_.push_back(sym.st_value);
+      symbol.section = sym.st_shndx;
+      symbol.value = sym.st_value;
       symbols_.push_back(symbol);
     }
   }
@@ -257,14 +259,14 @@ private:
     // Symbols' addresses, now that the sections have theirs.
     for (size_t i = 0; i < symbols_.size(); ++i) {
       Symbol& symbol = symbols_[i];
-      const uint16_t section = symbolSections_[i];
+      const uint16_t section = symbol.section;
       if (section == SHN_ABS) {
-        symbol.address = symbolValues_[i];
+        symbol.address = symbol.value;
         symbol.resolved = true;
       } else if (loaded(section)) {
-        if (symbolValues_[i] > sections_[section].sh_size)
+        if (symbol.value > sections_[section].sh_size)
           refuse(fmt::format("symbol '{}' outside its section", symbol.name));
-        symbol.address = reinterpret_cast<uint64_t>(base(section)) + symbolValues_[i];
+        symbol.address = reinterpret_cast<uint64_t>(base(section)) + symbol.value;
         symbol.resolved = true;
       } else if (symbol.external) {
         resolveExternal(symbol);
@@ -392,8 +394,6 @@ private:
   std::map<std::string, void*, std::less<>> external_;
   std::vector<Elf64_Shdr> sections_;
   std::vector<Symbol> symbols_;
-  std::vector<uint16_t> symbolSections_;
-  std::vector<uint64_t> symbolValues_;
   std::vector<uint64_t> offsets_; // each loaded section's offset in its group
   std::vector<Group> groups_;
   uint64_t groupSizes_[kGroups] = {}, groupStarts_[kGroups] = {};
