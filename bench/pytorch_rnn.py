@@ -82,6 +82,9 @@ def main():
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="cuda: the module and data on the GPU (cuDNN), synchronised around "
                              "each timed run")
+    parser.add_argument("--no-tf32", action="store_true",
+                        help="with --device cuda: strict fp32 in cuDNN (torch.backends.cudnn."
+                             "allow_tf32 = False; PyTorch's default allows TF32 tensor cores)")
     args = parser.parse_args()
     # torch.set_num_threads does not reach the BLAS library torch loads (Debian's torch uses
     # the system libblas.so.3, OpenBLAS when installed, which starts one thread per core):
@@ -121,6 +124,7 @@ def main():
         if args.dtype != "fp32":
             print("pytorch_rnn.py: --dtype int8 is CPU-only", file=sys.stderr)
             return 2
+        torch.backends.cudnn.allow_tf32 = not args.no_tf32
         rnn = rnn.cuda()
         x = x.cuda()
         state = tuple(s.cuda() for s in state) if isinstance(state, tuple) else state.cuda()
@@ -187,6 +191,7 @@ def main():
         "checksum": checksum,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "cudnn": torch.backends.cudnn.version() if cuda else None,
+        "tf32": bool(cuda and torch.backends.cudnn.allow_tf32),
     }))
     return 0
 

@@ -79,10 +79,12 @@ std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const Target& target) {
 constexpr const char* kPipeline = "function(sroa,early-cse,simplifycfg,instcombine<no-verify-"
                                   "fixpoint>,loop-mssa(licm),simplifycfg)";
 
-// A GPU module's regions are inlined into its kernels first (and then dropped).
+// A GPU module's regions are inlined into its kernels (and then dropped), once the address
+// spaces the emitter states (GpuEmitter's markGlobal) are carried to their loads and stores:
+// inlining simplifies the casts that say so away.
 constexpr const char* kGpuPipeline =
-    "always-inline,globaldce,function(sroa,early-cse,simplifycfg,instcombine<no-verify-"
-    "fixpoint>,loop-mssa(licm),simplifycfg)";
+    "function(infer-address-spaces),always-inline,globaldce,function(sroa,early-cse,"
+    "simplifycfg,instcombine<no-verify-fixpoint>,loop-mssa(licm),simplifycfg)";
 
 void optimise(llvm::Module& module, llvm::TargetMachine& machine,
               const char* pipelineText = kPipeline) {

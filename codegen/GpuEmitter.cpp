@@ -29,6 +29,12 @@ private:
   // The region's work on one item (its grid-stride loop's body).
   void emitItem(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
   void emitProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
+  void emitSplitDepthProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
+  // Views of what a product's kernel reads besides the product's slices; which of its values
+  // are which slice's sums.
+  std::vector<std::vector<const ir::Value*>> productOperandViews(const GpuRegion& region);
+  // The sum of `value` over the warp's lanes, in every lane (shuffles, butterfly order).
+  llvm::Value* warpSum(llvm::Value* value);
   void emitPacking(const PackedProduct& packed, llvm::Value* item);
   void emitInstruction(const ir::Instr& instr, llvm::Value* item);
   void emitStepEnd(const GpuRegion& region, llvm::Value* item);
@@ -41,6 +47,19 @@ private:
   void emitPersistentSteps(const std::vector<llvm::Function*>& regionFunctions, llvm::Value* args,
                            llvm::Value* counter, llvm::Value* me, llvm::Value* all);
   llvm::Value* specialRegister(llvm::Intrinsic::ID id);
+  // The tensors and buffers are all in the GPU's global memory: said so (a cast to the global
+  // address space and back, which LLVM's address space inference turns into ld.global and
+  // st.global instead of generic loads and stores that check the address's space each time).
+  void markGlobal() {
+    llvm::Type* global = llvm::PointerType::get(llvmContext, 1);
+    auto mark = [&](llvm::Value*& p) {
+      p = b.CreateAddrSpaceCast(b.CreateAddrSpaceCast(p, global), ptr);
+    };
+    for (auto* list : {&params, &inputs, &states, &buffers})
+      for (llvm::Value*& p : *list)
+        mark(p);
+    mark(output);
+  }
 
   llvm::Value* load(const View& v, llvm::Value* r, llvm::Value* c) {
     return b.CreateAlignedLoad(f32, elementPointer(v, r, c), llvm::Align(4));
@@ -68,7 +87,8 @@ private:
 
   const std::vector<GpuRegion>& regions_;
   KernelEmitter kernels_;
-  View outputRows_; // a step region's output rows
+  View outputRows_;             // a step region's output rows
+  llvm::Value* lane_ = nullptr; // a split-depth product's lane on a GPU; null when emulated
 };
 
 std::unique_ptr<llvm::Module> GpuEmitter::emit() {
@@ -101,6 +121,8 @@ llvm::Function* GpuEmitter::emitRegion(size_t index) {
     fn->addFnAttr(llvm::Attribute::AlwaysInline);
   b.SetInsertPoint(llvm::BasicBlock::Create(llvmContext, "entry", fn));
   loadArguments(fn->getArg(0));
+  if (target.isGpu())
+    markGlobal();
   llvm::Value* t = fn->getArg(1);
   switch (region.phase) {
   case GpuPhase::Params:
@@ -123,8 +145,17 @@ llvm::Function* GpuEmitter::emitRegion(size_t index) {
   // Views are made before the loop so that their address arithmetic is not repeated.
   if (region.kind == Kind::Kernel || region.kind == Kind::RowKernel)
     kernels_.emitViews(*region.block, {region.unit.first, region.unit.last});
-  forLoop(fn->getArg(2), items, fn->getArg(3), "item",
-          [&](llvm::Value* item) { emitItem(region, item, rows); });
+  llvm::Value* first = fn->getArg(2);
+  llvm::Value* stride = fn->getArg(3);
+  lane_ = nullptr;
+  if (region.kind == Kind::Product && region.packed->splitDepth && target.isGpu()) {
+    // A warp per item: the grid-stride loop runs over warps (a block is whole warps), the lane
+    // works inside the item. The emulation runs an item's lanes one after the other instead.
+    lane_ = b.CreateURem(first, constant(kGpuWarpLanes), "lane");
+    first = b.CreateUDiv(first, constant(kGpuWarpLanes), "warp");
+    stride = b.CreateUDiv(stride, constant(kGpuWarpLanes), "warps");
+  }
+  forLoop(first, items, stride, "item", [&](llvm::Value* item) { emitItem(region, item, rows); });
   b.CreateRetVoid();
   return fn;
 }
@@ -142,6 +173,8 @@ void GpuEmitter::emitItem(const GpuRegion& region, llvm::Value* item, llvm::Valu
     kernels_.emitKernelRow(*region.block, group, item, kernelSpace(*region.block, group).cols);
     return;
   case Kind::Product:
+    if (region.packed->splitDepth)
+      return emitSplitDepthProduct(region, item, rows);
     return emitProduct(region, item, rows);
   case Kind::Packing:
     return emitPacking(*region.packed, item);
@@ -165,19 +198,7 @@ void GpuEmitter::emitProduct(const GpuRegion& region, llvm::Value* item, llvm::V
   const int64_t slices = packed.slices(), tileRows = packed.tileRows;
   const bool fused = region.unit.kernel;
   const KernelGroup group{region.unit.first, region.unit.last};
-  // Which values of the kernel are which slice's sums; views of what else it reads.
-  const std::vector<std::vector<const ir::Value*>> sliceValues =
-      sliceValuesOf(block, fused ? &group : nullptr, packed);
-  for (size_t i = fused ? group.first + 1 : 0; fused && i < group.last; ++i) {
-    const ir::Instr& instr = *block[i];
-    if (instr.op == Op::Slice && instr.operands[0] == &product.result)
-      continue; // in registers
-    for (const ir::Value* operand : instr.operands)
-      if (!KernelEmitter::definedIn(block, group, operand) && !KernelEmitter::isImmediate(operand))
-        view(operand);
-    if (instr.op == Op::Slice)
-      view(&instr.result);
-  }
+  const std::vector<std::vector<const ir::Value*>> sliceValues = productOperandViews(region);
   const View x = view(product.operands[0]);
   const View result = fused ? View{} : view(&product.result);
 
@@ -237,28 +258,187 @@ void GpuEmitter::emitProduct(const GpuRegion& region, llvm::Value* item, llvm::V
   }
 }
 
-// Item (block, depth k, lane): packed[blk][k][s][lane] = W(offset_s + blk * width + lane, k)
-// for every slice s, zero past the kernel's columns (StoragePlan.h's PackedProduct, one panel).
+std::vector<std::vector<const ir::Value*>>
+GpuEmitter::productOperandViews(const GpuRegion& region) {
+  const PackedProduct& packed = *region.packed;
+  const ir::Block& block = *region.block;
+  const bool fused = region.unit.kernel;
+  const KernelGroup group{region.unit.first, region.unit.last};
+  for (size_t i = fused ? group.first + 1 : 0; fused && i < group.last; ++i) {
+    const ir::Instr& instr = *block[i];
+    if (instr.op == Op::Slice && instr.operands[0] == &packed.product->result)
+      continue; // in registers
+    for (const ir::Value* operand : instr.operands)
+      if (!KernelEmitter::definedIn(block, group, operand) && !KernelEmitter::isImmediate(operand))
+        view(operand);
+    if (instr.op == Op::Slice)
+      view(&instr.result);
+  }
+  return sliceValuesOf(block, fused ? &group : nullptr, packed);
+}
+
+llvm::Value* GpuEmitter::warpSum(llvm::Value* value) {
+  llvm::Type* i32 = llvm::Type::getInt32Ty(llvmContext);
+  for (int offset = kGpuWarpLanes / 2; offset >= 1; offset /= 2)
+    value = b.CreateFAdd(value, b.CreateIntrinsic(llvm::Intrinsic::nvvm_shfl_sync_bfly_f32, {},
+                                                  {llvm::ConstantInt::get(i32, 0xffffffffu), value,
+                                                   llvm::ConstantInt::get(i32, offset),
+                                                   llvm::ConstantInt::get(i32, 0x1f)}));
+  return value;
+}
+
+// Item (row tile, column j) on a warp (PackedProduct::splitDepth): lane l sums the tile's rows
+// of x times column j of every slice over depths l, l + 32, ... (the warp's 32 weights and 32
+// inputs at a time are each one 128-byte load), the lanes' parts are summed by shuffles, and
+// lane m finishes row m of the tile (the kernel's elementwise work; standalone: the sum
+// stored), so that the tile's rows run side by side rather than one lane doing all of them.
+// Emulated (no lane_), one thread runs an item's lanes one after the other into the same sums.
+void GpuEmitter::emitSplitDepthProduct(const GpuRegion& region, llvm::Value* item,
+                                       llvm::Value* rows) {
+  const PackedProduct& packed = *region.packed;
+  const ir::Block& block = *region.block;
+  const ir::Instr& product = *packed.product;
+  const int64_t slices = packed.slices(), tileRows = packed.tileRows, depth = packed.depth;
+  const bool fused = region.unit.kernel;
+  const KernelGroup group{region.unit.first, region.unit.last};
+  const std::vector<std::vector<const ir::Value*>> sliceValues = productOperandViews(region);
+  const View x = view(product.operands[0]);
+  const View result = fused ? View{} : view(&product.result);
+
+  llvm::Value* columns = constant(packed.columns);
+  llvm::Value* tile = nullptr;
+  llvm::Value* j = nullptr;
+  if (packed.rowsFastest) {
+    llvm::Value* rowTiles =
+        b.CreateUDiv(b.CreateAdd(rows, constant(tileRows - 1)), constant(tileRows));
+    tile = b.CreateURem(item, rowTiles);
+    j = b.CreateUDiv(item, rowTiles, "j");
+  } else {
+    tile = b.CreateUDiv(item, columns);
+    j = b.CreateURem(item, columns, "j");
+  }
+  llvm::Value* firstRow = b.CreateMul(tile, constant(tileRows));
+  llvm::Value* weights =
+      b.CreateGEP(f32, buffers[packed.buffer], b.CreateMul(j, constant(slices * depth)));
+  // Rows past the last are read as the last (and not stored): no branch in the depth loop.
+  std::vector<llvm::Value*> tileRow;
+  llvm::Value* lastRow = b.CreateSub(rows, constant(1));
+  for (int64_t m = 0; m < tileRows; ++m) {
+    llvm::Value* r = b.CreateAdd(firstRow, constant(m));
+    tileRow.push_back(b.CreateSelect(b.CreateICmpULT(r, rows), r, lastRow));
+  }
+  std::vector<llvm::AllocaInst*> sums;
+  for (int64_t k = 0; k < tileRows * slices; ++k) {
+    sums.push_back(slot("acc"));
+    b.CreateStore(llvm::ConstantFP::get(f32, 0.0), sums.back());
+  }
+  llvm::Value* firstLane = lane_ ? lane_ : constant(0);
+  llvm::Value* endLane = lane_ ? b.CreateAdd(lane_, constant(1)) : constant(kGpuWarpLanes);
+  // Depths k, k + 32, ... k + 32 (n - 1): every load first, then the FMAs, so that n depths'
+  // loads are in flight at once (one depth at a time waited out a load's latency per depth).
+  auto depths = [&](llvm::Value* k, int64_t n) {
+    std::vector<llvm::Value*> w, xs;
+    for (int64_t u = 0; u < n; ++u) {
+      llvm::Value* ku = b.CreateAdd(k, constant(u * kGpuWarpLanes));
+      for (int64_t s = 0; s < slices; ++s)
+        w.push_back(b.CreateAlignedLoad(
+            f32, b.CreateGEP(f32, weights, b.CreateAdd(ku, constant(s * depth))), llvm::Align(4)));
+      for (int64_t m = 0; m < tileRows; ++m)
+        xs.push_back(load(x, tileRow[static_cast<size_t>(m)], ku));
+    }
+    for (int64_t u = 0; u < n; ++u)
+      for (int64_t m = 0; m < tileRows; ++m)
+        for (int64_t s = 0; s < slices; ++s) {
+          llvm::AllocaInst* acc = sums[static_cast<size_t>(m * slices + s)];
+          b.CreateStore(fmuladd(xs[static_cast<size_t>(u * tileRows + m)],
+                                w[static_cast<size_t>(u * slices + s)], b.CreateLoad(f32, acc)),
+                        acc);
+        }
+  };
+  constexpr int64_t kUnroll = 4;
+  forLoop(firstLane, endLane, constant(1), "lane", [&](llvm::Value* l) {
+    // Lane l's depths in groups of kUnroll, then one at a time.
+    llvm::Value* group = constant(kUnroll * kGpuWarpLanes);
+    llvm::Value* grouped =
+        b.CreateAdd(l, b.CreateMul(b.CreateSDiv(b.CreateSub(constant(depth), l), group), group));
+    forLoop(l, grouped, group, "depths", [&](llvm::Value* k) { depths(k, kUnroll); });
+    forLoop(grouped, constant(depth), constant(kGpuWarpLanes), "depth",
+            [&](llvm::Value* k) { depths(k, 1); });
+  });
+  if (lane_)
+    for (llvm::AllocaInst* acc : sums)
+      b.CreateStore(warpSum(b.CreateLoad(f32, acc)), acc);
+  // Lane m < tileRows finishes row m (emulated: rows 0..tileRows-1 in turn).
+  llvm::Value* firstTileRow = lane_ ? lane_ : constant(0);
+  llvm::Value* endTileRow = lane_ ? b.CreateSelect(b.CreateICmpULT(lane_, constant(tileRows)),
+                                                   b.CreateAdd(lane_, constant(1)), lane_)
+                                  : constant(tileRows);
+  llvm::Type* lane = llvm::FixedVectorType::get(f32, 1);
+  forLoop(firstTileRow, endTileRow, constant(1), "tile_row", [&](llvm::Value* m) {
+    llvm::Value* r = b.CreateAdd(firstRow, m);
+    // Row m's sums, chosen without indexing the accumulators (which would put them in memory).
+    std::vector<llvm::Value*> rowSums;
+    for (int64_t s = 0; s < slices; ++s) {
+      llvm::Value* chosen = b.CreateLoad(f32, sums[static_cast<size_t>(s)]);
+      for (int64_t other = 1; other < tileRows; ++other)
+        chosen = b.CreateSelect(b.CreateICmpEQ(m, constant(other)),
+                                b.CreateLoad(f32, sums[static_cast<size_t>(other * slices + s)]),
+                                chosen);
+      rowSums.push_back(chosen);
+    }
+    ifThen(b.CreateICmpULT(r, rows), "row_in_tile", [&] {
+      std::unordered_map<const ir::Value*, llvm::Value*> values;
+      for (int64_t s = 0; s < slices; ++s) {
+        llvm::Value* vector = b.CreateInsertElement(llvm::PoisonValue::get(lane),
+                                                    rowSums[static_cast<size_t>(s)], uint64_t{0});
+        for (const ir::Value* v : sliceValues[static_cast<size_t>(s)])
+          values[v] = vector;
+      }
+      if (fused)
+        kernels_.emitKernelBody(block, group, r, j, 1, std::move(values));
+      else
+        store(rowSums[0], result, r, j);
+    });
+  });
+}
+
+// Split depth (PackedProduct::splitDepth), item (column, depth k):
+// packed[column][s][k] = W(offset_s + column, k) for every slice s, zero past the kernel's
+// columns. Otherwise, item (block, depth k, lane): packed[blk][k][s][lane] = W(offset_s + blk *
+// width + lane, k) for every slice s, zero past the kernel's columns (StoragePlan.h's
+// PackedProduct, one panel).
 void GpuEmitter::emitPacking(const PackedProduct& packed, llvm::Value* item) {
   const ir::Instr& product = *packed.product;
   const View w = view(product.operands[1]);
   const bool linear = product.op == Op::Linear; // W [N, K]; a matmul's is [K, N]
   llvm::Value* width = constant(packed.width);
-  llvm::Value* lane = b.CreateURem(item, width);
-  llvm::Value* blockDepth = b.CreateUDiv(item, width); // blk * depth + k
-  llvm::Value* k = b.CreateURem(blockDepth, constant(packed.depth));
-  llvm::Value* column =
-      b.CreateAdd(b.CreateMul(b.CreateUDiv(blockDepth, constant(packed.depth)), width), lane);
+  llvm::Value* k = nullptr;
+  llvm::Value* column = nullptr;
+  llvm::Value* to = nullptr;
+  int64_t sliceStride = packed.width; // floats from one slice's weight to the next's
+  if (packed.splitDepth) {
+    k = b.CreateURem(item, constant(packed.depth));
+    column = b.CreateUDiv(item, constant(packed.depth));
+    to = b.CreateGEP(f32, buffers[packed.buffer],
+                     b.CreateAdd(b.CreateMul(column, constant(packed.slices() * packed.depth)), k));
+    sliceStride = packed.depth;
+  } else {
+    llvm::Value* lane = b.CreateURem(item, width);
+    llvm::Value* blockDepth = b.CreateUDiv(item, width); // blk * depth + k
+    k = b.CreateURem(blockDepth, constant(packed.depth));
+    column =
+        b.CreateAdd(b.CreateMul(b.CreateUDiv(blockDepth, constant(packed.depth)), width), lane);
+    to = b.CreateGEP(
+        f32, buffers[packed.buffer],
+        b.CreateAdd(b.CreateMul(blockDepth, constant(packed.slices() * packed.width)), lane));
+  }
   llvm::Value* inside = b.CreateICmpULT(column, constant(packed.columns));
   llvm::Value* clamped = b.CreateSelect(inside, column, constant(packed.columns - 1));
-  llvm::Value* to = b.CreateGEP(
-      f32, buffers[packed.buffer],
-      b.CreateAdd(b.CreateMul(blockDepth, constant(packed.slices() * packed.width)), lane));
   for (int64_t s = 0; s < packed.slices(); ++s) {
     llvm::Value* n = b.CreateAdd(clamped, constant(packed.offsets[static_cast<size_t>(s)]));
     llvm::Value* weight = linear ? load(w, n, k) : load(w, k, n);
     b.CreateAlignedStore(b.CreateSelect(inside, weight, llvm::ConstantFP::get(f32, 0.0)),
-                         b.CreateConstGEP1_64(f32, to, static_cast<uint64_t>(s * packed.width)),
+                         b.CreateConstGEP1_64(f32, to, static_cast<uint64_t>(s * sliceStride)),
                          llvm::Align(4));
   }
 }

@@ -36,6 +36,11 @@ int64_t GpuRegion::items(int64_t steps, int64_t batch) const {
   return (rowCount(steps, batch) + rowsPerItem - 1) / rowsPerItem * itemsPerRow;
 }
 
+int64_t GpuRegion::threads(int64_t steps, int64_t batch) const {
+  const bool warps = kind == Kind::Product && packed->splitDepth;
+  return items(steps, batch) * (warps ? kGpuWarpLanes : 1);
+}
+
 std::string GpuRegion::describe(const ir::Cell& cell) const {
   std::string what;
   switch (kind) {
@@ -51,7 +56,8 @@ std::string GpuRegion::describe(const ir::Cell& cell) const {
     if (kind == Kind::RowKernel)
       what += ", a row per item";
     if (kind == Kind::Product)
-      what += ", " + std::to_string(rowsPerItem) + " rows x 1 column per item";
+      what += ", " + std::to_string(rowsPerItem) + " rows x 1 column per " +
+              (packed->splitDepth ? "warp (its lanes split the depth)" : "thread");
     break;
   }
   case Kind::Packing:

@@ -52,6 +52,8 @@ struct GpuRegion {
 
   int64_t rowCount(int64_t steps, int64_t batch) const;
   int64_t items(int64_t steps, int64_t batch) const;
+  // The GPU threads that run them: a split-depth product's items are warps.
+  int64_t threads(int64_t steps, int64_t batch) const;
   std::string describe(const ir::Cell& cell) const; // "step: kernel %12..%30 led by linear"
 };
 

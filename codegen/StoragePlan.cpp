@@ -4,6 +4,7 @@
 #include "ir/ShapeInference.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 namespace rnnc::codegen {
 namespace {
@@ -189,13 +190,19 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
   RNNC_INTERNAL_CHECK(!packed.offsets.empty(), "a fused product that no slice reads");
   packed.depth = columnsOf(product.operands[0]);
   if (target.isGpu()) {
-    // A GPU thread computes one column of every slice for kGpuTileRows rows; a warp's 32
-    // threads take 32 consecutive columns, whose weights at one depth are side by side in the
-    // packing (one 128-byte load per slice), in one panel of all the slices.
+    // Over the sequence's rows (the input projection), a GPU thread computes one column of
+    // every slice for kGpuTileRows rows; a warp's 32 threads take 32 consecutive columns, whose
+    // weights at one depth are side by side in the packing (one 128-byte load per slice), in
+    // one panel of all the slices. In a step, a warp per column (splitDepth).
     packed.width = kGpuBlockColumns;
     packed.blocks = (packed.columns + packed.width - 1) / packed.width;
     packed.panelSlices = packed.slices();
-    packed.tileRows = kGpuTileRows;
+    packed.splitDepth = &block == &cell.step;
+    packed.tileRows = packed.splitDepth ? kGpuSplitDepthTileRows : kGpuTileRows;
+    if (const char* rows =
+            std::getenv(packed.splitDepth ? "RNNC_GPU_STEP_ROWS" : "RNNC_GPU_PRE_ROWS"))
+      packed.tileRows = std::atoi(rows);
+    packed.rowsFastest = packed.splitDepth && std::getenv("RNNC_GPU_ROWS_FASTEST");
     return packed;
   }
   packed.depthPairs = weights == WeightType::BF16 && vectorWidth == 16 && target.has("avx512bf16");

@@ -79,6 +79,14 @@ struct PackedProduct {
   // I = 1000).
   size_t xBuffer = 0;
   int64_t xStride = 0;
+  // GPU, the recurrent products: a warp computes one column (of every slice) of a tile of rows,
+  // its 32 lanes splitting the depth (lane l takes depths l, l + 32, ...) and summing their
+  // parts with shuffles; the weights packed column after column, each slice's depths side by
+  // side ([column][slice][depth]) so that a warp's 32 depths are one 128-byte load. A step's
+  // product then runs on columns * row tiles warps rather than as many threads: at batch 1 one
+  // thread per column left all but one multiprocessor idle.
+  bool splitDepth = false;
+  bool rowsFastest = false; // split depth: consecutive warps take a column's row tiles
 
   int64_t slices() const { return static_cast<int64_t>(offsets.size()); }
   // In no kernel: its tiles are stored to the product's own buffer.
@@ -99,9 +107,11 @@ struct PackedProduct {
 };
 
 // On a GPU (Target::isGpu): the columns of a block, one per thread of a warp, and the rows one
-// thread computes of each.
+// thread computes of each; a split-depth product's rows per warp; a warp's lanes.
 inline constexpr int64_t kGpuBlockColumns = 32;
-inline constexpr int64_t kGpuTileRows = 4;
+inline constexpr int64_t kGpuTileRows = 16;
+inline constexpr int64_t kGpuSplitDepthTileRows = 4;
+inline constexpr int64_t kGpuWarpLanes = 32;
 
 struct KernelGroup;
 // Per slice of `packed` (in its offsets' order), the values of its kernel `group` that are that

@@ -281,7 +281,7 @@ void GpuCell::Resident::launch(codegen::GpuPhase phase, GpuSchedule schedule) co
     int64_t needed = 1;
     for (const codegen::GpuRegion& r : regions)
       if (r.phase == codegen::GpuPhase::Step)
-        needed = std::max(needed, (r.items(steps_, batch_) + kBlockSize - 1) / kBlockSize);
+        needed = std::max(needed, (r.threads(steps_, batch_) + kBlockSize - 1) / kBlockSize);
     const int64_t resident =
         static_cast<int64_t>(driver.multiprocessors()) * code.persistentBlocksPerMultiprocessor;
     if (resident < 1)
@@ -294,11 +294,11 @@ void GpuCell::Resident::launch(codegen::GpuPhase phase, GpuSchedule schedule) co
   }
   const int64_t maxGrid = static_cast<int64_t>(driver.multiprocessors()) * 32;
   auto launchRegion = [&](size_t region, int64_t step) {
-    const int64_t items = regions[region].items(steps_, batch_);
-    if (items == 0)
+    const int64_t threads = regions[region].threads(steps_, batch_);
+    if (threads == 0)
       return;
     void* arguments[] = {&args, &step};
-    const int64_t grid = std::clamp<int64_t>((items + kBlockSize - 1) / kBlockSize, 1, maxGrid);
+    const int64_t grid = std::clamp<int64_t>((threads + kBlockSize - 1) / kBlockSize, 1, maxGrid);
     driver.launch(code.regionKernels[region], static_cast<unsigned>(grid), kBlockSize, arguments);
   };
   forEachLaunch(regions, phase, steps_, launchRegion);

@@ -189,7 +189,12 @@ TEST(GpuPlan, LstmIsOneRegionPerStep) {
     if (region.phase == codegen::GpuPhase::Step) {
       ++steps;
       EXPECT_EQ(region.kind, codegen::GpuRegion::Kind::Product);
-      EXPECT_EQ(region.items(100, 64), 64 / codegen::kGpuTileRows * 48);
+      // A warp per column of each tile of rows, its lanes splitting the depth.
+      EXPECT_TRUE(region.packed->splitDepth);
+      EXPECT_EQ(region.items(100, 64), 64 / codegen::kGpuSplitDepthTileRows * 48);
+      // Launched as a thread per lane: a launch of one thread per item (a warp) ran each warp
+      // over 32 items in turn.
+      EXPECT_EQ(region.threads(100, 64), region.items(100, 64) * codegen::kGpuWarpLanes);
     }
   EXPECT_EQ(steps, 1);
 }
