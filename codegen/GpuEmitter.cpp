@@ -81,6 +81,42 @@ private:
     });
     return b.CreateLoad(f32, total);
   }
+  // sums[m * slices + s] += x(tileRow[m], k) * *weight(k, s) for k = begin, begin + stride, ...
+  // below end: kGpuDepthUnroll depths' loads issued before their FMAs, then one depth at a time
+  // for the rest, so that many loads are in flight at once (a depth at a time waited out a
+  // load's latency per depth).
+  template <class Weight>
+  void accumulate(const std::vector<llvm::AllocaInst*>& sums, const View& x,
+                  const std::vector<llvm::Value*>& tileRow, int64_t slices, llvm::Value* begin,
+                  int64_t end, int64_t stride, Weight&& weight) {
+    const int64_t rows = static_cast<int64_t>(tileRow.size());
+    auto depths = [&](llvm::Value* k, int64_t n) {
+      std::vector<llvm::Value*> w, xs;
+      for (int64_t u = 0; u < n; ++u) {
+        llvm::Value* ku = b.CreateAdd(k, constant(u * stride));
+        for (int64_t s = 0; s < slices; ++s)
+          w.push_back(b.CreateAlignedLoad(f32, weight(ku, s), llvm::Align(4)));
+        for (int64_t m = 0; m < rows; ++m)
+          xs.push_back(load(x, tileRow[static_cast<size_t>(m)], ku));
+      }
+      for (int64_t u = 0; u < n; ++u)
+        for (int64_t m = 0; m < rows; ++m)
+          for (int64_t s = 0; s < slices; ++s) {
+            llvm::AllocaInst* acc = sums[static_cast<size_t>(m * slices + s)];
+            b.CreateStore(fmuladd(xs[static_cast<size_t>(u * rows + m)],
+                                  w[static_cast<size_t>(u * slices + s)], b.CreateLoad(f32, acc)),
+                          acc);
+          }
+    };
+    llvm::Value* group = constant(kGpuDepthUnroll * stride);
+    // begin + a whole number of groups, the last group ending at or before end.
+    llvm::Value* grouped = b.CreateAdd(
+        begin, b.CreateMul(b.CreateSDiv(b.CreateSub(constant(end), begin), group), group));
+    forLoop(begin, grouped, group, "depths", [&](llvm::Value* k) { depths(k, kGpuDepthUnroll); });
+    forLoop(grouped, constant(end), constant(stride), "depth",
+            [&](llvm::Value* k) { depths(k, 1); });
+  }
+
   llvm::Value* fmuladd(llvm::Value* x, llvm::Value* y, llvm::Value* z) {
     return b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {f32}, {x, y, z});
   }
@@ -223,21 +259,11 @@ void GpuEmitter::emitProduct(const GpuRegion& region, llvm::Value* item, llvm::V
     sums.push_back(slot("acc"));
     b.CreateStore(llvm::ConstantFP::get(f32, 0.0), sums.back());
   }
-  forLoop(constant(0), constant(packed.depth), constant(1), "depth", [&](llvm::Value* k) {
-    llvm::Value* atDepth = b.CreateGEP(f32, weights, b.CreateMul(k, constant(panel)));
-    std::vector<llvm::Value*> w;
-    for (int64_t s = 0; s < slices; ++s)
-      w.push_back(b.CreateAlignedLoad(
-          f32, b.CreateConstGEP1_64(f32, atDepth, static_cast<uint64_t>(s * packed.width)),
-          llvm::Align(4)));
-    for (int64_t m = 0; m < tileRows; ++m) {
-      llvm::Value* xv = load(x, tileRow[static_cast<size_t>(m)], k);
-      for (int64_t s = 0; s < slices; ++s) {
-        llvm::AllocaInst* acc = sums[static_cast<size_t>(m * slices + s)];
-        b.CreateStore(fmuladd(xv, w[static_cast<size_t>(s)], b.CreateLoad(f32, acc)), acc);
-      }
-    }
-  });
+  accumulate(
+      sums, x, tileRow, slices, constant(0), packed.depth, 1, [&](llvm::Value* k, int64_t s) {
+        return b.CreateGEP(
+            f32, weights, b.CreateAdd(b.CreateMul(k, constant(panel)), constant(s * packed.width)));
+      });
   llvm::Type* lane = llvm::FixedVectorType::get(f32, 1);
   for (int64_t m = 0; m < tileRows; ++m) {
     llvm::Value* r = b.CreateAdd(firstRow, constant(m));
@@ -305,19 +331,11 @@ void GpuEmitter::emitSplitDepthProduct(const GpuRegion& region, llvm::Value* ite
   const View x = view(product.operands[0]);
   const View result = fused ? View{} : view(&product.result);
 
+  // Consecutive warps take consecutive columns of one row tile (which share its rows of x in
+  // L1); a column's row tiles one after another were no faster on an H200.
   llvm::Value* columns = constant(packed.columns);
-  llvm::Value* tile = nullptr;
-  llvm::Value* j = nullptr;
-  if (packed.rowsFastest) {
-    llvm::Value* rowTiles =
-        b.CreateUDiv(b.CreateAdd(rows, constant(tileRows - 1)), constant(tileRows));
-    tile = b.CreateURem(item, rowTiles);
-    j = b.CreateUDiv(item, rowTiles, "j");
-  } else {
-    tile = b.CreateUDiv(item, columns);
-    j = b.CreateURem(item, columns, "j");
-  }
-  llvm::Value* firstRow = b.CreateMul(tile, constant(tileRows));
+  llvm::Value* firstRow = b.CreateMul(b.CreateUDiv(item, columns), constant(tileRows));
+  llvm::Value* j = b.CreateURem(item, columns, "j");
   llvm::Value* weights =
       b.CreateGEP(f32, buffers[packed.buffer], b.CreateMul(j, constant(slices * depth)));
   // Rows past the last are read as the last (and not stored): no branch in the depth loop.
@@ -334,36 +352,10 @@ void GpuEmitter::emitSplitDepthProduct(const GpuRegion& region, llvm::Value* ite
   }
   llvm::Value* firstLane = lane_ ? lane_ : constant(0);
   llvm::Value* endLane = lane_ ? b.CreateAdd(lane_, constant(1)) : constant(kGpuWarpLanes);
-  // Depths k, k + 32, ... k + 32 (n - 1): every load first, then the FMAs, so that n depths'
-  // loads are in flight at once (one depth at a time waited out a load's latency per depth).
-  auto depths = [&](llvm::Value* k, int64_t n) {
-    std::vector<llvm::Value*> w, xs;
-    for (int64_t u = 0; u < n; ++u) {
-      llvm::Value* ku = b.CreateAdd(k, constant(u * kGpuWarpLanes));
-      for (int64_t s = 0; s < slices; ++s)
-        w.push_back(b.CreateAlignedLoad(
-            f32, b.CreateGEP(f32, weights, b.CreateAdd(ku, constant(s * depth))), llvm::Align(4)));
-      for (int64_t m = 0; m < tileRows; ++m)
-        xs.push_back(load(x, tileRow[static_cast<size_t>(m)], ku));
-    }
-    for (int64_t u = 0; u < n; ++u)
-      for (int64_t m = 0; m < tileRows; ++m)
-        for (int64_t s = 0; s < slices; ++s) {
-          llvm::AllocaInst* acc = sums[static_cast<size_t>(m * slices + s)];
-          b.CreateStore(fmuladd(xs[static_cast<size_t>(u * tileRows + m)],
-                                w[static_cast<size_t>(u * slices + s)], b.CreateLoad(f32, acc)),
-                        acc);
-        }
-  };
-  constexpr int64_t kUnroll = 4;
   forLoop(firstLane, endLane, constant(1), "lane", [&](llvm::Value* l) {
-    // Lane l's depths in groups of kUnroll, then one at a time.
-    llvm::Value* group = constant(kUnroll * kGpuWarpLanes);
-    llvm::Value* grouped =
-        b.CreateAdd(l, b.CreateMul(b.CreateSDiv(b.CreateSub(constant(depth), l), group), group));
-    forLoop(l, grouped, group, "depths", [&](llvm::Value* k) { depths(k, kUnroll); });
-    forLoop(grouped, constant(depth), constant(kGpuWarpLanes), "depth",
-            [&](llvm::Value* k) { depths(k, 1); });
+    accumulate(sums, x, tileRow, slices, l, depth, kGpuWarpLanes, [&](llvm::Value* k, int64_t s) {
+      return b.CreateGEP(f32, weights, b.CreateAdd(k, constant(s * depth)));
+    });
   });
   if (lane_)
     for (llvm::AllocaInst* acc : sums)

@@ -4,7 +4,6 @@
 #include "ir/ShapeInference.h"
 
 #include <algorithm>
-#include <cstdlib>
 
 namespace rnnc::codegen {
 namespace {
@@ -169,8 +168,8 @@ const PackedProduct* StoragePlan::packedProductOf(const ir::Instr* product) cons
 namespace {
 
 PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
-                                const ir::Instr& product, const Target& target,
-                                WeightType weights) {
+                                const ir::Instr& product, const Target& target, WeightType weights,
+                                int64_t gpuStepTileRows) {
   const int64_t vectorWidth = target.vectorWidth;
   PackedProduct packed;
   packed.product = &product;
@@ -198,11 +197,7 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
     packed.blocks = (packed.columns + packed.width - 1) / packed.width;
     packed.panelSlices = packed.slices();
     packed.splitDepth = &block == &cell.step;
-    packed.tileRows = packed.splitDepth ? kGpuSplitDepthTileRows : kGpuTileRows;
-    if (const char* rows =
-            std::getenv(packed.splitDepth ? "RNNC_GPU_STEP_ROWS" : "RNNC_GPU_PRE_ROWS"))
-      packed.tileRows = std::atoi(rows);
-    packed.rowsFastest = packed.splitDepth && std::getenv("RNNC_GPU_ROWS_FASTEST");
+    packed.tileRows = packed.splitDepth ? gpuStepTileRows : kGpuTileRows;
     return packed;
   }
   packed.depthPairs = weights == WeightType::BF16 && vectorWidth == 16 && target.has("avx512bf16");
@@ -256,7 +251,8 @@ int64_t PackedProduct::sliceStart(int64_t slice) const {
   return first * packedDepth() * width + (slice - first) * width;
 }
 
-StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType weights) {
+StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType weights,
+                        int64_t gpuStepTileRows) {
   // fp16 weights are widened by F16C's vcvtph2ps (every x86-64 CPU with AVX2 has it); without it
   // LLVM would call a conversion routine the JIT does not link.
   if (weights == WeightType::F16 && !target.has("f16c"))
@@ -279,7 +275,8 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
           (ir::isFusible(instr->op) || instr->kernel >= 0) && !usedOutsideKernel(cell, *instr);
       if (ir::isMatrixProduct(instr->op) &&
           (instr->kernel >= 0 || ir::hasPackableWeights(cell, *instr))) {
-        PackedProduct packed = planPackedProduct(cell, *block, *instr, target, weights);
+        PackedProduct packed =
+            planPackedProduct(cell, *block, *instr, target, weights, gpuStepTileRows);
         packed.buffer = plan.buffers.size();
         plan.buffers.push_back({value, Rows::Fixed, packed.blocks * packed.packedDepth(),
                                 packed.slices() * packed.width,

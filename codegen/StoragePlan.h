@@ -86,7 +86,6 @@ struct PackedProduct {
   // product then runs on columns * row tiles warps rather than as many threads: at batch 1 one
   // thread per column left all but one multiprocessor idle.
   bool splitDepth = false;
-  bool rowsFastest = false; // split depth: consecutive warps take a column's row tiles
 
   int64_t slices() const { return static_cast<int64_t>(offsets.size()); }
   // In no kernel: its tiles are stored to the product's own buffer.
@@ -109,9 +108,10 @@ struct PackedProduct {
 // On a GPU (Target::isGpu): the columns of a block, one per thread of a warp, and the rows one
 // thread computes of each; a split-depth product's rows per warp; a warp's lanes.
 inline constexpr int64_t kGpuBlockColumns = 32;
-inline constexpr int64_t kGpuTileRows = 16;
+inline constexpr int64_t kGpuTileRows = 8;
 inline constexpr int64_t kGpuSplitDepthTileRows = 4;
 inline constexpr int64_t kGpuWarpLanes = 32;
+inline constexpr int64_t kGpuDepthUnroll = 4; // depths whose loads a product issues at once
 
 struct KernelGroup;
 // Per slice of `packed` (in its offsets' order), the values of its kernel `group` that are that
@@ -149,8 +149,11 @@ struct StoragePlan {
 // `cell` must be optimised (or at least verified) and have every size bound. The target's
 // vector width and registers shape the tiles of fused matrix products; `weights` is how every
 // packed product stores its weights.
+// On a GPU, `gpuStepTileRows` is the rows of each warp's tile in a step's products (the
+// default suits batches of that many rows and more; 1 for smaller ones).
 StoragePlan planStorage(const ir::Cell& cell, const Target& target,
-                        WeightType weights = WeightType::F32);
+                        WeightType weights = WeightType::F32,
+                        int64_t gpuStepTileRows = kGpuSplitDepthTileRows);
 
 // The loop nests of a block: each entry is a run of instructions emitted as one kernel.
 std::vector<KernelGroup> kernelGroups(const ir::Block& block);

@@ -62,6 +62,16 @@ std::shared_ptr<GpuCell> GpuCell::compile(const ir::Cell& cell, const Options& o
   passes::runPipeline(*compiled->cell_, options.pipeline, options.log ? *options.log : discarded);
   compiled->plan_ = codegen::planStorage(*compiled->cell_, target);
   compiled->regions_ = codegen::planGpuRegions(*compiled->cell_, compiled->plan_);
+  const std::vector<codegen::PackedProduct>& products = compiled->plan_.packedProducts;
+  if (std::any_of(products.begin(), products.end(),
+                  [](const codegen::PackedProduct& p) { return p.splitDepth; })) {
+    auto narrow = std::shared_ptr<GpuCell>(new GpuCell);
+    narrow->gpu_ = compiled->gpu_;
+    narrow->cell_ = compiled->cell_;
+    narrow->plan_ = codegen::planStorage(*narrow->cell_, target, codegen::WeightType::F32, 1);
+    narrow->regions_ = codegen::planGpuRegions(*narrow->cell_, narrow->plan_);
+    compiled->narrow_ = std::move(narrow);
+  }
   return compiled;
 }
 
@@ -112,6 +122,8 @@ Tensor GpuCell::emulateWith(const std::vector<Tensor>& params, const std::vector
                             std::vector<Tensor>& states, int64_t threads, bool reversed,
                             int persistentBlocks) const {
   checkArguments(params, inputs, states);
+  if (const GpuCell& variant = forBatch(inputs[0].dim(1)); &variant != this)
+    return variant.emulateWith(params, inputs, states, threads, reversed, persistentBlocks);
   RNNC_INTERNAL_CHECK(threads >= 1, "at least one emulated thread");
   std::call_once(emulationOnce_, [&] {
     std::string object = codegen::generateGpuEmulation(*cell_, plan_, codegen::Stage::Object);
@@ -189,6 +201,10 @@ GpuCell::Resident::~Resident() = default;
 std::unique_ptr<GpuCell::Resident>
 GpuCell::resident(const std::vector<Tensor>& params, const std::vector<TensorShape>& inputShapes,
                   const std::vector<TensorShape>& stateShapes) const {
+  RNNC_INTERNAL_CHECK(!inputShapes.empty() && inputShapes[0].size() == 3,
+                      "inputs must be [T, B, F]");
+  if (const GpuCell& variant = forBatch(inputShapes[0][1]); &variant != this)
+    return variant.resident(params, inputShapes, stateShapes);
   RNNC_INTERNAL_CHECK(params.size() == cell_->params.size(), "wrong number of parameters");
   RNNC_INTERNAL_CHECK(inputShapes.size() == cell_->inputs.size() && !inputShapes.empty() &&
                           inputShapes[0].size() == 3,

@@ -199,6 +199,29 @@ TEST(GpuPlan, LstmIsOneRegionPerStep) {
   EXPECT_EQ(steps, 1);
 }
 
+// Below kGpuSplitDepthTileRows rows a step's products run in one-row tiles (a batch of 1 in
+// 4-row tiles computed every sum four times); from there on in the wide tiles. The emulation
+// tests run both: batches 1 and 3 (EdgeLengths) and 6 and 7.
+TEST(GpuPlan, SmallBatchesRunOneRowStepTiles) {
+  auto cell = frontend::loadCell("lstm");
+  cell->bindSizes({{"input_size", 64}, {"hidden_size", 48}});
+  GpuCell::Options options;
+  options.gpu = "sm_80";
+  std::shared_ptr<GpuCell> gpu = GpuCell::compile(*cell, options);
+  auto stepTileRows = [&](int64_t batch) {
+    for (const codegen::GpuRegion& region : gpu->regionsFor(batch))
+      if (region.phase == codegen::GpuPhase::Step &&
+          region.kind == codegen::GpuRegion::Kind::Product)
+        return region.rowsPerItem;
+    return int64_t{0};
+  };
+  EXPECT_EQ(stepTileRows(1), 1);
+  EXPECT_EQ(stepTileRows(codegen::kGpuSplitDepthTileRows - 1), 1);
+  EXPECT_EQ(stepTileRows(codegen::kGpuSplitDepthTileRows), codegen::kGpuSplitDepthTileRows);
+  EXPECT_EQ(stepTileRows(64), codegen::kGpuSplitDepthTileRows);
+  EXPECT_EQ(&gpu->regionsFor(64), &gpu->regions());
+}
+
 // ptxas, the assembler the CUDA driver's JIT shares, accepts every cell's kernels.
 class Ptxas : public test::ScratchDirTest {};
 
