@@ -41,6 +41,7 @@ public:
   // Generated on first use; the kernels for batches of kGpuSplitDepthTileRows rows and more
   // (smaller ones run a variant whose step tiles have one row).
   const std::string& ptx() const;
+  const std::string& ptxFor(int64_t batch) const { return forBatch(batch).ptx(); }
   const std::string& gpu() const { return gpu_; }
   const std::vector<codegen::GpuRegion>& regions() const { return regions_; }
   // The regions that run a batch of `batch` rows (those of the narrow variant below

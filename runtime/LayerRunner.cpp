@@ -62,7 +62,8 @@ std::vector<ShapeObservation> observe(const ir::Cell& cell, const LayerProgram::
 std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
                                                         const TensorMap& weights,
                                                         const std::string& weightsSource,
-                                                        const LayerOptions& options) {
+                                                        const LayerOptions& options,
+                                                        const LayerRequest* shapesOf) {
   checkThreadCount(options.threads); // before any compiling
   if (options.numLayers && *options.numLayers < 1)
     throw UserError(fmt::format("a layer needs at least 1 layer, not {}", *options.numLayers));
@@ -95,6 +96,29 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
   program->numLayers_ = layout.numLayers;
   program->directions_ = layout.bidirectional ? 2 : 1;
 
+  // What a request shows of the sizes: its input and side inputs in [T, B, F] layout and its
+  // initial states, those whose other dimensions fit (the rest are left to run() to explain).
+  const int64_t slotCount = layout.numLayers * program->directions_;
+  Tensor givenInput;
+  std::map<std::string, Tensor> givenSides, givenStates;
+  auto timeMajor = [&](const Tensor& t) { return options.batchFirst ? swapLeadingDims(t) : t; };
+  if (shapesOf && shapesOf->input.rank() == 3) {
+    givenInput = timeMajor(shapesOf->input);
+    auto fits = [&](const Tensor& t, int64_t first, int64_t second) {
+      return t.rank() == 3 && t.dim(0) == first && t.dim(1) == second;
+    };
+    for (const auto& [name, tensor] : shapesOf->sideInputs)
+      if (const ir::Value* value = cell.findArgument(name);
+          value && value->argKind == ir::ArgKind::Input && value != cell.inputs[0].get() &&
+          tensor.rank() == 3 && fits(timeMajor(tensor), givenInput.dim(0), givenInput.dim(1)))
+        givenSides[name] = timeMajor(tensor);
+    for (const auto& [name, tensor] : shapesOf->initialStates)
+      if (const ir::Value* value = cell.findArgument(name);
+          value && value->argKind == ir::ArgKind::State &&
+          fits(tensor, slotCount, givenInput.dim(1)))
+        givenStates[name] = tensor;
+  }
+
   int64_t previousOutput = 0; // features of the previous layer's output
   for (int layer = 0; layer < layout.numLayers; ++layer) {
     int64_t layerOutput = 0;
@@ -109,14 +133,20 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
         slot.params.push_back(tensor ? *tensor : Tensor());
         slot.inWeights.push_back(tensor != nullptr);
       }
-      // Sizes from the weights (and, past layer 0, the previous layer's width).
+      // Sizes from the weights (and, past layer 0, the previous layer's width; at layer 0, what
+      // a request shows).
       Tensor previous;
       if (layer > 0)
         previous = Tensor({1, 1, previousOutput});
-      ir::SizeMap sizes = solveCellSizes(
-          cell,
-          observe(cell, slot, weightsSource, layer > 0 ? &previous : nullptr, 1, layer, {}, 0),
-          options.sizes, 1);
+      const bool requestShapes = layer == 0 && givenInput.rank() == 3;
+      const int64_t batch = requestShapes ? givenInput.dim(1) : 1;
+      ir::SizeMap sizes =
+          solveCellSizes(cell,
+                         requestShapes ? observe(cell, slot, weightsSource, &givenInput, batch, 0,
+                                                 givenStates, slotCount, givenSides)
+                                       : observe(cell, slot, weightsSource,
+                                                 layer > 0 ? &previous : nullptr, 1, layer, {}, 0),
+                         options.sizes, batch);
       slot.bound = cell.clone();
       slot.bound->bindSizes(sizes);
       for (size_t i : zeroBiases)
@@ -316,7 +346,7 @@ int64_t LayerProgram::stateSize(const std::string& state) const {
 LayerResult runLayers(const ir::Cell& cell, const LayerRequest& request,
                       const LayerOptions& options) {
   RNNC_INTERNAL_CHECK(request.weights, "no weights given");
-  return LayerProgram::build(cell, *request.weights, request.weightsSource, options)
+  return LayerProgram::build(cell, *request.weights, request.weightsSource, options, &request)
       ->run(request.input, request.initialStates, request.lengths, request.sideInputs);
 }
 

@@ -15,9 +15,12 @@
 #pragma once
 
 #include "ir/Cell.h"
+#include "runtime/CompiledCell.h"
 #include "runtime/DirectionRun.h"
+#include "runtime/Engine.h"
 #include "runtime/GpuCell.h"
-#include "runtime/SequenceRunner.h"
+#include "runtime/Interpreter.h"
+#include "runtime/SafeTensors.h"
 
 #include <functional>
 
@@ -63,11 +66,13 @@ struct LayerResult {
 class LayerProgram {
 public:
   // Each layer and direction binds its own sizes from `weights` (and options.sizes; a size only
-  // a side input shows must be given there). Throws UserError for weights that do not fit the
-  // cell or the options.
+  // an input or a state shows must be given there, unless `shapesOf` is: a request whose input,
+  // side inputs and initial states the sizes are read from too, as runLayers does). Throws
+  // UserError for weights that do not fit the cell or the options.
   static std::shared_ptr<const LayerProgram> build(const ir::Cell& cell, const TensorMap& weights,
                                                    const std::string& weightsSource,
-                                                   const LayerOptions& options);
+                                                   const LayerOptions& options,
+                                                   const struct LayerRequest* shapesOf = nullptr);
 
   // Runs one layer in one direction in place of the slot's own executor (the gradient
   // runner's training forward, which keeps what the backward reads): the cell's `inputs`, T * B

@@ -5,7 +5,7 @@
 #include "frontend/CellParser.h"
 #include "passes/Autodiff.h"
 #include "passes/PassManager.h"
-#include "runtime/SequenceRunner.h"
+#include "tests/RunSequence.h"
 #include "tests/PassSettings.h"
 #include "tests/RegressionCells.h"
 #include "tests/TestSupport.h"

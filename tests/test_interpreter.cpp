@@ -5,7 +5,7 @@
 #include "ir/Error.h"
 #include "runtime/Npy.h"
 #include "runtime/SafeTensors.h"
-#include "runtime/SequenceRunner.h"
+#include "tests/RunSequence.h"
 
 #include "tests/TestSupport.h"
 
@@ -203,7 +203,7 @@ TEST(Weights, InputFeatureMismatchNamesTheInput) {
   request.weights = &weights;
   request.inputs["x"] = Tensor({2, 1, 5});
   EXPECT_EQ(errorOf([&] { runSequence(*cell, request); }),
-            "input 'x' has shape [2, 1, 5], expected [T, B, input_size] = [2, 1, 4]; "
+            "input has shape [2, 1, 5], expected [T, B, input_size] = [2, 1, 4]; "
             "input_size = 4 from weights: tensor 'weight_ih'");
 }
 

@@ -5,7 +5,7 @@
 #include "frontend/CellParser.h"
 #include "runtime/CompiledCell.h"
 #include "runtime/Interpreter.h"
-#include "runtime/SequenceRunner.h"
+#include "tests/RunSequence.h"
 #include "tests/RunnableCpus.h"
 #include "tests/TestSupport.h"
 

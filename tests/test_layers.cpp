@@ -2,6 +2,7 @@
 // torch.nn.LSTM/GRU/RNN: the fixtures in tests/fixtures/layers, through the JIT and the
 // interpreter.
 #include "frontend/BuiltinCells.h"
+#include "frontend/CellParser.h"
 #include "ir/Error.h"
 #include "runtime/LayerRunner.h"
 #include "runtime/Npy.h"
@@ -191,6 +192,33 @@ TEST(Layers, ACellWithBoundSizesRuns) {
   cell->bindSizes({{"input_size", weights.at("weight_ih_l0").dim(1)},
                    {"hidden_size", weights.at("weight_hh_l0").dim(1)}});
   EXPECT_EQ(runLayers(*cell, request, {}).output.values(), expected.values());
+}
+
+// runLayers reads the sizes from the tensors it is given too: a weightless cell's size from its
+// input, another only its initial state shows from that state. Built without them, the
+// program asks for the size by name.
+TEST(Layers, SizesOnlyTheInputsOrStatesShowAreReadFromThem) {
+  auto cell = frontend::parseCell(R"(cell accumulate(n, m) {
+    input x[n]
+    state s[n], k[m]
+    return s = s + x, k = k; output s
+  })",
+                                  "accumulate.cell");
+  TensorMap none;
+  LayerRequest request;
+  request.weights = &none;
+  request.input = Tensor({3, 2, 4}, 1.0f);
+  request.initialStates["k"] = Tensor({1, 2, 5}, 2.0f);
+  LayerOptions options;
+  options.engine = Engine::Interpreter;
+  LayerResult result = runLayers(*cell, request, options);
+  EXPECT_EQ(result.output.shape(), (TensorShape{3, 2, 4}));
+  EXPECT_EQ(result.output.values().back(), 2.0f); // the state as a step starts: 0, 1, 2
+  EXPECT_EQ(result.finalStates.at("s").values(), TensorData(8, 3.0f));
+  EXPECT_EQ(result.finalStates.at("k").values(), TensorData(10, 2.0f));
+  test::expectUserError(
+      [&] { LayerProgram::build(*cell, none, "weights", options); },
+      {"size 'n' of cell 'accumulate' appears in no tensor given", "--size n=VALUE"});
 }
 
 } // namespace

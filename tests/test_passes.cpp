@@ -17,7 +17,7 @@
 #include "passes/Simplify.h"
 #include "passes/SinkSlices.h"
 #include "runtime/Interpreter.h"
-#include "runtime/SequenceRunner.h"
+#include "tests/RunSequence.h"
 #include "tests/TestSupport.h"
 
 #include <gtest/gtest.h>

@@ -9,7 +9,7 @@
 #include "rnnc/rnnc.h"
 #include "runtime/LayerRunner.h"
 #include "runtime/Npy.h"
-#include "runtime/SequenceRunner.h"
+#include "tests/RunSequence.h"
 #include "tests/TestSupport.h"
 #include "tests/ToolRunner.h"
 

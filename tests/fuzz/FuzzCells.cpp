@@ -13,7 +13,7 @@
 #include "ir/Error.h"
 #include "passes/PassManager.h"
 #include "runtime/Hash.h"
-#include "runtime/SequenceRunner.h"
+#include "tests/RunSequence.h"
 #include "tests/PassSettings.h"
 #include "tests/RandomTensors.h"
 #include "tests/fuzz/CellGenerator.h"
