@@ -30,9 +30,19 @@ private:
   void emitItem(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
   void emitProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
   void emitSplitDepthProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
-  // Views of what a product's kernel reads besides the product's slices; which of its values
-  // are which slice's sums.
-  std::vector<std::vector<const ir::Value*>> productOperandViews(const GpuRegion& region);
+  // What both products start an item with: which values of the kernel are which slice's sums,
+  // views of what else it reads, the item's row tile and column, its rows clamped to the last
+  // (rows past it are read as the last and not stored: no branch in the depth loop), and its
+  // sums, zero.
+  struct ProductTile {
+    std::vector<std::vector<const ir::Value*>> sliceValues;
+    View x, result; // result: a standalone product's own buffer
+    llvm::Value* firstRow = nullptr;
+    llvm::Value* j = nullptr;
+    std::vector<llvm::Value*> rows;
+    std::vector<llvm::AllocaInst*> sums; // [row * slices + slice]
+  };
+  ProductTile startProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
   // The sum of `value` over the warp's lanes, in every lane (shuffles, butterfly order).
   llvm::Value* warpSum(llvm::Value* value);
   void emitPacking(const PackedProduct& packed, llvm::Value* item);
@@ -230,66 +240,51 @@ void GpuEmitter::emitItem(const GpuRegion& region, llvm::Value* item, llvm::Valu
 void GpuEmitter::emitProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows) {
   const PackedProduct& packed = *region.packed;
   const ir::Block& block = *region.block;
-  const ir::Instr& product = *packed.product;
   const int64_t slices = packed.slices(), tileRows = packed.tileRows;
   const bool fused = region.unit.kernel;
   const KernelGroup group{region.unit.first, region.unit.last};
-  const std::vector<std::vector<const ir::Value*>> sliceValues = productOperandViews(region);
-  const View x = view(product.operands[0]);
-  const View result = fused ? View{} : view(&product.result);
-
-  llvm::Value* columns = constant(packed.columns);
-  llvm::Value* firstRow = b.CreateMul(b.CreateUDiv(item, columns), constant(tileRows));
-  llvm::Value* j = b.CreateURem(item, columns, "j");
+  const ProductTile tile = startProduct(region, item, rows);
+  const std::vector<llvm::AllocaInst*>& sums = tile.sums;
+  llvm::Value* j = tile.j;
   const int64_t panel = slices * packed.width; // packed weights per depth of a block
   llvm::Value* weights =
       b.CreateGEP(f32, buffers[packed.buffer],
                   b.CreateAdd(b.CreateMul(b.CreateUDiv(j, constant(packed.width)),
                                           constant(packed.depth * panel)),
                               b.CreateURem(j, constant(packed.width))));
-  // Rows past the last are read as the last (and not stored): no branch in the depth loop.
-  std::vector<llvm::Value*> tileRow;
-  llvm::Value* lastRow = b.CreateSub(rows, constant(1));
-  for (int64_t m = 0; m < tileRows; ++m) {
-    llvm::Value* r = b.CreateAdd(firstRow, constant(m));
-    tileRow.push_back(b.CreateSelect(b.CreateICmpULT(r, rows), r, lastRow));
-  }
-  std::vector<llvm::AllocaInst*> sums;
-  for (int64_t k = 0; k < tileRows * slices; ++k) {
-    sums.push_back(slot("acc"));
-    b.CreateStore(llvm::ConstantFP::get(f32, 0.0), sums.back());
-  }
-  accumulate(
-      sums, x, tileRow, slices, constant(0), packed.depth, 1, [&](llvm::Value* k, int64_t s) {
-        return b.CreateGEP(
-            f32, weights, b.CreateAdd(b.CreateMul(k, constant(panel)), constant(s * packed.width)));
-      });
+  accumulate(sums, tile.x, tile.rows, slices, constant(0), packed.depth, 1,
+             [&](llvm::Value* k, int64_t s) {
+               return b.CreateGEP(
+                   f32, weights,
+                   b.CreateAdd(b.CreateMul(k, constant(panel)), constant(s * packed.width)));
+             });
   llvm::Type* lane = llvm::FixedVectorType::get(f32, 1);
   for (int64_t m = 0; m < tileRows; ++m) {
-    llvm::Value* r = b.CreateAdd(firstRow, constant(m));
+    llvm::Value* r = b.CreateAdd(tile.firstRow, constant(m));
     ifThen(b.CreateICmpULT(r, rows), "tile_row", [&] {
       std::unordered_map<const ir::Value*, llvm::Value*> values;
       for (int64_t s = 0; s < slices; ++s) {
         llvm::Value* total = b.CreateLoad(f32, sums[static_cast<size_t>(m * slices + s)]);
         llvm::Value* vector =
             b.CreateInsertElement(llvm::PoisonValue::get(lane), total, uint64_t{0});
-        for (const ir::Value* v : sliceValues[static_cast<size_t>(s)])
+        for (const ir::Value* v : tile.sliceValues[static_cast<size_t>(s)])
           values[v] = vector;
       }
       if (fused)
         kernels_.emitKernelBody(block, group, r, j, 1, std::move(values));
       else
-        store(b.CreateLoad(f32, sums[static_cast<size_t>(m * slices)]), result, r, j);
+        store(b.CreateLoad(f32, sums[static_cast<size_t>(m * slices)]), tile.result, r, j);
     });
   }
 }
 
-std::vector<std::vector<const ir::Value*>>
-GpuEmitter::productOperandViews(const GpuRegion& region) {
+GpuEmitter::ProductTile GpuEmitter::startProduct(const GpuRegion& region, llvm::Value* item,
+                                                 llvm::Value* rows) {
   const PackedProduct& packed = *region.packed;
   const ir::Block& block = *region.block;
   const bool fused = region.unit.kernel;
   const KernelGroup group{region.unit.first, region.unit.last};
+  ProductTile tile;
   for (size_t i = fused ? group.first + 1 : 0; fused && i < group.last; ++i) {
     const ir::Instr& instr = *block[i];
     if (instr.op == Op::Slice && instr.operands[0] == &packed.product->result)
@@ -300,7 +295,26 @@ GpuEmitter::productOperandViews(const GpuRegion& region) {
     if (instr.op == Op::Slice)
       view(&instr.result);
   }
-  return sliceValuesOf(block, fused ? &group : nullptr, packed);
+  tile.sliceValues = sliceValuesOf(block, fused ? &group : nullptr, packed);
+  tile.x = view(packed.product->operands[0]);
+  if (!fused)
+    tile.result = view(&packed.product->result);
+  // Consecutive items take consecutive columns of one row tile (which share its rows of x in
+  // L1; for split-depth warps, a column's row tiles one after another were no faster on an
+  // H200).
+  llvm::Value* columns = constant(packed.columns);
+  tile.firstRow = b.CreateMul(b.CreateUDiv(item, columns), constant(packed.tileRows));
+  tile.j = b.CreateURem(item, columns, "j");
+  llvm::Value* lastRow = b.CreateSub(rows, constant(1));
+  for (int64_t m = 0; m < packed.tileRows; ++m) {
+    llvm::Value* r = b.CreateAdd(tile.firstRow, constant(m));
+    tile.rows.push_back(b.CreateSelect(b.CreateICmpULT(r, rows), r, lastRow));
+  }
+  for (int64_t k = 0; k < packed.tileRows * packed.slices(); ++k) {
+    tile.sums.push_back(slot("acc"));
+    b.CreateStore(llvm::ConstantFP::get(f32, 0.0), tile.sums.back());
+  }
+  return tile;
 }
 
 llvm::Value* GpuEmitter::warpSum(llvm::Value* value) {
@@ -323,39 +337,20 @@ void GpuEmitter::emitSplitDepthProduct(const GpuRegion& region, llvm::Value* ite
                                        llvm::Value* rows) {
   const PackedProduct& packed = *region.packed;
   const ir::Block& block = *region.block;
-  const ir::Instr& product = *packed.product;
   const int64_t slices = packed.slices(), tileRows = packed.tileRows, depth = packed.depth;
   const bool fused = region.unit.kernel;
   const KernelGroup group{region.unit.first, region.unit.last};
-  const std::vector<std::vector<const ir::Value*>> sliceValues = productOperandViews(region);
-  const View x = view(product.operands[0]);
-  const View result = fused ? View{} : view(&product.result);
-
-  // Consecutive warps take consecutive columns of one row tile (which share its rows of x in
-  // L1); a column's row tiles one after another were no faster on an H200.
-  llvm::Value* columns = constant(packed.columns);
-  llvm::Value* firstRow = b.CreateMul(b.CreateUDiv(item, columns), constant(tileRows));
-  llvm::Value* j = b.CreateURem(item, columns, "j");
+  const ProductTile tile = startProduct(region, item, rows);
+  const std::vector<llvm::AllocaInst*>& sums = tile.sums;
   llvm::Value* weights =
-      b.CreateGEP(f32, buffers[packed.buffer], b.CreateMul(j, constant(slices * depth)));
-  // Rows past the last are read as the last (and not stored): no branch in the depth loop.
-  std::vector<llvm::Value*> tileRow;
-  llvm::Value* lastRow = b.CreateSub(rows, constant(1));
-  for (int64_t m = 0; m < tileRows; ++m) {
-    llvm::Value* r = b.CreateAdd(firstRow, constant(m));
-    tileRow.push_back(b.CreateSelect(b.CreateICmpULT(r, rows), r, lastRow));
-  }
-  std::vector<llvm::AllocaInst*> sums;
-  for (int64_t k = 0; k < tileRows * slices; ++k) {
-    sums.push_back(slot("acc"));
-    b.CreateStore(llvm::ConstantFP::get(f32, 0.0), sums.back());
-  }
+      b.CreateGEP(f32, buffers[packed.buffer], b.CreateMul(tile.j, constant(slices * depth)));
   llvm::Value* firstLane = lane_ ? lane_ : constant(0);
   llvm::Value* endLane = lane_ ? b.CreateAdd(lane_, constant(1)) : constant(kGpuWarpLanes);
   forLoop(firstLane, endLane, constant(1), "lane", [&](llvm::Value* l) {
-    accumulate(sums, x, tileRow, slices, l, depth, kGpuWarpLanes, [&](llvm::Value* k, int64_t s) {
-      return b.CreateGEP(f32, weights, b.CreateAdd(k, constant(s * depth)));
-    });
+    accumulate(sums, tile.x, tile.rows, slices, l, depth, kGpuWarpLanes,
+               [&](llvm::Value* k, int64_t s) {
+                 return b.CreateGEP(f32, weights, b.CreateAdd(k, constant(s * depth)));
+               });
   });
   if (lane_)
     for (llvm::AllocaInst* acc : sums)
@@ -367,7 +362,7 @@ void GpuEmitter::emitSplitDepthProduct(const GpuRegion& region, llvm::Value* ite
                                   : constant(tileRows);
   llvm::Type* lane = llvm::FixedVectorType::get(f32, 1);
   forLoop(firstTileRow, endTileRow, constant(1), "tile_row", [&](llvm::Value* m) {
-    llvm::Value* r = b.CreateAdd(firstRow, m);
+    llvm::Value* r = b.CreateAdd(tile.firstRow, m);
     // Row m's sums, chosen without indexing the accumulators (which would put them in memory).
     std::vector<llvm::Value*> rowSums;
     for (int64_t s = 0; s < slices; ++s) {
@@ -383,13 +378,13 @@ void GpuEmitter::emitSplitDepthProduct(const GpuRegion& region, llvm::Value* ite
       for (int64_t s = 0; s < slices; ++s) {
         llvm::Value* vector = b.CreateInsertElement(llvm::PoisonValue::get(lane),
                                                     rowSums[static_cast<size_t>(s)], uint64_t{0});
-        for (const ir::Value* v : sliceValues[static_cast<size_t>(s)])
+        for (const ir::Value* v : tile.sliceValues[static_cast<size_t>(s)])
           values[v] = vector;
       }
       if (fused)
-        kernels_.emitKernelBody(block, group, r, j, 1, std::move(values));
+        kernels_.emitKernelBody(block, group, r, tile.j, 1, std::move(values));
       else
-        store(rowSums[0], result, r, j);
+        store(rowSums[0], tile.result, r, tile.j);
     });
   });
 }
