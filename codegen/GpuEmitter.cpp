@@ -43,6 +43,10 @@ private:
     std::vector<llvm::AllocaInst*> sums; // [row * slices + slice]
   };
   ProductTile startProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
+  // Row r of the tile, given its sum for each slice: the kernel's elementwise work (a
+  // standalone product: the sum stored).
+  void finishRow(const GpuRegion& region, const ProductTile& tile, llvm::Value* r,
+                 const std::vector<llvm::Value*>& sliceSums);
   // The sum of `value` over the warp's lanes, in every lane (shuffles, butterfly order).
   llvm::Value* warpSum(llvm::Value* value);
   void emitPacking(const PackedProduct& packed, llvm::Value* item);
@@ -239,10 +243,7 @@ void GpuEmitter::emitItem(const GpuRegion& region, llvm::Value* item, llvm::Valu
 // elementwise work on each row of the tile (standalone: the sums stored).
 void GpuEmitter::emitProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows) {
   const PackedProduct& packed = *region.packed;
-  const ir::Block& block = *region.block;
   const int64_t slices = packed.slices(), tileRows = packed.tileRows;
-  const bool fused = region.unit.kernel;
-  const KernelGroup group{region.unit.first, region.unit.last};
   const ProductTile tile = startProduct(region, item, rows);
   const std::vector<llvm::AllocaInst*>& sums = tile.sums;
   llvm::Value* j = tile.j;
@@ -258,24 +259,33 @@ void GpuEmitter::emitProduct(const GpuRegion& region, llvm::Value* item, llvm::V
                    f32, weights,
                    b.CreateAdd(b.CreateMul(k, constant(panel)), constant(s * packed.width)));
              });
-  llvm::Type* lane = llvm::FixedVectorType::get(f32, 1);
   for (int64_t m = 0; m < tileRows; ++m) {
     llvm::Value* r = b.CreateAdd(tile.firstRow, constant(m));
     ifThen(b.CreateICmpULT(r, rows), "tile_row", [&] {
-      std::unordered_map<const ir::Value*, llvm::Value*> values;
-      for (int64_t s = 0; s < slices; ++s) {
-        llvm::Value* total = b.CreateLoad(f32, sums[static_cast<size_t>(m * slices + s)]);
-        llvm::Value* vector =
-            b.CreateInsertElement(llvm::PoisonValue::get(lane), total, uint64_t{0});
-        for (const ir::Value* v : tile.sliceValues[static_cast<size_t>(s)])
-          values[v] = vector;
-      }
-      if (fused)
-        kernels_.emitKernelBody(block, group, r, j, 1, std::move(values));
-      else
-        store(b.CreateLoad(f32, sums[static_cast<size_t>(m * slices)]), tile.result, r, j);
+      std::vector<llvm::Value*> sliceSums;
+      for (int64_t s = 0; s < slices; ++s)
+        sliceSums.push_back(b.CreateLoad(f32, sums[static_cast<size_t>(m * slices + s)]));
+      finishRow(region, tile, r, sliceSums);
     });
   }
+}
+
+void GpuEmitter::finishRow(const GpuRegion& region, const ProductTile& tile, llvm::Value* r,
+                           const std::vector<llvm::Value*>& sliceSums) {
+  if (!region.unit.kernel) {
+    store(sliceSums[0], tile.result, r, tile.j);
+    return;
+  }
+  llvm::Type* lane = llvm::FixedVectorType::get(f32, 1);
+  std::unordered_map<const ir::Value*, llvm::Value*> values;
+  for (size_t s = 0; s < sliceSums.size(); ++s) {
+    llvm::Value* vector =
+        b.CreateInsertElement(llvm::PoisonValue::get(lane), sliceSums[s], uint64_t{0});
+    for (const ir::Value* v : tile.sliceValues[s])
+      values[v] = vector;
+  }
+  kernels_.emitKernelBody(*region.block, {region.unit.first, region.unit.last}, r, tile.j, 1,
+                          std::move(values));
 }
 
 GpuEmitter::ProductTile GpuEmitter::startProduct(const GpuRegion& region, llvm::Value* item,
@@ -336,10 +346,7 @@ llvm::Value* GpuEmitter::warpSum(llvm::Value* value) {
 void GpuEmitter::emitSplitDepthProduct(const GpuRegion& region, llvm::Value* item,
                                        llvm::Value* rows) {
   const PackedProduct& packed = *region.packed;
-  const ir::Block& block = *region.block;
   const int64_t slices = packed.slices(), tileRows = packed.tileRows, depth = packed.depth;
-  const bool fused = region.unit.kernel;
-  const KernelGroup group{region.unit.first, region.unit.last};
   const ProductTile tile = startProduct(region, item, rows);
   const std::vector<llvm::AllocaInst*>& sums = tile.sums;
   llvm::Value* weights =
@@ -360,7 +367,6 @@ void GpuEmitter::emitSplitDepthProduct(const GpuRegion& region, llvm::Value* ite
   llvm::Value* endTileRow = lane_ ? b.CreateSelect(b.CreateICmpULT(lane_, constant(tileRows)),
                                                    b.CreateAdd(lane_, constant(1)), lane_)
                                   : constant(tileRows);
-  llvm::Type* lane = llvm::FixedVectorType::get(f32, 1);
   forLoop(firstTileRow, endTileRow, constant(1), "tile_row", [&](llvm::Value* m) {
     llvm::Value* r = b.CreateAdd(tile.firstRow, m);
     // Row m's sums, chosen without indexing the accumulators (which would put them in memory).
@@ -373,19 +379,7 @@ void GpuEmitter::emitSplitDepthProduct(const GpuRegion& region, llvm::Value* ite
                                 chosen);
       rowSums.push_back(chosen);
     }
-    ifThen(b.CreateICmpULT(r, rows), "row_in_tile", [&] {
-      std::unordered_map<const ir::Value*, llvm::Value*> values;
-      for (int64_t s = 0; s < slices; ++s) {
-        llvm::Value* vector = b.CreateInsertElement(llvm::PoisonValue::get(lane),
-                                                    rowSums[static_cast<size_t>(s)], uint64_t{0});
-        for (const ir::Value* v : tile.sliceValues[static_cast<size_t>(s)])
-          values[v] = vector;
-      }
-      if (fused)
-        kernels_.emitKernelBody(block, group, r, tile.j, 1, std::move(values));
-      else
-        store(rowSums[0], tile.result, r, tile.j);
-    });
+    ifThen(b.CreateICmpULT(r, rows), "row_in_tile", [&] { finishRow(region, tile, r, rowSums); });
   });
 }
 

@@ -60,17 +60,19 @@ std::shared_ptr<GpuCell> GpuCell::compile(const ir::Cell& cell, const Options& o
   compiled->cell_ = cell.clone();
   std::ostringstream discarded;
   passes::runPipeline(*compiled->cell_, options.pipeline, options.log ? *options.log : discarded);
-  compiled->plan_ = codegen::planStorage(*compiled->cell_, target);
-  compiled->regions_ = codegen::planGpuRegions(*compiled->cell_, compiled->plan_);
+  auto plan = [&](GpuCell& variant, int64_t stepTileRows) {
+    variant.plan_ =
+        codegen::planStorage(*variant.cell_, target, codegen::WeightType::F32, stepTileRows);
+    variant.regions_ = codegen::planGpuRegions(*variant.cell_, variant.plan_);
+  };
+  plan(*compiled, codegen::kGpuSplitDepthTileRows);
   const std::vector<codegen::PackedProduct>& products = compiled->plan_.packedProducts;
   if (std::any_of(products.begin(), products.end(),
                   [](const codegen::PackedProduct& p) { return p.splitDepth; })) {
-    auto narrow = std::shared_ptr<GpuCell>(new GpuCell);
-    narrow->gpu_ = compiled->gpu_;
-    narrow->cell_ = compiled->cell_;
-    narrow->plan_ = codegen::planStorage(*narrow->cell_, target, codegen::WeightType::F32, 1);
-    narrow->regions_ = codegen::planGpuRegions(*narrow->cell_, narrow->plan_);
-    compiled->narrow_ = std::move(narrow);
+    compiled->narrow_ = std::shared_ptr<GpuCell>(new GpuCell);
+    compiled->narrow_->gpu_ = compiled->gpu_;
+    compiled->narrow_->cell_ = compiled->cell_;
+    plan(*compiled->narrow_, 1);
   }
   return compiled;
 }
@@ -201,15 +203,13 @@ GpuCell::Resident::~Resident() = default;
 std::unique_ptr<GpuCell::Resident>
 GpuCell::resident(const std::vector<Tensor>& params, const std::vector<TensorShape>& inputShapes,
                   const std::vector<TensorShape>& stateShapes) const {
-  RNNC_INTERNAL_CHECK(!inputShapes.empty() && inputShapes[0].size() == 3,
-                      "inputs must be [T, B, F]");
-  if (const GpuCell& variant = forBatch(inputShapes[0][1]); &variant != this)
-    return variant.resident(params, inputShapes, stateShapes);
   RNNC_INTERNAL_CHECK(params.size() == cell_->params.size(), "wrong number of parameters");
   RNNC_INTERNAL_CHECK(inputShapes.size() == cell_->inputs.size() && !inputShapes.empty() &&
                           inputShapes[0].size() == 3,
                       "inputs must be [T, B, F]");
   RNNC_INTERNAL_CHECK(stateShapes.size() == cell_->states.size(), "wrong number of states");
+  if (const GpuCell& variant = forBatch(inputShapes[0][1]); &variant != this)
+    return variant.resident(params, inputShapes, stateShapes);
   const CudaDriver& driver = CudaDriver::get();
   auto run = std::unique_ptr<Resident>(new Resident);
   run->cell_ = this;

@@ -13,7 +13,6 @@
 set -euo pipefail
 build=$(realpath "${1:-build}")
 dir=${2:-.gpu}
-repo=$(cd "$(dirname "$0")/.." && pwd)
 source_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
 
 rm -rf "$dir"
@@ -46,4 +45,4 @@ LD_LIBRARY_PATH="\$bundle/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$bu
 EOF
   chmod +x "$dir/build/$where/$binary"
 done
-du -sh "$dir" | awk -v repo="$repo" '{print "gpu-bundle: " $1 " in " $2}'
+du -sh "$dir" | awk '{print "gpu-bundle: " $1 " in " $2}'
