@@ -28,10 +28,16 @@ private:
   llvm::Function* emitRegion(size_t index);
   // The region's work on one item (its grid-stride loop's body).
   void emitItem(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
-  void emitProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
   void emitSplitDepthProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
-  // What both products start an item with: which values of the kernel are which slice's sums,
-  // views of what else it reads, the item's row tile and column, its rows clamped to the last
+  // One block tile (PackedProduct::blockTiled) as thread `thread` of its block on a GPU, or
+  // (thread null, emulated) as every thread of the block in turn between the barriers.
+  void emitBlockTile(const GpuRegion& region, llvm::Value* item, llvm::Value* rows,
+                     llvm::Value* thread);
+  // The shared memory a block tile stages its chunks in: the module's (address space 3) on a
+  // GPU, the emulated block's own stack on the host.
+  llvm::Value* sharedMemory(int64_t floats);
+  // What a split-depth product starts an item with: which values of the kernel are which slice's
+  // sums, views of what else it reads, the item's row tile and column, its rows clamped to the last
   // (rows past it are read as the last and not stored: no branch in the depth loop), and its
   // sums, zero.
   struct ProductTile {
@@ -43,10 +49,13 @@ private:
     std::vector<llvm::AllocaInst*> sums; // [row * slices + slice]
   };
   ProductTile startProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
-  // Row r of the tile, given its sum for each slice: the kernel's elementwise work (a
-  // standalone product: the sum stored).
-  void finishRow(const GpuRegion& region, const ProductTile& tile, llvm::Value* r,
+  // Element (r, j), given its sum for each slice: the kernel's elementwise work (a standalone
+  // product: the sum stored).
+  void finishRow(const GpuRegion& region, const ProductTile& tile, llvm::Value* r, llvm::Value* j,
                  const std::vector<llvm::Value*>& sliceSums);
+  // Which values of the kernel are which slice's sums and views of what else the product and
+  // its kernel read (ProductTile's first three members).
+  void productViews(const GpuRegion& region, ProductTile& tile);
   // The sum of `value` over the warp's lanes, in every lane (shuffles, butterfly order).
   llvm::Value* warpSum(llvm::Value* value);
   void emitPacking(const PackedProduct& packed, llvm::Value* item);
@@ -205,6 +214,22 @@ llvm::Function* GpuEmitter::emitRegion(size_t index) {
     first = b.CreateUDiv(first, constant(kGpuWarpLanes), "warp");
     stride = b.CreateUDiv(stride, constant(kGpuWarpLanes), "warps");
   }
+  if (region.kind == Kind::Product && region.packed->blockTiled) {
+    // A block per item: on a GPU the grid-stride loop runs over blocks (of blockThreads threads,
+    // as launched), the same items for every thread of a block, so that all of them meet at its
+    // barriers; emulated, `first` is the block and its threads run inside.
+    llvm::Value* thread = nullptr;
+    if (target.isGpu()) {
+      llvm::Value* blockThreads = constant(region.packed->blockThreads);
+      thread = b.CreateURem(first, blockThreads, "block_thread");
+      first = b.CreateUDiv(first, blockThreads, "block");
+      stride = b.CreateUDiv(stride, blockThreads, "blocks");
+    }
+    forLoop(first, items, stride, "tile",
+            [&](llvm::Value* item) { emitBlockTile(region, item, rows, thread); });
+    b.CreateRetVoid();
+    return fn;
+  }
   forLoop(first, items, stride, "item", [&](llvm::Value* item) { emitItem(region, item, rows); });
   b.CreateRetVoid();
   return fn;
@@ -223,9 +248,8 @@ void GpuEmitter::emitItem(const GpuRegion& region, llvm::Value* item, llvm::Valu
     kernels_.emitKernelRow(*region.block, group, item, kernelSpace(*region.block, group).cols);
     return;
   case Kind::Product:
-    if (region.packed->splitDepth)
-      return emitSplitDepthProduct(region, item, rows);
-    return emitProduct(region, item, rows);
+    // (A block-tiled product's items are run by emitRegion's own loop.)
+    return emitSplitDepthProduct(region, item, rows);
   case Kind::Packing:
     return emitPacking(*region.packed, item);
   case Kind::Instruction:
@@ -237,43 +261,10 @@ void GpuEmitter::emitItem(const GpuRegion& region, llvm::Value* item, llvm::Valu
   }
 }
 
-// Item (row tile, column j): the tile's rows of x times column j of every slice the kernel
-// reads, accumulated over the depth in registers (the weights at one depth are a warp's
-// coalesced load per slice; x[r, k] is the same address for the whole warp), then the kernel's
-// elementwise work on each row of the tile (standalone: the sums stored).
-void GpuEmitter::emitProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows) {
-  const PackedProduct& packed = *region.packed;
-  const int64_t slices = packed.slices(), tileRows = packed.tileRows;
-  const ProductTile tile = startProduct(region, item, rows);
-  const std::vector<llvm::AllocaInst*>& sums = tile.sums;
-  llvm::Value* j = tile.j;
-  const int64_t panel = slices * packed.width; // packed weights per depth of a block
-  llvm::Value* weights =
-      b.CreateGEP(f32, buffers[packed.buffer],
-                  b.CreateAdd(b.CreateMul(b.CreateUDiv(j, constant(packed.width)),
-                                          constant(packed.depth * panel)),
-                              b.CreateURem(j, constant(packed.width))));
-  accumulate(sums, tile.x, tile.rows, slices, constant(0), packed.depth, 1,
-             [&](llvm::Value* k, int64_t s) {
-               return b.CreateGEP(
-                   f32, weights,
-                   b.CreateAdd(b.CreateMul(k, constant(panel)), constant(s * packed.width)));
-             });
-  for (int64_t m = 0; m < tileRows; ++m) {
-    llvm::Value* r = b.CreateAdd(tile.firstRow, constant(m));
-    ifThen(b.CreateICmpULT(r, rows), "tile_row", [&] {
-      std::vector<llvm::Value*> sliceSums;
-      for (int64_t s = 0; s < slices; ++s)
-        sliceSums.push_back(b.CreateLoad(f32, sums[static_cast<size_t>(m * slices + s)]));
-      finishRow(region, tile, r, sliceSums);
-    });
-  }
-}
-
 void GpuEmitter::finishRow(const GpuRegion& region, const ProductTile& tile, llvm::Value* r,
-                           const std::vector<llvm::Value*>& sliceSums) {
+                           llvm::Value* j, const std::vector<llvm::Value*>& sliceSums) {
   if (!region.unit.kernel) {
-    store(sliceSums[0], tile.result, r, tile.j);
+    store(sliceSums[0], tile.result, r, j);
     return;
   }
   llvm::Type* lane = llvm::FixedVectorType::get(f32, 1);
@@ -284,17 +275,15 @@ void GpuEmitter::finishRow(const GpuRegion& region, const ProductTile& tile, llv
     for (const ir::Value* v : tile.sliceValues[s])
       values[v] = vector;
   }
-  kernels_.emitKernelBody(*region.block, {region.unit.first, region.unit.last}, r, tile.j, 1,
+  kernels_.emitKernelBody(*region.block, {region.unit.first, region.unit.last}, r, j, 1,
                           std::move(values));
 }
 
-GpuEmitter::ProductTile GpuEmitter::startProduct(const GpuRegion& region, llvm::Value* item,
-                                                 llvm::Value* rows) {
+void GpuEmitter::productViews(const GpuRegion& region, ProductTile& tile) {
   const PackedProduct& packed = *region.packed;
   const ir::Block& block = *region.block;
   const bool fused = region.unit.kernel;
   const KernelGroup group{region.unit.first, region.unit.last};
-  ProductTile tile;
   for (size_t i = fused ? group.first + 1 : 0; fused && i < group.last; ++i) {
     const ir::Instr& instr = *block[i];
     if (instr.op == Op::Slice && instr.operands[0] == &packed.product->result)
@@ -309,6 +298,13 @@ GpuEmitter::ProductTile GpuEmitter::startProduct(const GpuRegion& region, llvm::
   tile.x = view(packed.product->operands[0]);
   if (!fused)
     tile.result = view(&packed.product->result);
+}
+
+GpuEmitter::ProductTile GpuEmitter::startProduct(const GpuRegion& region, llvm::Value* item,
+                                                 llvm::Value* rows) {
+  const PackedProduct& packed = *region.packed;
+  ProductTile tile;
+  productViews(region, tile);
   // Consecutive items take consecutive columns of one row tile (which share its rows of x in
   // L1; for split-depth warps, a column's row tiles one after another were no faster on an
   // H200).
@@ -325,6 +321,302 @@ GpuEmitter::ProductTile GpuEmitter::startProduct(const GpuRegion& region, llvm::
     b.CreateStore(llvm::ConstantFP::get(f32, 0.0), tile.sums.back());
   }
   return tile;
+}
+
+llvm::Value* GpuEmitter::sharedMemory(int64_t floats) {
+  llvm::Type* type = llvm::ArrayType::get(f32, static_cast<uint64_t>(floats));
+  if (!target.isGpu()) {
+    llvm::IRBuilder<> entry(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+    llvm::AllocaInst* memory = entry.CreateAlloca(type, nullptr, "shared");
+    memory->setAlignment(llvm::Align(16));
+    return memory;
+  }
+  // One array for the module, as large as the largest tile's: a kernel runs one region at a
+  // time (the persistent kernel's are separated by barriers).
+  const char* name = "rnnc_shared";
+  llvm::GlobalVariable* shared = module->getNamedGlobal(name);
+  if (shared && shared->getValueType()->getArrayNumElements() >= static_cast<uint64_t>(floats))
+    return shared;
+  auto* grown = new llvm::GlobalVariable(*module, type, false, llvm::GlobalValue::InternalLinkage,
+                                         llvm::UndefValue::get(type), name, nullptr,
+                                         llvm::GlobalValue::NotThreadLocal, 3);
+  grown->setAlignment(llvm::Align(16));
+  if (shared) {
+    grown->takeName(shared);
+    shared->replaceAllUsesWith(grown);
+    shared->eraseFromParent();
+  }
+  return grown;
+}
+
+// Item (row tile, column block) of a block-tiled product. The block's threads are
+// `depthGroups` groups, each a grid of row groups by column groups: thread (g, tr, tc) sums rows
+// tr * threadRows + m by columns tc * threadColumns + c of every slice over group g's part of
+// the depth (a run of whole chunks). Per chunk each group copies the tile's rows of x
+// (transposed: a thread's rows at one depth side by side) and the chunk's packed weights to its
+// part of shared memory, the block meets at a barrier, each group accumulates from its part,
+// and the block meets again before the next chunk overwrites it. Then (several groups) every
+// thread stores its sums to shared memory and each finishes its share of the elements from the
+// groups' sums. Emulated, each of those phases runs the block's threads in turn and the
+// registers are arrays of every thread's: the barriers are where one phase's loop ends.
+void GpuEmitter::emitBlockTile(const GpuRegion& region, llvm::Value* item, llvm::Value* rows,
+                               llvm::Value* thread) {
+  const PackedProduct& packed = *region.packed;
+  const int64_t slices = packed.slices(), threads = packed.blockThreads;
+  const int64_t groups = packed.depthGroups, groupThreads = threads / groups;
+  const int64_t tm = packed.threadRows, tn = packed.threadColumns, chunk = packed.depthChunk;
+  const int64_t columnGroups = packed.width / tn, sums = tm * tn * slices;
+  const int64_t xStride = packed.sharedRowStride(), wPerDepth = packed.width * slices;
+  const int64_t chunks = packed.packedDepth() / chunk;
+  const int64_t groupChunks = (chunks + groups - 1) / groups;
+  const bool emulated = thread == nullptr;
+  ProductTile tile;
+  productViews(region, tile);
+  llvm::Value* columnBlock = b.CreateURem(item, constant(packed.blocks), "column_block");
+  llvm::Value* firstRow =
+      b.CreateMul(b.CreateUDiv(item, constant(packed.blocks)), constant(packed.tileRows));
+  llvm::Value* firstColumn = b.CreateMul(columnBlock, constant(packed.width));
+  llvm::Value* lastRow = b.CreateSub(rows, constant(1));
+  llvm::Value* shared = sharedMemory(packed.sharedFloats());
+  // The weights of this column block: chunk after chunk, contiguous.
+  llvm::Value* blockWeights = b.CreateGEP(
+      f32, buffers[packed.buffer],
+      b.CreateMul(columnBlock, constant(packed.packedDepth() * wPerDepth), "block_weights"));
+
+  // A thread's registers: on a GPU its own; emulated, the block's threads' side by side.
+  auto registers = [&](int64_t count, const char* name) {
+    std::vector<llvm::AllocaInst*> slots;
+    llvm::AllocaInst* array = nullptr;
+    if (emulated) {
+      llvm::IRBuilder<> entry(&fn->getEntryBlock(), fn->getEntryBlock().begin());
+      array = entry.CreateAlloca(f32, constant(threads * count), name);
+    } else {
+      for (int64_t i = 0; i < count; ++i)
+        slots.push_back(slot(name));
+    }
+    return [this, slots, array, count](llvm::Value* t, int64_t i) -> llvm::Value* {
+      if (!array)
+        return slots[static_cast<size_t>(i)];
+      return b.CreateGEP(f32, array, b.CreateAdd(b.CreateMul(t, constant(count)), constant(i)));
+    };
+  };
+  auto accumulator = registers(sums, "acc");
+  auto sumIndex = [&](int64_t m, int64_t c, int64_t s) { return (m * tn + c) * slices + s; };
+  // Each thread of the block: on a GPU the one running; emulated, all in turn.
+  auto eachThread = [&](const char* name, auto&& body) {
+    if (!emulated)
+      return body(thread);
+    forLoop(constant(0), constant(threads), constant(1), name, body);
+  };
+  auto barrier = [&] {
+    if (!emulated)
+      b.CreateIntrinsic(llvm::Intrinsic::nvvm_barrier0, {}, {});
+  };
+  auto groupOf = [&](llvm::Value* t) { return b.CreateUDiv(t, constant(groupThreads)); };
+  auto inGroup = [&](llvm::Value* t) { return b.CreateURem(t, constant(groupThreads)); };
+  // Where chunk i of thread t's group starts: each group a run of groupChunks chunks.
+  auto chunkStart = [&](llvm::Value* t, llvm::Value* i) {
+    return b.CreateMul(b.CreateAdd(b.CreateMul(groupOf(t), constant(groupChunks)), i),
+                       constant(chunk));
+  };
+  auto groupShared = [&](llvm::Value* t) {
+    return b.CreateGEP(f32, shared, b.CreateMul(groupOf(t), constant(packed.stageFloats())));
+  };
+
+  eachThread("zero", [&](llvm::Value* t) {
+    for (int64_t i = 0; i < sums; ++i)
+      b.CreateStore(llvm::ConstantFP::get(f32, 0.0), accumulator(t, i));
+  });
+  // Staging a chunk: x[row, k0 + kk] at xs[kk * xStride + row] (zero past the depth, rows past
+  // the last read as the last), the weights as they are packed (zero past the packed depth: a
+  // group's run past the end), four floats at a time; thread u of a group takes elements u,
+  // u + groupThreads, ... of each. The global loads go to registers first (the next chunk's
+  // issued before this one's FMAs, so that their latency is hidden behind them), and from
+  // there to shared memory once the block has finished with the chunk before.
+  const int64_t xElements = packed.tileRows * chunk, quads = chunk * wPerDepth / 4;
+  const int64_t xPerThread = (xElements + groupThreads - 1) / groupThreads;
+  const int64_t quadsPerThread = (quads + groupThreads - 1) / groupThreads;
+  auto stagedValue = registers(xPerThread + 4 * quadsPerThread, "staged");
+  // Element i of a thread's share of `count` (clamped to the last: its load is then in bounds
+  // and its store skipped), and whether it is one (null: always).
+  auto element = [&](llvm::Value* u, int64_t i, int64_t count) {
+    llvm::Value* e = b.CreateAdd(u, constant(i * groupThreads));
+    if ((i + 1) * groupThreads <= count)
+      return std::pair<llvm::Value*, llvm::Value*>{e, nullptr};
+    llvm::Value* inside = b.CreateICmpULT(e, constant(count));
+    return std::pair<llvm::Value*, llvm::Value*>{b.CreateSelect(inside, e, constant(count - 1)),
+                                                 inside};
+  };
+  llvm::Type* quad = llvm::FixedVectorType::get(f32, 4);
+  llvm::Value* zero = llvm::ConstantFP::get(f32, 0.0);
+  auto fetch = [&](llvm::Value* t, llvm::Value* k0) {
+    llvm::Value* u = inGroup(t);
+    for (int64_t i = 0; i < xPerThread; ++i) {
+      llvm::Value* e = element(u, i, xElements).first;
+      llvm::Value* row = b.CreateAdd(firstRow, b.CreateUDiv(e, constant(chunk)));
+      llvm::Value* k = b.CreateAdd(k0, b.CreateURem(e, constant(chunk)));
+      llvm::Value* inDepth = b.CreateICmpULT(k, constant(packed.depth));
+      llvm::Value* value = load(tile.x, b.CreateSelect(b.CreateICmpULT(row, rows), row, lastRow),
+                                b.CreateSelect(inDepth, k, constant(packed.depth - 1)));
+      b.CreateStore(b.CreateSelect(inDepth, value, zero), stagedValue(t, i));
+    }
+    llvm::Value* inPacked = b.CreateICmpULT(k0, constant(packed.packedDepth()));
+    llvm::Value* from =
+        b.CreateGEP(f32, blockWeights,
+                    b.CreateMul(b.CreateSelect(inPacked, k0, constant(0)), constant(wPerDepth)));
+    for (int64_t i = 0; i < quadsPerThread; ++i) {
+      llvm::Value* offset = b.CreateMul(element(u, i, quads).first, constant(4));
+      llvm::Value* value =
+          b.CreateAlignedLoad(quad, b.CreateGEP(f32, from, offset), llvm::Align(16));
+      for (int64_t l = 0; l < 4; ++l)
+        b.CreateStore(
+            b.CreateSelect(inPacked, b.CreateExtractElement(value, static_cast<uint64_t>(l)), zero),
+            stagedValue(t, xPerThread + 4 * i + l));
+    }
+  };
+  auto stage = [&](llvm::Value* t) {
+    llvm::Value* u = inGroup(t);
+    llvm::Value* xs = groupShared(t);
+    llvm::Value* ws = b.CreateConstGEP1_64(f32, xs, static_cast<uint64_t>(chunk * xStride));
+    for (int64_t i = 0; i < xPerThread; ++i) {
+      auto [e, inside] = element(u, i, xElements);
+      auto store = [&, e = e] {
+        llvm::Value* at =
+            b.CreateAdd(b.CreateMul(b.CreateURem(e, constant(chunk)), constant(xStride)),
+                        b.CreateUDiv(e, constant(chunk)));
+        b.CreateAlignedStore(b.CreateLoad(f32, stagedValue(t, i)), b.CreateGEP(f32, xs, at),
+                             llvm::Align(4));
+      };
+      if (inside)
+        ifThen(inside, "stage_x", store);
+      else
+        store();
+    }
+    for (int64_t i = 0; i < quadsPerThread; ++i) {
+      auto [q, inside] = element(u, i, quads);
+      auto store = [&, q = q] {
+        llvm::Value* value = llvm::PoisonValue::get(quad);
+        for (int64_t l = 0; l < 4; ++l)
+          value = b.CreateInsertElement(value,
+                                        b.CreateLoad(f32, stagedValue(t, xPerThread + 4 * i + l)),
+                                        static_cast<uint64_t>(l));
+        b.CreateAlignedStore(value, b.CreateGEP(f32, ws, b.CreateMul(q, constant(4))),
+                             llvm::Align(16));
+      };
+      if (inside)
+        ifThen(inside, "stage_w", store);
+      else
+        store();
+    }
+  };
+  // A run of n floats from shared memory, in vector loads where they are whole aligned fours.
+  auto loadRun = [&](llvm::Value* base, int64_t n) {
+    std::vector<llvm::Value*> values;
+    for (int64_t i = 0; i < n;) {
+      const int64_t width = (n % 4 == 0) ? 4 : 1;
+      llvm::Value* p = b.CreateConstGEP1_64(f32, base, static_cast<uint64_t>(i));
+      if (width == 4) {
+        llvm::Value* v = b.CreateAlignedLoad(quad, p, llvm::Align(16));
+        for (int64_t l = 0; l < 4; ++l)
+          values.push_back(b.CreateExtractElement(v, static_cast<uint64_t>(l)));
+      } else {
+        values.push_back(b.CreateAlignedLoad(f32, p, llvm::Align(4)));
+      }
+      i += width;
+    }
+    return values;
+  };
+
+  eachThread("fetch", [&](llvm::Value* t) { fetch(t, chunkStart(t, constant(0))); });
+  forLoop(constant(0), constant(groupChunks), constant(1), "chunk", [&](llvm::Value* i) {
+    eachThread("stage", stage);
+    barrier();
+    // Accumulate: at each depth of the chunk, the thread's rows and its weights from its
+    // group's shared memory, their products into the sums.
+    eachThread("accumulate", [&](llvm::Value* t) {
+      llvm::Value* next = b.CreateAdd(i, constant(1));
+      ifThen(b.CreateICmpULT(next, constant(groupChunks)), "fetch_next",
+             [&] { fetch(t, chunkStart(t, next)); });
+      llvm::Value* u = inGroup(t);
+      llvm::Value* xs = groupShared(t);
+      llvm::Value* ws = b.CreateConstGEP1_64(f32, xs, static_cast<uint64_t>(chunk * xStride));
+      llvm::Value* rowBase = b.CreateMul(b.CreateUDiv(u, constant(columnGroups)), constant(tm));
+      llvm::Value* columnBase =
+          b.CreateMul(b.CreateURem(u, constant(columnGroups)), constant(tn * slices));
+      std::vector<llvm::Value*> acc;
+      for (int64_t a = 0; a < sums; ++a)
+        acc.push_back(b.CreateLoad(f32, accumulator(t, a)));
+      for (int64_t kk = 0; kk < chunk; ++kk) {
+        std::vector<llvm::Value*> xv =
+            loadRun(b.CreateGEP(f32, xs, b.CreateAdd(rowBase, constant(kk * xStride))), tm);
+        std::vector<llvm::Value*> wv = loadRun(
+            b.CreateGEP(f32, ws, b.CreateAdd(columnBase, constant(kk * wPerDepth))), tn * slices);
+        for (int64_t m = 0; m < tm; ++m)
+          for (int64_t c = 0; c < tn; ++c)
+            for (int64_t s2 = 0; s2 < slices; ++s2) {
+              auto a = static_cast<size_t>(sumIndex(m, c, s2));
+              acc[a] = fmuladd(xv[static_cast<size_t>(m)], wv[static_cast<size_t>(c * slices + s2)],
+                               acc[a]);
+            }
+      }
+      for (int64_t a = 0; a < sums; ++a)
+        b.CreateStore(acc[static_cast<size_t>(a)], accumulator(t, a));
+    });
+    barrier();
+  });
+  // Several groups: every thread's sums to shared memory, [group][thread of group][sum] (the
+  // staging is done with: the loop ended at a barrier), and the sums of element e of thread u's
+  // of every group added up by group e % groups.
+  if (groups > 1) {
+    eachThread("gather", [&](llvm::Value* t) {
+      llvm::Value* to = b.CreateGEP(f32, shared, b.CreateMul(t, constant(sums)));
+      for (int64_t a = 0; a < sums; ++a)
+        b.CreateStore(b.CreateLoad(f32, accumulator(t, a)),
+                      b.CreateConstGEP1_64(f32, to, static_cast<uint64_t>(a)));
+    });
+    barrier();
+  }
+  // The thread's elements inside the product: the kernel's work on their sums.
+  eachThread("finish", [&](llvm::Value* t) {
+    llvm::Value* u = inGroup(t);
+    llvm::Value* g = groupOf(t);
+    llvm::Value* rowBase =
+        b.CreateAdd(firstRow, b.CreateMul(b.CreateUDiv(u, constant(columnGroups)), constant(tm)));
+    llvm::Value* columnBase = b.CreateAdd(
+        firstColumn, b.CreateMul(b.CreateURem(u, constant(columnGroups)), constant(tn)));
+    for (int64_t m = 0; m < tm; ++m)
+      for (int64_t c = 0; c < tn; ++c) {
+        llvm::Value* r = b.CreateAdd(rowBase, constant(m));
+        llvm::Value* j = b.CreateAdd(columnBase, constant(c));
+        llvm::Value* inside =
+            b.CreateAnd(b.CreateICmpULT(r, rows), b.CreateICmpULT(j, constant(packed.columns)));
+        if (groups > 1)
+          inside = b.CreateAnd(inside, b.CreateICmpEQ(g, constant((m * tn + c) % groups)));
+        ifThen(inside, "element", [&] {
+          std::vector<llvm::Value*> sliceSums;
+          for (int64_t s2 = 0; s2 < slices; ++s2) {
+            llvm::Value* total = nullptr;
+            if (groups == 1) {
+              total = b.CreateLoad(f32, accumulator(t, sumIndex(m, c, s2)));
+            } else {
+              for (int64_t other = 0; other < groups; ++other) {
+                llvm::Value* at = b.CreateAdd(
+                    b.CreateMul(b.CreateAdd(constant(other * groupThreads), u), constant(sums)),
+                    constant(sumIndex(m, c, s2)));
+                llvm::Value* part =
+                    b.CreateAlignedLoad(f32, b.CreateGEP(f32, shared, at), llvm::Align(4));
+                total = total ? b.CreateFAdd(total, part) : part;
+              }
+            }
+            sliceSums.push_back(total);
+          }
+          finishRow(region, tile, r, j, sliceSums);
+        });
+      }
+  });
+  // The next tile's staging overwrites what the finish read.
+  if (groups > 1)
+    barrier();
 }
 
 llvm::Value* GpuEmitter::warpSum(llvm::Value* value) {
@@ -379,15 +671,14 @@ void GpuEmitter::emitSplitDepthProduct(const GpuRegion& region, llvm::Value* ite
                                 chosen);
       rowSums.push_back(chosen);
     }
-    ifThen(b.CreateICmpULT(r, rows), "row_in_tile", [&] { finishRow(region, tile, r, rowSums); });
+    ifThen(b.CreateICmpULT(r, rows), "row_in_tile",
+           [&] { finishRow(region, tile, r, tile.j, rowSums); });
   });
 }
 
-// Split depth (PackedProduct::splitDepth), item (column, depth k):
-// packed[column][s][k] = W(offset_s + column, k) for every slice s, zero past the kernel's
-// columns. Otherwise, item (block, depth k, lane): packed[blk][k][s][lane] = W(offset_s + blk *
-// width + lane, k) for every slice s, zero past the kernel's columns (StoragePlan.h's
-// PackedProduct, one panel).
+// Block tiles (PackedProduct::blockTiled): see there. Split depth (PackedProduct::splitDepth),
+// item (column, depth k): packed[column][s][k] = W(offset_s + column, k) for every slice s,
+// zero past the kernel's columns.
 void GpuEmitter::emitPacking(const PackedProduct& packed, llvm::Value* item) {
   const ir::Instr& product = *packed.product;
   const View w = view(product.operands[1]);
@@ -396,25 +687,31 @@ void GpuEmitter::emitPacking(const PackedProduct& packed, llvm::Value* item) {
   llvm::Value* k = nullptr;
   llvm::Value* column = nullptr;
   llvm::Value* to = nullptr;
-  int64_t sliceStride = packed.width; // floats from one slice's weight to the next's
-  if (packed.splitDepth) {
+  int64_t sliceStride = 1; // floats from one slice's weight to the next's
+  if (packed.blockTiled) {
+    // Item (block, packed depth k, column c of the block): packed[blk][k][c][s], zero past the
+    // depth too (a whole number of chunks).
+    llvm::Value* c = b.CreateURem(item, width);
+    llvm::Value* blockDepth = b.CreateUDiv(item, width); // blk * packedDepth + k
+    k = b.CreateURem(blockDepth, constant(packed.packedDepth()));
+    column = b.CreateAdd(
+        b.CreateMul(b.CreateUDiv(blockDepth, constant(packed.packedDepth())), width), c);
+    to = b.CreateGEP(f32, buffers[packed.buffer], b.CreateMul(item, constant(packed.slices())));
+  } else { // split depth
     k = b.CreateURem(item, constant(packed.depth));
     column = b.CreateUDiv(item, constant(packed.depth));
     to = b.CreateGEP(f32, buffers[packed.buffer],
                      b.CreateAdd(b.CreateMul(column, constant(packed.slices() * packed.depth)), k));
     sliceStride = packed.depth;
-  } else {
-    llvm::Value* lane = b.CreateURem(item, width);
-    llvm::Value* blockDepth = b.CreateUDiv(item, width); // blk * depth + k
-    k = b.CreateURem(blockDepth, constant(packed.depth));
-    column =
-        b.CreateAdd(b.CreateMul(b.CreateUDiv(blockDepth, constant(packed.depth)), width), lane);
-    to = b.CreateGEP(
-        f32, buffers[packed.buffer],
-        b.CreateAdd(b.CreateMul(blockDepth, constant(packed.slices() * packed.width)), lane));
   }
   llvm::Value* inside = b.CreateICmpULT(column, constant(packed.columns));
-  llvm::Value* clamped = b.CreateSelect(inside, column, constant(packed.columns - 1));
+  if (packed.blockTiled) {
+    llvm::Value* inDepth = b.CreateICmpULT(k, constant(packed.depth));
+    inside = b.CreateAnd(inside, inDepth);
+    k = b.CreateSelect(inDepth, k, constant(packed.depth - 1));
+  }
+  llvm::Value* clamped = b.CreateSelect(b.CreateICmpULT(column, constant(packed.columns)), column,
+                                        constant(packed.columns - 1));
   for (int64_t s = 0; s < packed.slices(); ++s) {
     llvm::Value* n = b.CreateAdd(clamped, constant(packed.offsets[static_cast<size_t>(s)]));
     llvm::Value* weight = linear ? load(w, n, k) : load(w, k, n);

@@ -1,8 +1,12 @@
 // Lowers a cell planned for a GPU (codegen/GpuPlan.h) to LLVM IR: one function per region,
 // `void rnnc_region_<i>(const RnncRunArgs* args, i64 step, i64 thread, i64 threads)`, whose
 // grid-stride loop runs the region's items `thread`, `thread + threads`, ... The arguments are
-// the CPU's (RunArgs.h), in the GPU's memory. The regions' code is the same for both modules
-// this emits (Halide's CodeGen_PTX_Dev shares its lowering with the host the same way):
+// the CPU's (RunArgs.h), in the GPU's memory. A block-tiled product's region runs a block per
+// item instead (launched in blocks of its blockThreads: `thread` / blockThreads is the block),
+// its threads meeting at the block's barriers; emulated, `thread` is the block, whose threads
+// run one after the other in each phase between those barriers. The regions' code is the same for
+// both modules this emits (Halide's CodeGen_PTX_Dev shares its lowering with the host the same
+// way):
 //   - for an NVIDIA GPU (nvptx64): the regions inlined into entry kernels, one per region,
 //     `rnnc_kernel_<i>(args, step)` (thread = the global thread index), and one persistent
 //     kernel `rnnc_steps(args, counter)` that runs every step's regions, its blocks meeting at a

@@ -37,6 +37,8 @@ int64_t GpuRegion::items(int64_t steps, int64_t batch) const {
 }
 
 int64_t GpuRegion::threads(int64_t steps, int64_t batch) const {
+  if (kind == Kind::Product && packed->blockTiled)
+    return items(steps, batch) * packed->blockThreads;
   const bool warps = kind == Kind::Product && packed->splitDepth;
   return items(steps, batch) * (warps ? kGpuWarpLanes : 1);
 }
@@ -55,7 +57,11 @@ std::string GpuRegion::describe(const ir::Cell& cell) const {
                : "%" + first.result.name + " (" + std::string(ir::opName(first.op)) + ")";
     if (kind == Kind::RowKernel)
       what += ", a row per item";
-    if (kind == Kind::Product)
+    if (kind == Kind::Product && packed->blockTiled)
+      what += ", " + std::to_string(rowsPerItem) + " rows x " + std::to_string(packed->width) +
+              " columns per block of " + std::to_string(packed->blockThreads) +
+              " threads (through shared memory)";
+    else if (kind == Kind::Product)
       what += ", " + std::to_string(rowsPerItem) + " rows x 1 column per " +
               (packed->splitDepth ? "warp (its lanes split the depth)" : "thread");
     break;
@@ -99,7 +105,8 @@ GpuRegion unitRegion(const ir::Block& block, const WorkUnit& unit, GpuPhase phas
     region.kind = GpuRegion::Kind::Product;
     setRows(region, first.operands[0]);
     region.rowsPerItem = unit.packed->tileRows;
-    region.itemsPerRow = unit.packed->columns;
+    // A block tile's item is a block of columns, any other product's one column.
+    region.itemsPerRow = unit.packed->blockTiled ? unit.packed->blocks : unit.packed->columns;
     return region;
   }
   if (unit.kernel) {

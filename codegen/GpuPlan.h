@@ -5,8 +5,8 @@
 // threads and in any order of them: the host emulation runs the threads one after the other.
 //
 //   params  the pre block's parameter-only work (stacked weights, summed biases), then every
-//           packed product's weights packed for coalesced loads (StoragePlan's PackedProduct
-//           with kGpuBlockColumns-wide blocks);
+//           packed product's weights packed for its tiles (StoragePlan's PackedProduct:
+//           blockTiled or splitDepth);
 //   pre     the pre block over T*B rows: the input projection of all steps as one product;
 //   step    per step: the step block's units (the recurrent product with its cell epilogue as
 //           one region), then the copies that end a step (output, staged next states), then
@@ -33,6 +33,7 @@ struct GpuRegion {
     Kernel,      // a fused elementwise kernel: one item per element
     RowKernel,   // a kernel with a layer norm fused in: one item per row
     Product,     // a packed product (with the kernel it leads): one item per column of a tile
+                 //   of rows (split depth: a warp), or per block tile (block tiled: a block)
     Instruction, // a product without packed weights, a layer norm, a concat or a stack
     Packing,     // a packed product's weights, packed: one item per packed weight
     StepOutputs, // the step's output copied to the output rows, next states staged
@@ -52,8 +53,13 @@ struct GpuRegion {
 
   int64_t rowCount(int64_t steps, int64_t batch) const;
   int64_t items(int64_t steps, int64_t batch) const;
-  // The GPU threads that run them: a split-depth product's items are warps.
+  // The GPU threads that run them: a split-depth product's items are warps, a block-tiled one's
+  // blocks.
   int64_t threads(int64_t steps, int64_t batch) const;
+  // The threads a block of its launch must have: a block tile's; 0 for any whole warps.
+  int64_t blockThreads() const {
+    return kind == Kind::Product && packed->blockTiled ? packed->blockThreads : 0;
+  }
   std::string describe(const ir::Cell& cell) const; // "step: kernel %12..%30 led by linear"
 };
 

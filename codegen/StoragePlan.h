@@ -12,6 +12,7 @@
 #include "codegen/WeightType.h"
 #include "ir/Cell.h"
 
+#include <algorithm>
 #include <unordered_map>
 #include <vector>
 
@@ -86,6 +87,25 @@ struct PackedProduct {
   // product then runs on columns * row tiles warps rather than as many threads: at batch 1 one
   // thread per column left all but one multiprocessor idle.
   bool splitDepth = false;
+  // GPU, the input projection and (at large batches) the recurrent products: block tiles
+  // through shared memory, the classic SIMT SGEMM. A block of `blockThreads` threads computes
+  // `tileRows` rows by `width` columns of every slice; each thread `threadRows` rows by
+  // `threadColumns` columns (of every slice, so that the kernel's elementwise work on a column
+  // has all its sums in one thread). The depth is walked `depthChunk` at a time: the block
+  // copies the tile's rows of x (transposed) and its weights for those depths to shared memory,
+  // waits, accumulates, waits. The weights are packed [block][depth][column][slice] (zero past
+  // the kernel's columns and, to a whole number of chunks, past the depth) so that a chunk is
+  // one contiguous run and a thread's weights at one depth are side by side (vector loads).
+  // Each block then reads its rows of x and its weights once per chunk rather than each thread
+  // streaming its own from L2 (the thread-per-column tiles ran the input projection at
+  // 8 TFLOP/s on an H200).
+  // A step's product (a few dozen rows) splits the depth between `depthGroups` groups of such
+  // threads as well, each a run of whole chunks in its own part of shared memory, the groups'
+  // sums added at the end through shared memory: a block of one group of 64 threads had 2 warps
+  // on a multiprocessor to cover 32 chunks' latencies one after the other (18 us a step of the
+  // default LSTM on an H200).
+  bool blockTiled = false;
+  int64_t threadRows = 1, threadColumns = 1, blockThreads = 0, depthChunk = 1, depthGroups = 1;
 
   int64_t slices() const { return static_cast<int64_t>(offsets.size()); }
   // In no kernel: its tiles are stored to the product's own buffer.
@@ -94,7 +114,20 @@ struct PackedProduct {
   // weights of 4 consecutive depths (what vpmaddubsw multiplies with 4 bytes of the input), the
   // depth then counted in groups (zero past the depth).
   int64_t packedDepth() const {
+    if (blockTiled)
+      return (depth + depthChunk - 1) / depthChunk * depthChunk;
     return weights == WeightType::I8 ? (depth + 3) / 4 : depthPairs ? (depth + 1) / 2 : depth;
+  }
+  // A block-tiled product's shared memory, in floats: the chunk's rows of x, transposed, each
+  // depth's `tileRows` padded to keep the threads' vector loads aligned and the block's
+  // transposing stores off one bank; then its weights.
+  int64_t sharedRowStride() const { return tileRows + 4; }
+  int64_t stageFloats() const { // a depth group's
+    return depthChunk * sharedRowStride() + depthChunk * width * slices();
+  }
+  int64_t sharedFloats() const { // the staging, then (depth groups) the sums
+    const int64_t sums = threadRows * threadColumns * slices();
+    return std::max(depthGroups * stageFloats(), depthGroups > 1 ? blockThreads * sums : 0);
   }
   int64_t packedElementBytes() const {
     return weights == WeightType::I8 || depthPairs ? 4 : weightTypeBytes(weights);
@@ -105,13 +138,19 @@ struct PackedProduct {
   int64_t panelWidth(int64_t slice) const; // packed elements per packed depth in its panel
 };
 
-// On a GPU (Target::isGpu): the columns of a block, one per thread of a warp, and the rows one
-// thread computes of each; a split-depth product's rows per warp; a warp's lanes.
+// On a GPU (Target::isGpu): a split-depth product's columns per block of its packing and rows
+// per warp; a warp's lanes.
 inline constexpr int64_t kGpuBlockColumns = 32;
-inline constexpr int64_t kGpuTileRows = 8;
 inline constexpr int64_t kGpuSplitDepthTileRows = 4;
 inline constexpr int64_t kGpuWarpLanes = 32;
 inline constexpr int64_t kGpuDepthUnroll = 4; // depths whose loads a product issues at once
+// Batches from which a step's products run in shared-memory block tiles (blockTiled) rather
+// than split-depth warps; passed as planStorage's gpuStepTileRows to ask for them. An LSTM of
+// 512 on an H200, block tiles / split-depth warps, per step and persistent ms: batch 8
+// 1.06 / 0.88 and 0.97 / 0.80; 16: 1.16 / 1.05, 1.10 / 0.97; 32: 1.38 / 1.42, 1.30 / 1.76;
+// 48: 1.54 / 2.12, 1.44 / 2.00.
+inline constexpr int64_t kGpuBlockTiledBatch = 32;
+inline constexpr int64_t kGpuStepBlockTiles = 0;
 
 struct KernelGroup;
 // Per slice of `packed` (in its offsets' order), the values of its kernel `group` that are that
@@ -149,11 +188,12 @@ struct StoragePlan {
 // `cell` must be optimised (or at least verified) and have every size bound. The target's
 // vector width and registers shape the tiles of fused matrix products; `weights` is how every
 // packed product stores its weights.
-// On a GPU, `gpuStepTileRows` is the rows of each warp's tile in a step's products (the
-// default suits batches of that many rows and more; 1 for smaller ones).
+// On a GPU, `gpuStepTileRows` is the rows of each warp's tile in a step's split-depth products
+// (kGpuSplitDepthTileRows suits batches of that many rows and more; 1 smaller ones), or
+// kGpuStepBlockTiles for block tiles (batches of kGpuBlockTiledBatch rows and more).
 StoragePlan planStorage(const ir::Cell& cell, const Target& target,
                         WeightType weights = WeightType::F32,
-                        int64_t gpuStepTileRows = kGpuSplitDepthTileRows);
+                        int64_t gpuStepTileRows = kGpuStepBlockTiles);
 
 // The loop nests of a block: each entry is a run of instructions emitted as one kernel.
 std::vector<KernelGroup> kernelGroups(const ir::Block& block);

@@ -29,7 +29,13 @@ struct GpuCell::DeviceCode {
 
 namespace {
 
-constexpr unsigned kBlockSize = 256; // threads per block of every launch
+// Threads per block of every launch but a block tile's (which has its own).
+constexpr unsigned kGpuDefaultBlockThreads = 256;
+
+unsigned launchBlockThreads(const codegen::GpuRegion& region) {
+  const int64_t threads = region.blockThreads();
+  return threads > 0 ? static_cast<unsigned>(threads) : kGpuDefaultBlockThreads;
+}
 
 constexpr codegen::GpuPhase kPhases[] = {codegen::GpuPhase::Params, codegen::GpuPhase::Pre,
                                          codegen::GpuPhase::Step, codegen::GpuPhase::Final};
@@ -65,14 +71,20 @@ std::shared_ptr<GpuCell> GpuCell::compile(const ir::Cell& cell, const Options& o
         codegen::planStorage(*variant.cell_, target, codegen::WeightType::F32, stepTileRows);
     variant.regions_ = codegen::planGpuRegions(*variant.cell_, variant.plan_);
   };
-  plan(*compiled, codegen::kGpuSplitDepthTileRows);
-  const std::vector<codegen::PackedProduct>& products = compiled->plan_.packedProducts;
-  if (std::any_of(products.begin(), products.end(),
-                  [](const codegen::PackedProduct& p) { return p.splitDepth; })) {
-    compiled->narrow_ = std::shared_ptr<GpuCell>(new GpuCell);
-    compiled->narrow_->gpu_ = compiled->gpu_;
-    compiled->narrow_->cell_ = compiled->cell_;
-    plan(*compiled->narrow_, 1);
+  plan(*compiled, codegen::kGpuStepBlockTiles);
+  const std::vector<codegen::GpuRegion>& regions = compiled->regions_;
+  if (std::any_of(regions.begin(), regions.end(), [](const codegen::GpuRegion& r) {
+        return r.phase == codegen::GpuPhase::Step && r.kind == codegen::GpuRegion::Kind::Product;
+      })) {
+    auto variant = [&](int64_t stepTileRows) {
+      auto smaller = std::shared_ptr<GpuCell>(new GpuCell);
+      smaller->gpu_ = compiled->gpu_;
+      smaller->cell_ = compiled->cell_;
+      plan(*smaller, stepTileRows);
+      return smaller;
+    };
+    compiled->middle_ = variant(codegen::kGpuSplitDepthTileRows);
+    compiled->narrow_ = variant(1);
   }
   return compiled;
 }
@@ -174,6 +186,19 @@ Tensor GpuCell::emulateWith(const std::vector<Tensor>& params, const std::vector
   return output;
 }
 
+unsigned GpuCell::persistentBlockThreads() const {
+  unsigned threads = kGpuDefaultBlockThreads;
+  bool tiled = false;
+  for (const codegen::GpuRegion& region : regions_)
+    if (region.phase == codegen::GpuPhase::Step && region.blockThreads() > 0) {
+      RNNC_INTERNAL_CHECK(!tiled || threads == launchBlockThreads(region),
+                          "a step's block tiles of different block sizes");
+      threads = launchBlockThreads(region);
+      tiled = true;
+    }
+  return threads;
+}
+
 const GpuCell::DeviceCode& GpuCell::deviceCode() const {
   std::call_once(deviceOnce_, [&] {
     const CudaDriver& driver = CudaDriver::get();
@@ -183,8 +208,8 @@ const GpuCell::DeviceCode& GpuCell::deviceCode() const {
       code->regionKernels.push_back(
           driver.function(code->module, codegen::kGpuKernelPrefix + std::to_string(i)));
     code->persistent = driver.function(code->module, codegen::kGpuPersistentKernel);
-    code->persistentBlocksPerMultiprocessor =
-        driver.maxActiveBlocksPerMultiprocessor(code->persistent, static_cast<int>(kBlockSize));
+    code->persistentBlocksPerMultiprocessor = driver.maxActiveBlocksPerMultiprocessor(
+        code->persistent, static_cast<int>(persistentBlockThreads()));
     device_ = std::move(code);
   });
   return *device_;
@@ -294,10 +319,11 @@ void GpuCell::Resident::launch(codegen::GpuPhase phase, GpuSchedule schedule) co
                                   driver.deviceName()));
     // As many blocks as the largest step region has work for, and no more than can be resident
     // at once (the grid barrier waits for all of them).
+    const unsigned blockThreads = cell_->persistentBlockThreads();
     int64_t needed = 1;
     for (const codegen::GpuRegion& r : regions)
       if (r.phase == codegen::GpuPhase::Step)
-        needed = std::max(needed, (r.threads(steps_, batch_) + kBlockSize - 1) / kBlockSize);
+        needed = std::max(needed, (r.threads(steps_, batch_) + blockThreads - 1) / blockThreads);
     const int64_t resident =
         static_cast<int64_t>(driver.multiprocessors()) * code.persistentBlocksPerMultiprocessor;
     if (resident < 1)
@@ -305,7 +331,7 @@ void GpuCell::Resident::launch(codegen::GpuPhase phase, GpuSchedule schedule) co
     driver.zero(counter, sizeof(int64_t));
     void* arguments[] = {&args, &counter};
     driver.launchCooperative(code.persistent, static_cast<unsigned>(std::min(needed, resident)),
-                             kBlockSize, arguments);
+                             blockThreads, arguments);
     return;
   }
   const int64_t maxGrid = static_cast<int64_t>(driver.multiprocessors()) * 32;
@@ -314,8 +340,10 @@ void GpuCell::Resident::launch(codegen::GpuPhase phase, GpuSchedule schedule) co
     if (threads == 0)
       return;
     void* arguments[] = {&args, &step};
-    const int64_t grid = std::clamp<int64_t>((threads + kBlockSize - 1) / kBlockSize, 1, maxGrid);
-    driver.launch(code.regionKernels[region], static_cast<unsigned>(grid), kBlockSize, arguments);
+    const unsigned blockThreads = launchBlockThreads(regions[region]);
+    const int64_t grid =
+        std::clamp<int64_t>((threads + blockThreads - 1) / blockThreads, 1, maxGrid);
+    driver.launch(code.regionKernels[region], static_cast<unsigned>(grid), blockThreads, arguments);
   };
   forEachLaunch(regions, phase, steps_, launchRegion);
 }

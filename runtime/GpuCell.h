@@ -38,14 +38,13 @@ public:
   static std::shared_ptr<GpuCell> compile(const ir::Cell& cell, const Options& options);
   ~GpuCell();
 
-  // Generated on first use; the kernels for batches of kGpuSplitDepthTileRows rows and more
-  // (smaller ones run a variant whose step tiles have one row).
+  // Generated on first use; the kernels for batches of kGpuBlockTiledBatch rows and more
+  // (smaller ones run variants whose step products split their depth across a warp's lanes).
   const std::string& ptx() const;
   const std::string& ptxFor(int64_t batch) const { return forBatch(batch).ptx(); }
   const std::string& gpu() const { return gpu_; }
   const std::vector<codegen::GpuRegion>& regions() const { return regions_; }
-  // The regions that run a batch of `batch` rows (those of the narrow variant below
-  // kGpuSplitDepthTileRows rows).
+  // The regions that run a batch of `batch` rows (those of the variant for it).
   const std::vector<codegen::GpuRegion>& regionsFor(int64_t batch) const {
     return forBatch(batch).regions_;
   }
@@ -101,15 +100,23 @@ private:
   struct DeviceCode;
   const DeviceCode& deviceCode() const; // the PTX loaded by the driver, once
 
-  // The variant for a batch: a step's products in tiles of one row below
-  // kGpuSplitDepthTileRows rows (narrow_), where the wider tiles' extra rows would be copies of
-  // the last (an LSTM at batch 1 ran 17% faster on an H200 with one-row tiles).
+  // The variant for a batch. From kGpuBlockTiledBatch rows, this one: a step's products in
+  // block tiles of 32 rows. Below, split-depth warps (a block tile's rows past the batch would
+  // be copies of the last, and too few blocks fill the GPU): in tiles of kGpuSplitDepthTileRows
+  // rows (middle_), and below that of one row (narrow_; an LSTM at batch 1 ran 17% faster on an
+  // H200 with one-row tiles than with 4-row ones).
   const GpuCell& forBatch(int64_t batch) const {
-    return narrow_ && batch < codegen::kGpuSplitDepthTileRows ? *narrow_ : *this;
+    if (!middle_ || batch >= codegen::kGpuBlockTiledBatch)
+      return *this;
+    return batch < codegen::kGpuSplitDepthTileRows ? *narrow_ : *middle_;
   }
+  // The threads of every block of the persistent kernel: its step regions' block tiles' (all
+  // the same), else kGpuDefaultBlockThreads.
+  unsigned persistentBlockThreads() const;
 
   std::shared_ptr<ir::Cell> cell_;
-  std::shared_ptr<GpuCell> narrow_; // null where no step product splits its depth
+  // Null where the step has no packed product (its plan is the same at every batch).
+  std::shared_ptr<GpuCell> middle_, narrow_;
   codegen::StoragePlan plan_;
   std::vector<codegen::GpuRegion> regions_;
   std::string gpu_;

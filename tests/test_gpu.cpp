@@ -50,10 +50,11 @@ struct GpuCase {
   std::vector<Tensor> params, inputs, states;
 };
 
-GpuCase makeCase(const ir::Cell& source, int64_t steps, int64_t batch, unsigned seed) {
+GpuCase makeCase(const ir::Cell& source, int64_t steps, int64_t batch, unsigned seed,
+                 const ir::SizeMap& all = {
+                     {"input_size", 5}, {"hidden_size", 9}, {"proj_size", 4}}) {
   GpuCase c;
   c.cell = source.clone();
-  const ir::SizeMap all = {{"input_size", 5}, {"hidden_size", 9}, {"proj_size", 4}};
   ir::SizeMap sizes;
   for (const std::string& name : source.sizeNames)
     sizes[name] = all.at(name);
@@ -152,6 +153,53 @@ TEST(GpuEmulation, PersistentStepsMatchTheInterpreter) {
   }
 }
 
+// Batches that run the step's products in block tiles (33 rows: two full tiles and one of a
+// single row; 9 hidden columns: part of a block; depths of 5 and 9: part of one chunk, which
+// three of the step's four depth groups have none of), every cell, each block's threads one after
+// the other between its barriers, the blocks forwards and backwards, and as the persistent kernel
+// on 2 host threads.
+TEST(GpuEmulation, EveryCellAtABlockTiledBatchMatchesTheInterpreter) {
+  for (const auto& source : cellsUnderTest()) {
+    GpuCase c = makeCase(*source, 3, codegen::kGpuBlockTiledBatch + 1, 13);
+    std::vector<Tensor> expectedStates = c.states;
+    Tensor expected = Interpreter(*c.cell, c.params).run(c.inputs, expectedStates);
+    GpuCell::Options options;
+    options.gpu = "sm_90";
+    std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, options);
+    for (int way = 0; way < 3; ++way) {
+      SCOPED_TRACE(source->name + (way == 0   ? ", forwards"
+                                   : way == 1 ? ", backwards"
+                                              : ", persistent"));
+      std::vector<Tensor> states = c.states;
+      Tensor output = way == 2 ? gpu->emulatePersistent(c.params, c.inputs, states, 2)
+                               : gpu->emulate(c.params, c.inputs, states, 5, way == 1);
+      EXPECT_LT(test::maxAbsDiff(output, expected), 1e-5);
+      for (size_t s = 0; s < states.size(); ++s)
+        EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), 1e-5);
+    }
+  }
+}
+
+// Depths of several chunks of a block tile (37 inputs: two whole chunks of 16 and part of a third;
+// 70 hidden: four and part of a fifth, which a step's 4 depth groups take 2, 2, 1 and none),
+// each chunk's loads issued while the one before is summed.
+TEST(GpuEmulation, BlockTilesWalkDepthsOfSeveralChunks) {
+  for (const char* name : {"lstm", "gru"}) {
+    auto source = frontend::loadCell(name);
+    GpuCase c = makeCase(*source, 2, codegen::kGpuBlockTiledBatch + 3, 17,
+                         {{"input_size", 37}, {"hidden_size", 70}});
+    std::vector<Tensor> expectedStates = c.states;
+    Tensor expected = Interpreter(*c.cell, c.params).run(c.inputs, expectedStates);
+    GpuCell::Options options;
+    options.gpu = "sm_90";
+    std::vector<Tensor> states = c.states;
+    Tensor output = GpuCell::compile(*c.cell, options)->emulate(c.params, c.inputs, states, 3);
+    EXPECT_LT(test::maxAbsDiff(output, expected), 1e-5) << name;
+    for (size_t s = 0; s < states.size(); ++s)
+      EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), 1e-5) << name;
+  }
+}
+
 // A sequence of one step, one row, and of none: the final states are the initial ones.
 TEST(GpuEmulation, EdgeLengths) {
   auto lstm = frontend::loadCell("lstm");
@@ -189,20 +237,29 @@ TEST(GpuPlan, LstmIsOneRegionPerStep) {
     if (region.phase == codegen::GpuPhase::Step) {
       ++steps;
       EXPECT_EQ(region.kind, codegen::GpuRegion::Kind::Product);
-      // A warp per column of each tile of rows, its lanes splitting the depth.
-      EXPECT_TRUE(region.packed->splitDepth);
-      EXPECT_EQ(region.items(100, 64), 64 / codegen::kGpuSplitDepthTileRows * 48);
-      // Launched as a thread per lane: a launch of one thread per item (a warp) ran each warp
-      // over 32 items in turn.
-      EXPECT_EQ(region.threads(100, 64), region.items(100, 64) * codegen::kGpuWarpLanes);
+      // Block tiles of 16 rows by 16 columns (of each of the 4 gates) through shared memory:
+      // 4 x 3 blocks at batch 64, each 4 groups of 64 threads splitting the depth.
+      ASSERT_TRUE(region.packed->blockTiled);
+      EXPECT_EQ(region.packed->tileRows, 16);
+      EXPECT_EQ(region.packed->width, 16);
+      EXPECT_EQ(region.packed->depthGroups, 4);
+      EXPECT_EQ(region.items(100, 64), 4 * 3);
+      EXPECT_EQ(region.blockThreads(), 4 * 64);
+      EXPECT_EQ(region.threads(100, 64), 4 * 3 * 4 * 64);
+    } else if (region.phase == codegen::GpuPhase::Pre) {
+      // The input projection: 64 rows by 32 columns of each gate per block of 256 threads.
+      ASSERT_TRUE(region.packed && region.packed->blockTiled);
+      EXPECT_EQ(region.items(100, 64), 100 * 64 / 64 * 2);
+      EXPECT_EQ(region.threads(100, 64), 100 * 2 * 256);
     }
   EXPECT_EQ(steps, 1);
 }
 
-// Below kGpuSplitDepthTileRows rows a step's products run in one-row tiles (a batch of 1 in
-// 4-row tiles computed every sum four times); from there on in the wide tiles. The emulation
-// tests run both: batches 1 and 3 (EdgeLengths) and 6 and 7.
-TEST(GpuPlan, SmallBatchesRunOneRowStepTiles) {
+// From kGpuBlockTiledBatch rows a step's products run in block tiles; below, split-depth warps,
+// below kGpuSplitDepthTileRows rows in one-row tiles (a batch of 1 in 4-row tiles computed
+// every sum four times). The emulation tests run all three: batches 1 and 3 (EdgeLengths), 6
+// and 7, 33.
+TEST(GpuPlan, EachBatchRunsItsVariant) {
   auto cell = frontend::loadCell("lstm");
   cell->bindSizes({{"input_size", 64}, {"hidden_size", 48}});
   GpuCell::Options options;
@@ -218,8 +275,12 @@ TEST(GpuPlan, SmallBatchesRunOneRowStepTiles) {
   EXPECT_EQ(stepTileRows(1), 1);
   EXPECT_EQ(stepTileRows(codegen::kGpuSplitDepthTileRows - 1), 1);
   EXPECT_EQ(stepTileRows(codegen::kGpuSplitDepthTileRows), codegen::kGpuSplitDepthTileRows);
-  EXPECT_EQ(stepTileRows(64), codegen::kGpuSplitDepthTileRows);
+  EXPECT_EQ(stepTileRows(codegen::kGpuBlockTiledBatch - 1), codegen::kGpuSplitDepthTileRows);
+  EXPECT_EQ(stepTileRows(codegen::kGpuBlockTiledBatch), 16);
+  EXPECT_EQ(stepTileRows(64), 16);
   EXPECT_EQ(&gpu->regionsFor(64), &gpu->regions());
+  EXPECT_NE(gpu->ptxFor(64).find("bar.sync"), std::string::npos);
+  EXPECT_NE(gpu->ptxFor(64).find(".shared"), std::string::npos);
 }
 
 // ptxas, the assembler the CUDA driver's JIT shares, accepts every cell's kernels.
@@ -243,11 +304,13 @@ TEST_F(Ptxas, AcceptsEveryCellForSm80AndSm90) {
       GpuCell::Options options;
       options.gpu = sm;
       std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, options);
-      // The kernels for batches of 4 rows and more, and (on the last GPU: the same code but for
-      // the tiles' rows) the one-row step tiles of smaller batches.
+      // The kernels for batches of kGpuBlockTiledBatch rows and more, and (on the last GPU: the
+      // same code but for the tiles' rows) the split-depth step tiles of smaller batches.
       std::vector<const std::string*> variants = {&gpu->ptx()};
-      if (sm == gpus.back())
+      if (sm == gpus.back()) {
+        variants.push_back(&gpu->ptxFor(codegen::kGpuSplitDepthTileRows));
         variants.push_back(&gpu->ptxFor(1));
+      }
       for (const std::string* text : variants) {
         EXPECT_NE(text->find(std::string(".target ") + sm), std::string::npos);
         const std::string ptx = writeBytes(source->name + "_" + sm + ".ptx", *text);
@@ -272,20 +335,23 @@ TEST(CudaDevice, RunsCellsOrSaysWhyNot) {
     test::expectUserError([&] { gpu->run(c.params, c.inputs, states); }, {reason});
     GTEST_SKIP() << "no GPU here: " << reason;
   }
-  for (const auto& source : cellsUnderTest()) {
-    GpuCase k = makeCase(*source, 5, 7, 3);
-    std::vector<Tensor> expectedStates = k.states;
-    Tensor expected = Interpreter(*k.cell, k.params).run(k.inputs, expectedStates);
-    std::shared_ptr<GpuCell> code = GpuCell::compile(*k.cell, {});
-    for (GpuSchedule schedule : {GpuSchedule::PerStep, GpuSchedule::Persistent}) {
-      SCOPED_TRACE(source->name + (schedule == GpuSchedule::Persistent ? " persistent" : ""));
-      std::vector<Tensor> states = k.states;
-      Tensor output = code->run(k.params, k.inputs, states, schedule);
-      EXPECT_LT(test::maxAbsDiff(output, expected), 1e-4);
-      for (size_t s = 0; s < states.size(); ++s)
-        EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), 1e-4);
+  // Batches of each variant: one-row and 4-row split-depth warps, block tiles.
+  for (const auto& source : cellsUnderTest())
+    for (int64_t batch : {int64_t{2}, int64_t{7}, codegen::kGpuBlockTiledBatch + 1}) {
+      GpuCase k = makeCase(*source, 5, batch, 3);
+      std::vector<Tensor> expectedStates = k.states;
+      Tensor expected = Interpreter(*k.cell, k.params).run(k.inputs, expectedStates);
+      std::shared_ptr<GpuCell> code = GpuCell::compile(*k.cell, {});
+      for (GpuSchedule schedule : {GpuSchedule::PerStep, GpuSchedule::Persistent}) {
+        SCOPED_TRACE(source->name + ", batch " + std::to_string(batch) +
+                     (schedule == GpuSchedule::Persistent ? ", persistent" : ""));
+        std::vector<Tensor> states = k.states;
+        Tensor output = code->run(k.params, k.inputs, states, schedule);
+        EXPECT_LT(test::maxAbsDiff(output, expected), 1e-4);
+        for (size_t s = 0; s < states.size(); ++s)
+          EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), 1e-4);
+      }
     }
-  }
 }
 
 } // namespace
