@@ -4,11 +4,11 @@
 #include "codegen/WeightType.h"
 #include "frontend/BuiltinCells.h"
 #include "ir/Error.h"
-#include "runtime/Gradients.h"
-#include "runtime/LayerRunner.h"
-#include "runtime/SafeTensors.h"
-#include "runtime/WeightLayouts.h"
-#include "runtime/Weights.h"
+#include "runtime/data/SafeTensors.h"
+#include "runtime/data/WeightLayouts.h"
+#include "runtime/data/Weights.h"
+#include "runtime/layers/Gradients.h"
+#include "runtime/layers/LayerRunner.h"
 
 #include <cstring>
 #include <mutex>

@@ -2,8 +2,8 @@
 // against op by op on the interpreter, next to a STREAM triad on a working set of the same size,
 // all in bytes per second of the step's speed-of-light traffic (tools/EltwiseWorkload.h), as
 // `rnnc bench --eltwise` reports them.
-#include "runtime/CompiledCell.h"
-#include "runtime/Interpreter.h"
+#include "runtime/exec/CompiledCell.h"
+#include "runtime/exec/Interpreter.h"
 #include "tools/EltwiseWorkload.h"
 
 #include <benchmark/benchmark.h>

@@ -1,10 +1,10 @@
-// Google Benchmark: the runtime's GEMM (runtime/Gemm.h, the generated tile) beside Eigen's on
+// Google Benchmark: the runtime's GEMM (runtime/exec/Gemm.h, the generated tile) beside Eigen's on
 // the training's products at the fastrnns LSTM (T*B = 6400 rows, 4H = 2048, I = H = 512), in one
 // binary so that both see the same machine:
 //   build/bench/rnnc_bench --benchmark_filter='gemm' --benchmark_repetitions=5
 // Arguments: which product (0: dW += G^T X, 1: dX += G W), then the thread count. GFLOP/s is in
 // the "FLOPS" counter.
-#include "runtime/Gemm.h"
+#include "runtime/exec/Gemm.h"
 
 #include <Eigen/Core>
 #include <benchmark/benchmark.h>

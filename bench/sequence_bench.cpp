@@ -3,8 +3,8 @@
 // run of this binary gives comparable numbers: `build/bench/rnnc_bench --benchmark_repetitions=5
 // --benchmark_report_aggregates_only=true` reports medians.
 #include "frontend/BuiltinCells.h"
-#include "runtime/CompiledCell.h"
-#include "runtime/Interpreter.h"
+#include "runtime/exec/CompiledCell.h"
+#include "runtime/exec/Interpreter.h"
 
 #include <benchmark/benchmark.h>
 

@@ -62,7 +62,7 @@ std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const Target& target) {
   // GOT's address plus a 64-bit offset (a movabs and a register each), which the kernels'
   // epilogues (sigmoid, tanh: a dozen constants) paid in instructions and registers. LLVM's JIT
   // default is the large model, for a JIT linker that may place sections anywhere; our loader
-  // (runtime/ObjectLoader.h) maps an object's sections together and reaches far functions
+  // (runtime/exec/ObjectLoader.h) maps an object's sections together and reaches far functions
   // through stubs. Zen 5, 1 thread, three alternating runs each without the cache: the default
   // LSTM 143.1/145.9/152.8 -> 136.3/136.7/145.9 ms, the GRU 115.5/107.1/107.1 -> 106.6/100.6/104.5.
   builder.setCodeModel(llvm::CodeModel::Small);

@@ -1,5 +1,5 @@
-// The register tile of the runtime's general matrix product (runtime/Gemm.h), generated for the
-// target like the cells' own tiles: `rnnc_gemm_tile(depth, a, b, c, ldc)` adds
+// The register tile of the runtime's general matrix product (runtime/exec/Gemm.h), generated for
+// the target like the cells' own tiles: `rnnc_gemm_tile(depth, a, b, c, ldc)` adds
 //   c[i * ldc + j] += sum over k < depth of a[k * rows + i] * b[k * columns + j]
 // for the whole rows x columns tile, from operands packed k-major (BLIS's micro-panels: the
 // tile's `rows` values of A, then its `columns` of B, per depth). Shapes follow from the

@@ -801,9 +801,28 @@ void GpuEmitter::emitInstruction(const ir::Instr& instr, llvm::Value* item) {
     }
     return;
   }
-  default:
-    RNNC_INTERNAL_CHECK(false, "no GPU code for " + std::string(ir::opName(instr.op)));
+  // Elementwise ops run in kernels (KernelEmitter), slices and constants are views.
+  case Op::Const:
+  case Op::Slice:
+  case Op::Add:
+  case Op::Sub:
+  case Op::Mul:
+  case Op::Div:
+  case Op::Min:
+  case Op::Max:
+  case Op::Neg:
+  case Op::Sigmoid:
+  case Op::Tanh:
+  case Op::Relu:
+  case Op::Exp:
+  case Op::Log:
+  case Op::Sqrt:
+  case Op::Clamp:
+  case Op::Dropout:
+  case Op::Step:
+    break;
   }
+  RNNC_INTERNAL_CHECK(false, "no GPU code for " + std::string(ir::opName(instr.op)));
 }
 
 // Item (r, c) of the copies that end a step, or of the final states (CellEmitter::emitStep).

@@ -137,7 +137,25 @@ GpuRegion unitRegion(const ir::Block& block, const WorkUnit& unit, GpuPhase phas
     setRows(region, &first.result);
     region.itemsPerRow = columnsOf(&first.result);
     break;
-  default:
+  // Elementwise ops run in kernels (the branch above), slices and constants are views.
+  case ir::Op::Const:
+  case ir::Op::Slice:
+  case ir::Op::Add:
+  case ir::Op::Sub:
+  case ir::Op::Mul:
+  case ir::Op::Div:
+  case ir::Op::Min:
+  case ir::Op::Max:
+  case ir::Op::Neg:
+  case ir::Op::Sigmoid:
+  case ir::Op::Tanh:
+  case ir::Op::Relu:
+  case ir::Op::Exp:
+  case ir::Op::Log:
+  case ir::Op::Sqrt:
+  case ir::Op::Clamp:
+  case ir::Op::Dropout:
+  case ir::Op::Step:
     RNNC_INTERNAL_CHECK(false, "no GPU region for " + std::string(ir::opName(first.op)));
   }
   return region;

@@ -77,23 +77,6 @@ bool canUpdateInKernel(const ir::Cell& cell, const ir::StateUpdate& u) {
   return true;
 }
 
-std::vector<KernelGroup> kernelGroups(const ir::Block& block) {
-  std::vector<KernelGroup> groups;
-  for (size_t i = 0; i < block.size();) {
-    const ir::Instr& instr = *block[i];
-    size_t end = i + 1;
-    if (instr.kernel >= 0)
-      while (end < block.size() && block[end]->kernel == instr.kernel)
-        ++end;
-    bool emitsLoop =
-        instr.kernel >= 0 || (ir::isElementwise(instr.op) && instr.op != ir::Op::Const);
-    if (emitsLoop)
-      groups.push_back({i, end});
-    i = end;
-  }
-  return groups;
-}
-
 KernelSpace kernelSpace(const ir::Block& block, const KernelGroup& group) {
   ir::Shape space;
   for (size_t i = group.first; i < group.last; ++i) {

@@ -11,6 +11,7 @@
 #include "codegen/Target.h"
 #include "codegen/WeightType.h"
 #include "ir/Cell.h"
+#include "ir/KernelGroups.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -152,18 +153,14 @@ inline constexpr int64_t kGpuDepthUnroll = 4; // depths whose loads a product is
 inline constexpr int64_t kGpuBlockTiledBatch = 32;
 inline constexpr int64_t kGpuStepBlockTiles = 0;
 
-struct KernelGroup;
+using ir::KernelGroup;
+using ir::kernelGroups;
+
 // Per slice of `packed` (in its offsets' order), the values of its kernel `group` that are that
 // slice of the product, which the tiles hold in registers; standalone (no group): the product's
 // result as slice 0.
 std::vector<std::vector<const ir::Value*>>
 sliceValuesOf(const ir::Block& block, const KernelGroup* group, const PackedProduct& packed);
-
-// A group of instructions the emitter turns into one loop nest: a fused kernel, or a single
-// elementwise instruction that was not fused (--no-fuse).
-struct KernelGroup {
-  size_t first, last; // [first, last) in the block
-};
 
 struct StoragePlan {
   std::vector<BufferSpec> buffers;
@@ -194,9 +191,6 @@ struct StoragePlan {
 StoragePlan planStorage(const ir::Cell& cell, const Target& target,
                         WeightType weights = WeightType::F32,
                         int64_t gpuStepTileRows = kGpuStepBlockTiles);
-
-// The loop nests of a block: each entry is a run of instructions emitted as one kernel.
-std::vector<KernelGroup> kernelGroups(const ir::Block& block);
 
 // A kernel's iteration space [R, F]: batched (R the run's rows) or R fixed; and whether a layer
 // norm is fused in (its row statistics are computed per row).

@@ -1,6 +1,6 @@
 // The compiled half of the Python module (`rnnc._rnnc`): a layer program built from a cell and
 // numpy weights, run on numpy arrays with the GIL released. It only converts: every check,
-// size inference and error message is the runtime's (runtime/LayerRunner.h), and everything
+// size inference and error message is the runtime's (runtime/layers/LayerRunner.h), and everything
 // torch-shaped (modules, PackedSequence, torch tensors) is the Python half, rnnc/__init__.py.
 #include "codegen/WeightType.h"
 #include "frontend/BuiltinCells.h"
@@ -8,10 +8,10 @@
 #include "ir/Error.h"
 #include "ir/Printer.h"
 #include "passes/PassManager.h"
-#include "runtime/Gradients.h"
-#include "runtime/LayerRunner.h"
-#include "runtime/SafeTensors.h"
-#include "runtime/WeightLayouts.h"
+#include "runtime/data/SafeTensors.h"
+#include "runtime/data/WeightLayouts.h"
+#include "runtime/layers/Gradients.h"
+#include "runtime/layers/LayerRunner.h"
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

@@ -5,9 +5,9 @@
 
 #include "codegen/WeightType.h"
 #include "frontend/BuiltinCells.h"
-#include "runtime/LayerRunner.h"
-#include "runtime/Npy.h"
-#include "runtime/SafeTensors.h"
+#include "runtime/data/Npy.h"
+#include "runtime/data/SafeTensors.h"
+#include "runtime/layers/LayerRunner.h"
 #include "tests/TestSupport.h"
 
 #include <algorithm>

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "ir/Cell.h"
-#include "runtime/SafeTensors.h"
+#include "runtime/data/SafeTensors.h"
 
 #include <cmath>
 #include <random>

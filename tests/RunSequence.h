@@ -1,10 +1,10 @@
 // One layer in one direction from a map of the cell's inputs: the tests' shorthand for the one
-// driver (runtime/LayerRunner.h), a layer stack of one layer. Inputs [T, B, F] by name (the
+// driver (runtime/layers/LayerRunner.h), a layer stack of one layer. Inputs [T, B, F] by name (the
 // first the layer's input, the others its side inputs), initial states [1, B, F] by name.
 #pragma once
 
 #include "ir/Error.h"
-#include "runtime/LayerRunner.h"
+#include "runtime/layers/LayerRunner.h"
 
 #include <map>
 #include <memory>

@@ -4,7 +4,7 @@
 
 #include "ir/Cell.h"
 #include "ir/Error.h"
-#include "runtime/SafeTensors.h"
+#include "runtime/data/SafeTensors.h"
 #include "tests/RandomTensors.h"
 
 #include <gmock/gmock.h>

@@ -1,6 +1,6 @@
-// runtime/AlignedBuffer.h: the generated code's scratch memory starts on a cache line (large
+// runtime/data/AlignedBuffer.h: the generated code's scratch memory starts on a cache line (large
 // buffers on a 2 MB boundary, where huge pages can back them), reads as zero and moves.
-#include "runtime/AlignedBuffer.h"
+#include "runtime/data/AlignedBuffer.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // The public C++ API (include/rnnc/rnnc.h): PyTorch numerics through caller-owned buffers,
 // concurrent forward calls on one layer, and its errors.
 #include "rnnc/rnnc.h"
-#include "runtime/CudaDriver.h"
-#include "runtime/Npy.h"
+#include "runtime/data/Npy.h"
+#include "runtime/gpu/CudaDriver.h"
 
 #include "tests/TestSupport.h"
 

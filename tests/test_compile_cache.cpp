@@ -2,8 +2,8 @@
 // written entries detected and recompiled, never trusted.
 #include "frontend/BuiltinCells.h"
 #include "ir/FileIO.h"
-#include "runtime/CompileCache.h"
-#include "runtime/CompiledCell.h"
+#include "runtime/exec/CompileCache.h"
+#include "runtime/exec/CompiledCell.h"
 #include "tests/TestSupport.h"
 
 #include <gtest/gtest.h>

@@ -1,13 +1,13 @@
-// runtime/Gemm.h: C += A B on the generated tile, against a double-precision loop, at sizes that
-// are not multiples of the tile or of the depth, row and column blocks, with transposed and
+// runtime/exec/Gemm.h: C += A B on the generated tile, against a double-precision loop, at sizes
+// that are not multiples of the tile or of the depth, row and column blocks, with transposed and
 // strided operands, on 1-3 threads; and the tile itself, generated for AVX2 and (where the host
 // has it) AVX-512, run directly.
-#include "runtime/Gemm.h"
+#include "runtime/exec/Gemm.h"
 
 #include "codegen/Compiler.h"
 #include "codegen/GemmTile.h"
 #include "ir/Error.h"
-#include "runtime/CompiledCell.h"
+#include "runtime/exec/CompiledCell.h"
 
 #include <gtest/gtest.h>
 

@@ -8,8 +8,8 @@
 #include "ir/Printer.h"
 #include "passes/Autodiff.h"
 #include "rnnc/rnnc.h"
-#include "runtime/Gradients.h"
-#include "runtime/Npy.h"
+#include "runtime/data/Npy.h"
+#include "runtime/layers/Gradients.h"
 #include "tests/TestSupport.h"
 #include "tests/ToolRunner.h"
 

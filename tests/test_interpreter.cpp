@@ -3,8 +3,8 @@
 #include "frontend/BuiltinCells.h"
 #include "frontend/CellParser.h"
 #include "ir/Error.h"
-#include "runtime/Npy.h"
-#include "runtime/SafeTensors.h"
+#include "runtime/data/Npy.h"
+#include "runtime/data/SafeTensors.h"
 #include "tests/RunSequence.h"
 
 #include "tests/TestSupport.h"

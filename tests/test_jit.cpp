@@ -3,8 +3,8 @@
 // batches of many tiles, half tiles and single rows), on one thread and on several.
 #include "frontend/BuiltinCells.h"
 #include "frontend/CellParser.h"
-#include "runtime/CompiledCell.h"
-#include "runtime/Interpreter.h"
+#include "runtime/exec/CompiledCell.h"
+#include "runtime/exec/Interpreter.h"
 #include "tests/RunSequence.h"
 #include "tests/RunnableCpus.h"
 #include "tests/TestSupport.h"
@@ -120,7 +120,7 @@ TEST(JitTileHeights, EveryBatchFromOneToFortyMatchesTheInterpreter) {
 }
 
 // A row's result must not depend on how many threads computed it: an automatic run picks its
-// thread count from the machine's load (runtime/ThreadGovernor.h), so the same call would
+// thread count from the machine's load (runtime/threads/ThreadGovernor.h), so the same call would
 // otherwise give different bits from one run to the next. Threads take whole tiles of the input
 // GEMM (codegen/TileRows.h, tileUnits): a tile's height decides how its depth is summed.
 // Bitwise, on AVX2 and AVX-512 code, for batches of one tile, several and a ragged rest, and

@@ -7,8 +7,8 @@
 #include "codegen/StoragePlan.h"
 #include "codegen/Target.h"
 #include "frontend/BuiltinCells.h"
-#include "runtime/CompiledCell.h"
-#include "runtime/Interpreter.h"
+#include "runtime/exec/CompiledCell.h"
+#include "runtime/exec/Interpreter.h"
 #include "tests/RunnableCpus.h"
 #include "tests/TestSupport.h"
 

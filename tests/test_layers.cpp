@@ -4,8 +4,8 @@
 #include "frontend/BuiltinCells.h"
 #include "frontend/CellParser.h"
 #include "ir/Error.h"
-#include "runtime/LayerRunner.h"
-#include "runtime/Npy.h"
+#include "runtime/data/Npy.h"
+#include "runtime/layers/LayerRunner.h"
 
 #include "tests/TestSupport.h"
 

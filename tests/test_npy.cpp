@@ -1,6 +1,7 @@
-// Tests for runtime/Npy: round trips, files laid out byte for byte as NumPy writes them, and one
-// test per kind of malformed file, each checking that the UserError names the file and the problem.
-#include "runtime/Npy.h"
+// Tests for runtime/data/Npy: round trips, files laid out byte for byte as NumPy writes them, and
+// one test per kind of malformed file, each checking that the UserError names the file and the
+// problem.
+#include "runtime/data/Npy.h"
 
 #include "ir/Error.h"
 

@@ -1,4 +1,4 @@
-// runtime/ObjectLoader.h on objects built here by hand, byte by byte (a small ELF writer and
+// runtime/exec/ObjectLoader.h on objects built here by hand, byte by byte (a small ELF writer and
 // hand-assembled x86-64), so that each relocation kind is checked by running the code it
 // patches: calls to an external function out of 32-bit reach (through a stub), data read
 // through the GOT and RIP-relative, the large code model's GOT-relative sequences (what LLVM
@@ -6,7 +6,7 @@
 // it. And what it must refuse: other files, other machines, truncated or damaged objects,
 // names nothing defines, relocation kinds it does not handle.
 #include "ir/Error.h"
-#include "runtime/ObjectLoader.h"
+#include "runtime/exec/ObjectLoader.h"
 
 #include <gtest/gtest.h>
 

@@ -16,7 +16,7 @@
 #include "passes/Premultiply.h"
 #include "passes/Simplify.h"
 #include "passes/SinkSlices.h"
-#include "runtime/Interpreter.h"
+#include "runtime/exec/Interpreter.h"
 #include "tests/RunSequence.h"
 #include "tests/TestSupport.h"
 

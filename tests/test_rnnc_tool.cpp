@@ -4,9 +4,9 @@
 //  - every kind of bad input exits with status 1 and a message on stderr with the key facts.
 #include "ir/Error.h"
 #include "ir/FileIO.h"
-#include "runtime/CudaDriver.h"
-#include "runtime/Npy.h"
-#include "runtime/SafeTensors.h"
+#include "runtime/data/Npy.h"
+#include "runtime/data/SafeTensors.h"
+#include "runtime/gpu/CudaDriver.h"
 #include "tests/TestSupport.h"
 #include "tests/ToolRunner.h"
 

@@ -1,7 +1,7 @@
-// Tests for runtime/SafeTensors: round trips, the writer's exact layout, a file as the Python
+// Tests for runtime/data/SafeTensors: round trips, the writer's exact layout, a file as the Python
 // safetensors library writes it, and one test per kind of malformed file, each checking that the
 // UserError names the file (and the tensor) and the problem.
-#include "runtime/SafeTensors.h"
+#include "runtime/data/SafeTensors.h"
 
 #include "ir/Error.h"
 

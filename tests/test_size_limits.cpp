@@ -4,7 +4,7 @@
 #include "ir/Dim.h"
 #include "ir/Error.h"
 #include "rnnc/rnnc.h"
-#include "runtime/Tensor.h"
+#include "runtime/data/Tensor.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

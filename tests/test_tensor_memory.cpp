@@ -1,7 +1,7 @@
-// runtime/Tensor.h's memory: large tensors start on a 2 MB boundary, a freed large buffer is
+// runtime/data/Tensor.h's memory: large tensors start on a 2 MB boundary, a freed large buffer is
 // reused for the next tensor of its size (a training step's tensors are the same every call),
 // a reused buffer still reads as the fill asked for, and uninitialized tensors have their shape.
-#include "runtime/Tensor.h"
+#include "runtime/data/Tensor.h"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // thread's writes from before a barrier, rounds never mix, and oversubscribed teams (more
 // threads than this machine's cores, so waiters must sleep) finish.
 #include "ir/Error.h"
-#include "runtime/ThreadGovernor.h"
-#include "runtime/ThreadTeam.h"
+#include "runtime/threads/ThreadGovernor.h"
+#include "runtime/threads/ThreadTeam.h"
 
 #include <gtest/gtest.h>
 

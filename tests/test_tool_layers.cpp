@@ -1,7 +1,7 @@
 // `rnnc run` on whole layers: the layer flags, flat and MIOpen-ordered weights, through the real
 // binary, against the PyTorch layer fixtures.
-#include "runtime/Npy.h"
-#include "runtime/WeightLayouts.h"
+#include "runtime/data/Npy.h"
+#include "runtime/data/WeightLayouts.h"
 #include "tests/TestSupport.h"
 #include "tests/ToolRunner.h"
 

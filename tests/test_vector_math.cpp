@@ -2,7 +2,7 @@
 // precision over dense sweeps and every special value, at the target's vector width and in the
 // one-lane loop tail. The documented bounds: sigmoid and tanh within 5e-7 absolute.
 #include "frontend/CellParser.h"
-#include "runtime/CompiledCell.h"
+#include "runtime/exec/CompiledCell.h"
 
 #include <gtest/gtest.h>
 

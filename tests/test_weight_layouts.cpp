@@ -2,9 +2,9 @@
 // run against the PyTorch layer fixtures.
 #include "frontend/BuiltinCells.h"
 #include "ir/Error.h"
-#include "runtime/LayerRunner.h"
-#include "runtime/Npy.h"
-#include "runtime/WeightLayouts.h"
+#include "runtime/data/Npy.h"
+#include "runtime/data/WeightLayouts.h"
+#include "runtime/layers/LayerRunner.h"
 
 #include "tests/TestSupport.h"
 

@@ -1,16 +1,21 @@
 // `rnnc bench`: times whole sequences of a cell on random data, at the fastrnns default size
-// unless told otherwise. Today it times the reference interpreter (the unfused baseline); the JIT
-// paths join the same table.
+// unless told otherwise, each path's median over --repeat runs in one table (or --json): the
+// reference interpreter (the unfused baseline; --jit-only skips it), the JIT with every pass,
+// without the premultiply and with the products apart from their kernels, at --threads
+// (0: automatic); a batch of variable lengths against the padded one; the cold and cached
+// compile times; --backward the training's forward and backward; --device cuda the GPU's kernels,
+// per step and persistent, checked against the JIT's outputs; --eltwise the rnn_eltwise workload;
+// --target-cpu and --weights-dtype the code for another CPU or reduced weights.
 #include "codegen/Target.h"
 #include "frontend/BuiltinCells.h"
 #include "ir/Error.h"
 #include "ir/Verifier.h"
-#include "runtime/CompiledCell.h"
-#include "runtime/CudaDriver.h"
-#include "runtime/GpuCell.h"
-#include "runtime/Gradients.h"
-#include "runtime/Interpreter.h"
-#include "runtime/LayerRunner.h"
+#include "runtime/exec/CompiledCell.h"
+#include "runtime/exec/Interpreter.h"
+#include "runtime/gpu/CudaDriver.h"
+#include "runtime/gpu/GpuCell.h"
+#include "runtime/layers/Gradients.h"
+#include "runtime/layers/LayerRunner.h"
 #include "tools/CommandLine.h"
 #include "tools/Commands.h"
 #include "tools/EltwiseBench.h"

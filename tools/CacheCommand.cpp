@@ -1,6 +1,6 @@
-// `rnnc cache ls|clear|stats`: what the on-disk compile cache (runtime/CompileCache.h) holds.
+// `rnnc cache ls|clear|stats`: what the on-disk compile cache (runtime/exec/CompileCache.h) holds.
 #include "ir/Error.h"
-#include "runtime/CompileCache.h"
+#include "runtime/exec/CompileCache.h"
 #include "tools/Commands.h"
 
 #include <fmt/format.h>

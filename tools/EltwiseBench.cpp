@@ -4,8 +4,8 @@
 // input read once, both outputs written once. Next to it, the bandwidth a STREAM triad reaches
 // on a working set of the same size, measured by the same command.
 #include "tools/EltwiseBench.h"
-#include "runtime/CompiledCell.h"
-#include "runtime/Interpreter.h"
+#include "runtime/exec/CompiledCell.h"
+#include "runtime/exec/Interpreter.h"
 #include "tools/EltwiseWorkload.h"
 #include "tools/Timing.h"
 

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "ir/Cell.h"
-#include "runtime/Tensor.h"
+#include "runtime/data/Tensor.h"
 
 #include <cstdint>
 #include <memory>

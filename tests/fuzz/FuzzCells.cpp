@@ -12,10 +12,10 @@
 #include "frontend/CellParser.h"
 #include "ir/Error.h"
 #include "passes/PassManager.h"
-#include "runtime/Hash.h"
-#include "tests/RunSequence.h"
+#include "runtime/exec/Hash.h"
 #include "tests/PassSettings.h"
 #include "tests/RandomTensors.h"
+#include "tests/RunSequence.h"
 #include "tests/fuzz/CellGenerator.h"
 
 #include <CLI/CLI.hpp>

@@ -8,8 +8,8 @@
 #include "frontend/CellParser.h"
 #include "ir/Error.h"
 #include "ir/IRParser.h"
-#include "runtime/Npy.h"
-#include "runtime/SafeTensors.h"
+#include "runtime/data/Npy.h"
+#include "runtime/data/SafeTensors.h"
 
 #include <string>
 #include <string_view>

@@ -1,0 +1,48 @@
+// Scratch memory for generated code: floats that start on a cache line, and, for buffers of a
+// few megabytes (packed weights, the input projection's rows), on 2 MB pages where the kernel
+// gives them (madvise MADV_HUGEPAGE; Linux's transparent huge pages are often "madvise" only).
+// A tile of the input GEMM touches a line in each of some hundred 4 KB pages at once (its rows
+// of x, of the output and the weights' panel); on 4 KB pages that overflows the first-level
+// data TLB.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rnnc {
+
+// A cache line, and the huge page that large buffers (these, and tensors: runtime/data/Tensor.h)
+// are aligned to.
+inline constexpr size_t kCacheLineBytes = 64;
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+// Memory for a large buffer: `bytes` rounded up to whole huge pages, mapped on a 2 MB boundary
+// and advised onto huge pages (advice only: where they are off, 4 KB pages work too); fresh
+// mappings read as zero. Freed with unmapHugePages(data, the same bytes).
+void* mapHugePages(size_t bytes);
+inline size_t wholeHugePages(size_t bytes) {
+  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
+}
+void unmapHugePages(void* data, size_t bytes) noexcept;
+
+class AlignedBuffer {
+public:
+  AlignedBuffer() = default;
+  // `floats` floats, zero.
+  explicit AlignedBuffer(int64_t floats);
+  ~AlignedBuffer();
+  AlignedBuffer(AlignedBuffer&& other) noexcept;
+  AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+
+  float* data() const { return data_; }
+  int64_t size() const { return floats_; }
+
+private:
+  void release();
+  float* data_ = nullptr;
+  int64_t floats_ = 0;
+};
+
+} // namespace rnnc

@@ -1,0 +1,441 @@
+#include "runtime/exec/CompiledCell.h"
+
+#include "codegen/Compiler.h"
+#include "codegen/HostTarget.h"
+#include "codegen/RunArgs.h"
+#include "codegen/SourceDigest.h"
+#include "ir/Error.h"
+#include "ir/Printer.h"
+#include "runtime/exec/Kernels.h"
+#include "runtime/layers/PackedBatch.h"
+#include "runtime/threads/ThreadGovernor.h"
+#include "runtime/threads/ThreadTeam.h"
+
+#include <chrono>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <sstream>
+#include <unordered_map>
+
+namespace rnnc {
+
+std::string codeCacheKey(const codegen::Target& target, const std::string& code) {
+  return "rnnc " RNNC_VERSION " codegen " + std::string(codegen::sourceDigest()) + "\nLLVM " +
+         codegen::llvmVersion() + "\ntarget " + target.describe() + "\n" + code;
+}
+
+namespace {
+
+// Everything the object file depends on: the optimised IR (sizes included), the code
+// generator's sources, LLVM and the target. No LLVM runs to build it, so a cache hit costs only
+// the passes, a file read and the JIT's link.
+std::string cacheKey(const ir::Cell& optimised, const codegen::Target& target,
+                     codegen::WeightType weights) {
+  return codeCacheKey(target, "weights " + std::string(codegen::weightTypeName(weights)) + "\n" +
+                                  ir::toString(optimised));
+}
+
+// Each input's row stride, as RnncRunArgs::inputStrides.
+std::vector<int64_t> stridesOf(const std::vector<InputRows>& inputs) {
+  std::vector<int64_t> strides;
+  for (const InputRows& input : inputs)
+    strides.push_back(input.stride);
+  return strides;
+}
+
+// Code compiled in this process, by cache key.
+struct MemoryCache {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::weak_ptr<CompiledCell>> cells;
+};
+
+MemoryCache& memoryCache() {
+  static MemoryCache cache;
+  return cache;
+}
+
+} // namespace
+
+LoadedCode loadOrGenerate(const CacheOptions& cache, const std::string& key,
+                          const std::string& function,
+                          const std::function<std::string()>& generate) {
+  std::optional<DiskCache> disk;
+  if (cache.disk)
+    disk.emplace(cache.directory);
+  if (disk)
+    if (std::optional<std::string> object = disk->load(key)) {
+      try {
+        return {loadGeneratedCode(*object, function), true};
+      } catch (const std::exception&) {
+        disk->remove(key); // verified but not loadable: rebuilt below, not failing every run
+      }
+    }
+  std::string object = generate();
+  if (disk)
+    disk->store(key, object);
+  return {loadGeneratedCode(object, function), false};
+}
+
+std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
+                                                    const CompileOptions& options) {
+  auto start = std::chrono::steady_clock::now();
+  auto compiled = std::make_shared<CompiledCell>();
+  compiled->cell_ = cell.clone();
+  std::ostringstream discarded;
+  passes::runPipeline(*compiled->cell_, options.pipeline, options.log ? *options.log : discarded);
+  codegen::Target target = codegen::runnableTarget(options.targetCpu);
+  compiled->plan_ = codegen::planStorage(*compiled->cell_, target, options.weights);
+  compiled->sequenceBufferBytes_ = options.sequenceBufferBytes;
+  std::string key = cacheKey(*compiled->cell_, target, options.weights);
+  auto elapsed = [&] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+        .count();
+  };
+
+  MemoryCache& memory = memoryCache();
+  if (options.memoryCache) {
+    std::lock_guard<std::mutex> lock(memory.mutex);
+    if (auto it = memory.cells.find(key); it != memory.cells.end())
+      if (std::shared_ptr<CompiledCell> earlier = it->second.lock()) {
+        compiled->function_ = earlier->function_;
+        compiled->lifetime_ = earlier->lifetime_;
+        compiled->source_ = CodeSource::MemoryCache;
+        compiled->compileMs_ = elapsed();
+        return compiled;
+      }
+  }
+
+  LoadedCode code = loadOrGenerate(options.cache, key, codegen::kRunFunctionName, [&] {
+    return codegen::generate(*compiled->cell_, compiled->plan_, target, codegen::Stage::Object);
+  });
+  compiled->source_ = code.fromDisk ? CodeSource::DiskCache : CodeSource::Compiled;
+  compiled->function_ = reinterpret_cast<void (*)(const void*)>(code.loaded.address);
+  compiled->lifetime_ = std::move(code.loaded.lifetime);
+  compiled->compileMs_ = elapsed();
+  if (options.memoryCache) {
+    std::lock_guard<std::mutex> lock(memory.mutex);
+    memory.cells[key] = compiled;
+  }
+  return compiled;
+}
+
+namespace {
+
+// The threads of one call: a team leased for it, or none for one thread. An automatic count
+// (0) is ThreadGovernor's choice, and the call reports back how it went, once, over all its
+// phases and stretches.
+class RunThreads {
+public:
+  explicit RunThreads(int threads) : automatic_(threads == 0) {
+    checkThreadCount(threads);
+    if (automatic_)
+      threads = ThreadGovernor::shared().threadsFor(defaultThreadCount());
+    if (threads > 1) {
+      lease_.emplace(TeamPool::shared().acquire(threads));
+      lease_->team->barrier().takeSlept(); // count from this call on
+    }
+  }
+  RunThreads(const RunThreads&) = delete;
+  RunThreads& operator=(const RunThreads&) = delete;
+
+  ~RunThreads() {
+    if (automatic_ && lease_)
+      ThreadGovernor::shared().report(lease_->team->size(), wall_,
+                                      lease_->team->barrier().takeSlept());
+  }
+
+  // How many threads each call runs on.
+  int size() const { return lease_ ? lease_->team->size() : 1; }
+
+  // Calls `function` once per thread (or once, alone), each with its own index.
+  void call(void (*function)(const void*), RnncRunArgs args) {
+    ThreadTeam* team = lease_ ? lease_->team.get() : nullptr;
+    if (!team) {
+      args.thread = 0;
+      args.threads = 1;
+      args.team = nullptr;
+      return function(&args);
+    }
+    auto start = ThreadGovernor::Clock::now();
+    team->run([&](int thread) {
+      RnncRunArgs mine = args;
+      mine.thread = thread;
+      mine.threads = team->size();
+      mine.team = &team->barrier();
+      function(&mine);
+    });
+    wall_ += ThreadGovernor::Clock::now() - start;
+  }
+
+private:
+  bool automatic_;
+  std::optional<TeamPool::Lease> lease_;
+  ThreadGovernor::Clock::duration wall_{};
+};
+
+} // namespace
+
+InputRows InputRows::of(const Tensor& t) {
+  const int64_t columns = t.rank() == 0 ? 0 : t.shape().back();
+  return {t.data(), columns == 0 ? 0 : t.numel() / columns, columns, columns};
+}
+
+namespace {
+
+std::vector<InputRows> rowsOf(const std::vector<Tensor>& inputs) {
+  std::vector<InputRows> rows;
+  for (const Tensor& input : inputs)
+    rows.push_back(InputRows::of(input));
+  return rows;
+}
+
+} // namespace
+
+void CompiledCell::checkArity(const std::vector<InputRows>& inputs,
+                              const std::vector<Tensor>& states) const {
+  RNNC_INTERNAL_CHECK(inputs.size() == cell_->inputs.size(), "wrong number of inputs");
+  RNNC_INTERNAL_CHECK(states.size() == cell_->states.size(), "wrong number of states");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    RNNC_INTERNAL_CHECK(inputs[i].columns == ir::columnsOf(cell_->inputs[i].get()) &&
+                            inputs[i].stride >= inputs[i].columns,
+                        "input " + cell_->inputs[i]->name + " has the wrong width");
+}
+
+std::shared_ptr<const CompiledCell::Prepared>
+CompiledCell::prepare(const std::vector<Tensor>& params, int threads) const {
+  RNNC_INTERNAL_CHECK(params.size() == cell_->params.size(), "wrong number of parameters");
+  auto prepared = std::make_shared<Prepared>();
+  prepared->params = dataPointers(params);
+  prepared->fixed.resize(plan_.buffers.size());
+  std::vector<float*> buffers(plan_.buffers.size(), nullptr);
+  for (size_t i = 0; i < plan_.buffers.size(); ++i)
+    if (plan_.buffers[i].rows == codegen::Rows::Fixed) {
+      prepared->fixed[i] = AlignedBuffer(plan_.buffers[i].floatsFor(plan_.buffers[i].fixedRows));
+      buffers[i] = prepared->fixed[i].data();
+    }
+  // The generated code loads every argument pointer on entry; this phase reads none of the
+  // inputs and states.
+  std::vector<const float*> noInputs(cell_->inputs.size(), nullptr);
+  std::vector<float*> noStates(cell_->states.size(), nullptr);
+  std::vector<int64_t> noStrides(cell_->inputs.size(), 0);
+  RnncRunArgs args{0,
+                   0,
+                   prepared->params.data(),
+                   noInputs.data(),
+                   noStates.data(),
+                   nullptr,
+                   buffers.data(),
+                   RNNC_PHASE_PARAMS,
+                   0,
+                   1,
+                   nullptr,
+                   noStrides.data(),
+                   0};
+  RunThreads(threads).call(function_, args);
+  return prepared;
+}
+
+std::vector<float*> CompiledCell::bufferPointers(const Prepared& prepared, Workspace& workspace,
+                                                 int64_t sequenceRows, int64_t stepRows,
+                                                 int threads) const {
+  // Every buffer is fully written before it is read, so reused memory needs no clearing. The
+  // generated code only reads the fixed ones in these phases.
+  workspace.buffers.resize(plan_.buffers.size());
+  std::vector<float*> result;
+  for (size_t i = 0; i < plan_.buffers.size(); ++i) {
+    const codegen::BufferSpec& spec = plan_.buffers[i];
+    if (spec.rows == codegen::Rows::Fixed) {
+      result.push_back(prepared.fixed.at(i).data());
+      continue;
+    }
+    int64_t rows = spec.rows == codegen::Rows::Sequence        ? sequenceRows
+                   : spec.rows == codegen::Rows::Step          ? stepRows
+                   : spec.rows == codegen::Rows::PerThreadStep ? threads * stepRows
+                                                               : threads * spec.fixedRows;
+    if (workspace.buffers[i].size() != rows * spec.cols)
+      workspace.buffers[i] = AlignedBuffer(rows * spec.cols);
+    result.push_back(workspace.buffers[i].data());
+  }
+  return result;
+}
+
+Tensor CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                         std::vector<Tensor>& states) const {
+  Tensor output;
+  Workspace workspace;
+  run(params, inputs, states, output, workspace);
+  return output;
+}
+
+void CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+                       std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
+                       int threads) const {
+  run(*prepare(params, threads), inputs, states, output, workspace, threads);
+}
+
+void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inputs,
+                       std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
+                       int threads) const {
+  RNNC_INTERNAL_CHECK(!inputs.empty() && inputs[0].rank() == 3, "inputs must be [T, B, F]");
+  run(prepared, inputs[0].dim(0), inputs[0].dim(1), rowsOf(inputs), states, output, workspace,
+      threads);
+}
+
+void CompiledCell::run(const Prepared& prepared, int64_t steps, int64_t batch,
+                       const std::vector<InputRows>& inputs, std::vector<Tensor>& states,
+                       Tensor& output, Workspace& workspace, int threads, bool reverse) const {
+  checkArity(inputs, states);
+  for (const InputRows& input : inputs)
+    RNNC_INTERNAL_CHECK(input.rows == steps * batch, "inputs' rows differ");
+  TensorShape outputShape{steps, batch, ir::columnsOf(cell_->output)};
+  if (output.shape() != outputShape) // every row of every step is written
+    output = Tensor::uninitialized(outputShape);
+  if (steps == 0 || batch == 0)
+    return;
+  RunThreads team(threads);
+  // Steps per chunk: as many as the pre buffers' memory allows, at least one.
+  const int64_t rowBytes = std::max<int64_t>(1, sequenceBytesPerRow());
+  const int64_t chunk = std::clamp<int64_t>(sequenceBufferBytes_ / (rowBytes * batch), 1,
+                                            std::max<int64_t>(steps, 1));
+  std::vector<float*> buffers =
+      bufferPointers(prepared, workspace, chunk * batch, batch, team.size());
+  std::vector<float*> statePointers = mutableDataPointers(states);
+  const int64_t outCols = ir::columnsOf(cell_->output);
+  std::vector<const float*> chunkInputs(inputs.size());
+  const std::vector<int64_t> strides = stridesOf(inputs);
+  // In reverse, the chunks from the last to the first, each run backwards by the loop.
+  const int64_t chunks = (steps + chunk - 1) / chunk;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t first = (reverse ? chunks - 1 - c : c) * chunk;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      chunkInputs[i] = inputs[i].data + first * batch * inputs[i].stride;
+    RnncRunArgs args{std::min(chunk, steps - first),
+                     batch,
+                     prepared.params.data(),
+                     chunkInputs.data(),
+                     statePointers.data(),
+                     output.data() + first * batch * outCols,
+                     buffers.data(),
+                     RNNC_PHASE_PRE | RNNC_PHASE_LOOP,
+                     0,
+                     1,
+                     nullptr,
+                     strides.data(),
+                     reverse ? 1 : 0};
+    team.call(function_, args);
+  }
+}
+
+int64_t CompiledCell::sequenceBytesPerRow() const {
+  int64_t bytes = 0;
+  for (const codegen::BufferSpec& spec : plan_.buffers)
+    if (spec.rows == codegen::Rows::Sequence)
+      bytes += spec.cols * static_cast<int64_t>(sizeof(float));
+  return bytes;
+}
+
+void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>& inputs,
+                             const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
+                             Tensor& output, Workspace& workspace, int threads) const {
+  for (const Tensor& input : inputs)
+    RNNC_INTERNAL_CHECK(input.rank() == 2, "packed inputs must be [N, F]");
+  runPacked(prepared, rowsOf(inputs), batchSizes, states, output, workspace, threads);
+}
+
+void CompiledCell::runPacked(const Prepared& prepared, const std::vector<InputRows>& inputs,
+                             const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
+                             Tensor& output, Workspace& workspace, int threads) const {
+  checkArity(inputs, states);
+  RNNC_INTERNAL_CHECK(!batchSizes.empty() && batchSizes[0] > 0, "empty packed batch");
+  const int64_t rows = std::accumulate(batchSizes.begin(), batchSizes.end(), int64_t{0});
+  for (size_t t = 1; t < batchSizes.size(); ++t)
+    RNNC_INTERNAL_CHECK(batchSizes[t] <= batchSizes[t - 1], "batch sizes must not increase");
+  for (const InputRows& input : inputs)
+    RNNC_INTERNAL_CHECK(input.rows == rows, "packed input has wrong rows");
+  for (const Tensor& state : states)
+    RNNC_INTERNAL_CHECK(state.rank() == 2 && state.dim(0) == batchSizes[0],
+                        "state rows differ from the first batch size");
+  const int64_t outCols = ir::columnsOf(cell_->output);
+  if (output.shape() != TensorShape{rows, outCols}) // every packed row is written
+    output = Tensor::uninitialized({rows, outCols});
+  // Chunks of whole steps, each as many packed rows as the pre buffers' memory allows (at least
+  // one step).
+  const int64_t rowBytes = std::max<int64_t>(1, sequenceBytesPerRow());
+  const int64_t maxRows = std::max<int64_t>(batchSizes[0], sequenceBufferBytes_ / rowBytes);
+  struct Chunk {
+    size_t firstStep, endStep;
+    int64_t firstRow, rows;
+  };
+  std::vector<Chunk> chunks;
+  for (size_t t = 0, row = 0; t < batchSizes.size() && batchSizes[t] > 0;) {
+    Chunk c{t, t, static_cast<int64_t>(row), 0};
+    while (c.endStep < batchSizes.size() && batchSizes[c.endStep] > 0 &&
+           (c.rows == 0 || c.rows + batchSizes[c.endStep] <= maxRows))
+      c.rows += batchSizes[c.endStep++];
+    chunks.push_back(c);
+    t = c.endStep;
+    row += static_cast<size_t>(c.rows);
+  }
+  int64_t chunkRows = 0;
+  for (const Chunk& c : chunks)
+    chunkRows = std::max(chunkRows, c.rows);
+
+  RunThreads team(threads);
+  std::vector<float*> buffers =
+      bufferPointers(prepared, workspace, chunkRows, batchSizes[0], team.size());
+  std::vector<float*> statePointers = mutableDataPointers(states);
+  const std::vector<int64_t> strides = stridesOf(inputs);
+  // The inputs, buffers and output of the rows from packed row `row` on; the chunk's pre
+  // buffers start at its first row.
+  std::vector<const float*> rowInputs(inputs.size());
+  std::vector<float*> rowBuffers(buffers);
+  auto at = [&](int64_t row, int64_t chunkRow) {
+    for (size_t i = 0; i < inputs.size(); ++i)
+      rowInputs[i] = inputs[i].data + row * inputs[i].stride;
+    for (size_t i = 0; i < plan_.buffers.size(); ++i)
+      if (plan_.buffers[i].rows == codegen::Rows::Sequence)
+        rowBuffers[i] = buffers[i] + chunkRow * plan_.buffers[i].cols;
+    return output.data() + row * outCols;
+  };
+  for (const Chunk& c : chunks) {
+    // Every packed row of the chunk at once: one big input GEMM.
+    float* chunkOutput = at(c.firstRow, 0);
+    RnncRunArgs pre{1,
+                    c.rows,
+                    prepared.params.data(),
+                    rowInputs.data(),
+                    statePointers.data(),
+                    chunkOutput,
+                    rowBuffers.data(),
+                    RNNC_PHASE_PRE,
+                    0,
+                    1,
+                    nullptr,
+                    strides.data(),
+                    0};
+    team.call(function_, pre);
+    // Each stretch of steps with one active batch reads and writes its own rows.
+    std::vector<int64_t> chunkSizes(batchSizes.begin() + static_cast<std::ptrdiff_t>(c.firstStep),
+                                    batchSizes.begin() + static_cast<std::ptrdiff_t>(c.endStep));
+    for (const Stretch& stretch : stretchesOf(chunkSizes)) {
+      float* stretchOutput = at(c.firstRow + stretch.firstRow, stretch.firstRow);
+      RnncRunArgs loop{stretch.steps,
+                       stretch.active,
+                       prepared.params.data(),
+                       rowInputs.data(),
+                       statePointers.data(),
+                       stretchOutput,
+                       rowBuffers.data(),
+                       RNNC_PHASE_LOOP,
+                       0,
+                       1,
+                       nullptr,
+                       strides.data(),
+                       0};
+      team.call(function_, loop);
+    }
+  }
+}
+
+} // namespace rnnc

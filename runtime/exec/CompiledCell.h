@@ -1,0 +1,152 @@
+// A cell compiled to native code: the optimised IR, its storage plan and the JIT-loaded
+// `rnnc_run` function. run() has the interpreter's interface, so the two are interchangeable and
+// the interpreter is the oracle for it. Thread-safe: prepare() does the parameter-only work once
+// into an immutable Prepared, and each run() writes only its own workspace, states and output;
+// with `threads` > 1 a run borrows a team of threads (runtime/threads/ThreadTeam.h) for its
+// duration; `threads` = 0 lets runtime/threads/ThreadGovernor.h choose: every core, fewer while
+// other processes keep cores busy.
+#pragma once
+
+#include "codegen/StoragePlan.h"
+#include "codegen/Target.h"
+#include "ir/Cell.h"
+#include "passes/PassManager.h"
+#include "runtime/data/AlignedBuffer.h"
+#include "runtime/data/Tensor.h"
+#include "runtime/exec/CompileCache.h"
+#include "runtime/exec/ObjectLoader.h"
+
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <vector>
+
+namespace rnnc {
+
+struct CompileOptions {
+  passes::PipelineOptions pipeline;
+  std::ostream* log = nullptr; // where --print-after-all and --print-after write; null: nowhere
+  CacheOptions cache = CacheOptions::fromEnvironment();
+  bool memoryCache = true; // reuse code compiled earlier in this process
+  // Generate for this x86-64 CPU (LLVM's name: haswell, skylake-avx512, znver4...) instead of
+  // the host, to run and time its code here (codegen::runnableTarget); empty: the host.
+  std::string targetCpu;
+  // The most memory the pre block's per-row buffers (the premultiplied inputs, [rows, 4H] for an
+  // LSTM) may take: longer sequences run in chunks of steps, each chunk's pre phase just ahead
+  // of its steps, so a run's memory is bounded whatever T is (32 MB: 64 steps of the default
+  // LSTM, B = 64, H = 512; measured as fast as one chunk, the epilogue's prefetches hiding DRAM).
+  int64_t sequenceBufferBytes = int64_t{32} << 20;
+  // How the weights of the matrix products the generated code packs are stored (every linear
+  // and matmul whose weights are parameters): fp32, or fp16/bf16 in half the bytes.
+  codegen::WeightType weights = codegen::WeightType::F32;
+};
+
+// An input's rows where they are: `rows` rows of `columns` floats, `stride` floats apart (a
+// dense tensor's own width, or more: columns of a wider tensor, read without a copy).
+struct InputRows {
+  const float* data = nullptr;
+  int64_t rows = 0, columns = 0, stride = 0;
+  // Every row of a dense [T, B, F] or [N, F] tensor.
+  static InputRows of(const Tensor& t);
+};
+
+// The cache key of code for `target`: the rnnc version, the code generator's sources, LLVM and
+// the target, then `code` (what is compiled: a cell's IR and weight type, or the GEMM tile).
+std::string codeCacheKey(const codegen::Target& target, const std::string& code);
+
+// Code for `key` loaded into the process's JIT, its entry point `function`: from the disk cache
+// (`cache`) where a verified entry loads (one that does not is deleted), else `generate()`d and
+// stored there.
+struct LoadedCode {
+  LoadedFunction loaded;
+  bool fromDisk = false;
+};
+LoadedCode loadOrGenerate(const CacheOptions& cache, const std::string& key,
+                          const std::string& function,
+                          const std::function<std::string()>& generate);
+
+// Where compiled code came from.
+enum class CodeSource { Compiled, MemoryCache, DiskCache };
+
+class CompiledCell {
+public:
+  // `cell` must have all its sizes bound. Runs the pass pipeline on a copy, then LLVM.
+  static std::shared_ptr<CompiledCell> compile(const ir::Cell& cell,
+                                               const CompileOptions& options = {});
+
+  // Scratch memory for run(); reusing one across calls makes a run allocate nothing. One per
+  // thread: run() writes into it.
+  class Workspace {
+  private:
+    friend class CompiledCell;
+    std::vector<AlignedBuffer> buffers;
+  };
+
+  // The parameter-only work for one set of parameters, done once: stacked weights, summed
+  // biases, the weights packed for fused products. Runs only read it, so concurrent runs share
+  // one. It points into the parameters given to prepare(), which must outlive it.
+  class Prepared {
+  private:
+    friend class CompiledCell;
+    std::vector<const float*> params;
+    std::vector<AlignedBuffer> fixed; // per plan buffer: the fixed ones filled, the others empty
+  };
+  // `params` in cell.params order.
+  std::shared_ptr<const Prepared> prepare(const std::vector<Tensor>& params, int threads = 1) const;
+
+  // As Interpreter::run: inputs [T, B, F] in cell order, states [B, F] (updated to the final
+  // states), returns the outputs [T, B, H]. Prepares `params` first.
+  Tensor run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+             std::vector<Tensor>& states) const;
+  // The same into a caller's output tensor (resized if needed) and workspace, on `threads`
+  // threads (each step split between them; see runtime/threads/ThreadTeam.h).
+  void run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
+           std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
+           int threads = 1) const;
+  void run(const Prepared& prepared, const std::vector<Tensor>& inputs, std::vector<Tensor>& states,
+           Tensor& output, Workspace& workspace, int threads = 1) const;
+  // The same with each input's `steps` * `batch` rows where they are; `reverse`: the steps run
+  // from the last to the first (each output row stays at its step), as a reverse direction
+  // over whole sequences runs, without reversed copies of its inputs and outputs.
+  void run(const Prepared& prepared, int64_t steps, int64_t batch,
+           const std::vector<InputRows>& inputs, std::vector<Tensor>& states, Tensor& output,
+           Workspace& workspace, int threads = 1, bool reverse = false) const;
+
+  // Variable length, in cuDNN's and PyTorch's packed layout: `batchSizes[t]` (non-increasing)
+  // sequences are active at step t, and `inputs` hold, step after step, the rows of the active
+  // ones, [sum(batchSizes), F]. States are [batchSizes[0], F], in the same sequence order; a
+  // finished sequence's rows keep its state from its last step. `output` gets the packed
+  // outputs, [sum(batchSizes), H]. Per chunk of steps (CompileOptions::sequenceBufferBytes),
+  // the pre block (the input GEMM) runs once over every packed row of the chunk, then the loop
+  // runs each stretch of steps with the same active batch.
+  void runPacked(const Prepared& prepared, const std::vector<Tensor>& inputs,
+                 const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
+                 Tensor& output, Workspace& workspace, int threads = 1) const;
+  void runPacked(const Prepared& prepared, const std::vector<InputRows>& inputs,
+                 const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
+                 Tensor& output, Workspace& workspace, int threads = 1) const;
+
+  const ir::Cell& optimisedCell() const { return *cell_; }
+  // The time compile() took, and whether LLVM ran or a cache answered.
+  double compileMilliseconds() const { return compileMs_; }
+  CodeSource source() const { return source_; }
+
+private:
+  void checkArity(const std::vector<InputRows>& inputs, const std::vector<Tensor>& states) const;
+  // Buffer pointers for a call: the prepared fixed buffers and the workspace's others.
+  std::vector<float*> bufferPointers(const Prepared& prepared, Workspace& workspace,
+                                     int64_t sequenceRows, int64_t stepRows, int threads) const;
+
+  // The bytes of the pre block's per-row buffers per packed row.
+  int64_t sequenceBytesPerRow() const;
+
+  std::shared_ptr<ir::Cell> cell_;
+  codegen::StoragePlan plan_;
+  void (*function_)(const void*) = nullptr;
+  std::shared_ptr<void> lifetime_;
+  double compileMs_ = 0;
+  int64_t sequenceBufferBytes_ = 0;
+  CodeSource source_ = CodeSource::Compiled;
+};
+
+} // namespace rnnc

@@ -1,0 +1,36 @@
+// The runtime's general matrix product, C += A B, on the generated register tile
+// (codegen/GemmTile.h) rather than a library's: the training's weight and input gradients
+// (runtime/layers/Gradients.cpp) are its largest products (dW += G^T X over all T*B rows). Blocked
+// as BLIS does: per panel of B's columns and block of the depth, B packed into the tile's column
+// strips (kept in L3, each strip of 32 KB read from L1 and L2 while a block of A's rows passes),
+// per block of A's rows A packed into the tile's row strips (kept in L2); the tile runs over each
+// pair; tiles that overhang C's edges are computed into a scratch tile and only their part in C
+// is added. Block sizes follow from the tile and the caches. The operands are any strided views,
+// so transposes cost nothing but their packing.
+#pragma once
+
+#include <cstdint>
+
+namespace rnnc {
+
+// Element (i, j) at data[i * rowStride + j * columnStride].
+struct MatrixView {
+  const float* data = nullptr;
+  int64_t rows = 0, columns = 0;
+  int64_t rowStride = 0, columnStride = 1;
+
+  static MatrixView rowMajor(const float* data, int64_t rows, int64_t columns,
+                             int64_t leadingDimension) {
+    return {data, rows, columns, leadingDimension, 1};
+  }
+  MatrixView transposed() const { return {data, columns, rows, columnStride, rowStride}; }
+  float at(int64_t i, int64_t j) const { return data[i * rowStride + j * columnStride]; }
+};
+
+// C[M, N] += A[M, K] B[K, N], C row-major with `ldc` floats per row, on up to `threads` threads
+// (C's rows split between them). The tile is compiled for this machine once per process (the
+// disk cache keeps it, as it does cells).
+void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc,
+                    int threads = 1);
+
+} // namespace rnnc

@@ -1,0 +1,39 @@
+// The reference interpreter: executes a cell's IR op by op with Eigen, materialising every
+// intermediate tensor. It is the unfused baseline that `rnnc bench` compares against and the
+// oracle for every faster path, so it favours clarity over speed.
+#pragma once
+
+#include "ir/Cell.h"
+#include "runtime/data/Tensor.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace rnnc {
+
+struct ExecutionOptions {
+  bool training = false; // dropout is active only in training
+  uint64_t seed = 0;     // dropout masks are a pure function of (seed, op, row, column)
+  // Matrix products multiply their operands rounded to bf16 (to nearest even, by Eigen), and sum
+  // in fp32: what the generated code computes with bf16 weights (codegen/Bf16Products.cpp).
+  bool bf16Products = false;
+};
+
+class Interpreter {
+public:
+  // `cell` must have all its sizes bound and outlive the interpreter. `params` follow
+  // cell.params' order and shapes.
+  Interpreter(const ir::Cell& cell, std::vector<Tensor> params, ExecutionOptions options = {});
+
+  // Runs the whole sequence: `inputs` holds one [T, B, F] tensor per cell input (cell order),
+  // `states` one [B, F] tensor per state (cell order), overwritten with the final states.
+  // Returns the per-step outputs, [T, B, H].
+  Tensor run(const std::vector<Tensor>& inputs, std::vector<Tensor>& states) const;
+
+private:
+  const ir::Cell& cell_;
+  std::vector<Tensor> params_;
+  ExecutionOptions options_;
+};
+
+} // namespace rnnc

@@ -1,0 +1,404 @@
+#include "runtime/layers/Gradients.h"
+
+#include "codegen/WeightType.h"
+#include "ir/Error.h"
+#include "passes/Autodiff.h"
+#include "runtime/exec/Gemm.h"
+
+#include <Eigen/Core>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+namespace rnnc {
+
+// The derived cells of one layer and direction, ready to run.
+struct GradientProgram::Slot {
+  std::unique_ptr<ir::Cell> forward; // the training forward (passes::trainingForward)
+  passes::BackwardCell backward;
+  std::shared_ptr<const CompiledCell> forwardCode, backwardCode; // null: the interpreter
+  std::shared_ptr<const CompiledCell::Prepared> forwardPrepared, backwardPrepared;
+  std::shared_ptr<const Interpreter> forwardInterpreter, backwardInterpreter;
+
+  // Scratch memory of the compiled code, kept between calls.
+  std::shared_ptr<WorkspacePool> forwardWorkspaces = std::make_shared<WorkspacePool>();
+  std::shared_ptr<WorkspacePool> backwardWorkspaces = std::make_shared<WorkspacePool>();
+
+  Executor forwardRun(int threads) const {
+    return forwardCode ? jitExecutor(forwardCode, forwardPrepared, threads, forwardWorkspaces)
+                       : interpreterExecutor(forwardInterpreter);
+  }
+  // The backward cell's inputs `kept.<k>` (its last ones): their widths, and all of them.
+  std::vector<int64_t> keptWidths() const {
+    const auto& inputs = backward.cell->inputs;
+    std::vector<int64_t> widths;
+    for (size_t k = inputs.size() - backward.kept.size(); k < inputs.size(); ++k)
+      widths.push_back(ir::columnsOf(inputs[k].get()));
+    return widths;
+  }
+  int64_t keptWidth() const {
+    int64_t sum = 0;
+    for (int64_t w : keptWidths())
+      sum += w;
+    return sum;
+  }
+  Executor backwardRun(int threads) const {
+    return backwardCode ? jitExecutor(backwardCode, backwardPrepared, threads, backwardWorkspaces)
+                        : interpreterExecutor(backwardInterpreter);
+  }
+};
+
+namespace {
+
+using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstRows = Eigen::Map<const RowMajor>;
+using StridedRows = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
+
+// A row-major Eigen block (a map or columns of one) as the GEMM's view.
+template <class M> MatrixView viewOf(const M& m) {
+  return MatrixView::rowMajor(m.data(), m.rows(), m.cols(), m.outerStride());
+}
+
+// to += columns [offset, offset + width) of `from` ([T, B, F]; `to` [T, B, width]).
+void addColumns(Tensor& to, const Tensor& from, int64_t offset, int64_t width) {
+  const int64_t rows = from.dim(0) * from.dim(1);
+  RNNC_INTERNAL_CHECK(to.numel() == rows * width, "gradient shapes differ");
+  for (int64_t r = 0; r < rows; ++r) {
+    float* out = to.data() + r * width;
+    const float* in = row(from, r) + offset;
+    for (int64_t c = 0; c < width; ++c)
+      out[c] += in[c];
+  }
+}
+
+// dW += G^T A (linear: dW [N, K], its rows G's columns) or A^T G (matmul: dW [K, N]), on the
+// runtime's GEMM (runtime/exec/Gemm.h).
+template <class G, class A>
+void accumulateWeightGradient(Eigen::Map<RowMajor>& dW, const G& g, const A& a, bool linear,
+                              int threads) {
+  const MatrixView vg = viewOf(g), va = viewOf(a);
+  if (linear)
+    gemmAccumulate(vg.transposed(), va, dW.data(), dW.outerStride(), threads);
+  else
+    gemmAccumulate(va.transposed(), vg, dW.data(), dW.outerStride(), threads);
+}
+
+// C += A B (or A B^T).
+template <class A, class B>
+void accumulateRowProduct(Eigen::Map<RowMajor>& c, const A& a, const B& b, bool transposeB,
+                          int threads) {
+  const MatrixView vb = viewOf(b);
+  gemmAccumulate(viewOf(a), transposeB ? vb.transposed() : vb, c.data(), c.outerStride(), threads);
+}
+
+// The index of the parameter called `name` in a slot's cell.
+size_t paramIndex(const LayerProgram::Slot& slot, const std::string& name) {
+  for (size_t p = 0; p < slot.bound->params.size(); ++p)
+    if (slot.bound->params[p]->name == name)
+      return p;
+  RNNC_INTERNAL_CHECK(false, "no parameter " + name);
+  return 0;
+}
+
+int64_t constantOf(const ir::Dim& d) {
+  RNNC_INTERNAL_CHECK(d.isConstant(), "unbound size in a gradient segment: " + d.str());
+  return d.constantValue();
+}
+
+} // namespace
+
+std::string initialStateGradientName(const std::string& state) {
+  return state == "h" || state == "c" ? state + "0" : state;
+}
+
+int64_t TrainingTape::bytes() const {
+  int64_t floats = 0;
+  for (const Slot& slot : slots) {
+    for (const Tensor& input : slot.inputs)
+      floats += input.numel();
+    // Not the output's columns: the forward's result.
+    const int64_t width = slot.values.rank() == 3 ? slot.values.dim(2) : 0;
+    if (width > 0)
+      floats += slot.values.numel() / width * (width - slot.outputWidth);
+  }
+  return floats * static_cast<int64_t>(sizeof(float));
+}
+
+std::shared_ptr<const GradientProgram> GradientProgram::build(const ir::Cell& cell,
+                                                              const TensorMap& weights,
+                                                              const std::string& weightsSource,
+                                                              const LayerOptions& options,
+                                                              passes::ForwardValues forwardValues) {
+  // The layer program binds every slot's sizes and parameters; the cells that run are derived,
+  // so its own forward is not compiled.
+  LayerOptions bindOnly = options;
+  bindOnly.engine = Engine::Interpreter;
+  bindOnly.compile.weights = codegen::WeightType::F32; // refused below, with the reason
+  return build(LayerProgram::build(cell, weights, weightsSource, bindOnly), options, forwardValues);
+}
+
+std::shared_ptr<const GradientProgram>
+GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOptions& options,
+                       passes::ForwardValues forwardValues) {
+  const ir::Cell& cell = layers->cell();
+  if (isGpuEngine(options.engine))
+    throw UserError(fmt::format("training runs on the CPU (the JIT or the interpreter), not on {} "
+                                "yet",
+                                engineName(options.engine)));
+  if (options.compile.weights != codegen::WeightType::F32)
+    throw UserError(fmt::format("{} weights are for inference: training runs in fp32",
+                                codegen::weightTypeName(options.compile.weights)));
+  if (options.training && ir::containsOp(cell, ir::Op::Dropout))
+    throw UserError(fmt::format("cell '{}' has dropout inside the cell; its gradients in "
+                                "training mode are not supported yet (dropout between layers "
+                                "is)",
+                                cell.name));
+  auto program = std::shared_ptr<GradientProgram>(new GradientProgram);
+  program->options_ = options;
+  program->program_ = std::move(layers);
+  for (const LayerProgram::Slot& slot : program->program_->slots()) {
+    auto s = std::make_shared<Slot>();
+    s->backward = passes::deriveBackward(*slot.bound, forwardValues);
+    s->forward = passes::trainingForward(*slot.bound, s->backward);
+    if (options.engine == Engine::Jit) {
+      s->forwardCode = CompiledCell::compile(*s->forward, options.compile);
+      s->forwardPrepared = s->forwardCode->prepare(slot.params, options.threads);
+      s->backwardCode = CompiledCell::compile(*s->backward.cell, options.compile);
+      s->backwardPrepared = s->backwardCode->prepare(slot.params, options.threads);
+    } else {
+      s->forwardInterpreter = std::make_shared<Interpreter>(*s->forward, slot.params);
+      s->backwardInterpreter = std::make_shared<Interpreter>(*s->backward.cell, slot.params);
+    }
+    program->slots_.push_back(std::move(s));
+  }
+  return program;
+}
+
+TrainingTape GradientProgram::forward(const Tensor& input,
+                                      const std::map<std::string, Tensor>& initialStates,
+                                      const std::optional<Int64Array>& lengths,
+                                      const std::map<std::string, Tensor>& sideInputs) const {
+  TrainingTape tape;
+  tape.slots.resize(slots_.size());
+  const int threads = options_.threads;
+  // The layer runner (checks, sorting, directions, dropout between layers, batch_first) with
+  // each slot run by its training cell, keeping its inputs and the states entering each step.
+  auto trainingRun = [&](int64_t index, const CellInputs& inputs, int64_t steps, int64_t batch,
+                         std::vector<Tensor> states, const std::vector<int64_t>& runLengths,
+                         bool reverse) {
+    const Slot& s = *slots_[static_cast<size_t>(index)];
+    DirectionRun out = runDirection(s.forwardRun(threads), inputs, steps, batch, std::move(states),
+                                    runLengths, reverse);
+    TrainingTape::Slot& kept = tape.slots[static_cast<size_t>(index)];
+    kept.inputs.clear();
+    for (const InputRows& in : inputs)
+      kept.inputs.push_back(denseCopy(in, {steps, batch, in.columns}));
+    // The training cell's output: the cell's output, each state entering the step, then the
+    // kept values; kept whole, the layer's output copied out of it.
+    const ir::Cell& bound = *program_->slots()[static_cast<size_t>(index)].bound;
+    kept.outputWidth = ir::columnsOf(bound.output);
+    kept.stateWidths.clear();
+    for (const auto& state : bound.states)
+      kept.stateWidths.push_back(ir::columnsOf(state.get()));
+    kept.values = std::move(out.output);
+    out.output =
+        denseCopy(columnsOf(kept.values, {kept.outputWidth})[0], {steps, batch, kept.outputWidth});
+    return out;
+  };
+  tape.forward = program_->run(input, initialStates, lengths, sideInputs, trainingRun);
+  const Tensor& first = tape.slots[0].inputs.at(0);
+  tape.lengths = checkedLengths(lengths, first.dim(0), first.dim(1));
+  return tape;
+}
+
+TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInputs& given) const {
+  const ir::Cell& cell = program_->cell();
+  const int directions = program_->numDirections(), layers = program_->numLayers();
+  const int threads = options_.threads;
+  const Tensor& firstInput = tape.slots.at(0).inputs.at(0);
+  const int64_t steps = firstInput.dim(0), batch = firstInput.dim(1);
+  const int64_t slotCount = static_cast<int64_t>(slots_.size());
+  const int gemmThreads =
+      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  // dLoss/d(output) in [T, B, D*H], checked.
+  const TensorShape outputShape = tape.forward.output.shape();
+  Tensor gradOutput;
+  if (given.output.rank() == 0) { // none given
+    gradOutput = Tensor({steps, batch, outputShape[2]});
+  } else {
+    if (given.output.shape() != outputShape)
+      throw UserError(fmt::format("{} has shape {}, expected the output's {}",
+                                  describeTensor("the output gradient", given.output),
+                                  given.output.shapeString(), shapeToString(outputShape)));
+    gradOutput = options_.batchFirst ? swapLeadingDims(given.output) : given.output;
+  }
+  for (const auto& [name, tensor] : given.finalStates) {
+    auto it = tape.forward.finalStates.find(name);
+    if (it == tape.forward.finalStates.end())
+      throw UserError(fmt::format("a final-state gradient is given for '{}', but cell '{}' has "
+                                  "no state of that name",
+                                  name, cell.name));
+    if (tensor.shape() != it->second.shape())
+      throw UserError(
+          fmt::format("{} has shape {}, expected {}",
+                      describeTensor(fmt::format("the gradient of final state '{}'", name), tensor),
+                      tensor.shapeString(), it->second.shapeString()));
+  }
+
+  TensorMap grads;
+  for (const auto& state : cell.states)
+    grads[initialStateGradientName(state->name)] =
+        Tensor({slotCount, batch, program_->stateSize(state->name)});
+
+  Tensor gradLayerOutput = std::move(gradOutput); // dLoss/d(this layer's output), [T, B, D*H]
+  for (int layer = layers - 1; layer >= 0; --layer) {
+    Tensor gradLayerInput;
+    for (int direction = 0; direction < directions; ++direction) {
+      const int64_t index = layer * directions + direction;
+      const Slot& s = *slots_[static_cast<size_t>(index)];
+      const TrainingTape::Slot& kept = tape.slots[static_cast<size_t>(index)];
+      const LayerProgram::Slot& slot = program_->slots()[static_cast<size_t>(index)];
+      const int64_t outWidth = ir::columnsOf(slot.bound->output);
+
+      // The backward step's inputs, where they are: the cell's inputs, the states entering
+      // each step and the kept forward values (columns of the forward's outputs), the output
+      // gradient of this direction (columns of the layer's).
+      CellInputs inputs;
+      for (const Tensor& in : kept.inputs)
+        inputs.push_back(InputRows::of(in));
+      for (const InputRows& state : columnsOf(kept.values, kept.stateWidths, kept.outputWidth))
+        inputs.push_back(state);
+      inputs.push_back(columnsOf(gradLayerOutput, {outWidth}, direction * outWidth)[0]);
+      if (s.keptWidth() > 0) {
+        int64_t keptColumn = kept.outputWidth;
+        for (int64_t w : kept.stateWidths)
+          keptColumn += w;
+        for (const InputRows& value : columnsOf(kept.values, s.keptWidths(), keptColumn))
+          inputs.push_back(value);
+      }
+      // Each input of the backward cell by name (the cell's inputs, then its states).
+      std::map<std::string, InputRows> inputNamed;
+      {
+        size_t at = 0;
+        for (const auto& input : slot.bound->inputs)
+          inputNamed[input->name] = inputs[at++];
+        for (const auto& state : slot.bound->states)
+          inputNamed[state->name] = inputs[at++];
+      }
+      std::vector<Tensor> gradStates;
+      for (const auto& state : slot.bound->states) {
+        int64_t features = ir::columnsOf(state.get());
+        auto it = given.finalStates.find(state->name);
+        gradStates.push_back(
+            it == given.finalStates.end()
+                ? Tensor({batch, features})
+                : Tensor({batch, features},
+                         std::vector<float>(row(it->second, index * batch),
+                                            row(it->second, (index + 1) * batch))));
+      }
+      // Backwards in time: from each sequence's end for the forward direction, from its start
+      // for the reverse one.
+      DirectionRun back = runDirection(s.backwardRun(threads), inputs, steps, batch,
+                                       std::move(gradStates), tape.lengths, direction == 0);
+      for (size_t k = 0; k < slot.bound->states.size(); ++k) {
+        Tensor& all = grads.at(initialStateGradientName(slot.bound->states[k]->name));
+        std::memcpy(row(all, index * batch), back.final[k].data(),
+                    static_cast<size_t>(back.final[k].numel()) * sizeof(float));
+      }
+
+      // The segments of the per-step output: input gradients, parameter gradient factors.
+      const Tensor& o = back.output; // [T, B, W], zero past each length
+      ConstRows rows(o.data(), steps * batch, o.dim(2));
+      // dLoss/d(an input): the layer's (its first), or a side input's, which every layer reads.
+      auto inputGradient = [&](const std::string& name, int64_t width) -> Tensor& {
+        Tensor& t = name == slot.bound->inputs[0]->name ? gradLayerInput : grads[name];
+        if (t.rank() != 3)
+          t = Tensor({steps, batch, width});
+        return t;
+      };
+      for (const passes::GradientSegment& seg : s.backward.segments) {
+        const int64_t at = constantOf(seg.offset), width = constantOf(seg.width);
+        using Kind = passes::GradientSegment::Kind;
+        if (seg.kind == Kind::Input) {
+          addColumns(inputGradient(seg.name, width), o, at, width);
+          continue;
+        }
+        if (seg.kind == Kind::InputByLinear || seg.kind == Kind::InputByMatMul) {
+          // dx += g W (or g W^T) for every row at once.
+          const Tensor& weight = slot.params[paramIndex(slot, seg.weight)];
+          ConstRows w(weight.data(), weight.shape()[0], weight.shape()[1]);
+          Tensor& dx = inputGradient(seg.name, constantOf(seg.operandWidth));
+          Eigen::Map<RowMajor> dX(dx.data(), steps * batch, dx.dim(2));
+          auto g = rows.middleCols(at, width);
+          if (seg.kind == Kind::InputByLinear)
+            accumulateRowProduct(dX, g, w, /*transposeB=*/false, gemmThreads);
+          else
+            accumulateRowProduct(dX, g, w, /*transposeB=*/true, gemmThreads);
+          continue;
+        }
+        // The parameter's name in the weights; none for a bias a bias-free file lacks.
+        const size_t p = paramIndex(slot, seg.name);
+        if (!slot.inWeights[p])
+          continue;
+        const std::string& name = slot.paramNames[p];
+        const Tensor& weight = slot.params[p];
+        auto [it, fresh] = grads.emplace(name, Tensor(weight.shape()));
+        Eigen::Map<RowMajor> dW(it->second.data(), weight.shape()[0],
+                                weight.rank() == 2 ? weight.shape()[1] : 1);
+        auto g = rows.middleCols(at, width);
+        if (seg.kind == Kind::VectorWeight) { // a product by ones: contiguous rows, not strided
+          dW.col(0).transpose().noalias() += Eigen::RowVectorXf::Ones(g.rows()) * g;
+          continue;
+        }
+        // The operand: an input of the backward cell as given (rows past a sequence's length
+        // meet zero gradients), or columns of its output.
+        const InputRows operand =
+            seg.operandInput.empty()
+                ? InputRows{o.data() + constantOf(seg.operandOffset), steps * batch,
+                            constantOf(seg.operandWidth), o.dim(2)}
+                : inputNamed.at(seg.operandInput);
+        StridedRows a(operand.data, operand.rows, constantOf(seg.operandWidth),
+                      Eigen::OuterStride<>(operand.stride));
+        accumulateWeightGradient(dW, g, a, seg.kind == Kind::LinearWeight, gemmThreads);
+      }
+    }
+    // Down a layer: through the dropout between layers, as the forward applied it.
+    if (layer > 0 && options_.training && options_.dropout > 0) {
+      Tensor mask({steps, batch, gradLayerInput.dim(2)}, 1.0f);
+      dropoutBetweenLayers(mask, options_.dropout, options_.seed, layer - 1);
+      for (int64_t i = 0; i < mask.numel(); ++i)
+        gradLayerInput.data()[i] *= mask.data()[i];
+    }
+    gradLayerOutput = std::move(gradLayerInput);
+  }
+  grads["input"] = options_.batchFirst ? swapLeadingDims(gradLayerOutput) : gradLayerOutput;
+  if (options_.batchFirst)
+    for (const std::string& side : program_->sideInputNames())
+      if (grads.count(side))
+        grads[side] = swapLeadingDims(grads[side]);
+  // Parameters no path reaches (none in a well-formed cell) still get their zero gradient.
+  for (size_t i = 0; i < program_->slots().size(); ++i) {
+    const LayerProgram::Slot& slot = program_->slots()[i];
+    for (size_t p = 0; p < slot.params.size(); ++p)
+      if (slot.inWeights[p])
+        grads.emplace(slot.paramNames[p], Tensor(slot.params[p].shape()));
+  }
+  return grads;
+}
+
+GradientResult runGradients(const ir::Cell& cell, const GradientRequest& request,
+                            const LayerOptions& options) {
+  RNNC_INTERNAL_CHECK(request.weights, "no weights given");
+  auto program = GradientProgram::build(cell, *request.weights, request.weightsSource, options);
+  TrainingTape tape =
+      program->forward(request.input, request.initialStates, request.lengths, request.sideInputs);
+  GradientResult result;
+  result.gradients = program->backward(tape, {request.gradOutput, request.gradFinalStates});
+  result.forward = std::move(tape.forward);
+  return result;
+}
+
+} // namespace rnnc

@@ -1,0 +1,102 @@
+// Backpropagation through time for whole layers (issue 14): stacked, bidirectional, variable
+// length, batch_first, any cell the autodiff pass differentiates.
+//
+// Per layer and direction, two cells derived from the bound cell (passes/Autodiff.h) run
+// through the same executors as inference (the JIT or the interpreter) and the same direction
+// runner (sorting, packing, per-sequence reversal):
+//   - the training forward, whose output carries the states entering each step: all the
+//     backward keeps (as cuDNN's reserve space keeps h and c per step; less, as it keeps no gates);
+//   - the backward step, run backwards in time from each sequence's own end (its inputs, the
+//     forward's states and the output gradients, are all known before it starts), whose
+//     per-step output holds the input gradients and the factors of the parameter gradients.
+// Parameter gradients are then a few large products over all rows: dW = sum_t g_t^T a_t as one
+// GEMM, vectors as column sums, never per step.
+#pragma once
+
+#include "passes/Autodiff.h"
+#include "runtime/layers/LayerRunner.h"
+
+#include <map>
+#include <memory>
+#include <string>
+
+namespace rnnc {
+
+// What a training forward kept for its backward: per layer and direction the cell's inputs and
+// the states entering every step, and the run's lengths and results.
+struct TrainingTape {
+  LayerResult forward;
+  std::vector<int64_t> lengths;
+  struct Slot {
+    std::vector<Tensor> inputs; // the cell's inputs, [T, B, F] each
+    // The training forward's outputs side by side, [T, B, H + state widths + K]: the cell's
+    // output, the value of each state entering each step, the forward values the backward reads
+    // (passes::BackwardCell::kept); the backward reads them where they are.
+    Tensor values;
+    int64_t outputWidth = 0;
+    std::vector<int64_t> stateWidths;
+  };
+  std::vector<Slot> slots;
+  // The bytes the tape holds beyond the forward's results (the training workspace).
+  int64_t bytes() const;
+};
+
+// The gradients flowing in. Absent ones are zeros.
+struct GradientInputs {
+  Tensor output;                             // dLoss/d(output), laid out as the output
+  std::map<std::string, Tensor> finalStates; // dLoss/d(final state) by state name, [L*D, B, F]
+};
+
+// A layer built once for training: every slot's training forward and backward compiled.
+class GradientProgram {
+public:
+  static std::shared_ptr<const GradientProgram>
+  build(const ir::Cell& cell, const TensorMap& weights, const std::string& weightsSource,
+        const LayerOptions& options, passes::ForwardValues forwardValues = {});
+  // Over a layer program already built (its slots' bound cells and parameters; its own
+  // compiled forward is not used), run as `options` say.
+  static std::shared_ptr<const GradientProgram> build(std::shared_ptr<const LayerProgram> layers,
+                                                      const LayerOptions& options,
+                                                      passes::ForwardValues forwardValues = {});
+
+  // The forward (as LayerProgram::run) keeping what backward() reads.
+  TrainingTape forward(const Tensor& input, const std::map<std::string, Tensor>& initialStates,
+                       const std::optional<Int64Array>& lengths,
+                       const std::map<std::string, Tensor>& sideInputs = {}) const;
+
+  // dLoss/d(each parameter) under its name in the weights (weight_ih_l0, bias_hh_l1_reverse,
+  // ...; none for biases a bias-free file lacks), dLoss/d(input) as "input" (each side input
+  // under its name), and dLoss/d(initial state) as "h0", "c0" (any other state: its name),
+  // [L*D, B, F]; for loss = sum(output * grads.output) + sum(final state * its gradient).
+  TensorMap backward(const TrainingTape& tape, const GradientInputs& grads) const;
+
+  const LayerProgram& layers() const { return *program_; }
+
+  struct Slot;
+
+private:
+  GradientProgram() = default;
+  std::shared_ptr<const LayerProgram> program_; // the slots' bound cells and parameters
+  std::vector<std::shared_ptr<const Slot>> slots_;
+  LayerOptions options_;
+};
+
+// A layer's request and the gradients flowing in.
+struct GradientRequest : LayerRequest {
+  Tensor gradOutput;                             // dLoss/d(output); empty = zeros
+  std::map<std::string, Tensor> gradFinalStates; // by state name, [L*D, B, F]; absent = zeros
+};
+
+struct GradientResult {
+  LayerResult forward;
+  TensorMap gradients; // as GradientProgram::backward
+};
+
+// Builds, runs forward and backward in one go.
+GradientResult runGradients(const ir::Cell& cell, const GradientRequest& request,
+                            const LayerOptions& options);
+
+// The name an initial state's gradient has among the gradients.
+std::string initialStateGradientName(const std::string& state);
+
+} // namespace rnnc

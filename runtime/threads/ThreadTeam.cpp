@@ -1,0 +1,178 @@
+#include "runtime/threads/ThreadTeam.h"
+
+#include "ir/Environment.h"
+#include "ir/Error.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include <sched.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace rnnc {
+namespace {
+
+// About 20-50 microseconds of spinning before a waiter sleeps: longer than a step's imbalance
+// between threads on dedicated cores, much shorter than a scheduler time slice.
+constexpr int kSpins = 20000;
+
+inline void pause() {
+#if defined(__x86_64__)
+  _mm_pause();
+#endif
+}
+
+// Waits until `word` differs from `seen`: spins, then sleeps, adding the time asleep to
+// `sleptNs` if given (clock reads only on the slow path).
+template <class T>
+void awaitChange(const std::atomic<T>& word, T seen, std::atomic<int64_t>* sleptNs = nullptr) {
+  for (int i = 0; i < kSpins; ++i) {
+    if (word.load(std::memory_order_acquire) != seen)
+      return;
+    pause();
+  }
+  auto start = std::chrono::steady_clock::now();
+  while (word.load(std::memory_order_acquire) == seen)
+    word.wait(seen, std::memory_order_acquire);
+  if (sleptNs)
+    sleptNs->fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::steady_clock::now() - start)
+                           .count(),
+                       std::memory_order_relaxed);
+}
+
+} // namespace
+
+void Barrier::arriveAndWait() {
+  if (threads_ == 1)
+    return;
+  uint32_t generation = generation_.load(std::memory_order_acquire);
+  if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
+    arrived_.store(0, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_acq_rel);
+    generation_.notify_all();
+    return;
+  }
+  awaitChange(generation_, generation, &sleptNs_);
+}
+
+std::chrono::nanoseconds Barrier::takeSlept() {
+  return std::chrono::nanoseconds(sleptNs_.exchange(0, std::memory_order_relaxed));
+}
+
+ThreadTeam::ThreadTeam(int threads) : size_(threads), barrier_(threads) {
+  try {
+    workers_.reserve(static_cast<size_t>(std::max(threads - 1, 0)));
+    for (int thread = 1; thread < threads; ++thread)
+      workers_.emplace_back([this, thread] { work(thread); });
+  } catch (const std::exception& e) { // std::system_error, std::bad_alloc
+    const size_t started = workers_.size();
+    stopWorkers(); // a destructor does not run for a constructor that throws
+    throw UserError("cannot start " + std::to_string(threads) + " threads (the system refused " +
+                    "after " + std::to_string(started + 1) + ": " + e.what() +
+                    "); ask for fewer (--threads, LayerSpec::threads)");
+  }
+}
+
+ThreadTeam::~ThreadTeam() {
+  stopWorkers();
+}
+
+void ThreadTeam::stopWorkers() {
+  stopping_.store(true, std::memory_order_release);
+  started_.fetch_add(1, std::memory_order_acq_rel);
+  started_.notify_all();
+  for (std::thread& worker : workers_)
+    worker.join();
+  workers_.clear();
+}
+
+void ThreadTeam::work(int thread) {
+  uint32_t seen = 0;
+  for (;;) {
+    awaitChange(started_, seen);
+    seen = started_.load(std::memory_order_acquire);
+    if (stopping_.load(std::memory_order_acquire))
+      return;
+    (*job_)(thread);
+    if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == size_ - 1)
+      finished_.notify_one();
+  }
+}
+
+void ThreadTeam::run(const std::function<void(int)>& job) {
+  if (size_ == 1)
+    return job(0);
+  job_ = &job;
+  finished_.store(0, std::memory_order_relaxed);
+  started_.fetch_add(1, std::memory_order_acq_rel);
+  started_.notify_all();
+  job(0);
+  for (int done = finished_.load(std::memory_order_acquire); done != size_ - 1;
+       done = finished_.load(std::memory_order_acquire))
+    awaitChange(finished_, done);
+  job_ = nullptr;
+}
+
+TeamPool& TeamPool::shared() {
+  static TeamPool pool;
+  return pool;
+}
+
+TeamPool::Lease TeamPool::acquire(int threads) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = idle_.begin(); it != idle_.end(); ++it)
+      if ((*it)->size() == threads) {
+        std::unique_ptr<ThreadTeam> team = std::move(*it);
+        idle_.erase(it);
+        return Lease(this, std::move(team));
+      }
+  }
+  return Lease(this, std::make_unique<ThreadTeam>(threads));
+}
+
+TeamPool::Lease::~Lease() {
+  if (!team)
+    return;
+  std::lock_guard<std::mutex> lock(pool->mutex_);
+  pool->idle_.push_back(std::move(team));
+}
+
+int defaultThreadCount() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+int maxThreadCount() {
+  // Asked once: hardware_concurrency() reads the system's CPU list, several microseconds that a
+  // batch-1 step would pay on every call.
+  static const int fromHardware =
+      std::max(8, 4 * static_cast<int>(std::thread::hardware_concurrency()));
+  return static_cast<int>(environmentLimit(
+      "RNNC_MAX_THREADS", fromHardware, "a thread count (a positive integer)", int64_t{1} << 20));
+}
+
+void checkThreadCount(int threads) {
+  if (threads < 0)
+    throw UserError("the thread count must be 0 (automatic) or positive, not " +
+                    std::to_string(threads));
+  const int most = maxThreadCount();
+  if (threads > most)
+    throw UserError("a run on " + std::to_string(threads) + " threads: at most " +
+                    std::to_string(most) + " are allowed (4 per hardware thread; set " +
+                    "RNNC_MAX_THREADS to allow more)");
+}
+
+} // namespace rnnc
+
+extern "C" void rnnc_barrier(void* team) {
+  static_cast<rnnc::Barrier*>(team)->arriveAndWait();
+}

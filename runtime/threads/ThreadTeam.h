@@ -1,0 +1,103 @@
+// Threads that run one compiled sequence together. The generated code splits every step
+// between them and meets at rnnc_barrier about once a step, so the barrier must cost well under
+// a microsecond while every thread has a core; when another process takes a core, a
+// waiter stops spinning after a bounded time and sleeps on a futex (std::atomic::wait), so an
+// oversubscribed run slows down instead of burning its time slices.
+//
+// Teams are kept for reuse (starting threads costs tens of microseconds, a step of a batch-1
+// sequence about ten): TeamPool::acquire hands out an idle team of the requested size, or makes
+// one, so concurrent forward calls each get their own. How many threads an automatic run
+// uses is runtime/threads/ThreadGovernor.h's decision.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace rnnc {
+
+// A reusable barrier for a fixed number of threads.
+class Barrier {
+public:
+  explicit Barrier(int threads) : threads_(threads) {}
+  void arriveAndWait();
+  // The time its threads have slept in it (after spinning) since the last call, all added up:
+  // what tells ThreadGovernor that a run was oversubscribed.
+  std::chrono::nanoseconds takeSlept();
+
+private:
+  const int threads_;
+  std::atomic<int> arrived_{0};
+  std::atomic<uint32_t> generation_{0};
+  std::atomic<int64_t> sleptNs_{0};
+};
+
+class ThreadTeam {
+public:
+  // Throws UserError, with every thread it started stopped again, when the system cannot start
+  // them all (thread limits, memory for their stacks).
+  explicit ThreadTeam(int threads);
+  ~ThreadTeam();
+  ThreadTeam(const ThreadTeam&) = delete;
+  ThreadTeam& operator=(const ThreadTeam&) = delete;
+
+  int size() const { return size_; }
+  // Runs job(thread) on every thread of the team, the caller being thread 0, and returns when
+  // all are done. Not reentrant: one run at a time per team.
+  void run(const std::function<void(int thread)>& job);
+  Barrier& barrier() { return barrier_; }
+
+private:
+  void work(int thread);
+  void stopWorkers();
+
+  const int size_;
+  Barrier barrier_;
+  const std::function<void(int)>* job_ = nullptr;
+  std::atomic<uint32_t> started_{0}; // generation of the current job
+  std::atomic<int> finished_{0};     // workers done with it
+  std::atomic<bool> stopping_{false};
+  std::vector<std::thread> workers_;
+};
+
+// Idle teams by size.
+class TeamPool {
+public:
+  static TeamPool& shared();
+
+  // A team lent to one run; back to the pool when the lease ends.
+  struct Lease {
+    Lease(TeamPool* pool, std::unique_ptr<ThreadTeam> team) : pool(pool), team(std::move(team)) {}
+    Lease(Lease&&) = default;
+    ~Lease();
+    TeamPool* pool;
+    std::unique_ptr<ThreadTeam> team;
+  };
+  Lease acquire(int threads);
+
+private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<ThreadTeam>> idle_;
+};
+
+// The threads a run uses by default: the cores this process may run on.
+int defaultThreadCount();
+
+// The most threads a run may ask for: 4 per hardware thread (at least 8), or what the
+// environment variable RNNC_MAX_THREADS says. More is never faster (every step is split between
+// them and they meet at a barrier each step), and thousands only exhaust memory or the
+// system's thread limit.
+int maxThreadCount();
+// A requested thread count (0: automatic) checked against it; UserError otherwise.
+void checkThreadCount(int threads);
+
+} // namespace rnnc
+
+// The generated code's barrier: `team` is the ThreadTeam's Barrier.
+extern "C" void rnnc_barrier(void* team);
