@@ -72,6 +72,20 @@ GpuCase makeCase(const ir::Cell& source, int64_t steps, int64_t batch, unsigned 
   return c;
 }
 
+// `run` (the GPU's code, emulated or on a GPU, given the initial states to update) against the
+// interpreter on the same case: outputs and final states within `tolerance`.
+template <class Run>
+void expectLikeTheInterpreter(const GpuCase& c, Run&& run, double tolerance = 1e-5) {
+  std::vector<Tensor> expectedStates = c.states;
+  Tensor expected = Interpreter(*c.cell, c.params).run(c.inputs, expectedStates);
+  std::vector<Tensor> states = c.states;
+  Tensor output = run(states);
+  ASSERT_EQ(output.shape(), expected.shape());
+  EXPECT_LT(test::maxAbsDiff(output, expected), tolerance);
+  for (size_t s = 0; s < states.size(); ++s)
+    EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), tolerance) << c.cell->states[s]->name;
+}
+
 // The pass settings that change what the GPU runs: each makes other regions (products in the
 // step, standalone products and kernels, unmerged gates, layer norms and copies alone); the
 // rest only rename or reorder the same ones, and the CPU's tests run them all.
@@ -137,18 +151,14 @@ TEST(GpuEmulation, EveryBuiltinCellsBackwardMatchesTheInterpreter) {
 TEST(GpuEmulation, PersistentStepsMatchTheInterpreter) {
   for (const auto& source : cellsUnderTest()) {
     GpuCase c = makeCase(*source, 5, 6, 7);
-    std::vector<Tensor> expectedStates = c.states;
-    Tensor expected = Interpreter(*c.cell, c.params).run(c.inputs, expectedStates);
     GpuCell::Options options;
     options.gpu = "sm_80";
     std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, options);
     for (int blocks : {1, 2, 3}) {
       SCOPED_TRACE(source->name + ", " + std::to_string(blocks) + " blocks");
-      std::vector<Tensor> states = c.states;
-      Tensor output = gpu->emulatePersistent(c.params, c.inputs, states, blocks);
-      EXPECT_LT(test::maxAbsDiff(output, expected), 1e-5);
-      for (size_t s = 0; s < states.size(); ++s)
-        EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), 1e-5);
+      expectLikeTheInterpreter(c, [&](std::vector<Tensor>& states) {
+        return gpu->emulatePersistent(c.params, c.inputs, states, blocks);
+      });
     }
   }
 }
@@ -161,8 +171,6 @@ TEST(GpuEmulation, PersistentStepsMatchTheInterpreter) {
 TEST(GpuEmulation, EveryCellAtABlockTiledBatchMatchesTheInterpreter) {
   for (const auto& source : cellsUnderTest()) {
     GpuCase c = makeCase(*source, 3, codegen::kGpuBlockTiledBatch + 1, 13);
-    std::vector<Tensor> expectedStates = c.states;
-    Tensor expected = Interpreter(*c.cell, c.params).run(c.inputs, expectedStates);
     GpuCell::Options options;
     options.gpu = "sm_90";
     std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, options);
@@ -170,12 +178,10 @@ TEST(GpuEmulation, EveryCellAtABlockTiledBatchMatchesTheInterpreter) {
       SCOPED_TRACE(source->name + (way == 0   ? ", forwards"
                                    : way == 1 ? ", backwards"
                                               : ", persistent"));
-      std::vector<Tensor> states = c.states;
-      Tensor output = way == 2 ? gpu->emulatePersistent(c.params, c.inputs, states, 2)
-                               : gpu->emulate(c.params, c.inputs, states, 5, way == 1);
-      EXPECT_LT(test::maxAbsDiff(output, expected), 1e-5);
-      for (size_t s = 0; s < states.size(); ++s)
-        EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), 1e-5);
+      expectLikeTheInterpreter(c, [&](std::vector<Tensor>& states) {
+        return way == 2 ? gpu->emulatePersistent(c.params, c.inputs, states, 2)
+                        : gpu->emulate(c.params, c.inputs, states, 5, way == 1);
+      });
     }
   }
 }
@@ -185,18 +191,15 @@ TEST(GpuEmulation, EveryCellAtABlockTiledBatchMatchesTheInterpreter) {
 // each chunk's loads issued while the one before is summed.
 TEST(GpuEmulation, BlockTilesWalkDepthsOfSeveralChunks) {
   for (const char* name : {"lstm", "gru"}) {
-    auto source = frontend::loadCell(name);
-    GpuCase c = makeCase(*source, 2, codegen::kGpuBlockTiledBatch + 3, 17,
+    SCOPED_TRACE(name);
+    GpuCase c = makeCase(*frontend::loadCell(name), 2, codegen::kGpuBlockTiledBatch + 3, 17,
                          {{"input_size", 37}, {"hidden_size", 70}});
-    std::vector<Tensor> expectedStates = c.states;
-    Tensor expected = Interpreter(*c.cell, c.params).run(c.inputs, expectedStates);
     GpuCell::Options options;
     options.gpu = "sm_90";
-    std::vector<Tensor> states = c.states;
-    Tensor output = GpuCell::compile(*c.cell, options)->emulate(c.params, c.inputs, states, 3);
-    EXPECT_LT(test::maxAbsDiff(output, expected), 1e-5) << name;
-    for (size_t s = 0; s < states.size(); ++s)
-      EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), 1e-5) << name;
+    std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, options);
+    expectLikeTheInterpreter(c, [&](std::vector<Tensor>& states) {
+      return gpu->emulate(c.params, c.inputs, states, 3);
+    });
   }
 }
 
@@ -204,17 +207,14 @@ TEST(GpuEmulation, BlockTilesWalkDepthsOfSeveralChunks) {
 TEST(GpuEmulation, EdgeLengths) {
   auto lstm = frontend::loadCell("lstm");
   for (auto [steps, batch] : {std::pair<int64_t, int64_t>{1, 1}, {0, 3}, {3, 33}}) {
+    SCOPED_TRACE(std::to_string(steps) + " steps of " + std::to_string(batch));
     GpuCase c = makeCase(*lstm, steps, batch, 5);
-    std::vector<Tensor> expectedStates = c.states;
-    Tensor expected = Interpreter(*c.cell, c.params).run(c.inputs, expectedStates);
     GpuCell::Options options;
     options.gpu = "sm_90";
-    std::vector<Tensor> states = c.states;
-    Tensor output = GpuCell::compile(*c.cell, options)->emulate(c.params, c.inputs, states, 64);
-    ASSERT_EQ(output.shape(), expected.shape());
-    EXPECT_LT(test::maxAbsDiff(output, expected), 1e-5);
-    for (size_t s = 0; s < states.size(); ++s)
-      EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), 1e-5);
+    std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, options);
+    expectLikeTheInterpreter(c, [&](std::vector<Tensor>& states) {
+      return gpu->emulate(c.params, c.inputs, states, 64);
+    });
   }
 }
 
