@@ -15,22 +15,16 @@
 #include <chrono>
 
 namespace rnnc::passes {
-namespace {
 
-void checkNames(const std::set<std::string>& names, const char* option) {
-  for (const auto& name : names) {
-    bool known = false;
-    std::string list;
-    for (const Pass& pass : allPasses()) {
-      known |= pass.name == name;
-      list += (list.empty() ? "" : ", ") + pass.name;
-    }
-    if (!known)
-      throw UserError(std::string(option) + ": unknown pass '" + name + "' (passes: " + list + ")");
+void checkPassName(const std::string& name, const std::string& option) {
+  std::string list;
+  for (const Pass& pass : allPasses()) {
+    if (pass.name == name)
+      return;
+    list += (list.empty() ? "" : ", ") + pass.name;
   }
+  throw UserError(option + ": no pass named '" + name + "'; the passes are: " + list);
 }
-
-} // namespace
 
 std::vector<Pass> allPasses() {
   return {
@@ -55,8 +49,10 @@ std::vector<Pass> allPasses() {
 }
 
 std::vector<Pass> buildPipeline(const PipelineOptions& options) {
-  checkNames(options.disabled, "--disable-pass");
-  checkNames(options.printAfter, "--print-after");
+  for (const std::string& name : options.disabled)
+    checkPassName(name, "--disable-pass");
+  for (const std::string& name : options.printAfter)
+    checkPassName(name, "--print-after");
   std::vector<Pass> pipeline;
   for (Pass& pass : allPasses()) {
     const bool groupOff = (pass.group == PassGroup::Premultiply && !options.premultiply) ||

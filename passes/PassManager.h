@@ -40,6 +40,9 @@ struct PipelineOptions {
 // Every pass rnnc knows, in pipeline order.
 std::vector<Pass> allPasses();
 
+// Throws UserError naming `option` and every pass when no pass is named `name`.
+void checkPassName(const std::string& name, const std::string& option);
+
 // The passes the options select, in order.
 std::vector<Pass> buildPipeline(const PipelineOptions& options);
 

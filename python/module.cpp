@@ -261,15 +261,7 @@ std::string pipelineIR(const ir::Cell& cell, const std::optional<std::string>& a
   if (after && *after == "all") {
     options.printAfterAll = true;
   } else if (after) {
-    bool known = false;
-    for (const passes::Pass& pass : passes::allPasses())
-      known = known || pass.name == *after;
-    if (!known) {
-      std::string names;
-      for (const passes::Pass& pass : passes::allPasses())
-        names += (names.empty() ? "" : ", ") + pass.name;
-      throw UserError("no pass named '" + *after + "'; the passes are: " + names);
-    }
+    passes::checkPassName(*after, "after");
     options.printAfter.insert(*after);
   }
   passes::runPipeline(*copy, options, log);
