@@ -29,10 +29,9 @@ private:
   // The region's work on one item (its grid-stride loop's body).
   void emitItem(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
   void emitSplitDepthProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
-  // One block tile (PackedProduct::blockTiled) as thread `thread` of its block on a GPU, or
-  // (thread null, emulated) as every thread of the block in turn between the barriers.
-  void emitBlockTile(const GpuRegion& region, llvm::Value* item, llvm::Value* rows,
-                     llvm::Value* thread);
+  // One block tile (PackedProduct::blockTiled) as thread blockThread_ of its block on a GPU, or
+  // (emulated) as every thread of the block in turn between the barriers.
+  void emitBlockTile(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
   // The shared memory a block tile stages its chunks in: the module's (address space 3) on a
   // GPU, the emulated block's own stack on the host.
   llvm::Value* sharedMemory(int64_t floats);
@@ -51,8 +50,8 @@ private:
   ProductTile startProduct(const GpuRegion& region, llvm::Value* item, llvm::Value* rows);
   // Element (r, j), given its sum for each slice: the kernel's elementwise work (a standalone
   // product: the sum stored).
-  void finishRow(const GpuRegion& region, const ProductTile& tile, llvm::Value* r, llvm::Value* j,
-                 const std::vector<llvm::Value*>& sliceSums);
+  void finishElement(const GpuRegion& region, const ProductTile& tile, llvm::Value* r,
+                     llvm::Value* j, const std::vector<llvm::Value*>& sliceSums);
   // Which values of the kernel are which slice's sums and views of what else the product and
   // its kernel read (ProductTile's first three members).
   void productViews(const GpuRegion& region, ProductTile& tile);
@@ -146,8 +145,9 @@ private:
 
   const std::vector<GpuRegion>& regions_;
   KernelEmitter kernels_;
-  View outputRows_;             // a step region's output rows
-  llvm::Value* lane_ = nullptr; // a split-depth product's lane on a GPU; null when emulated
+  View outputRows_;                    // a step region's output rows
+  llvm::Value* lane_ = nullptr;        // a split-depth product's lane on a GPU; null when emulated
+  llvm::Value* blockThread_ = nullptr; // a block tile's thread in its block on a GPU; likewise
 };
 
 std::unique_ptr<llvm::Module> GpuEmitter::emit() {
@@ -214,21 +214,15 @@ llvm::Function* GpuEmitter::emitRegion(size_t index) {
     first = b.CreateUDiv(first, constant(kGpuWarpLanes), "warp");
     stride = b.CreateUDiv(stride, constant(kGpuWarpLanes), "warps");
   }
-  if (region.kind == Kind::Product && region.packed->blockTiled) {
-    // A block per item: on a GPU the grid-stride loop runs over blocks (of blockThreads threads,
-    // as launched), the same items for every thread of a block, so that all of them meet at its
-    // barriers; emulated, `first` is the block and its threads run inside.
-    llvm::Value* thread = nullptr;
-    if (target.isGpu()) {
-      llvm::Value* blockThreads = constant(region.packed->blockThreads);
-      thread = b.CreateURem(first, blockThreads, "block_thread");
-      first = b.CreateUDiv(first, blockThreads, "block");
-      stride = b.CreateUDiv(stride, blockThreads, "blocks");
-    }
-    forLoop(first, items, stride, "tile",
-            [&](llvm::Value* item) { emitBlockTile(region, item, rows, thread); });
-    b.CreateRetVoid();
-    return fn;
+  blockThread_ = nullptr;
+  if (region.kind == Kind::Product && region.packed->blockTiled && target.isGpu()) {
+    // A block per item: the grid-stride loop runs over blocks (of blockThreads threads, as
+    // launched), the same items for every thread of a block, so that all of them meet at its
+    // barriers. Emulated, `first` is the block and its threads run inside the item.
+    llvm::Value* blockThreads = constant(region.packed->blockThreads);
+    blockThread_ = b.CreateURem(first, blockThreads, "block_thread");
+    first = b.CreateUDiv(first, blockThreads, "block");
+    stride = b.CreateUDiv(stride, blockThreads, "blocks");
   }
   forLoop(first, items, stride, "item", [&](llvm::Value* item) { emitItem(region, item, rows); });
   b.CreateRetVoid();
@@ -248,7 +242,8 @@ void GpuEmitter::emitItem(const GpuRegion& region, llvm::Value* item, llvm::Valu
     kernels_.emitKernelRow(*region.block, group, item, kernelSpace(*region.block, group).cols);
     return;
   case Kind::Product:
-    // (A block-tiled product's items are run by emitRegion's own loop.)
+    if (region.packed->blockTiled)
+      return emitBlockTile(region, item, rows);
     return emitSplitDepthProduct(region, item, rows);
   case Kind::Packing:
     return emitPacking(*region.packed, item);
@@ -261,8 +256,8 @@ void GpuEmitter::emitItem(const GpuRegion& region, llvm::Value* item, llvm::Valu
   }
 }
 
-void GpuEmitter::finishRow(const GpuRegion& region, const ProductTile& tile, llvm::Value* r,
-                           llvm::Value* j, const std::vector<llvm::Value*>& sliceSums) {
+void GpuEmitter::finishElement(const GpuRegion& region, const ProductTile& tile, llvm::Value* r,
+                               llvm::Value* j, const std::vector<llvm::Value*>& sliceSums) {
   if (!region.unit.kernel) {
     store(sliceSums[0], tile.result, r, j);
     return;
@@ -359,8 +354,8 @@ llvm::Value* GpuEmitter::sharedMemory(int64_t floats) {
 // thread stores its sums to shared memory and each finishes its share of the elements from the
 // groups' sums. Emulated, each of those phases runs the block's threads in turn and the
 // registers are arrays of every thread's: the barriers are where one phase's loop ends.
-void GpuEmitter::emitBlockTile(const GpuRegion& region, llvm::Value* item, llvm::Value* rows,
-                               llvm::Value* thread) {
+void GpuEmitter::emitBlockTile(const GpuRegion& region, llvm::Value* item, llvm::Value* rows) {
+  llvm::Value* thread = blockThread_;
   const PackedProduct& packed = *region.packed;
   const int64_t slices = packed.slices(), threads = packed.blockThreads;
   const int64_t groups = packed.depthGroups, groupThreads = threads / groups;
@@ -610,7 +605,7 @@ void GpuEmitter::emitBlockTile(const GpuRegion& region, llvm::Value* item, llvm:
             }
             sliceSums.push_back(total);
           }
-          finishRow(region, tile, r, j, sliceSums);
+          finishElement(region, tile, r, j, sliceSums);
         });
       }
   });
@@ -672,7 +667,7 @@ void GpuEmitter::emitSplitDepthProduct(const GpuRegion& region, llvm::Value* ite
       rowSums.push_back(chosen);
     }
     ifThen(b.CreateICmpULT(r, rows), "row_in_tile",
-           [&] { finishRow(region, tile, r, tile.j, rowSums); });
+           [&] { finishElement(region, tile, r, tile.j, rowSums); });
   });
 }
 

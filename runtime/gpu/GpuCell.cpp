@@ -187,16 +187,14 @@ Tensor GpuCell::emulateWith(const std::vector<Tensor>& params, const std::vector
 }
 
 unsigned GpuCell::persistentBlockThreads() const {
-  unsigned threads = kGpuDefaultBlockThreads;
-  bool tiled = false;
+  int64_t threads = 0; // none asked for yet
   for (const codegen::GpuRegion& region : regions_)
     if (region.phase == codegen::GpuPhase::Step && region.blockThreads() > 0) {
-      RNNC_INTERNAL_CHECK(!tiled || threads == launchBlockThreads(region),
+      RNNC_INTERNAL_CHECK(threads == 0 || threads == region.blockThreads(),
                           "a step's block tiles of different block sizes");
-      threads = launchBlockThreads(region);
-      tiled = true;
+      threads = region.blockThreads();
     }
-  return threads;
+  return threads > 0 ? static_cast<unsigned>(threads) : kGpuDefaultBlockThreads;
 }
 
 const GpuCell::DeviceCode& GpuCell::deviceCode() const {
