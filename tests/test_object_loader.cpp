@@ -11,8 +11,12 @@
 #include <gtest/gtest.h>
 
 #include <elf.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -218,6 +222,26 @@ TEST(ObjectLoader, FindsProcessFunctionsByName) {
   // strlen from the C library, found in the process: called with whatever rdi holds, so only
   // that the symbol resolves is checked, not the call.
   EXPECT_NO_THROW(loadObject(objectCalling(R_X86_64_PLT32, "strlen"), "entry", {}));
+}
+
+// With RNNC_PERF_MAP set, each loaded function is named in perf's JIT map (/tmp/perf-PID.map,
+// "address size name" lines), so that a profile names generated kernels.
+TEST(ObjectLoader, NamesLoadedFunctionsInPerfsMapWhenAsked) {
+  const std::string path = "/tmp/perf-" + std::to_string(getpid()) + ".map";
+  setenv("RNNC_PERF_MAP", "1", 1);
+  LoadedFunction f = loadObject(objectCalling(R_X86_64_PLT32, "rnnc_test_external"), "entry",
+                                {{"rnnc_test_external", reinterpret_cast<void*>(&fortyTwo)}});
+  unsetenv("RNNC_PERF_MAP");
+  std::ifstream map(path);
+  ASSERT_TRUE(map) << path;
+  char address[32];
+  std::snprintf(address, sizeof address, "%llx ",
+                static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(f.address)));
+  bool named = false;
+  for (std::string line; std::getline(map, line);)
+    named = named || (line.rfind(address, 0) == 0 && line.find(" entry.") != std::string::npos);
+  EXPECT_TRUE(named) << "no line for entry at " << address << " in " << path;
+  std::remove(path.c_str());
 }
 
 TEST(ObjectLoader, ReadsConstantsThroughTheGotAndRipRelative) {

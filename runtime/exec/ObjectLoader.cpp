@@ -12,9 +12,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
 
 namespace rnnc {
@@ -104,6 +108,8 @@ public:
     map();
     applyRelocations();
     protect();
+    if (const char* perf = std::getenv("RNNC_PERF_MAP"); perf && *perf && *perf != '0')
+      writePerfMap();
     for (const Symbol& symbol : symbols_)
       if (symbol.function && symbol.name == function)
         return {reinterpret_cast<void*>(symbol.address), lifetime_};
@@ -115,6 +121,7 @@ private:
     std::string_view name;
     uint16_t section = SHN_UNDEF; // as the object gives them
     uint64_t value = 0;
+    uint64_t size = 0;
     uint64_t address = 0;  // once the sections are mapped
     bool external = false; // resolved outside the object
     bool function = false; // a function in a loaded section (not, say, the file's name)
@@ -161,6 +168,7 @@ private:
       symbol.function = ELF64_ST_TYPE(sym.st_info) == STT_FUNC && loaded(sym.st_shndx);
       symbol.section = sym.st_shndx;
       symbol.value = sym.st_value;
+      symbol.size = sym.st_size;
       symbols_.push_back(symbol);
     }
   }
@@ -373,6 +381,33 @@ private:
       refuse(fmt::format("relocation type {} against '{}' out of 32-bit range", type, symbol.name));
     const uint32_t narrow = static_cast<uint32_t>(value);
     std::memcpy(place, &narrow, 4);
+  }
+
+  // Names the loaded functions for `perf` (its JIT map, /tmp/perf-PID.map), so that a profile
+  // says which generated kernel the time went to. Every kernel's entry point has the same name,
+  // so each gets a tag from its object's bytes: the forward and backward of a cell differ.
+  void writePerfMap() const {
+    uint64_t tag = 14695981039346656037ull; // FNV-1a over the code
+    for (const Elf64_Shdr& section : sections_)
+      if ((section.sh_flags & SHF_EXECINSTR) && section.sh_type != SHT_NOBITS) {
+        const char* code = bytes_.span(section.sh_offset, section.sh_size);
+        for (uint64_t i = 0; i < section.sh_size; ++i)
+          tag = (tag ^ static_cast<unsigned char>(code[i])) * 1099511628211ull;
+      }
+    static std::mutex mutex;
+    std::lock_guard<std::mutex> lock(mutex);
+    const std::string path = fmt::format("/tmp/perf-{}.map", getpid());
+    FILE* map = std::fopen(path.c_str(), "a");
+    if (!map)
+      return; // profiling aid only: never a reason to fail a load
+    for (const Symbol& symbol : symbols_)
+      if (symbol.function)
+        std::fprintf(map, "%llx %llx %.*s.%08llx\n",
+                     static_cast<unsigned long long>(symbol.address),
+                     static_cast<unsigned long long>(std::max<uint64_t>(symbol.size, 1)),
+                     static_cast<int>(symbol.name.size()), symbol.name.data(),
+                     static_cast<unsigned long long>(tag & 0xffffffffu));
+    std::fclose(map);
   }
 
   static bool fitsSigned32(uint64_t value) {
