@@ -10,6 +10,7 @@
 #include "passes/PassManager.h"
 #include "runtime/data/SafeTensors.h"
 #include "runtime/data/WeightLayouts.h"
+#include "runtime/exec/CellBuild.h"
 #include "runtime/layers/Gradients.h"
 #include "runtime/layers/LayerRunner.h"
 
@@ -255,7 +256,6 @@ private:
 // The IR of `cell` (sizes bound) through the pipeline: after every pass ("all"), after the named
 // pass, or the optimised result (None).
 std::string pipelineIR(const ir::Cell& cell, const std::optional<std::string>& after) {
-  std::unique_ptr<ir::Cell> copy = cell.clone();
   passes::PipelineOptions options;
   std::ostringstream log;
   if (after && *after == "all") {
@@ -264,9 +264,9 @@ std::string pipelineIR(const ir::Cell& cell, const std::optional<std::string>& a
     passes::checkPassName(*after, "after");
     options.printAfter.insert(*after);
   }
-  passes::runPipeline(*copy, options, log);
+  std::shared_ptr<ir::Cell> optimised = optimiseCell(cell, options, &log);
   if (!after)
-    return ir::toString(*copy);
+    return ir::toString(*optimised);
   return log.str();
 }
 

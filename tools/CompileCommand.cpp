@@ -7,10 +7,10 @@
 #include "ir/Verifier.h"
 #include "passes/Autodiff.h"
 #include "passes/PassManager.h"
+#include "runtime/exec/CellBuild.h"
 #include "tools/CommandLine.h"
 #include "tools/Commands.h"
 
-#include <chrono>
 #include <fmt/format.h>
 #include <iostream>
 #include <memory>
@@ -64,7 +64,7 @@ int compile(const CompileCommandOptions& o) {
   passes::PipelineOptions pipeline = o.pipeline.options();
   if (o.timePasses)
     pipeline.timings = &passTimes;
-  passes::runPipeline(*cell, pipeline, std::cerr);
+  std::shared_ptr<ir::Cell> optimised = optimiseCell(*cell, pipeline, &std::cerr);
   // --time-passes: what each part of the compile took, ours and LLVM's, on stderr.
   double ours = 0;
   for (const auto& [name, ms] : passTimes)
@@ -90,29 +90,24 @@ int compile(const CompileCommandOptions& o) {
   };
   if (o.emit == "ir-opt") {
     printTimes(nullptr, 0);
-    std::cout << *cell;
+    std::cout << *optimised;
     return 0;
   }
-  for (const auto& name : cell->sizeNames)
-    if (!cell->sizes.count(name))
+  for (const auto& name : optimised->sizeNames)
+    if (!optimised->sizes.count(name))
       throw UserError("--emit=" + o.emit + " generates code for concrete sizes; give size '" +
                       name + "' with --size " + name + "=VALUE");
   codegen::Stage stage = o.emit == "llvm"       ? codegen::Stage::LLVM
                          : o.emit == "llvm-opt" ? codegen::Stage::OptimisedLLVM
                                                 : codegen::Stage::Assembly;
+  const CellBuild build = planCell(optimised, nvptx ? gpu : target, weights);
   if (nvptx) {
-    std::cout << codegen::generateGpu(*cell, codegen::planStorage(*cell, gpu, weights), gpu,
-                                      o.emit == "ptx" ? codegen::Stage::Assembly : stage);
+    std::cout << build.generate(o.emit == "ptx" ? codegen::Stage::Assembly : stage);
     return 0;
   }
-  const auto planStart = std::chrono::steady_clock::now();
-  const codegen::StoragePlan plan = codegen::planStorage(*cell, target, weights);
-  const double planMs =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - planStart)
-          .count();
   codegen::CodegenTimes times;
-  const std::string text = codegen::generate(*cell, plan, target, stage, &times);
-  printTimes(&times, planMs);
+  const std::string text = build.generate(stage, &times);
+  printTimes(&times, build.planMs);
   std::cout << text;
   return 0;
 }

@@ -1,11 +1,8 @@
 #include "runtime/exec/CompiledCell.h"
 
 #include "codegen/Compiler.h"
-#include "codegen/HostTarget.h"
 #include "codegen/RunArgs.h"
-#include "codegen/SourceDigest.h"
 #include "ir/Error.h"
-#include "ir/Printer.h"
 #include "runtime/exec/Kernels.h"
 #include "runtime/layers/PackedBatch.h"
 #include "runtime/threads/ThreadGovernor.h"
@@ -15,26 +12,11 @@
 #include <mutex>
 #include <numeric>
 #include <optional>
-#include <sstream>
 #include <unordered_map>
 
 namespace rnnc {
 
-std::string codeCacheKey(const codegen::Target& target, const std::string& code) {
-  return "rnnc " RNNC_VERSION " codegen " + std::string(codegen::sourceDigest()) + "\nLLVM " +
-         codegen::llvmVersion() + "\ntarget " + target.describe() + "\n" + code;
-}
-
 namespace {
-
-// Everything the object file depends on: the optimised IR (sizes included), the code
-// generator's sources, LLVM and the target. No LLVM runs to build it, so a cache hit costs only
-// the passes, a file read and the JIT's link.
-std::string cacheKey(const ir::Cell& optimised, const codegen::Target& target,
-                     codegen::WeightType weights) {
-  return codeCacheKey(target, "weights " + std::string(codegen::weightTypeName(weights)) + "\n" +
-                                  ir::toString(optimised));
-}
 
 // Each input's row stride, as RnncRunArgs::inputStrides.
 std::vector<int64_t> stridesOf(const std::vector<InputRows>& inputs) {
@@ -57,37 +39,16 @@ MemoryCache& memoryCache() {
 
 } // namespace
 
-LoadedCode loadOrGenerate(const CacheOptions& cache, const std::string& key,
-                          const std::string& function,
-                          const std::function<std::string()>& generate) {
-  std::optional<DiskCache> disk;
-  if (cache.disk)
-    disk.emplace(cache.directory);
-  if (disk)
-    if (std::optional<std::string> object = disk->load(key)) {
-      try {
-        return {loadGeneratedCode(*object, function), true};
-      } catch (const std::exception&) {
-        disk->remove(key); // verified but not loadable: rebuilt below, not failing every run
-      }
-    }
-  std::string object = generate();
-  if (disk)
-    disk->store(key, object);
-  return {loadGeneratedCode(object, function), false};
-}
-
 std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
                                                     const CompileOptions& options) {
   auto start = std::chrono::steady_clock::now();
   auto compiled = std::make_shared<CompiledCell>();
-  compiled->cell_ = cell.clone();
-  std::ostringstream discarded;
-  passes::runPipeline(*compiled->cell_, options.pipeline, options.log ? *options.log : discarded);
-  codegen::Target target = codegen::runnableTarget(options.targetCpu);
-  compiled->plan_ = codegen::planStorage(*compiled->cell_, target, options.weights);
+  CellBuild build = planCell(optimiseCell(cell, options.pipeline, options.log),
+                             codegen::runnableTarget(options.targetCpu), options.weights);
+  compiled->cell_ = build.cell;
+  compiled->plan_ = build.plan;
   compiled->sequenceBufferBytes_ = options.sequenceBufferBytes;
-  std::string key = cacheKey(*compiled->cell_, target, options.weights);
+  const std::string key = build.cacheKey();
   auto elapsed = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
         .count();
@@ -106,9 +67,7 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
       }
   }
 
-  LoadedCode code = loadOrGenerate(options.cache, key, codegen::kRunFunctionName, [&] {
-    return codegen::generate(*compiled->cell_, compiled->plan_, target, codegen::Stage::Object);
-  });
+  LoadedCode code = build.load(options.cache);
   compiled->source_ = code.fromDisk ? CodeSource::DiskCache : CodeSource::Compiled;
   compiled->function_ = reinterpret_cast<void (*)(const void*)>(code.loaded.address);
   compiled->lifetime_ = std::move(code.loaded.lifetime);

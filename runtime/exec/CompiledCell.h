@@ -13,6 +13,7 @@
 #include "passes/PassManager.h"
 #include "runtime/data/AlignedBuffer.h"
 #include "runtime/data/Tensor.h"
+#include "runtime/exec/CellBuild.h"
 #include "runtime/exec/CompileCache.h"
 #include "runtime/exec/ObjectLoader.h"
 
@@ -49,21 +50,6 @@ struct InputRows {
   // Every row of a dense [T, B, F] or [N, F] tensor.
   static InputRows of(const Tensor& t);
 };
-
-// The cache key of code for `target`: the rnnc version, the code generator's sources, LLVM and
-// the target, then `code` (what is compiled: a cell's IR and weight type, or the GEMM tile).
-std::string codeCacheKey(const codegen::Target& target, const std::string& code);
-
-// Code for `key` loaded into the process's JIT, its entry point `function`: from the disk cache
-// (`cache`) where a verified entry loads (one that does not is deleted), else `generate()`d and
-// stored there.
-struct LoadedCode {
-  LoadedFunction loaded;
-  bool fromDisk = false;
-};
-LoadedCode loadOrGenerate(const CacheOptions& cache, const std::string& key,
-                          const std::string& function,
-                          const std::function<std::string()>& generate);
 
 // Where compiled code came from.
 enum class CodeSource { Compiled, MemoryCache, DiskCache };

@@ -4,8 +4,8 @@
 #include "codegen/GemmTile.h"
 #include "ir/Error.h"
 #include "runtime/data/AlignedBuffer.h"
+#include "runtime/exec/CellBuild.h"
 #include "runtime/exec/CompileCache.h"
-#include "runtime/exec/CompiledCell.h"
 
 #include <algorithm>
 #include <cstring>

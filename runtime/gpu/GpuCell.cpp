@@ -4,13 +4,13 @@
 #include "codegen/GpuEmitter.h"
 #include "codegen/RunArgs.h"
 #include "ir/Error.h"
+#include "runtime/exec/CellBuild.h"
 #include "runtime/exec/CompiledCell.h"
 #include "runtime/gpu/CudaDriver.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <sstream>
 #include <thread>
 
 namespace rnnc {
@@ -63,12 +63,9 @@ std::shared_ptr<GpuCell> GpuCell::compile(const ir::Cell& cell, const Options& o
     compiled->gpu_ = CudaDriver::unavailableReason().empty() ? CudaDriver::get().gpuArchitecture()
                                                              : std::string("sm_80");
   const codegen::Target target = codegen::gpuTarget(compiled->gpu_);
-  compiled->cell_ = cell.clone();
-  std::ostringstream discarded;
-  passes::runPipeline(*compiled->cell_, options.pipeline, options.log ? *options.log : discarded);
+  compiled->cell_ = optimiseCell(cell, options.pipeline, options.log);
   auto plan = [&](GpuCell& variant, int64_t stepTileRows) {
-    variant.plan_ =
-        codegen::planStorage(*variant.cell_, target, codegen::WeightType::F32, stepTileRows);
+    variant.plan_ = planCell(variant.cell_, target, codegen::WeightType::F32, stepTileRows).plan;
     variant.regions_ = codegen::planGpuRegions(*variant.cell_, variant.plan_);
   };
   plan(*compiled, codegen::kGpuStepBlockTiles);
@@ -91,7 +88,8 @@ std::shared_ptr<GpuCell> GpuCell::compile(const ir::Cell& cell, const Options& o
 
 const std::string& GpuCell::ptx() const {
   std::call_once(ptxOnce_, [&] {
-    ptx_ = codegen::generateGpu(*cell_, plan_, codegen::gpuTarget(gpu_), codegen::Stage::Assembly);
+    ptx_ = CellBuild{cell_, codegen::gpuTarget(gpu_), codegen::WeightType::F32, plan_}.generate(
+        codegen::Stage::Assembly);
   });
   return ptx_;
 }
