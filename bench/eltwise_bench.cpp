@@ -27,11 +27,11 @@ void eltwiseJit(benchmark::State& state) {
   options.pipeline.premultiply = false; // one step: nothing to hoist out of a loop
   options.cache.disk = false;
   auto compiled = rnnc::CompiledCell::compile(*w.cell, options);
-  auto prepared = compiled->prepare({});
+  auto prepared = compiled->prepare({}, 1);
   rnnc::Tensor output;
   rnnc::CompiledCell::Workspace workspace;
   for (auto _ : state) {
-    compiled->run(*prepared, w.inputs, w.states, output, workspace);
+    compiled->run(*prepared, w.inputs, w.states, output, workspace, 1);
     benchmark::DoNotOptimize(output.data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * w.bytesPerStep));

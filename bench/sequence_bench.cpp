@@ -76,12 +76,12 @@ void jit(benchmark::State& state, const char* cellName, bool premultiply) {
   auto compiled = rnnc::CompiledCell::compile(*w.cell, options);
   // The weights packed once, as a layer does when it is built (and `rnnc bench`, and oneDNN's
   // reorder): not part of a sequence's time.
-  auto prepared = compiled->prepare(w.params);
+  auto prepared = compiled->prepare(w.params, 1);
   rnnc::Tensor output;
   rnnc::CompiledCell::Workspace workspace;
   for (auto _ : state) {
     std::vector<rnnc::Tensor> current = w.states;
-    compiled->run(*prepared, w.inputs, current, output, workspace);
+    compiled->run(*prepared, w.inputs, current, output, workspace, 1);
     benchmark::DoNotOptimize(output.data());
   }
   setCounters(state);

@@ -104,7 +104,7 @@ TEST(Gemm, EmptyProductsLeaveCAlone) {
   std::vector<float> c = {1, 2, 3, 4};
   std::vector<float> a(4), b(4);
   gemmAccumulate(MatrixView::rowMajor(a.data(), 2, 0, 0), MatrixView::rowMajor(b.data(), 0, 2, 2),
-                 c.data(), 2);
+                 c.data(), 2, 1);
   EXPECT_EQ(c, (std::vector<float>{1, 2, 3, 4}));
 }
 

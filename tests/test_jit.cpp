@@ -136,7 +136,7 @@ TEST(JitThreads, ResultsAreTheSameBitsOnAnyThreadCount) {
       auto compiled = CompiledCell::compile(*cell, options);
       std::mt19937 rng(3);
       std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
-      auto prepared = compiled->prepare(params);
+      auto prepared = compiled->prepare(params, 1);
       for (int64_t batch : {1, 5, 13, 40}) {
         std::vector<Tensor> inputs = {test::randomTensor({steps, batch, input}, rng)};
         std::vector<Tensor> states0;
@@ -195,7 +195,7 @@ TEST(JitReverse, RunsTheStepsBackwardsLikeAReversedCopy) {
         auto compiled = CompiledCell::compile(*cell, options);
         std::mt19937 rng(8);
         std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
-        auto prepared = compiled->prepare(params);
+        auto prepared = compiled->prepare(params, 1);
         Tensor x = test::randomTensor({steps, batch, input}, rng);
         Tensor flipped({steps, batch, input});
         for (int64_t t = 0; t < steps; ++t)
@@ -239,7 +239,7 @@ TEST(JitStridedInputs, ColumnsOfAWiderTensorMatchTheInterpreter) {
     std::mt19937 rng(5);
     std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
     auto compiled = CompiledCell::compile(*cell);
-    auto prepared = compiled->prepare(params);
+    auto prepared = compiled->prepare(params, 1);
     Tensor x = test::randomTensor({steps, batch, input}, rng);
     Tensor around({steps, batch, wide}, std::nanf(""));
     for (int64_t r = 0; r < steps * batch; ++r)
@@ -252,7 +252,7 @@ TEST(JitStridedInputs, ColumnsOfAWiderTensorMatchTheInterpreter) {
     InputRows columns{around.data() + left, steps * batch, input, wide};
     Tensor output;
     CompiledCell::Workspace workspace;
-    compiled->run(*prepared, steps, batch, {columns}, states, output, workspace);
+    compiled->run(*prepared, steps, batch, {columns}, states, output, workspace, 1);
     EXPECT_LT(test::maxAbsDiff(output, expected), 1e-5) << name;
     for (size_t i = 0; i < states.size(); ++i)
       EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 1e-5) << name << " state " << i;
@@ -262,9 +262,9 @@ TEST(JitStridedInputs, ColumnsOfAWiderTensorMatchTheInterpreter) {
     std::vector<Tensor> denseStates = packedStates;
     Tensor packedOutput, denseOutput;
     std::vector<int64_t> batchSizes(steps, batch);
-    compiled->runPacked(*prepared, {columns}, batchSizes, packedStates, packedOutput, workspace);
+    compiled->runPacked(*prepared, {columns}, batchSizes, packedStates, packedOutput, workspace, 1);
     compiled->runPacked(*prepared, {x.reshaped({steps * batch, input})}, batchSizes, denseStates,
-                        denseOutput, workspace);
+                        denseOutput, workspace, 1);
     EXPECT_LT(test::maxAbsDiff(packedOutput, denseOutput), 1e-6) << name;
   }
 }

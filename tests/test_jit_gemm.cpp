@@ -163,7 +163,7 @@ TEST(JitChunks, ChunksOfStepsMatchTheInterpreterSequenceBySequence) {
     ASSERT_GT(rowBytes, 0);
     options.sequenceBufferBytes = 13 * rowBytes;
     auto compiled = CompiledCell::compile(*cell, options);
-    auto prepared = compiled->prepare(params);
+    auto prepared = compiled->prepare(params, 1);
 
     // Each sequence alone on the interpreter: its outputs and final states.
     std::vector<Tensor> expectedOutputs;
@@ -196,7 +196,7 @@ TEST(JitChunks, ChunksOfStepsMatchTheInterpreterSequenceBySequence) {
         states.push_back(stateRows(s, lengths.size()));
       Tensor output;
       CompiledCell::Workspace workspace;
-      compiled->run(*prepared, {x}, states, output, workspace);
+      compiled->run(*prepared, {x}, states, output, workspace, 1);
       for (size_t b = 0; b < 2; ++b)
         for (int64_t t = 0; t < steps; ++t)
           for (int64_t f = 0; f < hidden; ++f)
@@ -223,7 +223,7 @@ TEST(JitChunks, ChunksOfStepsMatchTheInterpreterSequenceBySequence) {
       states.push_back(stateRows(s, lengths.size()));
     Tensor output;
     CompiledCell::Workspace workspace;
-    compiled->runPacked(*prepared, {packedInput}, batchSizes, states, output, workspace);
+    compiled->runPacked(*prepared, {packedInput}, batchSizes, states, output, workspace, 1);
     int64_t row = 0;
     for (int64_t t = 0; t < steps; ++t)
       for (int64_t b = 0; b < batchSizes[static_cast<size_t>(t)]; ++b, ++row)

@@ -39,7 +39,7 @@ int benchEltwise(int64_t batch, int64_t hidden, int repeat, bool json) {
                                                  [&] {
                                                    for (int i = 0; i < calls; ++i)
                                                      compiled->run(std::vector<Tensor>{}, inputs,
-                                                                   jitStates, output, workspace);
+                                                                   jitStates, output, workspace, 1);
                                                  },
                                                  [&] {
                                                    for (int i = 0; i < calls; ++i)

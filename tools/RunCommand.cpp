@@ -30,7 +30,7 @@ struct RunOptions {
   double dropout = 0;
   std::string lengths, flatWeights, weightLayout = "pytorch";
   uint64_t seed = 0;
-  int threads = 0; // 0: every core
+  int threads = 0; // 0: automatic (runtime/threads/ThreadGovernor.h)
   std::string weightsDtype = "fp32";
   PipelineFlags pipeline;
   // rnnc grad: the gradients flowing in, and where the gradients go.

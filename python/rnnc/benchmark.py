@@ -26,7 +26,9 @@ def bench(cell="lstm", seq=100, batch=64, threads=1, repeat=5, warmup=1, interpr
     """Times one layer of `cell` (a built-in name, a .cell path or source text) on random data
     and weights, as `rnnc bench` does: the JIT with every pass ("jit"), the JIT without
     elementwise fusion ("jit_no_fuse") and, unless interpreter=False, the reference interpreter
-    (unfused). Sizes default to the fastrnns LSTM's (input_size = hidden_size = 512). Returns a
+    (unfused). Sizes default to the fastrnns LSTM's (input_size = hidden_size = 512). threads
+    as everywhere in rnnc (0: automatic), but 1 by default like `rnnc bench`: a benchmark's
+    figure should not depend on how busy the machine was. Returns a
     dict: the setting, {path: {median_ms, min_ms, max_ms}} and fused_speedup (no fuse / fused)."""
     sizes = {**_DEFAULT_SIZES, **{k: int(v) for k, v in sizes.items()}}
     shapes = _rnnc.cell_params(cell, sizes)

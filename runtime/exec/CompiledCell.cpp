@@ -223,7 +223,7 @@ Tensor CompiledCell::run(const std::vector<Tensor>& params, const std::vector<Te
                          std::vector<Tensor>& states) const {
   Tensor output;
   Workspace workspace;
-  run(params, inputs, states, output, workspace);
+  run(params, inputs, states, output, workspace, 1);
   return output;
 }
 

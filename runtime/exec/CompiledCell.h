@@ -78,7 +78,7 @@ public:
     std::vector<AlignedBuffer> fixed; // per plan buffer: the fixed ones filled, the others empty
   };
   // `params` in cell.params order.
-  std::shared_ptr<const Prepared> prepare(const std::vector<Tensor>& params, int threads = 1) const;
+  std::shared_ptr<const Prepared> prepare(const std::vector<Tensor>& params, int threads) const;
 
   // As Interpreter::run: inputs [T, B, F] in cell order, states [B, F] (updated to the final
   // states), returns the outputs [T, B, H]. Prepares `params` first.
@@ -87,16 +87,15 @@ public:
   // The same into a caller's output tensor (resized if needed) and workspace, on `threads`
   // threads (each step split between them; see runtime/threads/ThreadTeam.h).
   void run(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
-           std::vector<Tensor>& states, Tensor& output, Workspace& workspace,
-           int threads = 1) const;
+           std::vector<Tensor>& states, Tensor& output, Workspace& workspace, int threads) const;
   void run(const Prepared& prepared, const std::vector<Tensor>& inputs, std::vector<Tensor>& states,
-           Tensor& output, Workspace& workspace, int threads = 1) const;
+           Tensor& output, Workspace& workspace, int threads) const;
   // The same with each input's `steps` * `batch` rows where they are; `reverse`: the steps run
   // from the last to the first (each output row stays at its step), as a reverse direction
   // over whole sequences runs, without reversed copies of its inputs and outputs.
   void run(const Prepared& prepared, int64_t steps, int64_t batch,
            const std::vector<InputRows>& inputs, std::vector<Tensor>& states, Tensor& output,
-           Workspace& workspace, int threads = 1, bool reverse = false) const;
+           Workspace& workspace, int threads, bool reverse = false) const;
 
   // Variable length, in cuDNN's and PyTorch's packed layout: `batchSizes[t]` (non-increasing)
   // sequences are active at step t, and `inputs` hold, step after step, the rows of the active
@@ -107,10 +106,10 @@ public:
   // runs each stretch of steps with the same active batch.
   void runPacked(const Prepared& prepared, const std::vector<Tensor>& inputs,
                  const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
-                 Tensor& output, Workspace& workspace, int threads = 1) const;
+                 Tensor& output, Workspace& workspace, int threads) const;
   void runPacked(const Prepared& prepared, const std::vector<InputRows>& inputs,
                  const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
-                 Tensor& output, Workspace& workspace, int threads = 1) const;
+                 Tensor& output, Workspace& workspace, int threads) const;
 
   const ir::Cell& optimisedCell() const { return *cell_; }
   // The time compile() took, and whether LLVM ran or a cache answered.

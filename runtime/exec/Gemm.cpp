@@ -202,13 +202,13 @@ void multiplyRows(const Tile& tile, const MatrixView& a, const MatrixView& b, fl
 
 void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc, int threads) {
   RNNC_INTERNAL_CHECK(a.columns == b.rows, "GEMM operands' inner sizes differ");
+  RNNC_INTERNAL_CHECK(threads >= 1, "a GEMM's thread count is resolved by its caller");
   const int64_t rows = a.rows;
   if (rows <= 0 || b.columns <= 0 || a.columns <= 0)
     return;
   const Tile& tile = processTile();
   // At least a few of the tile's rows per thread: fewer would pack B for little work.
-  threads =
-      static_cast<int>(std::clamp<int64_t>(rows / (4 * tile.shape.rows), 1, std::max(1, threads)));
+  threads = static_cast<int>(std::clamp<int64_t>(rows / (4 * tile.shape.rows), 1, threads));
   auto part = [&](int index) {
     // Each thread's rows start on a multiple of the tile's rows.
     const int64_t strips = (rows + tile.shape.rows - 1) / tile.shape.rows;

@@ -28,9 +28,9 @@ struct MatrixView {
 };
 
 // C[M, N] += A[M, K] B[K, N], C row-major with `ldc` floats per row, on up to `threads` threads
-// (C's rows split between them). The tile is compiled for this machine once per process (the
-// disk cache keeps it, as it does cells).
-void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc,
-                    int threads = 1);
+// (C's rows split between them; a count already resolved, at least 1: the caller's automatic
+// count (0) is its ThreadGovernor's to choose, not this product's). The tile is compiled for this
+// machine once per process (the disk cache keeps it, as it does cells).
+void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc, int threads);
 
 } // namespace rnnc

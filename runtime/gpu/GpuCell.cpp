@@ -119,8 +119,8 @@ void GpuCell::checkArguments(const std::vector<Tensor>& params, const std::vecto
 }
 
 Tensor GpuCell::emulate(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
-                        std::vector<Tensor>& states, int64_t threads, bool reversed) const {
-  return emulateWith(params, inputs, states, threads, reversed, 0);
+                        std::vector<Tensor>& states, int64_t gpuThreads, bool reversed) const {
+  return emulateWith(params, inputs, states, gpuThreads, reversed, 0);
 }
 
 Tensor GpuCell::emulatePersistent(const std::vector<Tensor>& params,
@@ -131,12 +131,12 @@ Tensor GpuCell::emulatePersistent(const std::vector<Tensor>& params,
 }
 
 Tensor GpuCell::emulateWith(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
-                            std::vector<Tensor>& states, int64_t threads, bool reversed,
+                            std::vector<Tensor>& states, int64_t gpuThreads, bool reversed,
                             int persistentBlocks) const {
   checkArguments(params, inputs, states);
   if (const GpuCell& variant = forBatch(inputs[0].dim(1)); &variant != this)
-    return variant.emulateWith(params, inputs, states, threads, reversed, persistentBlocks);
-  RNNC_INTERNAL_CHECK(threads >= 1, "at least one emulated thread");
+    return variant.emulateWith(params, inputs, states, gpuThreads, reversed, persistentBlocks);
+  RNNC_INTERNAL_CHECK(gpuThreads >= 1, "at least one emulated thread");
   std::call_once(emulationOnce_, [&] {
     std::string object = codegen::generateGpuEmulation(*cell_, plan_, codegen::Stage::Object);
     LoadedFunction loaded = loadGeneratedCode(object, codegen::kGpuEmulateFunction);
@@ -178,7 +178,7 @@ Tensor GpuCell::emulateWith(const std::vector<Tensor>& params, const std::vector
       continue;
     }
     forEachLaunch(regions_, phase, steps, [&](size_t region, int64_t step) {
-      emulate_(&args, static_cast<int64_t>(region), step, threads, reversed ? 1 : 0);
+      emulate_(&args, static_cast<int64_t>(region), step, gpuThreads, reversed ? 1 : 0);
     });
   }
   return output;

@@ -78,10 +78,11 @@ public:
                                      const std::vector<TensorShape>& inputShapes,
                                      const std::vector<TensorShape>& stateShapes) const;
 
-  // On this machine: each region as `threads` GPU threads run it, thread after thread
-  // (`reversed`: from the last), the regions in the GPU's order.
+  // On this machine: each region as `gpuThreads` GPU threads run it (a GPU's, not host
+  // threads), thread after thread (`reversed`: from the last), the regions in the GPU's order.
   Tensor emulate(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
-                 std::vector<Tensor>& states, int64_t threads = 1000, bool reversed = false) const;
+                 std::vector<Tensor>& states, int64_t gpuThreads = 1000,
+                 bool reversed = false) const;
   // The same with the steps run as the persistent kernel runs them: `blocks` host threads at
   // once, one GPU thread each, meeting at its grid barrier after every region.
   Tensor emulatePersistent(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
@@ -95,7 +96,7 @@ private:
   void checkArguments(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
                       const std::vector<Tensor>& states) const;
   Tensor emulateWith(const std::vector<Tensor>& params, const std::vector<Tensor>& inputs,
-                     std::vector<Tensor>& states, int64_t threads, bool reversed,
+                     std::vector<Tensor>& states, int64_t gpuThreads, bool reversed,
                      int persistentBlocks) const;
   struct DeviceCode;
   const DeviceCode& deviceCode() const; // the PTX loaded by the driver, once

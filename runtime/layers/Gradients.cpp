@@ -4,13 +4,14 @@
 #include "ir/Error.h"
 #include "passes/Autodiff.h"
 #include "runtime/exec/Gemm.h"
+#include "runtime/threads/ThreadGovernor.h"
+#include "runtime/threads/ThreadTeam.h"
 
 #include <Eigen/Core>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
-#include <thread>
 
 namespace rnnc {
 
@@ -220,8 +221,9 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
   const Tensor& firstInput = tape.slots.at(0).inputs.at(0);
   const int64_t steps = firstInput.dim(0), batch = firstInput.dim(1);
   const int64_t slotCount = static_cast<int64_t>(slots_.size());
+  // The weight and input gradients' products: an automatic count (0) as the runs choose it.
   const int gemmThreads =
-      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      threads > 0 ? threads : ThreadGovernor::shared().threadsFor(defaultThreadCount());
 
   // dLoss/d(output) in [T, B, D*H], checked.
   const TensorShape outputShape = tape.forward.output.shape();
