@@ -12,6 +12,7 @@
 #include "passes/Simplify.h"
 #include "passes/SinkSlices.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace rnnc::passes {
@@ -54,6 +55,15 @@ std::vector<Pass> buildPipeline(const PipelineOptions& options) {
   for (const std::string& name : options.printAfter)
     checkPassName(name, "--print-after");
   std::vector<Pass> pipeline;
+  if (!options.only.empty()) {
+    const std::vector<Pass> passes = allPasses();
+    for (const std::string& name : options.only) {
+      checkPassName(name, "--passes");
+      pipeline.push_back(*std::find_if(passes.begin(), passes.end(),
+                                       [&](const Pass& pass) { return pass.name == name; }));
+    }
+    return pipeline;
+  }
   for (Pass& pass : allPasses()) {
     const bool groupOff = (pass.group == PassGroup::Premultiply && !options.premultiply) ||
                           (pass.group == PassGroup::Fusion && !options.fuse);

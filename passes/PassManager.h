@@ -30,6 +30,9 @@ struct PipelineOptions {
   bool premultiply = true; // hoist the input projection out of the time loop
   bool fuse = true;        // group elementwise work into fused kernels
   std::set<std::string> disabled;
+  // When not empty, exactly these passes in this order, whatever the switches above say
+  // (`--passes`: how tests/passes/*.ir run one pass alone).
+  std::vector<std::string> only;
   bool printAfterAll = false;
   std::set<std::string> printAfter;
   // When set, each pass's name and milliseconds (its verification included) are appended here

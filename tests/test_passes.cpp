@@ -1,6 +1,7 @@
-// Passes on IR text (IR in, expected IR out, and the interpreter's results the same on both),
-// and numerically: the reference interpreter gives the same results before and after the whole
-// pipeline.
+// Passes on IR text (IR in, expected IR out, and the interpreter's results the same on both):
+// the cases in tests/passes/*.ir through `rnnc compile --passes`, and here the ones that need
+// code (generated cells, hand-grouped kernels); and numerically: the reference interpreter gives
+// the same results before and after the whole pipeline.
 #include "frontend/BuiltinCells.h"
 #include "frontend/CellParser.h"
 #include "ir/Error.h"
@@ -19,10 +20,12 @@
 #include "runtime/exec/Interpreter.h"
 #include "tests/RunSequence.h"
 #include "tests/TestSupport.h"
+#include "tests/ToolRunner.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <random>
 #include <set>
 #include <sstream>
@@ -73,267 +76,6 @@ void checkPass(bool (*pass)(ir::Cell&), const std::string& input, const std::str
   }
 }
 
-const char* kHeader = R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %w : [n, n]
-  param %u : [n, n]
-  param %b : [n]
-  param %c : [n]
-)";
-
-std::string cell(const std::string& body) {
-  return kHeader + body + "}\n";
-}
-
-TEST(DeadCodeElimination, RemovesUnusedResultsTransitively) {
-  checkPass(passes::eliminateDeadCode, cell(R"(  step {
-    %0 = tanh %x : [B, n]
-    %1 = sigmoid %0 : [B, n]
-    %2 = add %x, %h : [B, n]
-  }
-  yield %h = %2
-  output %2
-)"),
-            cell(R"(  step {
-    %0 = add %x, %h : [B, n]
-  }
-  yield %h = %0
-  output %0
-)"));
-}
-
-TEST(DeadCodeElimination, KeepsPreResultsTheStepReads) {
-  std::string text = cell(R"(  pre {
-    %0 = linear %x, %w : [B, n]
-    %1 = tanh %x : [B, n]
-  }
-  step {
-    %2 = add %0, %h : [B, n]
-  }
-  yield %h = %2
-  output %2
-)");
-  std::string expected = cell(R"(  pre {
-    %0 = linear %x, %w : [B, n]
-  }
-  step {
-    %1 = add %0, %h : [B, n]
-  }
-  yield %h = %1
-  output %1
-)");
-  checkPass(passes::eliminateDeadCode, text, expected);
-  checkPass(passes::eliminateDeadCode, expected, expected, /*expectChanged=*/false);
-}
-
-TEST(CommonSubexpressionElimination, MergesEqualInstructionsAndCommutedOperands) {
-  checkPass(passes::eliminateCommonSubexpressions, cell(R"(  step {
-    %0 = add %x, %h : [B, n]
-    %1 = add %h, %x : [B, n]
-    %2 = sigmoid %0 : [B, n]
-    %3 = sigmoid %1 : [B, n]
-    %4 = sub %2, %3 : [B, n]
-    %5 = sub %3, %2 : [B, n]
-    %6 = const {value = 1} : []
-    %7 = const {value = 1} : []
-    %8 = mul %4, %6 : [B, n]
-    %9 = mul %5, %7 : [B, n]
-    %10 = add %8, %9 : [B, n]
-  }
-  yield %h = %10
-  output %10
-)"),
-            cell(R"(  step {
-    %0 = add %x, %h : [B, n]
-    %1 = add %h, %x : [B, n]
-    %2 = sigmoid %0 : [B, n]
-    %3 = sigmoid %0 : [B, n]
-    %4 = sub %2, %2 : [B, n]
-    %5 = sub %2, %2 : [B, n]
-    %6 = const {value = 1} : []
-    %7 = const {value = 1} : []
-    %8 = mul %4, %6 : [B, n]
-    %9 = mul %4, %6 : [B, n]
-    %10 = add %8, %8 : [B, n]
-  }
-  yield %h = %10
-  output %10
-)"));
-}
-
-TEST(CommonSubexpressionElimination, KeepsDifferentAttributesApart) {
-  std::string text = cell(R"(  step {
-    %0 = slice %x {offset = 0} : [B, n]
-    %1 = clamp %0 {lo = -1, hi = 1} : [B, n]
-    %2 = clamp %0 {lo = -1, hi = 2} : [B, n]
-    %3 = add %1, %2 : [B, n]
-  }
-  yield %h = %3
-  output %3
-)");
-  checkPass(passes::eliminateCommonSubexpressions, text, text, /*expectChanged=*/false);
-}
-
-TEST(Simplify, FoldsConstantsAndIdentities) {
-  checkPass(passes::simplify, cell(R"(  step {
-    %0 = const {value = 2} : []
-    %1 = const {value = 3} : []
-    %2 = mul %0, %1 : []
-    %3 = const {value = 6} : []
-    %4 = sub %2, %3 : []
-    %5 = add %x, %4 : [B, n]
-    %6 = const {value = 1} : []
-    %7 = mul %6, %5 : [B, n]
-    %8 = neg %7 : [B, n]
-    %9 = neg %8 : [B, n]
-    %10 = concat %9 : [B, n]
-    %11 = slice %10 {offset = 0} : [B, n]
-  }
-  yield %h = %11
-  output %11
-)"),
-            cell(R"(  step {
-    %0 = const {value = 2} : []
-    %1 = const {value = 3} : []
-    %2 = const {value = 6} : []
-    %3 = mul %0, %1 : []
-    %4 = const {value = 6} : []
-    %5 = const {value = 0} : []
-    %6 = sub %2, %4 : []
-    %7 = add %x, %5 : [B, n]
-    %8 = const {value = 1} : []
-    %9 = mul %8, %x : [B, n]
-    %10 = neg %x : [B, n]
-    %11 = neg %10 : [B, n]
-    %12 = concat %x : [B, n]
-    %13 = slice %x {offset = 0} : [B, n]
-  }
-  yield %h = %x
-  output %x
-)"));
-}
-
-TEST(Simplify, KeepsBroadcastingIdentitiesAndMultiplicationByZero) {
-  // x * 0 is not 0 for x = inf or NaN; b + 0 with b of shape [n] would change the result shape
-  // if the zero were [B, n], but here the zero is a scalar, so that is fine to drop.
-  std::string text = cell(R"(  step {
-    %0 = const {value = 0} : []
-    %1 = mul %x, %0 : [B, n]
-    %2 = add %1, %h : [B, n]
-  }
-  yield %h = %2
-  output %2
-)");
-  checkPass(passes::simplify, text, text, /*expectChanged=*/false);
-}
-
-TEST(Simplify, ReadsThePartOfAConcatASliceSelects) {
-  checkPass(passes::simplify, cell(R"(  step {
-    %0 = concat %x, %h : [B, 2*n]
-    %1 = slice %0 {offset = n} : [B, n]
-  }
-  yield %h = %1
-  output %1
-)"),
-            cell(R"(  step {
-    %0 = concat %x, %h : [B, 2*n]
-    %1 = slice %0 {offset = n} : [B, n]
-  }
-  yield %h = %h
-  output %h
-)"));
-}
-
-TEST(Premultiply, HoistsTheInputProjectionAndFoldsBiases) {
-  checkPass(passes::premultiply, cell(R"(  step {
-    %0 = linear %x, %w : [B, n]
-    %1 = add %0, %b : [B, n]
-    %2 = linear %h, %u : [B, n]
-    %3 = add %2, %c : [B, n]
-    %4 = add %1, %3 : [B, n]
-    %5 = tanh %4 : [B, n]
-  }
-  yield %h = %5
-  output %5
-)"),
-            cell(R"(  pre {
-    %0 = linear %x, %w : [B, n]
-    %1 = add %b, %c : [n]
-    %2 = add %0, %1 : [B, n]
-  }
-  step {
-    %3 = linear %h, %u : [B, n]
-    %4 = add %3, %2 : [B, n]
-    %5 = tanh %4 : [B, n]
-  }
-  yield %h = %5
-  output %5
-)"));
-}
-
-// A GRU's gates read both products through slices of biased sums, chunk(linear(x, W, b)) and
-// chunk(linear(h, U, c)). Where a gate adds the two, the recurrent bias's slice joins the input
-// side and the two bias slices become one vector; where it is multiplied first (n = tanh(xn +
-// r * hn)), it stays in the loop.
-TEST(Premultiply, FoldsTheBiasesOfChunkedProductsIntoTheInputSide) {
-  const std::string header = R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %w : [2*n, n]
-  param %u : [2*n, n]
-  param %b : [2*n]
-  param %c : [2*n]
-)";
-  const std::string input = header + R"(  step {
-    %0 = linear %x, %w : [B, 2*n]
-    %1 = add %0, %b : [B, 2*n]
-    %2 = linear %h, %u : [B, 2*n]
-    %3 = add %2, %c : [B, 2*n]
-    %4 = slice %1 {offset = 0} : [B, n]
-    %5 = slice %3 {offset = 0} : [B, n]
-    %6 = add %4, %5 : [B, n]
-    %7 = sigmoid %6 : [B, n]
-    %8 = slice %1 {offset = n} : [B, n]
-    %9 = slice %3 {offset = n} : [B, n]
-    %10 = mul %7, %9 : [B, n]
-    %11 = add %8, %10 : [B, n]
-    %12 = tanh %11 : [B, n]
-  }
-  yield %h = %12
-  output %12
-}
-)";
-  const std::string folded = header + R"(  pre {
-    %0 = linear %x, %w : [B, 2*n]
-    %1 = slice %0 {offset = 0} : [B, n]
-    %2 = slice %b {offset = 0} : [n]
-    %3 = slice %c {offset = 0} : [n]
-    %4 = add %2, %3 : [n]
-    %5 = add %1, %4 : [B, n]
-    %6 = slice %0 {offset = n} : [B, n]
-    %7 = slice %b {offset = n} : [n]
-    %8 = add %6, %7 : [B, n]
-  }
-  step {
-    %9 = linear %h, %u : [B, 2*n]
-    %10 = add %9, %c : [B, 2*n]
-    %11 = slice %9 {offset = 0} : [B, n]
-    %12 = add %11, %5 : [B, n]
-    %13 = sigmoid %12 : [B, n]
-    %14 = slice %10 {offset = n} : [B, n]
-    %15 = mul %13, %14 : [B, n]
-    %16 = add %8, %15 : [B, n]
-    %17 = tanh %16 : [B, n]
-  }
-  yield %h = %17
-  output %17
-}
-)";
-  checkPass(passes::premultiply, input, folded);
-  checkPass(passes::premultiply, folded, folded, /*expectChanged=*/false);
-}
-
 // A sum of thousands of terms (a generated cell's) goes through the pipeline in time linear in
 // its size: reassociation once walked the add tree from each of its nodes and counted each
 // node's uses over the whole cell (cubic: 2,000 terms took 16 s, 20,000 never finished).
@@ -359,263 +101,6 @@ TEST(Premultiply, ReassociatesSumsOfThousandsOfTerms) {
   EXPECT_EQ(stepAdds, terms + 1);
 }
 
-// What a hoisted product reads (a layer norm of the input) leaves the loop with it, and so does
-// what reads only hoisted values and parameters (the product's bias); a row-wise op on the inputs
-// that no hoisted product needs stays in the loop, where its result never becomes an array over
-// all steps.
-TEST(Premultiply, HoistsProductsWithWhatTheyReadAndLeavesOtherRowWiseWork) {
-  std::string text = cell(R"(  pre {
-    %0 = linear %x, %w : [B, n]
-  }
-  step {
-    %1 = linear %h, %u : [B, n]
-    %2 = add %1, %0 : [B, n]
-    %3 = layernorm %x {eps = 1e-05} : [B, n]
-    %4 = linear %3, %w : [B, n]
-    %5 = add %4, %b : [B, n]
-    %6 = sigmoid %x : [B, n]
-    %7 = mul %2, %6 : [B, n]
-    %8 = add %7, %5 : [B, n]
-  }
-  yield %h = %8
-  output %8
-)");
-  std::string expected = cell(R"(  pre {
-    %0 = linear %x, %w : [B, n]
-    %1 = layernorm %x {eps = 1e-05} : [B, n]
-    %2 = linear %1, %w : [B, n]
-    %3 = add %2, %b : [B, n]
-  }
-  step {
-    %4 = linear %h, %u : [B, n]
-    %5 = add %4, %0 : [B, n]
-    %6 = sigmoid %x : [B, n]
-    %7 = mul %5, %6 : [B, n]
-    %8 = add %7, %3 : [B, n]
-  }
-  yield %h = %8
-  output %8
-)");
-  checkPass(passes::premultiply, text, expected);
-  checkPass(passes::premultiply, expected, expected, /*expectChanged=*/false);
-}
-
-TEST(SinkSlices, SplitsElementwiseWorkIntoTheSlicesThatUseIt) {
-  checkPass(passes::sinkSlices, R"(cell @t(n) {
-  input %x : [B, 2*n]
-  state %h : [B, n]
-  param %b : [2*n]
-  step {
-    %0 = add %x, %b : [B, 2*n]
-    %1 = const {value = 2} : []
-    %2 = mul %0, %1 : [B, 2*n]
-    %3 = slice %2 {offset = 0} : [B, n]
-    %4 = slice %2 {offset = n} : [B, n]
-    %5 = slice %4 {offset = 0} : [B, n]
-    %6 = add %3, %5 : [B, n]
-  }
-  yield %h = %6
-  output %6
-}
-)",
-            R"(cell @t(n) {
-  input %x : [B, 2*n]
-  state %h : [B, n]
-  param %b : [2*n]
-  step {
-    %0 = const {value = 2} : []
-    %1 = slice %x {offset = 0} : [B, n]
-    %2 = slice %b {offset = 0} : [n]
-    %3 = add %1, %2 : [B, n]
-    %4 = mul %3, %0 : [B, n]
-    %5 = slice %x {offset = n} : [B, n]
-    %6 = slice %b {offset = n} : [n]
-    %7 = add %5, %6 : [B, n]
-    %8 = mul %7, %0 : [B, n]
-    %9 = add %4, %8 : [B, n]
-  }
-  yield %h = %9
-  output %9
-}
-)");
-}
-
-TEST(SinkSlices, LeavesValuesWithOtherUsesAndPreValuesAlone) {
-  std::string text = cell(R"(  pre {
-    %0 = add %x, %b : [B, n]
-  }
-  step {
-    %1 = add %x, %h : [B, n]
-    %2 = slice %1 {offset = 0} : [B, n]
-    %3 = slice %0 {offset = 0} : [B, n]
-    %4 = add %2, %3 : [B, n]
-    %5 = add %4, %1 : [B, n]
-  }
-  yield %h = %5
-  output %5
-)");
-  checkPass(passes::sinkSlices, text, text, /*expectChanged=*/false);
-}
-
-TEST(Fuse, GroupsElementwiseRunsAroundMatrixProducts) {
-  checkPass(passes::fuseElementwise, cell(R"(  step {
-    %0 = const {value = 1} : []
-    %1 = add %b, %c : [n]
-    %2 = linear %h, %u : [B, n]
-    %3 = add %2, %1 : [B, n]
-    %4 = linear %x, %w : [B, n]
-    %5 = sub %0, %3 : [B, n]
-    %6 = sigmoid %5 : [B, n]
-    %7 = layernorm %6 {eps = 1e-05} : [B, n]
-    %8 = tanh %7 : [B, n]
-    %9 = add %8, %4 : [B, n]
-  }
-  yield %h = %9
-  output %6
-)"),
-            cell(R"(  step {
-    %0 = linear %h, %u : [B, n]
-    %1 = linear %x, %w : [B, n]
-    %2 = const {value = 1} : []
-    fused {
-      %3 = add %b, %c : [n]
-      %4 = add %0, %3 : [B, n]
-      %5 = sub %2, %4 : [B, n]
-      %6 = sigmoid %5 : [B, n]
-    }
-    %7 = layernorm %6 {eps = 1e-05} : [B, n]
-    fused {
-      %8 = tanh %7 : [B, n]
-      %9 = add %8, %1 : [B, n]
-    }
-  }
-  yield %h = %9
-  output %6
-)"));
-}
-
-TEST(Fuse, ALayerNormOfAProductJoinsTheKernelThatSlicesIt) {
-  checkPass(passes::fuseElementwise, R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %u : [2*n, n]
-  param %g : [2*n]
-  step {
-    %0 = linear %h, %u : [B, 2*n]
-    %1 = layernorm %0 {eps = 1e-05} : [B, 2*n]
-    %2 = slice %1 {offset = 0} : [B, n]
-    %3 = slice %1 {offset = n} : [B, n]
-    %4 = slice %g {offset = n} : [n]
-    %5 = mul %3, %4 : [B, n]
-    %6 = sigmoid %2 : [B, n]
-    %7 = add %5, %6 : [B, n]
-    %8 = add %7, %x : [B, n]
-  }
-  yield %h = %8
-  output %8
-}
-)",
-            R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %u : [2*n, n]
-  param %g : [2*n]
-  step {
-    %0 = linear %h, %u : [B, 2*n]
-    fused {
-      %1 = layernorm %0 {eps = 1e-05} : [B, 2*n]
-      %2 = slice %1 {offset = 0} : [B, n]
-      %3 = slice %1 {offset = n} : [B, n]
-      %4 = slice %g {offset = n} : [n]
-      %5 = mul %3, %4 : [B, n]
-      %6 = sigmoid %2 : [B, n]
-      %7 = add %5, %6 : [B, n]
-      %8 = add %7, %x : [B, n]
-    }
-  }
-  yield %h = %8
-  output %8
-}
-)");
-}
-
-TEST(Fuse, ALayerNormWhoseValuesEscapeStaysARowWiseCall) {
-  // %2 is the output: a fused norm has no storage, so this one is computed on its own.
-  checkPass(passes::fuseElementwise, cell(R"(  step {
-    %0 = add %x, %h : [B, n]
-    %1 = linear %h, %u : [B, n]
-    %2 = layernorm %1 {eps = 1e-05} : [B, n]
-    %3 = tanh %2 : [B, n]
-    %4 = layernorm %0 {eps = 1e-05} : [B, n]
-  }
-  yield %h = %3
-  output %2
-)"),
-            cell(R"(  step {
-    %0 = linear %h, %u : [B, n]
-    %1 = layernorm %0 {eps = 1e-05} : [B, n]
-    fused {
-      %2 = add %x, %h : [B, n]
-    }
-    %3 = layernorm %2 {eps = 1e-05} : [B, n]
-    fused {
-      %4 = tanh %1 : [B, n]
-    }
-  }
-  yield %h = %4
-  output %1
-)"));
-}
-
-TEST(Fuse, AValueWithoutBatchThatEscapesIsComputedOnItsOwn) {
-  // %1 is read by the step: inside the [B, n] kernel it would be stored from every row, into
-  // storage that the generated code fills once per set of parameters.
-  checkPass(passes::fuseElementwise, R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %b : [n]
-  param %w : [n, n]
-  pre {
-    %0 = const {value = 2} : []
-    %1 = add %x, %b : [B, n]
-    %2 = mul %b, %0 : [n]
-    %3 = add %1, %2 : [B, n]
-  }
-  step {
-    %4 = linear %h, %w : [B, n]
-    %5 = add %3, %4 : [B, n]
-    %6 = mul %5, %2 : [B, n]
-  }
-  yield %h = %6
-  output %6
-}
-)",
-            R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %b : [n]
-  param %w : [n, n]
-  pre {
-    %0 = const {value = 2} : []
-    %1 = mul %b, %0 : [n]
-    fused {
-      %2 = add %x, %b : [B, n]
-      %3 = add %2, %1 : [B, n]
-    }
-  }
-  step {
-    %4 = linear %h, %w : [B, n]
-    fused {
-      %5 = add %3, %4 : [B, n]
-      %6 = mul %5, %1 : [B, n]
-    }
-  }
-  yield %h = %6
-  output %6
-}
-)");
-}
-
 TEST(Fuse, TheLstmStepIsOneProductAndOneKernel) {
   auto lstm = frontend::loadCell("lstm");
   std::ostringstream log;
@@ -628,190 +113,6 @@ TEST(Fuse, TheLstmStepIsOneProductAndOneKernel) {
   EXPECT_GE(lstm->step[1]->kernel, 0);
   // fuse-matmul: the product computes its tiles inside the same kernel.
   EXPECT_EQ(lstm->step[0]->kernel, lstm->step[1]->kernel);
-}
-
-TEST(FuseMatMul, TheProductJoinsTheKernelThatSlicesIt) {
-  checkPass(passes::fuseMatMul, R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %u : [2*n, n]
-  param %b : [n]
-  step {
-    %0 = linear %h, %u : [B, 2*n]
-    %1 = linear %x, %u : [B, 2*n]
-    fused {
-      %2 = slice %0 {offset = 0} : [B, n]
-      %3 = slice %0 {offset = n} : [B, n]
-      %4 = slice %1 {offset = n} : [B, n]
-      %5 = sigmoid %2 : [B, n]
-      %6 = mul %5, %3 : [B, n]
-      %7 = add %6, %4 : [B, n]
-      %8 = add %7, %b : [B, n]
-    }
-  }
-  yield %h = %8
-  output %8
-}
-)",
-            R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %u : [2*n, n]
-  param %b : [n]
-  step {
-    %0 = linear %x, %u : [B, 2*n]
-    fused {
-      %1 = linear %h, %u : [B, 2*n]
-      %2 = slice %1 {offset = 0} : [B, n]
-      %3 = slice %1 {offset = n} : [B, n]
-      %4 = slice %0 {offset = n} : [B, n]
-      %5 = sigmoid %2 : [B, n]
-      %6 = mul %5, %3 : [B, n]
-      %7 = add %6, %4 : [B, n]
-      %8 = add %7, %b : [B, n]
-    }
-  }
-  yield %h = %8
-  output %8
-}
-)");
-}
-
-// A vanilla RNN's kernel reads its product whole: it reads it through one slice of every
-// column instead, and the product joins the kernel. A kernel that already leads with a product
-// does not take a second (the no-premultiply RNN's input product stays a GEMM), and a kernel
-// that normalises rows takes none (the whole-row read stays as it was).
-TEST(FuseMatMul, TheInputProjectionJoinsTheKernelThatAddsItsBiases) {
-  // In the pre block: the kernel adds the summed biases to each tile of the product, so the
-  // [T*B, 2n] product itself is never stored.
-  checkPass(passes::fuseMatMul, R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %w : [2*n, n]
-  param %b : [2*n]
-  param %c : [2*n]
-  pre {
-    %0 = linear %x, %w : [B, 2*n]
-    fused {
-      %1 = add %b, %c : [2*n]
-      %2 = add %0, %1 : [B, 2*n]
-    }
-  }
-  step {
-    fused {
-      %3 = slice %2 {offset = 0} : [B, n]
-      %4 = add %3, %h : [B, n]
-    }
-  }
-  yield %h = %4
-  output %4
-}
-)",
-            R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %w : [2*n, n]
-  param %b : [2*n]
-  param %c : [2*n]
-  pre {
-    fused {
-      %0 = linear %x, %w : [B, 2*n]
-      %1 = add %b, %c : [2*n]
-      %2 = slice %0 {offset = 0} : [B, 2*n]
-      %3 = add %2, %1 : [B, 2*n]
-    }
-  }
-  step {
-    fused {
-      %4 = slice %3 {offset = 0} : [B, n]
-      %5 = add %4, %h : [B, n]
-    }
-  }
-  yield %h = %5
-  output %5
-}
-)");
-}
-
-TEST(FuseMatMul, AProductWhoseSlicesAreReadOutsideTheirKernelStaysApart) {
-  // chunk(x @ w^T, 2) read raw by the step: the pre kernel holds only the slices, which the step
-  // reads; fused, the product would have no storage, and so neither would its slices.
-  const std::string rawChunks = R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %w : [2*n, n]
-  pre {
-    %0 = linear %x, %w : [B, 2*n]
-    fused {
-      %1 = slice %0 {offset = 0} : [B, n]
-      %2 = slice %0 {offset = n} : [B, n]
-    }
-  }
-  step {
-    fused {
-      %3 = add %1, %h : [B, n]
-      %4 = tanh %3 : [B, n]
-      %5 = mul %4, %2 : [B, n]
-    }
-  }
-  yield %h = %5
-  output %5
-}
-)";
-  checkPass(passes::fuseMatMul, rawChunks, rawChunks, /*expectChanged=*/false);
-}
-
-TEST(FuseMatMul, AProductReadWholeJoinsItsKernelThroughOneSlice) {
-  checkPass(passes::fuseMatMul, R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %u : [n, n]
-  param %w : [n, n]
-  step {
-    %0 = linear %h, %u : [B, n]
-    %1 = linear %x, %w : [B, n]
-    fused {
-      %2 = add %0, %1 : [B, n]
-      %3 = tanh %2 : [B, n]
-    }
-  }
-  yield %h = %3
-  output %3
-}
-)",
-            R"(cell @t(n) {
-  input %x : [B, n]
-  state %h : [B, n]
-  param %u : [n, n]
-  param %w : [n, n]
-  step {
-    %0 = linear %x, %w : [B, n]
-    fused {
-      %1 = linear %h, %u : [B, n]
-      %2 = slice %1 {offset = 0} : [B, n]
-      %3 = add %2, %0 : [B, n]
-      %4 = tanh %3 : [B, n]
-    }
-  }
-  yield %h = %4
-  output %4
-}
-)");
-  const char* normalised = R"(cell @t(n) {
-  state %h : [B, n]
-  param %u : [n, n]
-  step {
-    %0 = linear %h, %u : [B, n]
-    fused {
-      %1 = layernorm %0 {eps = 1e-05} : [B, n]
-      %2 = tanh %1 : [B, n]
-    }
-  }
-  yield %h = %2
-  output %2
-}
-)";
-  checkPass(passes::fuseMatMul, normalised, normalised, /*expectChanged=*/false);
 }
 
 TEST(FuseMatMul, LeavesProductsTheKernelCannotTile) {
@@ -872,6 +173,82 @@ TEST(FuseMatMul, LeavesProductsTheKernelCannotTile) {
   checkPass(passes::fuseMatMul, normalised, normalised, /*expectChanged=*/false);
 }
 
+// tests/passes/*.ir: IR in, passes, IR out, through the tool (`rnnc compile --emit=ir-opt
+// --passes=...`). A file is
+//   # passes: NAME[,NAME...]     the passes to run, in order; the last is the one under test
+//   # unchanged                  (optional) the last pass changes nothing
+//   # ... any other comment: what the case shows
+//   <the input IR>
+//   # expected:
+//   <the expected IR>
+// The tool's output must print as the expected IR does (both parsed and printed, so in canonical
+// form), and the reference interpreter must give the same outputs and final states on the input
+// and the output (every size 1, then 5). To add a case, drop a file in tests/passes/.
+const std::filesystem::path kPassFilesDir =
+    std::filesystem::path(RNNC_SOURCE_DIR) / "tests" / "passes";
+
+std::vector<std::string> passFiles() {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(kPassFilesDir))
+    if (entry.is_regular_file() && entry.path().extension() == ".ir")
+      names.push_back(entry.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class PassFile : public test::ScratchDirTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(PassFile, GivesTheExpectedIRAndKeepsTheMeaning) {
+  const std::string file = (kPassFilesDir / (GetParam() + ".ir")).string();
+  const std::string text = readBytes(file);
+  const std::string marker = "# expected:\n";
+  const size_t split = text.find(marker);
+  ASSERT_NE(split, std::string::npos) << file << ": no '# expected:' line";
+  const std::string input = text.substr(0, split), expected = text.substr(split + marker.size());
+  std::string passList;
+  bool unchanged = false;
+  std::istringstream header(input);
+  for (std::string line; std::getline(header, line) && line.rfind("#", 0) == 0;) {
+    if (line.rfind("# passes: ", 0) == 0)
+      passList = line.substr(10);
+    unchanged = unchanged || line == "# unchanged";
+  }
+  ASSERT_FALSE(passList.empty()) << file << ": no '# passes: NAME' line";
+
+  writeBytes("input.rnnir", input);
+  test::ToolResult r = test::ToolRunner(path("")).run(
+      {"compile", "input.rnnir", "--emit=ir-opt", "--passes=" + passList, "--print-after-all"});
+  ASSERT_EQ(r.exitCode, 0) << r.command << "\n" << r.err;
+  auto output = ir::parseIR(r.out, "<rnnc compile's output>");
+  EXPECT_EQ(ir::toString(*output), ir::toString(*ir::parseIR(expected, file + " (expected)")))
+      << file;
+  // The last pass is the one under test (any before it set up its input); its log line says
+  // "(unchanged)" when it changed nothing.
+  std::string lastLog;
+  std::istringstream log(r.err);
+  for (std::string line; std::getline(log, line);)
+    if (line.rfind("// ----- IR after ", 0) == 0)
+      lastLog = line;
+  EXPECT_EQ(lastLog.find("(unchanged)") != std::string::npos, unchanged)
+      << file << (unchanged ? ": the last pass changed the IR" : ": the last pass changed nothing");
+
+  auto before = ir::parseIR(input, file);
+  for (int64_t size : {1, 5}) {
+    std::vector<Tensor> want = interpret(*before, size, 17), got = interpret(*output, size, 17);
+    for (size_t i = 0; i < want.size(); ++i)
+      EXPECT_LT(test::maxAbsDiff(got[i], want[i]), 1e-5)
+          << file << ": " << (i == 0 ? "outputs" : "final state " + std::to_string(i - 1))
+          << ", sizes " << size;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(PassFiles, PassFile, ::testing::ValuesIn(passFiles()),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
 TEST(IRParser, ReadsFusedRegionsBack) {
   auto lstm = frontend::loadCell("lstm");
   std::ostringstream log;
@@ -926,6 +303,21 @@ TEST(PassManager, PrintsAfterEachPassAndRejectsUnknownNames) {
 
   options.disabled = {"premul"};
   EXPECT_THROW(passes::runPipeline(*lstm, options, log), UserError);
+}
+
+// --passes: exactly the named passes, in the order given (a pass may come twice), whatever the
+// group switches say; an unknown name is refused like everywhere else.
+TEST(PassManager, OnlyRunsTheNamedPassesInTheirOrder) {
+  passes::PipelineOptions options;
+  options.only = {"dce", "fuse", "dce"};
+  options.fuse = false;
+  std::vector<std::string> names;
+  for (const passes::Pass& pass : passes::buildPipeline(options))
+    names.push_back(pass.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"dce", "fuse", "dce"}));
+  options.only = {"dce", "premul"};
+  test::expectUserError([&] { passes::buildPipeline(options); },
+                        {"--passes: no pass named 'premul'"});
 }
 
 TEST(PassManager, NoPremulKeepsEverythingInTheLoop) {
@@ -1014,35 +406,6 @@ TEST(MergeGates, ASeparateGateLstmRunsOneProductPerOperand) {
   EXPECT_EQ(count(cell->pre, ir::Op::Stack), 2) << ir::toString(*cell);
   EXPECT_EQ(count(cell->step, ir::Op::Linear), 1) << ir::toString(*cell);
   EXPECT_EQ(count(cell->step, ir::Op::Stack), 0) << ir::toString(*cell);
-}
-
-TEST(MergeGates, StacksWeightsAndSlicesTheMergedProduct) {
-  checkPass(passes::mergeGates, cell(R"(  step {
-    %0 = linear %h, %w : [B, n]
-    %1 = tanh %0 : [B, n]
-    %2 = linear %h, %u : [B, n]
-    %3 = linear %x, %w : [B, n]
-    %4 = add %1, %2 : [B, n]
-    %5 = add %4, %3 : [B, n]
-  }
-  yield %h = %5
-  output %5
-)"),
-            cell(R"(  pre {
-    %0 = stack %w, %u : [2*n, n]
-  }
-  step {
-    %1 = linear %h, %0 : [B, 2*n]
-    %2 = slice %1 {offset = 0} : [B, n]
-    %3 = slice %1 {offset = n} : [B, n]
-    %4 = tanh %2 : [B, n]
-    %5 = linear %x, %w : [B, n]
-    %6 = add %4, %3 : [B, n]
-    %7 = add %6, %5 : [B, n]
-  }
-  yield %h = %7
-  output %7
-)"));
 }
 
 } // namespace

@@ -23,7 +23,7 @@ CommandAction addCacheCommand(CLI::App& app);
 
 // The optimisation pipeline's flags, shared by `compile` and `run`.
 struct PipelineFlags {
-  std::vector<std::string> printAfter, disabled;
+  std::vector<std::string> printAfter, disabled, only;
   bool printAfterAll = false, noPremul = false, noFuse = false;
 
   void addTo(CLI::App& cmd);

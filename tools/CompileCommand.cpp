@@ -165,6 +165,10 @@ void PipelineFlags::addTo(CLI::App& cmd) {
   cmd.add_flag("--print-after-all", printAfterAll, "Print the IR after every pass (to stderr)");
   cmd.add_option("--print-after", printAfter, "Print the IR after the named pass (repeatable)");
   cmd.add_option("--disable-pass", disabled, "Skip the named pass (repeatable)");
+  cmd.add_option("--passes", only,
+                 "Run exactly these passes, in this order, instead of the pipeline "
+                 "(comma-separated: e.g. --passes=cse,dce to see what they do alone)")
+      ->delimiter(',');
   cmd.add_flag("--no-premul", noPremul, "Keep the input projection inside the time loop");
   cmd.add_flag("--no-fuse", noFuse, "Do not fuse elementwise ops");
 }
@@ -176,6 +180,7 @@ passes::PipelineOptions PipelineFlags::options() const {
   options.printAfterAll = printAfterAll;
   options.printAfter = {printAfter.begin(), printAfter.end()};
   options.disabled = {disabled.begin(), disabled.end()};
+  options.only = only;
   return options;
 }
 
