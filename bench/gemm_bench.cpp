@@ -99,8 +99,39 @@ void gemmTileInL1(benchmark::State& state) {
                                                benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// A layer's weight gradients: dW_ih = G^T X, dW_hh = G^T H and the bias's column sums of G,
+// as separate products and a column sum (0) or as one product sharing G (1, the runtime's way).
+void gemmWeightGradients(benchmark::State& state) {
+  Operands& o = operands();
+  static RowMajor h = RowMajor::Random(kRows, kFeatures);
+  static RowMajor dWh = RowMajor::Zero(kGates, kFeatures);
+  static Eigen::RowVectorXf dBias = Eigen::RowVectorXf::Zero(kGates);
+  const bool shared = state.range(0) == 1;
+  const int threads = static_cast<int>(state.range(1));
+  const rnnc::MatrixView g = rnnc::MatrixView::rowMajor(o.g.data(), kRows, kGates, kGates);
+  const rnnc::MatrixView x = rnnc::MatrixView::rowMajor(o.x.data(), kRows, kFeatures, kFeatures);
+  const rnnc::MatrixView hv = rnnc::MatrixView::rowMajor(h.data(), kRows, kFeatures, kFeatures);
+  for (auto _ : state) {
+    if (shared) {
+      rnnc::gemmAccumulate(g.transposed(),
+                           {{x, o.dW.data(), kFeatures}, {hv, dWh.data(), kFeatures}}, threads,
+                           dBias.data());
+    } else {
+      rnnc::gemmAccumulate(g.transposed(), x, o.dW.data(), kFeatures, threads);
+      rnnc::gemmAccumulate(g.transposed(), hv, dWh.data(), kFeatures, threads);
+      dBias.noalias() += Eigen::RowVectorXf::Ones(kRows) * o.g;
+    }
+  }
+  state.counters["FLOPS"] = benchmark::Counter(4.0 * kRows * kGates * kFeatures,
+                                               benchmark::Counter::kIsIterationInvariantRate);
+}
+
 } // namespace
 
 BENCHMARK(gemmRnnc)->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(gemmEigen)->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(gemmWeightGradients)
+    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(gemmTileInL1)->Arg(64)->Arg(256);

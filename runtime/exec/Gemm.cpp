@@ -158,39 +158,63 @@ void packB(const MatrixView& b, int64_t depth, int64_t depths, int64_t column, i
   }
 }
 
-// C's rows [rowBegin, rowEnd) on this thread.
-void multiplyRows(const Tile& tile, const MatrixView& a, const MatrixView& b, float* c, int64_t ldc,
-                  int64_t rowBegin, int64_t rowEnd) {
+// C's rows [rowBegin, rowEnd) of every product on this thread. Per block of the depth, every
+// product's B packed (in panels of the tile's column block); per block of A's rows, A packed
+// once and run against every panel.
+void multiplyRows(const Tile& tile, const MatrixView& a, const std::vector<GemmProduct>& products,
+                  int64_t rowBegin, int64_t rowEnd, float* rowSums) {
   const int64_t mr = tile.shape.rows, nr = tile.shape.columns;
-  const int64_t depth = a.columns, columns = b.columns;
+  const int64_t depth = a.columns;
   const int64_t kc = std::min(tile.depthBlock, depth);
   const int64_t mc = std::min(tile.rowBlock, (rowEnd - rowBegin + mr - 1) / mr * mr);
-  const int64_t nc = std::min(tile.columnBlock, (columns + nr - 1) / nr * nr);
-  AlignedBuffer packedA(mc * kc), packedB(nc * kc), scratch(mr * nr);
-  for (int64_t jc = 0; jc < columns; jc += nc) {
-    const int64_t panelColumns = std::min(nc, columns - jc);
-    for (int64_t pc = 0; pc < depth; pc += kc) {
-      const int64_t depths = std::min(kc, depth - pc);
-      packB(b, pc, depths, jc, panelColumns, nr, packedB.data());
-      for (int64_t ic = rowBegin; ic < rowEnd; ic += mc) {
-        const int64_t blockRows = std::min(mc, rowEnd - ic);
-        packA(a, ic, blockRows, pc, depths, mr, packedA.data());
-        for (int64_t jr = 0; jr < panelColumns; jr += nr) {
-          const float* bStrip = packedB.data() + jr * depths;
-          const int64_t tileColumns = std::min(nr, panelColumns - jr);
+  struct Panel {
+    const GemmProduct* product;
+    int64_t column, columns; // of the product's B and C
+    int64_t offset;          // in the packed panels, per depth block
+  };
+  std::vector<Panel> panels;
+  int64_t packedColumns = 0;
+  for (const GemmProduct& product : products)
+    for (int64_t jc = 0; jc < product.b.columns; jc += tile.columnBlock) {
+      const int64_t columns = std::min(tile.columnBlock, product.b.columns - jc);
+      panels.push_back({&product, jc, columns, packedColumns * kc});
+      packedColumns += (columns + nr - 1) / nr * nr;
+    }
+  AlignedBuffer packedA(mc * kc), packedB(packedColumns * kc), scratch(mr * nr);
+  for (int64_t pc = 0; pc < depth; pc += kc) {
+    const int64_t depths = std::min(kc, depth - pc);
+    for (const Panel& panel : panels)
+      packB(panel.product->b, pc, depths, panel.column, panel.columns, nr,
+            packedB.data() + panel.offset);
+    for (int64_t ic = rowBegin; ic < rowEnd; ic += mc) {
+      const int64_t blockRows = std::min(mc, rowEnd - ic);
+      packA(a, ic, blockRows, pc, depths, mr, packedA.data());
+      if (rowSums)
+        for (int64_t ir = 0; ir < blockRows; ir += mr) {
+          const float* strip = packedA.data() + ir * depths;
+          const int64_t count = std::min(mr, blockRows - ir);
+          for (int64_t k = 0; k < depths; ++k)
+            for (int64_t i = 0; i < count; ++i)
+              rowSums[ic + ir + i] += strip[k * mr + i];
+        }
+      for (const Panel& panel : panels) {
+        const GemmProduct& product = *panel.product;
+        for (int64_t jr = 0; jr < panel.columns; jr += nr) {
+          const float* bStrip = packedB.data() + panel.offset + jr * depths;
+          const int64_t tileColumns = std::min(nr, panel.columns - jr);
           for (int64_t ir = 0; ir < blockRows; ir += mr) {
             const float* aStrip = packedA.data() + ir * depths;
             const int64_t tileRows = std::min(mr, blockRows - ir);
-            float* cTile = c + (ic + ir) * ldc + jc + jr;
+            float* cTile = product.c + (ic + ir) * product.ldc + panel.column + jr;
             if (tileRows == mr && tileColumns == nr) {
-              tile.function(depths, aStrip, bStrip, cTile, ldc);
+              tile.function(depths, aStrip, bStrip, cTile, product.ldc);
               continue;
             }
             std::fill(scratch.data(), scratch.data() + mr * nr, 0.0f);
             tile.function(depths, aStrip, bStrip, scratch.data(), nr);
             for (int64_t i = 0; i < tileRows; ++i)
               for (int64_t j = 0; j < tileColumns; ++j)
-                cTile[i * ldc + j] += scratch.data()[i * nr + j];
+                cTile[i * product.ldc + j] += scratch.data()[i * nr + j];
           }
         }
       }
@@ -201,10 +225,20 @@ void multiplyRows(const Tile& tile, const MatrixView& a, const MatrixView& b, fl
 } // namespace
 
 void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc, int threads) {
-  RNNC_INTERNAL_CHECK(a.columns == b.rows, "GEMM operands' inner sizes differ");
+  gemmAccumulate(a, {GemmProduct{b, c, ldc}}, threads);
+}
+
+void gemmAccumulate(const MatrixView& a, const std::vector<GemmProduct>& products, int threads,
+                    float* rowSums) {
   RNNC_INTERNAL_CHECK(threads >= 1, "a GEMM's thread count is resolved by its caller");
+  std::vector<GemmProduct> work;
+  for (const GemmProduct& product : products) {
+    RNNC_INTERNAL_CHECK(a.columns == product.b.rows, "GEMM operands' inner sizes differ");
+    if (product.b.columns > 0)
+      work.push_back(product);
+  }
   const int64_t rows = a.rows;
-  if (rows <= 0 || b.columns <= 0 || a.columns <= 0)
+  if (rows <= 0 || a.columns <= 0 || (work.empty() && !rowSums))
     return;
   const Tile& tile = processTile();
   // At least a few of the tile's rows per thread: fewer would pack B for little work.
@@ -215,7 +249,7 @@ void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t 
     const int64_t begin = std::min(rows, strips * index / threads * tile.shape.rows);
     const int64_t end = std::min(rows, strips * (index + 1) / threads * tile.shape.rows);
     if (begin < end)
-      multiplyRows(tile, a, b, c, ldc, begin, end);
+      multiplyRows(tile, a, work, begin, end, rowSums);
   };
   std::vector<std::thread> helpers;
   for (int i = 1; i < threads; ++i)

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace rnnc {
 
@@ -32,5 +33,18 @@ struct MatrixView {
 // count (0) is its ThreadGovernor's to choose, not this product's). The tile is compiled for this
 // machine once per process (the disk cache keeps it, as it does cells).
 void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc, int threads);
+
+// One A times several B: C_i += A B_i for every product, each block of A packed once for all of
+// them, and, with `rowSums` (A's rows of floats), rowSums[i] += the sum of A's row i, taken from
+// the packed blocks. A layer's weight gradients share A = G^T, the gate gradients over all
+// steps: dW_ih = G^T X, dW_hh = G^T H and the biases' column sums of G then read G once, not
+// four times.
+struct GemmProduct {
+  MatrixView b;
+  float* c = nullptr;
+  int64_t ldc = 0;
+};
+void gemmAccumulate(const MatrixView& a, const std::vector<GemmProduct>& products, int threads,
+                    float* rowSums = nullptr);
 
 } // namespace rnnc

@@ -55,7 +55,6 @@ namespace {
 
 using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstRows = Eigen::Map<const RowMajor>;
-using StridedRows = Eigen::Map<const RowMajor, 0, Eigen::OuterStride<>>;
 
 // A row-major Eigen block (a map or columns of one) as the GEMM's view.
 template <class M> MatrixView viewOf(const M& m) {
@@ -72,18 +71,6 @@ void addColumns(Tensor& to, const Tensor& from, int64_t offset, int64_t width) {
     for (int64_t c = 0; c < width; ++c)
       out[c] += in[c];
   }
-}
-
-// dW += G^T A (linear: dW [N, K], its rows G's columns) or A^T G (matmul: dW [K, N]), on the
-// runtime's GEMM (runtime/exec/Gemm.h).
-template <class G, class A>
-void accumulateWeightGradient(Eigen::Map<RowMajor>& dW, const G& g, const A& a, bool linear,
-                              int threads) {
-  const MatrixView vg = viewOf(g), va = viewOf(a);
-  if (linear)
-    gemmAccumulate(vg.transposed(), va, dW.data(), dW.outerStride(), threads);
-  else
-    gemmAccumulate(va.transposed(), vg, dW.data(), dW.outerStride(), threads);
 }
 
 // C += A B (or A B^T).
@@ -321,6 +308,13 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
           t = Tensor({steps, batch, width});
         return t;
       };
+      // The parameter gradients that read the same columns of the output, G (a layer's dW_ih,
+      // dW_hh and both biases' column sums of G), as one product: G packed once for all.
+      struct SharedColumns {
+        std::vector<GemmProduct> products;
+        std::vector<float*> sums; // vector weights: += G's column sums
+      };
+      std::map<std::pair<int64_t, int64_t>, SharedColumns> byColumns;
       for (const passes::GradientSegment& seg : s.backward.segments) {
         const int64_t at = constantOf(seg.offset), width = constantOf(seg.width);
         using Kind = passes::GradientSegment::Kind;
@@ -351,8 +345,8 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
         Eigen::Map<RowMajor> dW(it->second.data(), weight.shape()[0],
                                 weight.rank() == 2 ? weight.shape()[1] : 1);
         auto g = rows.middleCols(at, width);
-        if (seg.kind == Kind::VectorWeight) { // a product by ones: contiguous rows, not strided
-          dW.col(0).transpose().noalias() += Eigen::RowVectorXf::Ones(g.rows()) * g;
+        if (seg.kind == Kind::VectorWeight) { // G's column sums
+          byColumns[{at, width}].sums.push_back(dW.data());
           continue;
         }
         // The operand: an input of the backward cell as given (rows past a sequence's length
@@ -362,9 +356,22 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
                 ? InputRows{o.data() + constantOf(seg.operandOffset), steps * batch,
                             constantOf(seg.operandWidth), o.dim(2)}
                 : inputNamed.at(seg.operandInput);
-        StridedRows a(operand.data, operand.rows, constantOf(seg.operandWidth),
-                      Eigen::OuterStride<>(operand.stride));
-        accumulateWeightGradient(dW, g, a, seg.kind == Kind::LinearWeight, gemmThreads);
+        const MatrixView a = MatrixView::rowMajor(operand.data, operand.rows,
+                                                  constantOf(seg.operandWidth), operand.stride);
+        if (seg.kind == Kind::LinearWeight) // dW [N, K] += G^T A: with the others on G
+          byColumns[{at, width}].products.push_back({a, dW.data(), dW.outerStride()});
+        else // dW [K, N] += A^T G
+          gemmAccumulate(a.transposed(), viewOf(g), dW.data(), dW.outerStride(), gemmThreads);
+      }
+      for (const auto& [columns, shared] : byColumns) {
+        const auto [at, width] = columns;
+        const MatrixView g = viewOf(rows.middleCols(at, width));
+        std::vector<float> sums(shared.sums.empty() ? 0 : static_cast<size_t>(width), 0.0f);
+        gemmAccumulate(g.transposed(), shared.products, gemmThreads,
+                       sums.empty() ? nullptr : sums.data());
+        for (float* sum : shared.sums)
+          for (int64_t c = 0; c < width; ++c)
+            sum[c] += sums[static_cast<size_t>(c)];
       }
     }
     // Down a layer: through the dropout between layers, as the forward applied it.
