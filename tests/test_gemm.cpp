@@ -56,9 +56,9 @@ struct Shape {
   int64_t m, n, k;
 };
 
-// Past every edge: one element, a partial tile each way, a depth past the depth block (256 with
-// AVX2, 512 with AVX-512), rows past the row block, columns past the 4096-column panel; and the
-// last two with rows enough for several threads over several panels and several depth blocks.
+// Past every edge: one element, a partial tile each way, a depth past the depth block (512),
+// rows past the row block, columns past the 4096-column panel; and the last two with rows
+// enough for several threads over several panels and several depth blocks.
 const Shape kShapes[] = {{1, 1, 1},      {7, 17, 3},      {13, 33, 300},
                          {100, 70, 600}, {600, 50, 40},   {5, 4200, 9},
                          {64, 512, 257}, {120, 4130, 20}, {130, 70, 1100}};

@@ -30,12 +30,14 @@ Tile compileTile() {
   const codegen::Target target = codegen::hostTarget();
   Tile tile;
   tile.shape = codegen::gemmTileShape(target);
-  // A strip of B of 32 KB: 256 depths at AVX2's 16 columns (BLIS's haswell value), 512 at
-  // AVX-512's 32. C's tiles are read and written once per depth block, and C (dX = G W: 6400 x
-  // 512) is larger than the caches: with 128 depths dX = G W took 98.5 ms, with 384 84.5, with
-  // 512 80.0 (Zen 5, 1 thread, medians of 5 alternating runs); the strip streams from L2 fine.
-  // Half of the L2 for the block of A.
-  tile.depthBlock = 8 * 1024 / tile.shape.columns;
+  // 512 depths per block, at any vector width: a strip of B of 32 KB at AVX2's 16 columns, 64 KB
+  // at AVX-512's 32, which streams from L2 fine. C's tiles are read and written once per depth
+  // block, and C (dX = G W: 6400 x 512) is larger than the caches: with 128 depths dX = G W
+  // took 98.5 ms, with 384 84.5, with 512 80.0 (Zen 5, 1 thread, medians of 5 alternating
+  // runs). AVX-512 had 256 (a 32 KB strip) until four alternating runs of 512 against 256 on
+  // Zen 5 gave dX 312 against 324 ms, dW_ih + dW_hh 616 against 632 (1 thread) and 328 against
+  // 334 (2 threads). Half of the L2 for the block of A.
+  tile.depthBlock = 512;
   tile.rowBlock =
       std::clamp<int64_t>(target.l2Bytes / 2 / (tile.depthBlock * 4), tile.shape.rows, 512) /
       tile.shape.rows * tile.shape.rows;
