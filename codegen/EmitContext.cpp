@@ -130,6 +130,9 @@ View EmitContext::stepViews(llvm::Value* t) {
   View outputRows = rowsFrom(output, constant(outCols));
   if (plan.outputInPlace)
     views[cell.output] = outputRows;
+  for (const auto& [value, column] : plan.inOutputColumns)
+    views[value] = {b.CreateConstGEP1_64(f32, outputRows.base, static_cast<uint64_t>(column)),
+                    outputRows.rowStride};
   return outputRows;
 }
 

@@ -276,6 +276,22 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
     throw UserError(std::string(weightTypeName(weights)) +
                     " weights are not generated for GPUs yet: use fp32 there");
   StoragePlan plan;
+  // An output that concatenates values the step computes: those that appear once in it may be
+  // stored straight into their columns (a CPU's kernels store through any row stride).
+  std::unordered_map<const ir::Value*, int64_t> outputParts;
+  const ir::Instr* outputDef = cell.output->isArgument() ? nullptr : cell.output->def;
+  if (!target.isGpu() && outputDef && outputDef->op == ir::Op::Concat &&
+      std::any_of(cell.step.begin(), cell.step.end(),
+                  [&](const auto& instr) { return instr.get() == outputDef; })) {
+    int64_t column = 0;
+    for (const ir::Value* part : outputDef->operands) {
+      const bool once =
+          std::count(outputDef->operands.begin(), outputDef->operands.end(), part) == 1;
+      if (once && !part->isArgument() && part->isBatched())
+        outputParts[part] = column;
+      column += columnsOf(part);
+    }
+  }
   for (const ir::Block* block : {&cell.pre, &cell.step}) {
     bool inPre = block == &cell.pre;
     for (const auto& instr : *block) {
@@ -328,6 +344,10 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
         continue;
       if (!inPre && value == cell.output) {
         plan.outputInPlace = true;
+        continue;
+      }
+      if (auto part = outputParts.find(value); !inPre && part != outputParts.end()) {
+        plan.inOutputColumns[value] = part->second;
         continue;
       }
       Rows rows = !value->isBatched() ? Rows::Fixed : inPre ? Rows::Sequence : Rows::Step;

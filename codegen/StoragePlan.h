@@ -166,6 +166,10 @@ struct StoragePlan {
   std::vector<BufferSpec> buffers;
   std::unordered_map<const ir::Value*, size_t> bufferOf; // index into buffers
   bool outputInPlace = false; // the output value is written straight into the output sequence
+  // Step values stored straight into their columns of the output rows, by first column: the
+  // parts of an output that is a concat of what the step computes (a training forward's
+  // outputs: h and the values its backward reads), which then need no buffer and no copy.
+  std::unordered_map<const ir::Value*, int64_t> inOutputColumns;
   // Per state update: a buffer to stage the next value in before states are overwritten, when
   // the next value is read from a state (return h = c, c = h); -1 otherwise.
   std::vector<int> staging;

@@ -31,6 +31,21 @@ const char* kEverything = R"(cell everything(input_size, hidden_size) {
   return h = tanh(a + b), c = layernorm(h + c, g, v, eps=0.01); output tanh(sigmoid(a) - b)
 })";
 
+// An output that concatenates what the step computes (stored straight into its columns of the
+// output, codegen::StoragePlan::inOutputColumns), a state as it entered the step (copied) and
+// one value twice (copied), as a training forward's output is.
+const char* kConcatOutput = R"(cell concat_output(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size], c[hidden_size]
+  param w[2*hidden_size, input_size], u[2*hidden_size, hidden_size]
+  f, i = chunk(x @ w^T + h @ u^T, 2)
+  gf = sigmoid(f)
+  gi = tanh(i)
+  c2 = gf * c + gi
+  h2 = tanh(c2)
+  return h = h2, c = c2; output cat(h2, c, gf, gi, gi)
+})";
+
 struct JitCase {
   std::string name, source;
 };
@@ -275,6 +290,7 @@ std::vector<JitCase> jitCases() {
     cases.push_back({name, ""});
   cases.push_back({"four_gate_lstm", test::kFourGateLstm});
   cases.push_back({"everything", kEverything});
+  cases.push_back({"concat_output", kConcatOutput});
   return cases;
 }
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <sstream>
 
 using namespace rnnc;
@@ -77,6 +78,32 @@ TEST(StoragePlan, TheLstmKernelStoresBothStatesAndTheOutputDirectly) {
     EXPECT_EQ(packed.splitRows, inPre);
     EXPECT_EQ(plan.buffers.at(plan.bufferOf.at(&packed.product->result)).cols, 16);
   }
+}
+
+// An output that concatenates step values: those that appear once are stored straight into
+// their columns of the output rows (no buffer, no copy); a state and a value given twice are
+// copied by the concat. Not on a GPU, whose regions write buffers.
+TEST(StoragePlan, AConcatOutputsPartsAreStoredInTheirColumns) {
+  auto cell = optimised(frontend::parseCell(R"(cell t(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size]
+  a = tanh(x @ w^T + h)
+  b = sigmoid(a)
+  return h = a; output cat(a, h, b, b)
+})",
+                                            "t.cell"),
+                        {{"input_size", 3}, {"hidden_size", 4}});
+  codegen::StoragePlan plan = codegen::planStorage(*cell, kPlanAvx2);
+  EXPECT_TRUE(plan.outputInPlace);
+  std::map<int64_t, bool> columns;
+  for (const auto& [value, column] : plan.inOutputColumns) {
+    columns[column] = true;
+    EXPECT_EQ(plan.bufferOf.count(value), 0u) << "column " << column;
+  }
+  EXPECT_EQ(columns, (std::map<int64_t, bool>{{0, true}})); // a; not h (a state) nor b (twice)
+  const codegen::Target gpu = codegen::gpuTarget("sm_80");
+  EXPECT_TRUE(codegen::planStorage(*cell, gpu).inOutputColumns.empty());
 }
 
 TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
