@@ -195,9 +195,8 @@ void CellEmitter::emitInstruction(const ir::Instr& instr, llvm::Value* batchRows
     View out = view(&instr.result);
     int64_t col = 0;
     for (const ir::Value* part : instr.operands) {
-      auto stored = plan.inOutputColumns.find(part); // already in its columns of the output
-      if (stored == plan.inOutputColumns.end() || stored->second != col ||
-          &instr.result != cell.output) {
+      // A part of the output stored in its columns by the kernel that computed it: no copy.
+      if (&instr.result != cell.output || !plan.inOutputColumns.count(part)) {
         View to{b.CreateConstGEP1_64(f32, out.base, static_cast<uint64_t>(col)), out.rowStride};
         copyRows(to, view(part), rowsFor(&instr.result, batchRows), columnsOf(part));
       }

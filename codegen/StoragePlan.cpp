@@ -276,18 +276,16 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
     throw UserError(std::string(weightTypeName(weights)) +
                     " weights are not generated for GPUs yet: use fp32 there");
   StoragePlan plan;
-  // An output that concatenates values the step computes: those that appear once in it may be
-  // stored straight into their columns (a CPU's kernels store through any row stride).
+  // An output that concatenates values the step computes: those that appear once in it are
+  // stored straight into their columns (a CPU's kernels store through any row stride); the
+  // loop below takes only step values that would otherwise get a buffer of their own.
   std::unordered_map<const ir::Value*, int64_t> outputParts;
   const ir::Instr* outputDef = cell.output->isArgument() ? nullptr : cell.output->def;
-  if (!target.isGpu() && outputDef && outputDef->op == ir::Op::Concat &&
-      std::any_of(cell.step.begin(), cell.step.end(),
-                  [&](const auto& instr) { return instr.get() == outputDef; })) {
+  if (!target.isGpu() && outputDef && outputDef->op == ir::Op::Concat) {
     int64_t column = 0;
     for (const ir::Value* part : outputDef->operands) {
-      const bool once =
-          std::count(outputDef->operands.begin(), outputDef->operands.end(), part) == 1;
-      if (once && !part->isArgument() && part->isBatched())
+      if (std::count(outputDef->operands.begin(), outputDef->operands.end(), part) == 1 &&
+          part->isBatched())
         outputParts[part] = column;
       column += columnsOf(part);
     }
