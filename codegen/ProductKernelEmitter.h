@@ -39,8 +39,17 @@ private:
   // Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights. The slices
   // are accumulated in passes of as many as the tile's accumulators allow for this many rows
   // (a panel for a full tile, all of them for one row); each pass is one walk over the depth.
+  // The next block's panel, which the tiles of this block bring into cache a line per depth
+  // step (emitProductKernel): its first weight, the first line this tile asks for, and the last
+  // line of the panel; no panel: no prefetch.
+  struct PanelPrefetch {
+    llvm::Value* panel = nullptr;
+    llvm::Value* firstLine = nullptr;
+    int64_t lastLine = 0;
+    int64_t lineElements = 0;
+  };
   Tile emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed, llvm::Value* blk,
-                llvm::Value* firstRow, int64_t rows);
+                llvm::Value* firstRow, int64_t rows, const PanelPrefetch& nextPanel);
 
   // Packed weights in another type than fp32 (codegen/WeightType.h): the element type in
   // memory, an fp32 weight narrowed to it (rounded to nearest even) when packing, and a vector

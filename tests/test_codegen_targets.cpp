@@ -55,3 +55,19 @@ TEST(CodegenTargets, Avx2TilesAreYmmFmas) {
 }
 
 } // namespace
+
+// Weights past L2 come from L3 or memory a block at a time: the tiles of each block ask for the
+// next block's panel (prefetcht1, a line per depth step) so that its first tile does not wait on
+// it; weights that L2 holds are not asked for again.
+TEST(CodegenTargets, TilesPrefetchTheNextPanelOnlyWhenWeightsOutgrowL2) {
+  for (const codegen::Target& target : {kAvx512, kAvx2}) {
+    auto big = optimisedLstm(512); // W_hh packed: 4 MB
+    codegen::StoragePlan bigPlan = codegen::planStorage(*big, target);
+    std::string assembly = codegen::generate(*big, bigPlan, target, codegen::Stage::Assembly);
+    EXPECT_GE(count(assembly, R"(prefetcht1\s)"), 1) << target.cpu;
+    auto small = optimisedLstm(64); // 64 KB
+    codegen::StoragePlan smallPlan = codegen::planStorage(*small, target);
+    assembly = codegen::generate(*small, smallPlan, target, codegen::Stage::Assembly);
+    EXPECT_EQ(count(assembly, R"(prefetcht1\s)"), 0) << target.cpu;
+  }
+}
