@@ -84,6 +84,24 @@ TEST_F(CompileCacheTest, DifferentSizesAreDifferentEntries) {
   EXPECT_EQ(entries().size(), 2u);
 }
 
+// compileAll compiles the distinct cells side by side (one cache entry each, identical cells
+// sharing one result) and gives each the code compile() would; a failure is rethrown.
+TEST_F(CompileCacheTest, CompileAllCompilesEachDistinctCellOnce) {
+  auto wider = frontend::loadCell("gru");
+  wider->bindSizes({{"input_size", 3}, {"hidden_size", 6}});
+  auto same = cell_->clone();
+  auto all = CompiledCell::compileAll({cell_.get(), wider.get(), same.get()}, options());
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(entries().size(), 2u);
+  EXPECT_EQ(all[0], all[2]);
+  EXPECT_NE(all[0], all[1]);
+  EXPECT_EQ(ir::columnsOf(all[1]->optimisedCell().output), 6);
+  EXPECT_EQ(runIt(*all[0]), runIt(*CompiledCell::compile(*cell_, options())));
+
+  auto unbound = frontend::loadCell("gru"); // sizes not bound: compile() refuses it
+  EXPECT_ANY_THROW(CompiledCell::compileAll({cell_.get(), unbound.get()}, options()));
+}
+
 TEST_F(CompileCacheTest, CorruptTruncatedAndStaleEntriesAreRecompiled) {
   auto reference = runIt(*CompiledCell::compile(*cell_, options()));
   ASSERT_EQ(entries().size(), 1u);

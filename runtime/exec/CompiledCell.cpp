@@ -3,15 +3,19 @@
 #include "codegen/Compiler.h"
 #include "codegen/RunArgs.h"
 #include "ir/Error.h"
+#include "ir/Printer.h"
 #include "runtime/exec/Kernels.h"
 #include "runtime/layers/PackedBatch.h"
 #include "runtime/threads/ThreadGovernor.h"
 #include "runtime/threads/ThreadTeam.h"
 
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <mutex>
 #include <numeric>
 #include <optional>
+#include <thread>
 #include <unordered_map>
 
 namespace rnnc {
@@ -77,6 +81,50 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
     memory.cells[key] = compiled;
   }
   return compiled;
+}
+
+std::vector<std::shared_ptr<CompiledCell>>
+CompiledCell::compileAll(const std::vector<const ir::Cell*>& cells, const CompileOptions& options) {
+  // Identical cells (the directions of a bidirectional layer, layers past the first) by their
+  // printed IR: sizes, names and every op are in it.
+  std::vector<size_t> firstOf(cells.size());
+  std::vector<size_t> distinct;
+  std::unordered_map<std::string, size_t> seen;
+  for (size_t i = 0; i < cells.size(); ++i) {
+    auto [it, inserted] = seen.emplace(ir::toString(*cells[i]), i);
+    firstOf[i] = it->second;
+    if (inserted)
+      distinct.push_back(i);
+  }
+  std::vector<std::shared_ptr<CompiledCell>> result(cells.size());
+  std::vector<std::exception_ptr> failures(cells.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t d; (d = next.fetch_add(1)) < distinct.size();) {
+      const size_t i = distinct[d];
+      try {
+        result[i] = compile(*cells[i], options);
+      } catch (...) {
+        failures[i] = std::current_exception();
+      }
+    }
+  };
+  const size_t workers =
+      options.log
+          ? 1
+          : std::min<size_t>(distinct.size(), std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> helpers;
+  for (size_t w = 1; w < workers; ++w)
+    helpers.emplace_back(work);
+  work();
+  for (std::thread& helper : helpers)
+    helper.join();
+  for (size_t i : distinct)
+    if (failures[i])
+      std::rethrow_exception(failures[i]);
+  for (size_t i = 0; i < cells.size(); ++i)
+    result[i] = result[firstOf[i]];
+  return result;
 }
 
 namespace {

@@ -59,6 +59,14 @@ public:
   // `cell` must have all its sizes bound. Runs the pass pipeline on a copy, then LLVM.
   static std::shared_ptr<CompiledCell> compile(const ir::Cell& cell,
                                                const CompileOptions& options = {});
+  // compile() for each of `cells`, in order, the distinct ones side by side on up to a thread per
+  // core (each compile is one LLVM context and target machine: nothing shared but the caches):
+  // the kernels of a layer (its directions, a training forward and its backward) and of a stack
+  // arrive together. Identical cells share one result. One at a time where options.log is set,
+  // so that what the passes print keeps its order. The first failure (in `cells` order) is
+  // rethrown once every compile has finished.
+  static std::vector<std::shared_ptr<CompiledCell>>
+  compileAll(const std::vector<const ir::Cell*>& cells, const CompileOptions& options = {});
 
   // Scratch memory for run(); reusing one across calls makes a run allocate nothing. One per
   // thread: run() writes into it.

@@ -146,21 +146,36 @@ GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOp
   auto program = std::shared_ptr<GradientProgram>(new GradientProgram);
   program->options_ = options;
   program->program_ = std::move(layers);
+  std::vector<std::shared_ptr<Slot>> slots;
   for (const LayerProgram::Slot& slot : program->program_->slots()) {
     auto s = std::make_shared<Slot>();
     s->backward = passes::deriveBackward(*slot.bound, forwardValues);
     s->forward = passes::trainingForward(*slot.bound, s->backward);
-    if (options.engine == Engine::Jit) {
-      s->forwardCode = CompiledCell::compile(*s->forward, options.compile);
-      s->forwardPrepared = s->forwardCode->prepare(slot.params, options.threads);
-      s->backwardCode = CompiledCell::compile(*s->backward.cell, options.compile);
-      s->backwardPrepared = s->backwardCode->prepare(slot.params, options.threads);
-    } else {
+    if (options.engine != Engine::Jit) {
       s->forwardInterpreter = std::make_shared<Interpreter>(*s->forward, slot.params);
       s->backwardInterpreter = std::make_shared<Interpreter>(*s->backward.cell, slot.params);
     }
-    program->slots_.push_back(std::move(s));
+    slots.push_back(std::move(s));
   }
+  if (options.engine == Engine::Jit) {
+    // Every slot's training forward and backward, compiled side by side.
+    std::vector<const ir::Cell*> cells;
+    for (const auto& s : slots) {
+      cells.push_back(s->forward.get());
+      cells.push_back(s->backward.cell.get());
+    }
+    std::vector<std::shared_ptr<CompiledCell>> code =
+        CompiledCell::compileAll(cells, options.compile);
+    const std::vector<LayerProgram::Slot>& layerSlots = program->program_->slots();
+    for (size_t i = 0; i < slots.size(); ++i) {
+      Slot& s = *slots[i];
+      s.forwardCode = code[2 * i];
+      s.forwardPrepared = s.forwardCode->prepare(layerSlots[i].params, options.threads);
+      s.backwardCode = code[2 * i + 1];
+      s.backwardPrepared = s.backwardCode->prepare(layerSlots[i].params, options.threads);
+    }
+  }
+  program->slots_.assign(slots.begin(), slots.end());
   return program;
 }
 

@@ -119,7 +119,8 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
         givenStates[name] = tensor;
   }
 
-  int64_t previousOutput = 0; // features of the previous layer's output
+  int64_t previousOutput = 0;   // features of the previous layer's output
+  std::vector<size_t> jitSlots; // compiled together once every slot's sizes are known
   for (int layer = 0; layer < layout.numLayers; ++layer) {
     int64_t layerOutput = 0;
     for (int direction = 0; direction < program->directions_; ++direction) {
@@ -163,7 +164,7 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
         gpu.log = options.compile.log;
         slot.gpu = GpuCell::compile(*slot.bound, gpu);
       } else if (options.engine == Engine::Jit && !trainingDropout) {
-        slot.compiled = CompiledCell::compile(*slot.bound, options.compile);
+        jitSlots.push_back(program->slots_.size());
       }
       layerOutput += ir::columnsOf(slot.bound->output);
       if (layer == 0 && direction == 0)
@@ -172,6 +173,13 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
     }
     previousOutput = layerOutput;
   }
+  std::vector<const ir::Cell*> jitCells;
+  for (size_t i : jitSlots)
+    jitCells.push_back(program->slots_[i].bound.get());
+  std::vector<std::shared_ptr<CompiledCell>> compiled =
+      CompiledCell::compileAll(jitCells, options.compile);
+  for (size_t j = 0; j < jitSlots.size(); ++j)
+    program->slots_[jitSlots[j]].compiled = std::move(compiled[j]);
   // The parameter-only work once, now that the slots (and their parameters) are in place.
   program->threads_ = options.threads;
   for (Slot& slot : program->slots_)
