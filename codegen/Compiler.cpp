@@ -1,11 +1,14 @@
 #include "codegen/Compiler.h"
 
 #include "codegen/CellEmitter.h"
+#include "codegen/CompilerLibrary.h"
 #include "codegen/GemmTile.h"
 #include "codegen/GpuEmitter.h"
 #include "codegen/LLVMError.h"
 #include "codegen/LLVMHeaders.h"
+#include "codegen/LLVMHostTarget.h"
 #include "codegen/RunArgs.h"
+#include "codegen/SourceDigest.h"
 #include "ir/Error.h"
 
 #include <chrono>
@@ -166,15 +169,10 @@ std::string finish(std::unique_ptr<llvm::Module> module, const Target& target, S
   return finish(std::move(module), target, stage, ignored);
 }
 
-} // namespace
+// The library's implementations of codegen/Compiler.h (CompilerLibrary.h's table).
 
-std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
-                     Stage stage) {
-  return generate(cell, plan, target, stage, nullptr);
-}
-
-std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
-                     Stage stage, CodegenTimes* times) {
+std::string generateCell(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
+                         Stage stage, CodegenTimes* times) {
   initialiseLLVM();
   CodegenTimes local;
   CodegenTimes& t = times ? *times : local;
@@ -185,8 +183,8 @@ std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target
   return finish(std::move(module), target, stage, t);
 }
 
-std::string generateGpu(const ir::Cell& cell, const StoragePlan& plan, const Target& gpu,
-                        Stage stage) {
+std::string generateGpuCell(const ir::Cell& cell, const StoragePlan& plan, const Target& gpu,
+                            Stage stage) {
   RNNC_INTERNAL_CHECK(gpu.isGpu(), "generateGpu for a CPU target");
   if (stage == Stage::Object)
     throw InternalError("a GPU's code is PTX (Stage::Assembly), loaded by the CUDA driver");
@@ -195,21 +193,33 @@ std::string generateGpu(const ir::Cell& cell, const StoragePlan& plan, const Tar
   return finish(emitGpuCell(context, cell, plan, planGpuRegions(cell, plan), gpu), gpu, stage);
 }
 
-std::string generateGpuEmulation(const ir::Cell& cell, const StoragePlan& plan, Stage stage) {
+std::string generateGpuEmulationCell(const ir::Cell& cell, const StoragePlan& plan, Stage stage) {
   initialiseLLVM();
   // The host's instruction set, with the GPU's scalar lanes: the same code as the kernels'.
-  Target host = hostTarget();
+  static const HostTarget cpu = llvmHostTarget();
+  Target host = withHostCaches(targetFor(cpu));
   host.vectorWidth = 1;
   host.interleavedVectors = 1;
   llvm::LLVMContext context;
   return finish(emitGpuCell(context, cell, plan, planGpuRegions(cell, plan), host), host, stage);
 }
 
-std::string generateGemmTile(const Target& target, Stage stage) {
+std::string generateGemmTileObject(const Target& target, Stage stage) {
   RNNC_INTERNAL_CHECK(!target.isGpu(), "the runtime GEMM runs on the CPU");
   initialiseLLVM();
   llvm::LLVMContext context;
   return finish(emitGemmTile(context, target), target, stage);
 }
 
+} // namespace
+
 } // namespace rnnc::codegen
+
+extern "C" __attribute__((visibility("default"))) const rnnc::codegen::CompilerApi*
+rnnc_compiler_api() {
+  using namespace rnnc::codegen;
+  static const CompilerApi api{kCompilerAbi,    sourceDigest(),           generateCell,
+                               generateGpuCell, generateGpuEmulationCell, generateGemmTileObject,
+                               llvmHostTarget,  llvmNamedX86Target};
+  return &api;
+}

@@ -3,6 +3,8 @@
 #include "codegen/HostTarget.h"
 #include "ir/Error.h"
 
+#include <algorithm>
+
 #include <unistd.h>
 
 namespace rnnc::codegen {
@@ -24,7 +26,9 @@ bool Target::has(const std::string& feature) const {
   return false;
 }
 
-namespace {
+bool HostTarget::has(const std::string& feature) const {
+  return std::binary_search(features.begin(), features.end(), feature);
+}
 
 Target targetFor(const HostTarget& host) {
   Target target;
@@ -37,22 +41,11 @@ Target targetFor(const HostTarget& host) {
   return target;
 }
 
-// `target` with this machine's cache sizes, where the OS gives them.
 Target withHostCaches(Target target) {
   static const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE); // CPUID too, once
   if (l2 >= 128 * 1024) // 0 or -1 where the OS does not say; a smaller figure is not an L2
     target.l2Bytes = l2;
   return target;
-}
-
-} // namespace
-
-Target hostTarget() {
-  return withHostCaches(targetFor(detectHostTarget()));
-}
-
-Target namedCpuTarget(const std::string& cpu) {
-  return targetFor(namedX86Target(cpu));
 }
 
 Target gpuTarget(const std::string& sm) {
@@ -68,21 +61,6 @@ Target gpuTarget(const std::string& sm) {
   target.vectorRegisters = 255; // per thread; not a tile budget on a GPU
   target.interleavedVectors = 1;
   return target;
-}
-
-Target runnableTarget(const std::string& cpu) {
-  HostTarget here = detectHostTarget();
-  if (cpu.empty())
-    return withHostCaches(targetFor(here));
-  HostTarget named = namedX86Target(cpu);
-  for (const std::string& feature : named.features) {
-    bool vector = feature.rfind("avx", 0) == 0 || feature.rfind("amx", 0) == 0 ||
-                  feature == "fma" || feature == "f16c";
-    if (vector && !here.has(feature))
-      throw UserError("cannot run code for CPU '" + cpu + "' here: this CPU (" + here.cpu +
-                      ") lacks " + feature);
-  }
-  return withHostCaches(targetFor(named));
 }
 
 } // namespace rnnc::codegen

@@ -8,6 +8,8 @@
 
 namespace rnnc::codegen {
 
+struct HostTarget;
+
 struct Target {
   std::string triple;
   std::string cpu;
@@ -36,6 +38,11 @@ struct Target {
 // sm_90 (Hopper); UserError for another. Each GPU thread computes scalars (one lane per thread
 // where a CPU has a vector), so the vector width is 1.
 Target gpuTarget(const std::string& sm);
+
+// A target from LLVM's view of a CPU (HostTarget.h): AVX-512 gives 16-float vectors, AVX 8,
+// else 4; and `target` with this machine's cache sizes, where the OS gives them.
+Target targetFor(const HostTarget& cpu);
+Target withHostCaches(Target target);
 
 // The machine we run on, as LLVM sees it: AVX-512 gives 16-float vectors, AVX 8, else 4.
 Target hostTarget();

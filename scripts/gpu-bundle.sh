@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Packs what runs rnnc's GPU checks on a machine that has an NVIDIA driver and PyTorch but not
-# this project's toolchain (no LLVM 19): the built rnnc and rnnc_tests, and every shared library
-# they load beyond the C and C++ runtimes (libLLVM and what it needs), xz-compressed.
+# this project's toolchain (no LLVM 19): the built rnnc and rnnc_tests, the compiler library they
+# load (codegen/CompilerLibrary.h), and every shared library these load beyond the C and C++
+# runtimes (libLLVM and what it needs), xz-compressed.
 #
 #   scripts/gpu-bundle.sh [BUILD] [DIR]       # defaults: build, .gpu (ignore it in .git/info/exclude)
 #
@@ -20,8 +21,9 @@ mkdir -p "$dir/bin" "$dir/build/tools" "$dir/build/tests" "$dir/stage"
 for binary in tools/rnnc tests/rnnc_tests; do
   strip -o "$dir/bin/$(basename $binary)" "$build/$binary"
 done
+strip -o "$dir/stage/librnnc_compiler.so" "$build/codegen/librnnc_compiler.so"
 # Every library ldd resolves, less glibc's, libstdc++ and libgcc (the other machine's are newer).
-ldd "$dir/bin/rnnc" "$dir/bin/rnnc_tests" | awk '/=> \// {print $3}' | sort -u |
+ldd "$dir/bin/rnnc" "$dir/bin/rnnc_tests" "$dir/stage/librnnc_compiler.so" | awk '/=> \// {print $3}' | sort -u |
   grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s)\.so' |
   while read -r library; do
     cp -L "$library" "$dir/stage/$(basename "$library")"
@@ -41,6 +43,7 @@ fi
 if [ ! -e "$source_dir" ]; then
   mkdir -p "\$(dirname "$source_dir")" 2>/dev/null && ln -s "\$(dirname "\$bundle")" "$source_dir" 2>/dev/null || true
 fi
+export RNNC_COMPILER_LIBRARY="\$bundle/lib/librnnc_compiler.so"
 LD_LIBRARY_PATH="\$bundle/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$bundle/bin/$binary" "\$@"
 EOF
   chmod +x "$dir/build/$where/$binary"

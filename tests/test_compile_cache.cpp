@@ -45,7 +45,8 @@ protected:
     std::vector<std::filesystem::path> found;
     if (std::filesystem::exists(directory_))
       for (const auto& e : std::filesystem::directory_iterator(directory_))
-        if (e.path().filename() != "stats") // the hit counts (rnnc cache stats)
+        // Not the hit counts (rnnc cache stats) nor the host's target (TargetMemo.h).
+        if (e.path().filename() != "stats" && e.path().extension() != ".target")
           found.push_back(e.path());
     return found;
   }

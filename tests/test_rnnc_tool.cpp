@@ -245,7 +245,8 @@ TEST_F(ToolTest, ConcurrentProcessesShareOneCache) {
   }
   int entries = 0;
   for (const auto& e : fs::directory_iterator(cache)) {
-    if (e.path().filename() == "stats") // the hit counts (rnnc cache stats)
+    // The hit counts (rnnc cache stats) and the host's target (runtime/exec/TargetMemo.h).
+    if (e.path().filename() == "stats" || e.path().extension() == ".target")
       continue;
     EXPECT_EQ(e.path().extension(), ".o") << e.path() << " left behind";
     ++entries;
@@ -254,6 +255,47 @@ TEST_F(ToolTest, ConcurrentProcessesShareOneCache) {
   ToolResult again = run({"run", "--cell", "lstm", "--weights", fixtureDir + "weights.safetensors",
                           "--input", fixtureDir + "input.npy", "--output", "again.npy"});
   EXPECT_EQ(again.exitCode, 0) << again;
+}
+
+// A process whose kernels and target are in the disk cache loads neither the compiler library
+// nor LLVM (codegen/CompilerLibrary.h): with RNNC_COMPILER_LIBRARY pointing nowhere, `rnnc run`
+// and `rnnc version` give what they gave with it once the cache is warm; with a cold cache the
+// run fails, naming the library and where it was looked for.
+TEST_F(ToolTest, AWarmCacheNeedsNoCompilerLibrary) {
+  const std::string fixtureDir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/lstm_small/";
+  auto runArgs = [&](const std::string& output) {
+    return std::vector<std::string>{"run",
+                                    "--cell",
+                                    "lstm",
+                                    "--weights",
+                                    fixtureDir + "weights.safetensors",
+                                    "--input",
+                                    fixtureDir + "input.npy",
+                                    "--output",
+                                    output};
+  };
+  const std::string warm = "export RNNC_CACHE_DIR='" + path("cache") + "'; ";
+  const std::string nowhere = "export RNNC_COMPILER_LIBRARY=/nonexistent/librnnc_compiler.so; ";
+  ToolResult filled = run(runArgs("with.npy"), warm);
+  ASSERT_EQ(filled.exitCode, 0) << filled;
+  ToolResult version = run({"version"}, warm);
+  ASSERT_EQ(version.exitCode, 0) << version;
+
+  ToolResult without = run(runArgs("without.npy"), warm + nowhere);
+  EXPECT_EQ(without.exitCode, 0) << without;
+  EXPECT_EQ(readFileBytes(path("without.npy")), readFileBytes(path("with.npy")));
+  ToolResult versionWithout = run({"version"}, warm + nowhere);
+  EXPECT_EQ(versionWithout.exitCode, 0) << versionWithout;
+  EXPECT_EQ(versionWithout.out, version.out);
+
+#ifdef RNNC_COMPILER_SHARED
+  ToolResult cold =
+      run(runArgs("cold.npy"), "export RNNC_CACHE_DIR='" + path("cold-cache") + "'; " + nowhere);
+  EXPECT_NE(cold.exitCode, 0) << cold;
+  EXPECT_THAT(cold.err, HasSubstr("librnnc_compiler")) << cold;
+  EXPECT_THAT(cold.err, HasSubstr("/nonexistent/librnnc_compiler.so")) << cold;
+  EXPECT_THAT(cold.err, HasSubstr("RNNC_COMPILER_LIBRARY")) << cold;
+#endif
 }
 
 TEST_F(ToolTest, HelpListsTheSubcommands) {
@@ -463,9 +505,19 @@ TEST_F(ToolTest, CacheLsStatsClear) {
     }
   ls = run({"cache", "ls"}, env);
   EXPECT_THAT(ls.out, HasSubstr("corrupt")) << ls;
+  // The host's target, remembered beside the code (runtime/exec/TargetMemo.h): not an entry
+  // of ls or stats, but cleared with them.
+  auto targetFiles = [&] {
+    int files = 0;
+    for (const auto& e : fs::directory_iterator(dir_ / "cache"))
+      files += e.path().extension() == ".target";
+    return files;
+  };
+  EXPECT_EQ(targetFiles(), 1);
   ToolResult clear = run({"cache", "clear"}, env);
   ASSERT_EQ(clear.exitCode, 0) << clear;
   EXPECT_THAT(clear.out, HasSubstr("removed 1 entries")) << clear;
+  EXPECT_EQ(targetFiles(), 0);
   stats = run({"cache", "stats"}, env);
   EXPECT_THAT(stats.out, HasSubstr("entries:   0\n")) << stats;
   EXPECT_THAT(stats.out, HasSubstr("0 hits, 0 misses")) << stats;

@@ -12,6 +12,7 @@
 #include "ir/Verifier.h"
 #include "runtime/exec/CompiledCell.h"
 #include "runtime/exec/Interpreter.h"
+#include "runtime/exec/TargetMemo.h"
 #include "runtime/gpu/CudaDriver.h"
 #include "runtime/gpu/GpuCell.h"
 #include "runtime/layers/Gradients.h"
@@ -197,7 +198,7 @@ int bench(const BenchOptions& o) {
   if (o.threads < 0)
     throw UserError("--threads must be 0 (automatic) or positive");
   // Checked before any work: an unknown CPU, or one whose code this host cannot run.
-  const codegen::Target target = codegen::runnableTarget(o.targetCpu);
+  const codegen::Target target = runnableTarget(o.targetCpu, CacheOptions::fromEnvironment());
   const codegen::WeightType reduced = codegen::parseWeightType(o.weightsDtype);
   if (reduced != codegen::WeightType::F32 && o.backward)
     throw UserError("--weights-dtype times inference: training runs in fp32");

@@ -105,6 +105,8 @@ void warnOnce(const std::string& directory, const std::string& why) {
                  directory.c_str(), why.c_str());
 }
 
+constexpr const char* kTargetSuffix = ".target";
+
 bool isEntryName(const fs::path& path) {
   return path.extension() == ".o" && path.stem().string().size() == 2 * kDigestBytes;
 }
@@ -186,8 +188,11 @@ int64_t maxCacheBytes() {
   return environmentLimit("RNNC_CACHE_MAX_BYTES", int64_t{1} << 30, "a byte count");
 }
 
-DiskCache::DiskCache(std::string directory)
-    : directory_(directory.empty() ? defaultCacheDirectory() : std::move(directory)) {
+DiskCache::DiskCache(std::string directory) : DiskCache(std::move(directory), Holds::Code) {}
+
+DiskCache::DiskCache(std::string directory, Holds holds)
+    : directory_(directory.empty() ? defaultCacheDirectory() : std::move(directory)),
+      holds_(holds) {
   std::string why = preparePrivateDirectory(directory_);
   usable_ = why.empty();
   if (!usable_)
@@ -195,7 +200,7 @@ DiskCache::DiskCache(std::string directory)
 }
 
 std::string DiskCache::pathFor(const std::string& key) const {
-  return directory_ + "/" + digest(key) + ".o";
+  return directory_ + "/" + digest(key) + (holds_ == Holds::Code ? ".o" : kTargetSuffix);
 }
 
 void DiskCache::remove(const std::string& key) const {
@@ -207,7 +212,8 @@ std::optional<std::string> DiskCache::load(const std::string& key) const {
   if (!usable_)
     return std::nullopt;
   std::optional<std::string> object = loadVerified(key);
-  count(object.has_value());
+  if (holds_ == Holds::Code)
+    count(object.has_value());
   return object;
 }
 
@@ -384,11 +390,13 @@ int64_t DiskCache::clear() const {
   std::vector<fs::path> doomed;
   for (fs::directory_iterator it(directory_, ec), endIt; !ec && it != endIt; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (isEntryName(it->path()) || name.find(".o.tmp.") != std::string::npos || name == kStatsFile)
+    if (isEntryName(it->path()) || it->path().extension() == kTargetSuffix ||
+        name.find(".o.tmp.") != std::string::npos ||
+        name.find(std::string(kTargetSuffix) + ".tmp.") != std::string::npos || name == kStatsFile)
       doomed.push_back(it->path());
   }
   for (const fs::path& path : doomed)
-    if (fs::remove(path, ec) && path.filename() != kStatsFile)
+    if (fs::remove(path, ec) && isEntryName(path)) // the code entries, as ls counts them
       ++removed;
   return removed;
 }

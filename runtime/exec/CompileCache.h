@@ -54,6 +54,11 @@ public:
   // Empty `directory`: defaultCacheDirectory(). A directory that cannot be used privately
   // makes a cache that misses and stores nothing (and says so once on stderr).
   explicit DiskCache(std::string directory);
+  // What the entries hold: compiled code (`<digest>.o`, what ls, stats and the size limit count,
+  // and what hits and misses are counted for) or the targets LLVM gave for this machine
+  // (`<digest>.target`: runtime/exec/TargetMemo.h; clear() deletes them too).
+  enum class Holds { Code, Targets };
+  DiskCache(std::string directory, Holds holds);
 
   bool usable() const { return usable_; }
   // The object stored under exactly `key`, or nullopt when absent or refused (and deleted).
@@ -77,7 +82,7 @@ public:
     std::string summary; // the cell and target its key names, or why it is not a valid entry
   };
   std::vector<EntryInfo> entries() const;
-  int64_t clear() const;
+  int64_t clear() const; // everything; returns how many code entries went
   struct Counts {
     int64_t hits = 0, misses = 0;
   };
@@ -89,6 +94,7 @@ private:
   std::optional<std::string> loadVerified(const std::string& key) const;
   std::string directory_;
   bool usable_ = false;
+  Holds holds_ = Holds::Code;
 };
 
 } // namespace rnnc

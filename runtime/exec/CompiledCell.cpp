@@ -1,4 +1,5 @@
 #include "runtime/exec/CompiledCell.h"
+#include "runtime/exec/TargetMemo.h"
 
 #include "codegen/Compiler.h"
 #include "codegen/RunArgs.h"
@@ -48,7 +49,7 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
   auto start = std::chrono::steady_clock::now();
   auto compiled = std::make_shared<CompiledCell>();
   CellBuild build = planCell(optimiseCell(cell, options.pipeline, options.log),
-                             codegen::runnableTarget(options.targetCpu), options.weights);
+                             runnableTarget(options.targetCpu, options.cache), options.weights);
   compiled->cell_ = build.cell;
   compiled->plan_ = build.plan;
   compiled->sequenceBufferBytes_ = options.sequenceBufferBytes;

@@ -1,4 +1,5 @@
 #include "runtime/exec/Gemm.h"
+#include "runtime/exec/TargetMemo.h"
 
 #include "codegen/Compiler.h"
 #include "codegen/GemmTile.h"
@@ -27,7 +28,7 @@ struct Tile {
 };
 
 Tile compileTile() {
-  const codegen::Target target = codegen::hostTarget();
+  const codegen::Target target = runnableTarget("", CacheOptions::fromEnvironment());
   Tile tile;
   tile.shape = codegen::gemmTileShape(target);
   // 512 depths per block, at any vector width: a strip of B of 32 KB at AVX2's 16 columns, 64 KB

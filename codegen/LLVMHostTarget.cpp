@@ -1,4 +1,4 @@
-#include "codegen/HostTarget.h"
+#include "codegen/LLVMHostTarget.h"
 
 #include "codegen/LLVMHeaders.h"
 #include "ir/Error.h"
@@ -7,13 +7,7 @@
 
 namespace rnnc::codegen {
 
-bool HostTarget::has(const std::string& feature) const {
-  return std::binary_search(features.begin(), features.end(), feature);
-}
-
-namespace {
-
-HostTarget detectOnce() {
+HostTarget llvmHostTarget() {
   HostTarget target;
   target.triple = llvm::sys::getProcessTriple();
   target.cpu = llvm::sys::getHostCPUName().str();
@@ -24,17 +18,7 @@ HostTarget detectOnce() {
   return target;
 }
 
-} // namespace
-
-// Once per process: the CPU does not change under it, and each CPUID instruction LLVM's
-// detection runs traps to the hypervisor in a virtual machine (0.12-0.15 ms a compile, a quarter
-// of a cache hit's time there).
-HostTarget detectHostTarget() {
-  static const HostTarget host = detectOnce();
-  return host;
-}
-
-HostTarget namedX86Target(const std::string& cpu) {
+HostTarget llvmNamedX86Target(const std::string& cpu) {
   if (llvm::X86::parseArchX86(cpu, /*Only64Bit=*/true) == llvm::X86::CK_None) {
     llvm::SmallVector<llvm::StringRef, 64> known;
     llvm::X86::fillValidCPUArchList(known, /*Only64Bit=*/true);
@@ -61,10 +45,6 @@ HostTarget namedX86Target(const std::string& cpu) {
       target.features.push_back(entry.getKey().str());
   std::sort(target.features.begin(), target.features.end());
   return target;
-}
-
-std::string llvmVersion() {
-  return LLVM_VERSION_STRING;
 }
 
 } // namespace rnnc::codegen

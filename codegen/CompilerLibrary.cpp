@@ -1,0 +1,135 @@
+#include "codegen/CompilerLibrary.h"
+
+#include "codegen/SourceDigest.h"
+#include "ir/Error.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <dlfcn.h>
+
+namespace rnnc::codegen {
+namespace {
+
+std::atomic<const CompilerApi*> loadedApi{nullptr};
+
+#ifdef RNNC_COMPILER_LINKED
+
+const CompilerApi& load() {
+  return *rnnc_compiler_api();
+}
+
+#else
+
+// The directory of the module (executable or shared object) this code was linked into.
+std::string ownDirectory() {
+  Dl_info info{};
+  if (!dladdr(reinterpret_cast<void*>(&ownDirectory), &info) || !info.dli_fname)
+    return {};
+  std::string path = info.dli_fname;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+}
+
+std::vector<std::string> candidates() {
+  std::vector<std::string> paths;
+  if (const char* given = std::getenv("RNNC_COMPILER_LIBRARY"); given && *given) {
+    paths.push_back(given); // explicit: nothing else is tried
+    return paths;
+  }
+  if (std::string own = ownDirectory(); !own.empty())
+    paths.push_back(own + "/" RNNC_COMPILER_FILE_NAME);
+  paths.push_back(RNNC_COMPILER_BUILD_PATH);
+  paths.push_back(RNNC_COMPILER_INSTALL_PATH);
+  return paths;
+}
+
+const CompilerApi& load() {
+  std::string tried;
+  for (const std::string& path : candidates()) {
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      const char* why = dlerror();
+      tried += "\n  " + path + ": " + (why ? why : "not loadable");
+      continue;
+    }
+    auto entry = reinterpret_cast<const CompilerApi* (*)()>(dlsym(handle, kCompilerApiSymbol));
+    const CompilerApi* api = entry ? entry() : nullptr;
+    if (!api || api->abi != kCompilerAbi || std::strcmp(api->sourceDigest, sourceDigest()) != 0) {
+      tried += "\n  " + path + ": from another build of rnnc";
+      dlclose(handle);
+      continue;
+    }
+    return *api; // stays loaded for the process's lifetime
+  }
+  throw UserError("cannot load rnnc's compiler library (" RNNC_COMPILER_FILE_NAME
+                  "), needed to generate code; tried:" +
+                  tried + "\nset RNNC_COMPILER_LIBRARY to its path");
+}
+
+#endif
+
+} // namespace
+
+const CompilerApi& compilerLibrary() {
+  if (const CompilerApi* api = loadedApi.load(std::memory_order_acquire))
+    return *api;
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (const CompilerApi* api = loadedApi.load(std::memory_order_acquire))
+    return *api;
+  const CompilerApi& api = load();
+  loadedApi.store(&api, std::memory_order_release);
+  return api;
+}
+
+bool compilerLibraryLoaded() {
+  return loadedApi.load(std::memory_order_acquire) != nullptr;
+}
+
+// codegen/Compiler.h and HostTarget.h, through the library.
+
+std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
+                     Stage stage) {
+  return compilerLibrary().generate(cell, plan, target, stage, nullptr);
+}
+
+std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
+                     Stage stage, CodegenTimes* times) {
+  return compilerLibrary().generate(cell, plan, target, stage, times);
+}
+
+std::string generateGpu(const ir::Cell& cell, const StoragePlan& plan, const Target& gpu,
+                        Stage stage) {
+  return compilerLibrary().generateGpu(cell, plan, gpu, stage);
+}
+
+std::string generateGpuEmulation(const ir::Cell& cell, const StoragePlan& plan, Stage stage) {
+  return compilerLibrary().generateGpuEmulation(cell, plan, stage);
+}
+
+std::string generateGemmTile(const Target& target, Stage stage) {
+  return compilerLibrary().generateGemmTile(target, stage);
+}
+
+// Once per process: the CPU does not change under it, and each CPUID instruction LLVM's
+// detection runs traps to the hypervisor in a virtual machine (0.12-0.15 ms a compile, a quarter
+// of a cache hit's time there).
+HostTarget detectHostTarget() {
+  static const HostTarget host = compilerLibrary().detectHostTarget();
+  return host;
+}
+
+HostTarget namedX86Target(const std::string& cpu) {
+  return compilerLibrary().namedX86Target(cpu);
+}
+
+std::string llvmVersion() {
+  return RNNC_LLVM_VERSION;
+}
+
+} // namespace rnnc::codegen

@@ -1,0 +1,111 @@
+#include "runtime/exec/TargetMemo.h"
+
+#include "codegen/HostTarget.h"
+#include "codegen/SourceDigest.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+
+#include <cpuid.h>
+
+namespace rnnc {
+
+std::string cpuSignature() {
+  std::string text;
+  auto leaf = [&](unsigned number, unsigned sub, unsigned keepB = ~0u) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(number, sub, &a, &b, &c, &d))
+      return std::array<unsigned, 4>{0, 0, 0, 0};
+    text += fmt::format("{:x}.{:x}:{:x},{:x},{:x},{:x};", number, sub, a, b & keepB, c, d);
+    return std::array<unsigned, 4>{a, b, c, d};
+  };
+  leaf(0, 0);                              // vendor, highest leaf
+  const auto basic = leaf(1, 0, 0xffffff); // family, model, stepping, features; no APIC ID
+  for (unsigned sub : {0u, 1u})
+    leaf(7, sub); // AVX2, AVX-512, AMX, AVX-VNNI...
+  leaf(0xd, 1);   // XSAVE features
+  leaf(0x14, 0);
+  leaf(0x19, 0);
+  leaf(0x24, 0); // AVX10
+  for (unsigned number :
+       {0x80000000u, 0x80000001u, 0x80000002u, 0x80000003u, 0x80000004u, 0x80000008u})
+    leaf(number, 0);
+  if (basic[2] & (1u << 27)) { // OSXSAVE: which register states the OS saves (AVX, AVX-512)
+    unsigned low = 0, high = 0;
+    __asm__ volatile("xgetbv" : "=a"(low), "=d"(high) : "c"(0));
+    text += fmt::format("xcr0:{:x},{:x}", low, high);
+  }
+  return text;
+}
+
+std::string targetText(const codegen::Target& target) {
+  return fmt::format("triple {}\ncpu {}\nfeatures {}\nvectorWidth {}\nvectorRegisters {}\n"
+                     "interleavedVectors {}\nl2Bytes {}\n",
+                     target.triple, target.cpu, target.features, target.vectorWidth,
+                     target.vectorRegisters, target.interleavedVectors, target.l2Bytes);
+}
+
+std::optional<codegen::Target> parseTargetText(const std::string& text) {
+  std::map<std::string, std::string> fields;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t space = line.find(' ');
+    if (space == std::string::npos)
+      return std::nullopt;
+    fields[line.substr(0, space)] = line.substr(space + 1);
+  }
+  codegen::Target target;
+  try {
+    target.triple = fields.at("triple");
+    target.cpu = fields.at("cpu");
+    target.features = fields.at("features");
+    target.vectorWidth = std::stoi(fields.at("vectorWidth"));
+    target.vectorRegisters = std::stoi(fields.at("vectorRegisters"));
+    target.interleavedVectors = std::stoi(fields.at("interleavedVectors"));
+    target.l2Bytes = std::stoll(fields.at("l2Bytes"));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (fields.size() != 7 || target.triple.empty() || target.cpu.empty() || target.vectorWidth < 1 ||
+      target.vectorRegisters < 1 || target.interleavedVectors < 1 || target.l2Bytes < 1)
+    return std::nullopt;
+  return target;
+}
+
+std::string targetMemoKey(const std::string& cpu) {
+  static const std::string signature = cpuSignature();
+  return "rnnc " RNNC_VERSION " codegen " + std::string(codegen::sourceDigest()) + "\nLLVM " +
+         codegen::llvmVersion() + "\nhost-target " + (cpu.empty() ? std::string("host") : cpu) +
+         "\ncpuid " + signature + "\n";
+}
+
+codegen::Target rememberedTarget(const std::string& cpu, const CacheOptions& cache) {
+  const std::string key = targetMemoKey(cpu);
+  std::optional<DiskCache> disk;
+  if (cache.disk)
+    disk.emplace(cache.directory, DiskCache::Holds::Targets);
+  if (disk)
+    if (std::optional<std::string> text = disk->load(key))
+      if (std::optional<codegen::Target> target = parseTargetText(*text))
+        return *target;
+  codegen::Target target = codegen::runnableTarget(cpu); // LLVM's answer
+  if (disk)
+    disk->store(key, targetText(target));
+  return target;
+}
+
+codegen::Target runnableTarget(const std::string& cpu, const CacheOptions& cache) {
+  static std::mutex mutex;
+  static std::map<std::string, codegen::Target> known; // this process's, by CPU name
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(cpu); it != known.end())
+    return it->second;
+  return known.emplace(cpu, rememberedTarget(cpu, cache)).first->second;
+}
+
+} // namespace rnnc
