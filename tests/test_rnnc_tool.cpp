@@ -288,6 +288,21 @@ TEST_F(ToolTest, AWarmCacheNeedsNoCompilerLibrary) {
   EXPECT_EQ(versionWithout.exitCode, 0) << versionWithout;
   EXPECT_EQ(versionWithout.out, version.out);
 
+  // What generates no code needs no compiler, whatever the cache holds: the IR stages and the
+  // interpreter.
+  const std::string coldNowhere = "export RNNC_CACHE_DIR='" + path("cold-cache") + "'; " + nowhere;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"dump", "lstm"},
+        std::vector<std::string>{"compile", "gru", "--emit=ir-opt"}}) {
+    ToolResult r = run(args, coldNowhere);
+    EXPECT_EQ(r.exitCode, 0) << r;
+    EXPECT_THAT(r.out, HasSubstr("cell @")) << r;
+  }
+  std::vector<std::string> interpret = runArgs("interpreted.npy");
+  interpret.push_back("--interpret");
+  ToolResult interpreted = run(interpret, coldNowhere);
+  EXPECT_EQ(interpreted.exitCode, 0) << interpreted;
+
 #ifdef RNNC_COMPILER_SHARED
   ToolResult cold =
       run(runArgs("cold.npy"), "export RNNC_CACHE_DIR='" + path("cold-cache") + "'; " + nowhere);

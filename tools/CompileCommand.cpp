@@ -8,12 +8,14 @@
 #include "passes/Autodiff.h"
 #include "passes/PassManager.h"
 #include "runtime/exec/CellBuild.h"
+#include "runtime/exec/TargetMemo.h"
 #include "tools/CommandLine.h"
 #include "tools/Commands.h"
 
 #include <fmt/format.h>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 namespace rnnc::tools {
 namespace {
@@ -32,9 +34,12 @@ struct CompileCommandOptions {
 };
 
 int compile(const CompileCommandOptions& o) {
-  // Checked first, so that a misspelt CPU is reported before any other work.
-  codegen::Target target =
-      o.targetCpu.empty() ? codegen::hostTarget() : codegen::namedCpuTarget(o.targetCpu);
+  // A named CPU is checked first, so that a misspelt one is reported before any other work; the
+  // host's target is looked up only for the stages that need it (runtime/exec/TargetMemo.h), so
+  // that the IR stages never load the compiler library.
+  std::optional<codegen::Target> named;
+  if (!o.targetCpu.empty())
+    named = codegen::namedCpuTarget(o.targetCpu);
   if (!o.targetCpu.empty() && (o.emit == "ir" || o.emit == "ir-opt"))
     throw UserError("--target-cpu applies to --emit=llvm, llvm-opt and asm; the IR does not "
                     "depend on the CPU");
@@ -100,7 +105,11 @@ int compile(const CompileCommandOptions& o) {
   codegen::Stage stage = o.emit == "llvm"       ? codegen::Stage::LLVM
                          : o.emit == "llvm-opt" ? codegen::Stage::OptimisedLLVM
                                                 : codegen::Stage::Assembly;
-  const CellBuild build = planCell(optimised, nvptx ? gpu : target, weights);
+  const CellBuild build = planCell(optimised,
+                                   nvptx   ? gpu
+                                   : named ? *named
+                                           : runnableTarget("", CacheOptions::fromEnvironment()),
+                                   weights);
   if (nvptx) {
     std::cout << build.generate(o.emit == "ptx" ? codegen::Stage::Assembly : stage);
     return 0;
