@@ -87,10 +87,6 @@ const CompilerApi& compilerLibrary() {
   return api;
 }
 
-bool compilerLibraryLoaded() {
-  return loadedApi.load(std::memory_order_acquire) != nullptr;
-}
-
 // codegen/Compiler.h and HostTarget.h, through the library.
 
 std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
@@ -130,6 +126,10 @@ HostTarget namedX86Target(const std::string& cpu) {
 
 std::string llvmVersion() {
   return RNNC_LLVM_VERSION;
+}
+
+std::string codeGeneratorVersion() {
+  return "rnnc " RNNC_VERSION " codegen " + std::string(sourceDigest()) + "\nLLVM " + llvmVersion();
 }
 
 } // namespace rnnc::codegen

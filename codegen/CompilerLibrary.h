@@ -38,8 +38,6 @@ struct CompilerApi {
 // The library's table, loaded on first use (thread-safe); UserError naming every place
 // tried, and why each failed, when none loads.
 const CompilerApi& compilerLibrary();
-// Whether this process has loaded it (or links it): for tests and `rnnc version`.
-bool compilerLibraryLoaded();
 
 } // namespace rnnc::codegen
 

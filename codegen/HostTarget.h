@@ -20,5 +20,7 @@ HostTarget detectHostTarget();
 // UserError, listing the names LLVM knows, for any other name.
 HostTarget namedX86Target(const std::string& cpu);
 std::string llvmVersion();
+// rnnc's version, the code generator's digest and LLVM's version: how every cache key begins.
+std::string codeGeneratorVersion();
 
 } // namespace rnnc::codegen

@@ -292,8 +292,8 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   llvm::Type* element = weightElementType(packed.weights);
   const int64_t lineElements = 64 / weightTypeBytes(packed.weights);
   const int64_t panelElements = packed.packedDepth() * slices * packed.width;
-  const int64_t passes = (slices + slicesPerPass(packed, tileRows, /*spare=*/1) - 1) /
-                         slicesPerPass(packed, tileRows, /*spare=*/1);
+  const int64_t fullTilePass = slicesPerPass(packed, tileRows, /*spare=*/1);
+  const int64_t passes = (slices + fullTilePass - 1) / fullTilePass;
   const bool pastL2 =
       panelElements * packed.blocks * weightTypeBytes(packed.weights) > e.target.l2Bytes;
   auto nextPanelPrefetch = [&](llvm::Value* blk, RowRange blocks, llvm::Value* backwards,

@@ -36,9 +36,6 @@ private:
   void prefetchRows(const std::vector<const ir::Value*>& operands, llvm::Value* firstRow,
                     llvm::Value* lastRow, llvm::Value* column, int64_t rows);
 
-  // Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights. The slices
-  // are accumulated in passes of as many as the tile's accumulators allow for this many rows
-  // (a panel for a full tile, all of them for one row); each pass is one walk over the depth.
   // The next block's panel, which the tiles of this block bring into cache a line per depth
   // step (emitProductKernel): its first weight, the first line this tile asks for, and the last
   // line of the panel; no panel: no prefetch.
@@ -48,6 +45,9 @@ private:
     int64_t lastLine = 0;
     int64_t lineElements = 0;
   };
+  // Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights. The slices
+  // are accumulated in passes of as many as the tile's accumulators allow for this many rows
+  // (a panel for a full tile, all of them for one row); each pass is one walk over the depth.
   Tile emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed, llvm::Value* blk,
                 llvm::Value* firstRow, int64_t rows, const PanelPrefetch& nextPanel);
 

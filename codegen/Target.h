@@ -44,7 +44,7 @@ Target gpuTarget(const std::string& sm);
 Target targetFor(const HostTarget& cpu);
 Target withHostCaches(Target target);
 
-// The machine we run on, as LLVM sees it: AVX-512 gives 16-float vectors, AVX 8, else 4.
+// The machine we run on, as LLVM sees it (targetFor its CPU, with its caches).
 Target hostTarget();
 // An x86-64 CPU by LLVM's name (`rnnc compile --target-cpu`); UserError for an unknown one.
 Target namedCpuTarget(const std::string& cpu);

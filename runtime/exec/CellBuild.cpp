@@ -2,7 +2,6 @@
 
 #include "codegen/HostTarget.h"
 #include "codegen/RunArgs.h"
-#include "codegen/SourceDigest.h"
 #include "ir/Error.h"
 #include "ir/Printer.h"
 
@@ -21,8 +20,7 @@ std::shared_ptr<ir::Cell> optimiseCell(const ir::Cell& cell, const passes::Pipel
 }
 
 std::string codeCacheKey(const codegen::Target& target, const std::string& code) {
-  return "rnnc " RNNC_VERSION " codegen " + std::string(codegen::sourceDigest()) + "\nLLVM " +
-         codegen::llvmVersion() + "\ntarget " + target.describe() + "\n" + code;
+  return codegen::codeGeneratorVersion() + "\ntarget " + target.describe() + "\n" + code;
 }
 
 LoadedCode loadOrGenerate(const CacheOptions& cache, const std::string& key,

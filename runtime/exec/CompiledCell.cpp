@@ -1,11 +1,11 @@
 #include "runtime/exec/CompiledCell.h"
-#include "runtime/exec/TargetMemo.h"
 
 #include "codegen/Compiler.h"
 #include "codegen/RunArgs.h"
 #include "ir/Error.h"
 #include "ir/Printer.h"
 #include "runtime/exec/Kernels.h"
+#include "runtime/exec/TargetMemo.h"
 #include "runtime/layers/PackedBatch.h"
 #include "runtime/threads/ThreadGovernor.h"
 #include "runtime/threads/ThreadTeam.h"

@@ -1,7 +1,6 @@
 #include "runtime/exec/TargetMemo.h"
 
 #include "codegen/HostTarget.h"
-#include "codegen/SourceDigest.h"
 
 #include <fmt/format.h>
 
@@ -79,9 +78,8 @@ std::optional<codegen::Target> parseTargetText(const std::string& text) {
 
 std::string targetMemoKey(const std::string& cpu) {
   static const std::string signature = cpuSignature();
-  return "rnnc " RNNC_VERSION " codegen " + std::string(codegen::sourceDigest()) + "\nLLVM " +
-         codegen::llvmVersion() + "\nhost-target " + (cpu.empty() ? std::string("host") : cpu) +
-         "\ncpuid " + signature + "\n";
+  return codegen::codeGeneratorVersion() + "\nhost-target " +
+         (cpu.empty() ? std::string("host") : cpu) + "\ncpuid " + signature + "\n";
 }
 
 codegen::Target rememberedTarget(const std::string& cpu, const CacheOptions& cache) {
