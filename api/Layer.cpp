@@ -40,10 +40,11 @@ int64_t TrainingRecord::workspaceBytes() const {
 
 namespace {
 
-std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const TensorMap& allWeights,
+// `allWeights` is the caller's to give away: the layers take its tensors rather than copy them.
+std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, TensorMap allWeights,
                                               const std::string& source) {
   TensorMap weights = spec.weightsPrefix.empty()
-                          ? allWeights
+                          ? std::move(allWeights)
                           : selectPrefixed(allWeights, spec.weightsPrefix, source);
   auto cell = frontend::loadCell(projectedCell(spec.cell, holdsProjection(weights)));
   LayerOptions options;
@@ -59,7 +60,7 @@ std::shared_ptr<const Layer::Impl> buildLayer(const LayerSpec& spec, const Tenso
   options.compile.weights = codegen::parseWeightType(spec.weightsDtype);
   options.sizes = {spec.sizes.begin(), spec.sizes.end()};
   auto impl = std::make_shared<Layer::Impl>();
-  impl->program = LayerProgram::build(*cell, weights, source, options);
+  impl->program = LayerProgram::build(*cell, std::move(weights), source, options);
   impl->batchFirst = spec.batchFirst;
   return impl;
 }
@@ -90,7 +91,7 @@ Layer Layer::fromWeights(const LayerSpec& spec,
                       std::to_string(w.values.size()) + " values");
     tensors[name] = Tensor(w.shape, w.values);
   }
-  return Layer(buildLayer(spec, tensors, "weights"));
+  return Layer(buildLayer(spec, std::move(tensors), "weights"));
 }
 
 int Layer::numLayers() const {

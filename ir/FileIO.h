@@ -2,9 +2,12 @@
 // tensor files, cache entries.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace rnnc {
@@ -14,6 +17,31 @@ namespace rnnc {
 // maxFileBytes(): a longer file, or one memory cannot hold, is an error naming the file.
 // `kind` names the file in messages ("cell file": "PATH: cannot open cell file: REASON").
 std::string readFileBytes(const std::string& path, const std::string& kind = "file");
+
+// The same file's bytes without copying them where it can be mapped (a regular file: the page
+// cache's pages, read-only), read as above otherwise (a pipe). For large inputs read once, such as
+// weight files. The file must not shrink while the view is in use (as with any mapped file).
+class FileBytes {
+public:
+  FileBytes() = default;
+  FileBytes(FileBytes&& other) noexcept
+      : mapping_(std::exchange(other.mapping_, nullptr)),
+        mappedBytes_(std::exchange(other.mappedBytes_, 0)), read_(std::move(other.read_)),
+        view_(std::exchange(other.view_, {})) {}
+  FileBytes& operator=(FileBytes&&) = delete;
+  FileBytes(const FileBytes&) = delete;
+  ~FileBytes();
+
+  std::string_view view() const { return view_; }
+
+private:
+  friend FileBytes mapFileBytes(const std::string& path, const std::string& kind);
+  void* mapping_ = nullptr;
+  size_t mappedBytes_ = 0;
+  std::unique_ptr<std::string> read_; // a pipe's bytes (a heap string: the view survives moves)
+  std::string_view view_;
+};
+FileBytes mapFileBytes(const std::string& path, const std::string& kind = "file");
 
 // 64 GiB, or the environment variable RNNC_MAX_FILE_BYTES.
 int64_t maxFileBytes();

@@ -136,7 +136,7 @@ public:
                                threads, targetCpu, fuse, weightsDtype, device);
     cell_ = std::move(args.cell);
     py::gil_scoped_release unlocked; // compiling takes a while; other Python threads go on
-    program_ = LayerProgram::build(*cell_, args.weights, "the state dict", args.options);
+    program_ = LayerProgram::build(*cell_, std::move(args.weights), "the state dict", args.options);
   }
 
   // (output, {state: final value}) for input [T, B, I] ([B, T, I] batch_first).

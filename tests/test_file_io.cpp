@@ -49,6 +49,30 @@ TEST_F(FileIOTest, ReadsARegularFileWhole) {
   EXPECT_EQ(readFileBytes((dir_ / "a.txt").string()), "hello");
 }
 
+// mapFileBytes views a regular file's pages and reads a pipe whole: the same bytes either way,
+// and the same errors as readFileBytes.
+TEST_F(FileIOTest, MappedBytesAreTheFilesForFilesAndPipes) {
+  std::string contents(3 * 4096 + 17, '\0');
+  for (size_t i = 0; i < contents.size(); ++i)
+    contents[i] = static_cast<char>(i * 7 + 3);
+  std::ofstream(dir_ / "a.bin", std::ios::binary) << contents;
+  std::ofstream(dir_ / "empty.bin", std::ios::binary);
+  FileBytes mapped = mapFileBytes((dir_ / "a.bin").string());
+  FileBytes moved = std::move(mapped); // the view survives a move
+  EXPECT_EQ(moved.view(), contents);
+  EXPECT_EQ(mapFileBytes((dir_ / "empty.bin").string()).view(), "");
+  const fs::path fifo = dir_ / "pipe";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << contents; });
+  FileBytes piped = mapFileBytes(fifo.string());
+  writer.join();
+  FileBytes pipedMoved = std::move(piped);
+  EXPECT_EQ(pipedMoved.view(), contents);
+  EXPECT_THROW(mapFileBytes("/dev/zero"), UserError);
+  EXPECT_THROW(mapFileBytes(dir_.string()), UserError);
+  EXPECT_THROW(mapFileBytes((dir_ / "absent").string()), UserError);
+}
+
 TEST_F(FileIOTest, DevicesAndDirectoriesAreRefusedByName) {
   EXPECT_THAT(errorOf("/dev/zero"), HasSubstr("/dev/zero: cannot read file: not a regular file"));
   EXPECT_THAT(errorOf(dir_.string()), HasSubstr("cannot read file: Is a directory"));

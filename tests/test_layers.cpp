@@ -74,6 +74,33 @@ TEST_P(PyTorchLayer, MatchesWithin1e5) {
   }
 }
 
+// A request whose weights are movable gives the same result, its tensors taken, not copied
+// (left empty).
+TEST(Layers, MovableWeightsAreTakenAndGiveTheSameResult) {
+  const std::string dir = kLayerFixtures + "lstm_l2_bi_bf/";
+  auto cell = frontend::loadCell("lstm");
+  TensorMap weights = readSafeTensors(dir + "weights.safetensors");
+  LayerRequest request;
+  request.weights = &weights;
+  request.input = readNpyFloat32(dir + "input.npy");
+  request.initialStates["h"] = readNpyFloat32(dir + "h0.npy");
+  request.initialStates["c"] = readNpyFloat32(dir + "c0.npy");
+  LayerOptions options;
+  options.batchFirst = true;
+  const LayerResult copied = runLayers(*cell, request, options);
+  EXPECT_LE(maxAbsDiff(copied.output, readNpyFloat32(dir + "output.npy")), 1e-5f);
+  request.movableWeights = &weights;
+  const LayerResult moved = runLayers(*cell, request, options);
+  EXPECT_EQ(moved.output.values(), copied.output.values());
+  for (const auto& [name, tensor] : weights)
+    EXPECT_EQ(tensor.numel(), 0) << name;
+  // The same through build's overload that takes the map.
+  TensorMap given = readSafeTensors(dir + "weights.safetensors");
+  auto program = LayerProgram::build(*cell, std::move(given), "weights", options);
+  EXPECT_EQ(program->run(request.input, request.initialStates, std::nullopt).output.values(),
+            copied.output.values());
+}
+
 std::vector<LayerCase> allLayerCases() {
   std::vector<LayerCase> cases;
   for (const auto& name : layerCases())

@@ -219,6 +219,7 @@ LayerJob prepareJob(const RunOptions& o) {
 
 int run(const RunOptions& o) {
   LayerJob job = prepareJob(o);
+  job.request.movableWeights = &job.weights; // read for this run only: the layers take them
   LayerResult result = runLayers(*job.cell, job.request, job.options);
   writeNpy(o.output, result.output);
   for (const auto& [name, file] : job.finals)

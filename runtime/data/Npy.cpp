@@ -353,7 +353,8 @@ void checkShape(const TensorShape& shape, size_t valueCount) {
 } // namespace
 
 Tensor readNpyFloat32(const std::string& path) {
-  return parseNpyFloat32(readFileBytes(path), path);
+  FileBytes file = mapFileBytes(path);
+  return parseNpyFloat32(file.view(), path);
 }
 
 Int64Array readNpyInt64(const std::string& path) {
@@ -363,7 +364,9 @@ Int64Array readNpyInt64(const std::string& path) {
 Tensor parseNpyFloat32(std::string_view bytes, const std::string& path) {
   ParsedNpy npy = parseNpy(path, bytes);
   std::string_view data = checkedData(path, npy, "<f4", sizeof(float), "x.astype(np.float32)");
-  Tensor tensor(npy.header.shape, copyValues<float>(data));
+  Tensor tensor = Tensor::uninitialized(npy.header.shape);
+  if (!data.empty()) // memcpy with a null (empty tensor) destination is UB even for zero bytes
+    std::memcpy(tensor.data(), data.data(), data.size());
   tensor.setSource(path);
   return tensor;
 }

@@ -228,12 +228,15 @@ void checkNoOverlap(const std::string& path, std::vector<const Entry*> entries) 
   }
 }
 
-std::vector<float> copyFloats(std::string_view bytes) {
-  std::vector<float> values(bytes.size() / sizeof(float));
-  // memcpy with a null (empty vector) destination is UB even for zero bytes.
+// The tensor's floats copied once, into memory not filled first.
+Tensor tensorOfBytes(TensorShape shape, std::string_view bytes) {
+  Tensor tensor = Tensor::uninitialized(std::move(shape));
+  RNNC_INTERNAL_CHECK(static_cast<size_t>(tensor.numel()) * sizeof(float) == bytes.size(),
+                      "tensor bytes do not match its shape");
+  // memcpy with a null (empty tensor) destination is UB even for zero bytes.
   if (!bytes.empty())
-    std::memcpy(values.data(), bytes.data(), bytes.size());
-  return values;
+    std::memcpy(tensor.data(), bytes.data(), bytes.size());
+  return tensor;
 }
 
 // A quantized weight (README, "Reduced-precision weights"): NAME of dtype I8, [rows, ...], and
@@ -285,7 +288,8 @@ std::string u64Bytes(uint64_t value) {
 } // namespace
 
 TensorMap readSafeTensors(const std::string& path) {
-  return parseSafeTensors(readFileBytes(path), path);
+  FileBytes file = mapFileBytes(path);
+  return parseSafeTensors(file.view(), path);
 }
 
 TensorMap parseSafeTensors(std::string_view bytes, const std::string& path) {
@@ -327,7 +331,7 @@ TensorMap parseSafeTensors(std::string_view bytes, const std::string& path) {
         values.push_back(static_cast<float>(static_cast<int8_t>(byte)));
       quantized.emplace(e.name, Tensor(std::move(e.shape), std::move(values)));
     } else {
-      tensors.emplace(e.name, Tensor(std::move(e.shape), copyFloats(bytesOfTensor)));
+      tensors.emplace(e.name, tensorOfBytes(std::move(e.shape), bytesOfTensor));
     }
   }
   dequantize(path, quantized, tensors);

@@ -215,13 +215,21 @@ CompiledCell::prepare(const std::vector<Tensor>& params, int threads) const {
   RNNC_INTERNAL_CHECK(params.size() == cell_->params.size(), "wrong number of parameters");
   auto prepared = std::make_shared<Prepared>();
   prepared->params = dataPointers(params);
-  prepared->fixed.resize(plan_.buffers.size());
-  std::vector<float*> buffers(plan_.buffers.size(), nullptr);
+  constexpr int64_t lineFloats = kCacheLineBytes / sizeof(float);
+  std::vector<int64_t> offsets(plan_.buffers.size(), -1);
+  int64_t floats = 0;
   for (size_t i = 0; i < plan_.buffers.size(); ++i)
     if (plan_.buffers[i].rows == codegen::Rows::Fixed) {
-      prepared->fixed[i] = AlignedBuffer(plan_.buffers[i].floatsFor(plan_.buffers[i].fixedRows));
-      buffers[i] = prepared->fixed[i].data();
+      offsets[i] = floats;
+      const int64_t size = plan_.buffers[i].floatsFor(plan_.buffers[i].fixedRows);
+      floats += (size + lineFloats - 1) / lineFloats * lineFloats;
     }
+  prepared->fixedMemory = AlignedBuffer(floats);
+  prepared->fixed.assign(plan_.buffers.size(), nullptr);
+  for (size_t i = 0; i < plan_.buffers.size(); ++i)
+    if (offsets[i] >= 0)
+      prepared->fixed[i] = prepared->fixedMemory.data() + offsets[i];
+  std::vector<float*> buffers = prepared->fixed;
   // The generated code loads every argument pointer on entry; this phase reads none of the
   // inputs and states.
   std::vector<const float*> noInputs(cell_->inputs.size(), nullptr);
@@ -254,7 +262,7 @@ std::vector<float*> CompiledCell::bufferPointers(const Prepared& prepared, Works
   for (size_t i = 0; i < plan_.buffers.size(); ++i) {
     const codegen::BufferSpec& spec = plan_.buffers[i];
     if (spec.rows == codegen::Rows::Fixed) {
-      result.push_back(prepared.fixed.at(i).data());
+      result.push_back(prepared.fixed.at(i));
       continue;
     }
     int64_t rows = spec.rows == codegen::Rows::Sequence        ? sequenceRows

@@ -83,7 +83,11 @@ public:
   private:
     friend class CompiledCell;
     std::vector<const float*> params;
-    std::vector<AlignedBuffer> fixed; // per plan buffer: the fixed ones filled, the others empty
+    // The fixed buffers side by side in one allocation, each on a cache line: a cell's packed
+    // weights together reach the size that huge pages back (two 1 MB products then cost a page
+    // fault or two, not 512), and `fixed` points into it (null for the plan's other buffers).
+    AlignedBuffer fixedMemory;
+    std::vector<float*> fixed;
   };
   // `params` in cell.params order.
   std::shared_ptr<const Prepared> prepare(const std::vector<Tensor>& params, int threads) const;

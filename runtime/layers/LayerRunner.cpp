@@ -64,6 +64,21 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
                                                         const std::string& weightsSource,
                                                         const LayerOptions& options,
                                                         const LayerRequest* shapesOf) {
+  TensorMap* movable =
+      shapesOf && shapesOf->movableWeights == &weights ? shapesOf->movableWeights : nullptr;
+  return buildTaking(cell, weights, movable, weightsSource, options, shapesOf);
+}
+
+std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell, TensorMap&& weights,
+                                                        const std::string& weightsSource,
+                                                        const LayerOptions& options) {
+  return buildTaking(cell, weights, &weights, weightsSource, options, nullptr);
+}
+
+std::shared_ptr<const LayerProgram>
+LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, TensorMap* movable,
+                          const std::string& weightsSource, const LayerOptions& options,
+                          const LayerRequest* shapesOf) {
   checkThreadCount(options.threads); // before any compiling
   if (options.numLayers && *options.numLayers < 1)
     throw UserError(fmt::format("a layer needs at least 1 layer, not {}", *options.numLayers));
@@ -119,6 +134,17 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
         givenStates[name] = tensor;
   }
 
+  // Movable weights are taken, each once: a tensor two slots name is copied.
+  std::map<std::string, int> uses;
+  if (movable)
+    for (int layer = 0; layer < layout.numLayers; ++layer)
+      for (int direction = 0; direction < program->directions_; ++direction)
+        for (const auto& [name, tensor] :
+             collectParameters(cell, weights, weightsSource, layer, direction == 1))
+          ++uses[name];
+  auto take = [&](const std::string& name, const Tensor& tensor) {
+    return movable && uses[name] == 1 ? std::move(movable->at(name)) : tensor;
+  };
   int64_t previousOutput = 0;   // features of the previous layer's output
   std::vector<size_t> jitSlots; // compiled together once every slot's sizes are known
   for (int layer = 0; layer < layout.numLayers; ++layer) {
@@ -131,7 +157,7 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
         if (!tensor)
           zeroBiases.push_back(slot.params.size());
         slot.paramNames.push_back(name);
-        slot.params.push_back(tensor ? *tensor : Tensor());
+        slot.params.push_back(tensor ? take(name, *tensor) : Tensor());
         slot.inWeights.push_back(tensor != nullptr);
       }
       // Sizes from the weights (and, past layer 0, the previous layer's width; at layer 0, what

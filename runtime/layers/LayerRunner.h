@@ -46,6 +46,9 @@ struct LayerOptions {
 
 struct LayerRequest {
   const TensorMap* weights = nullptr;
+  // The same map, when the layers may take its tensors (leaving them empty) instead of copying
+  // them: a caller that reads its weights for one run (the rnnc tool) saves a copy of each.
+  TensorMap* movableWeights = nullptr;
   std::string weightsSource = "weights";
   Tensor input;                                // [T, B, I] (or [B, T, I] with batchFirst)
   std::map<std::string, Tensor> sideInputs;    // the cell's other inputs by name, [T, B, F] each
@@ -73,6 +76,11 @@ public:
                                                    const std::string& weightsSource,
                                                    const LayerOptions& options,
                                                    const struct LayerRequest* shapesOf = nullptr);
+  // The same, taking the weights' tensors instead of copying them (a copy of every weight saved
+  // where the caller has no further use for them).
+  static std::shared_ptr<const LayerProgram> build(const ir::Cell& cell, TensorMap&& weights,
+                                                   const std::string& weightsSource,
+                                                   const LayerOptions& options);
 
   // Runs one layer in one direction in place of the slot's own executor (the gradient
   // runner's training forward, which keeps what the backward reads): the cell's `inputs`, T * B
@@ -120,6 +128,11 @@ public:
 
 private:
   LayerProgram() = default;
+  // build's body: `movable`, when given, is `weights`, whose tensors may be taken.
+  static std::shared_ptr<const LayerProgram>
+  buildTaking(const ir::Cell& cell, const TensorMap& weights, TensorMap* movable,
+              const std::string& weightsSource, const LayerOptions& options,
+              const LayerRequest* shapesOf);
   std::unique_ptr<ir::Cell> cell_;
   std::string weightsSource_;
   LayerOptions options_;
