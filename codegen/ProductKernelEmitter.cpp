@@ -276,7 +276,8 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   // All the rows in tiles (codegen/TileRows.h), cut where the row count is known. A
   // row-split product cuts only its last tiles short: a tile variant for rows two short would
   // cost compile time for one tile in many.
-  const TileShapes shapes(tileRows, /*withShorter=*/!packed.splitRows);
+  const TileShapes shapes(tileRows, /*withShorter=*/!packed.splitRows,
+                          /*padded=*/packed.splitRows);
   const int64_t halfRows = shapes.half;
   IRArithmetic arithmetic{e.b};
   const TileSplit<IRArithmetic> split =
@@ -351,10 +352,30 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
                                             e.constant(shapes.shorter),
                                             e.b.CreateSub(chunkEnd, r))),
           "height");
-      // One block per tile variant the policy uses; any other height is cut into half tiles,
-      // then single rows.
       auto* lastRows = llvm::BasicBlock::Create(e.llvmContext, "last_rows", e.fn);
       auto* computed = llvm::BasicBlock::Create(e.llvmContext, "tile_computed", e.fn);
+      if (shapes.padded) {
+        // A full tile from half height on (its rows of x have room for a whole tile: the
+        // chunk's copies are chunkRows long, each chunk whole tiles), single rows below.
+        auto* tile = llvm::BasicBlock::Create(e.llvmContext, "tile_padded", e.fn);
+        e.b.CreateCondBr(e.b.CreateICmpSGE(height, e.constant(halfRows)), tile, lastRows);
+        e.b.SetInsertPoint(tile);
+        storeTile(emitTile(x, weights, packed, blk, r, tileRows, nextPanel), e.constant(0));
+        e.b.CreateBr(computed);
+        e.b.SetInsertPoint(lastRows);
+        e.forLoop(e.constant(0), height, e.constant(1), "lastrow", [&](llvm::Value* m) {
+          storeTile(emitTile(x, weights, packed, blk, e.b.CreateAdd(r, m), 1, PanelPrefetch{}), m);
+        });
+        e.b.CreateBr(computed);
+        e.b.SetInsertPoint(computed);
+        epilogue(blk, r, height);
+        r->addIncoming(e.b.CreateAdd(r, height), e.b.GetInsertBlock());
+        e.b.CreateBr(header);
+        e.b.SetInsertPoint(exit);
+        return;
+      }
+      // One block per tile variant the policy uses; any other height is cut into half tiles,
+      // then single rows.
       llvm::SwitchInst* byHeight = e.b.CreateSwitch(height, lastRows, 3);
       for (auto [rows, own] :
            {std::pair{shapes.full, true}, std::pair{shapes.shortened, shapes.hasShortened()},

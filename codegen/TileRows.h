@@ -10,6 +10,12 @@
 // and one of 12, not 4 of 14, 7 and 1. Counts too small to balance (fewer tiles than half the
 // rows short) take full tiles and leave the rest to tiles of half height, then single rows: five
 // variants of the tile, however many rows, to bound what LLVM compiles.
+//
+// A row-split product (the input projection over T*B rows) is `padded`: it reads copies of its
+// rows with room for whole tiles, so every tile of at least half height is computed at full
+// height (the rows past its own are computed and dropped), and only a rest under half a tile
+// takes single rows. Two variants instead of four, for a product whose short tiles come once
+// per sequence: its full tiles are most of LLVM's work on the kernel and its time.
 #pragma once
 
 #include <algorithm>
@@ -23,9 +29,10 @@ namespace rnnc::codegen {
 // short per tile are balanced.
 struct TileShapes {
   int64_t full, shortened, shorter, half;
-  explicit TileShapes(int64_t tileRows, bool withShorter = true)
+  bool padded; // every tile of at least half height computed at full height
+  explicit TileShapes(int64_t tileRows, bool withShorter = true, bool padded = false)
       : full(tileRows), shortened(tileRows - 1), shorter(withShorter ? tileRows - 2 : 0),
-        half(std::max<int64_t>(1, tileRows / 2)) {}
+        half(std::max<int64_t>(1, tileRows / 2)), padded(padded) {}
   // Whether the shortened (shorter) tile is a variant of its own, not covered by half tiles.
   bool hasShortened() const { return shortened > half; }
   bool hasShorter() const { return shorter > half; }
@@ -130,8 +137,8 @@ struct IntArithmetic {
   Int select(bool c, Int x, Int y) const { return c ? x : y; }
 };
 
-// The heights of the tiles rows [0, rows) are computed in, in order: what the generated code
-// does, as plain numbers.
+// The heights of the tiles rows [0, rows) are computed in, in order (a padded tile's full
+// height, though fewer of its rows are kept): what the generated code does, as plain numbers.
 inline std::vector<int64_t> tileHeights(int64_t rows, const TileShapes& shapes) {
   IntArithmetic a;
   const TileSplit<IntArithmetic> split = splitIntoTiles(a, 0, rows, shapes);
@@ -142,9 +149,14 @@ inline std::vector<int64_t> tileHeights(int64_t rows, const TileShapes& shapes) 
                      : r < split.shorterEnd   ? shapes.shorter
                                               : rows - r;
     // What the generated code's switch does with a height: a full, shortened or shorter tile,
-    // else half tiles, then single rows.
-    if (height == shapes.full || (height == shapes.shortened && shapes.hasShortened()) ||
-        (height == shapes.shorter && shapes.hasShorter())) {
+    // else half tiles, then single rows; padded, a full tile from half height on.
+    if (shapes.padded) {
+      if (height >= shapes.half)
+        heights.push_back(shapes.full);
+      else
+        heights.insert(heights.end(), static_cast<size_t>(height), 1);
+    } else if (height == shapes.full || (height == shapes.shortened && shapes.hasShortened()) ||
+               (height == shapes.shorter && shapes.hasShorter())) {
       heights.push_back(height);
     } else {
       int64_t halves = height / shapes.half * shapes.half;

@@ -18,11 +18,40 @@ TEST(TileRows, SixtyFourRowsAreBalancedWithoutAShortTail) {
   EXPECT_EQ(tileHeights(64, TileShapes(6)), avx2);
   // AVX-512 LSTM (14-row tiles): 4 x 13 + 12, not 4 x 14 + 7 + 1.
   EXPECT_EQ(tileHeights(64, TileShapes(14)), (std::vector<int64_t>{13, 13, 13, 13, 12}));
-  // Without shorter tiles (a row-split product's last chunk): 4 x 14, then 7 + 1.
+  // Without shorter tiles (unpadded): 4 x 14, then 7 + 1.
   EXPECT_EQ(tileHeights(64, TileShapes(14, /*withShorter=*/false)),
             (std::vector<int64_t>{14, 14, 14, 14, 7, 1}));
   // A multiple of the tile: full tiles only.
   EXPECT_EQ(tileHeights(42, TileShapes(14)), (std::vector<int64_t>{14, 14, 14}));
+}
+
+// The input projection's tiles (a row-split product, padded): full from half height on, the
+// rows past a short tile's own computed and dropped; a rest under half a tile in single rows.
+TEST(TileRows, PaddedTilesAreFullFromHalfHeightOn) {
+  const TileShapes padded(14, /*withShorter=*/false, /*padded=*/true);
+  // 64 rows: 4 x 14 and a rest of 8 in a fifth full tile, not 7 + 1.
+  EXPECT_EQ(tileHeights(64, padded), (std::vector<int64_t>{14, 14, 14, 14, 14}));
+  // 27 rows (a tile of 14 and one of 13): both full.
+  EXPECT_EQ(tileHeights(27, padded), (std::vector<int64_t>{14, 14}));
+  // 100 rows (T=100, B=1): 7 x 14, then the 2 rows left alone.
+  std::vector<int64_t> hundred(7, 14);
+  hundred.insert(hundred.end(), {1, 1});
+  EXPECT_EQ(tileHeights(100, padded), hundred);
+  for (int64_t tileRows = 1; tileRows <= 14; ++tileRows) {
+    const TileShapes shapes(tileRows, false, true);
+    for (int64_t rows = 0; rows <= 300; ++rows) {
+      int64_t computed = 0, singles = 0;
+      for (int64_t h : tileHeights(rows, shapes)) {
+        EXPECT_TRUE(h == tileRows || h == 1) << h << " rows in tiles of " << tileRows;
+        computed += h;
+        singles += h == 1 && tileRows > 1;
+      }
+      // Every row computed, at most a tile's worth past them, fewer single rows than half a tile.
+      EXPECT_GE(computed, rows);
+      EXPECT_LT(computed, rows + std::max<int64_t>(tileRows, 1) * (rows / tileRows + 1));
+      EXPECT_LT(singles, std::max<int64_t>(shapes.half, 1) + (tileRows == 1 ? rows : 0));
+    }
+  }
 }
 
 TEST(TileRows, SmallCountsFallBackToHalfTilesAndSingleRows) {
