@@ -19,13 +19,16 @@ namespace {
 class CellEmitter : public EmitContext {
 public:
   CellEmitter(llvm::LLVMContext& llvmContext, const ir::Cell& cell, const StoragePlan& plan,
-              const Target& target, const std::string& name)
-      : EmitContext(llvmContext, cell, plan, target, name), kernels_(*this),
-        products_(*this, kernels_) {}
+              const Target& target, const std::string& name, CellPart part)
+      : EmitContext(llvmContext, cell, plan, target,
+                    part == CellPart::Setup ? name : loopFunctionName(name)),
+        kernels_(*this), products_(*this, kernels_), part_(part), name_(name) {}
 
   std::unique_ptr<llvm::Module> emit();
 
 private:
+  void emitSetup();
+  void emitLoop();
   void emitStep(llvm::Value* t);
 
   // Which of a block's work to emit: the pre block's is split between the parameter phase
@@ -42,12 +45,22 @@ private:
 
   KernelEmitter kernels_;
   ProductKernelEmitter products_;
+  CellPart part_;
+  std::string name_; // the setup part's
 };
 
 std::unique_ptr<llvm::Module> CellEmitter::emit() {
   b.SetInsertPoint(llvm::BasicBlock::Create(llvmContext, "entry", fn));
   loadArguments(fn->getArg(0));
+  if (part_ == CellPart::Setup)
+    emitSetup();
+  else
+    emitLoop();
+  b.CreateRetVoid();
+  return std::move(module);
+}
 
+void CellEmitter::emitSetup() {
   // Parameters only: no view of an input or a sequence buffer is needed.
   ifPhase(RNNC_PHASE_PARAMS, "params", [&] {
     paramViews();
@@ -67,6 +80,16 @@ std::unique_ptr<llvm::Module> CellEmitter::emit() {
     synced = false;
     barrier();
   });
+  // The loop part, defined by the other module: every thread calls it after the pre phase's
+  // barrier, as it would run the loop inline.
+  llvm::FunctionCallee loop = module->getOrInsertFunction(
+      loopFunctionName(name_),
+      llvm::FunctionType::get(llvm::Type::getVoidTy(llvmContext), {ptr}, false));
+  ifPhase(RNNC_PHASE_LOOP, "loop", [&] { b.CreateCall(loop, {fn->getArg(0)}); });
+}
+
+void CellEmitter::emitLoop() {
+  sequenceViews();
   ifPhase(RNNC_PHASE_LOOP, "loop", [&] {
     // Every step ends at a barrier (if it did anything after its last one), so the next one
     // starts in sync, as the first does (after the pre phase, or at the start of a call).
@@ -91,8 +114,6 @@ std::unique_ptr<llvm::Module> CellEmitter::emit() {
           copyRows({states[i], constant(outCols)}, last, share(batch), outCols);
         });
   });
-  b.CreateRetVoid();
-  return std::move(module);
 }
 
 void CellEmitter::emitStep(llvm::Value* t) {
@@ -241,10 +262,14 @@ void CellEmitter::emitInstruction(const ir::Instr& instr, llvm::Value* batchRows
 
 } // namespace
 
+std::string loopFunctionName(const std::string& functionName) {
+  return functionName + ".loop";
+}
+
 std::unique_ptr<llvm::Module> emitCell(llvm::LLVMContext& context, const ir::Cell& cell,
                                        const StoragePlan& plan, const Target& target,
-                                       const std::string& functionName) {
-  return CellEmitter(context, cell, plan, target, functionName).emit();
+                                       const std::string& functionName, CellPart part) {
+  return CellEmitter(context, cell, plan, target, functionName, part).emit();
 }
 
 } // namespace rnnc::codegen

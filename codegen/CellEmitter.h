@@ -6,6 +6,11 @@
 // calls the runtime's GEMM; fused kernels become loop nests over explicit float vectors (the
 // target's width, with a <1 x float> tail; codegen/KernelEmitter.h). The parts share
 // codegen/EmitContext.h.
+//
+// The function comes in two parts, each its own module, so that LLVM compiles them side by side
+// (codegen/Compiler.cpp; the back end is most of a cold compile and runs on one thread per
+// module): the setup part defines `rnnc_run` itself (the parameter and pre phases) and calls the
+// loop part, `rnnc_run.loop`, for the time loop.
 #pragma once
 
 #include "codegen/StoragePlan.h"
@@ -22,8 +27,14 @@ class Module;
 
 namespace rnnc::codegen {
 
+enum class CellPart {
+  Setup, // `functionName`: the parameter and pre phases, then a call of the loop part
+  Loop,  // loopFunctionName(functionName): the time loop
+};
+std::string loopFunctionName(const std::string& functionName); // functionName + ".loop"
+
 std::unique_ptr<llvm::Module> emitCell(llvm::LLVMContext& context, const ir::Cell& cell,
                                        const StoragePlan& plan, const Target& target,
-                                       const std::string& functionName);
+                                       const std::string& functionName, CellPart part);
 
 } // namespace rnnc::codegen

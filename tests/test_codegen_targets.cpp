@@ -2,6 +2,7 @@
 // CPUs we do not run on: AVX-512 code is checked here as assembly, since no machine of ours has
 // AVX-512.
 #include "codegen/Compiler.h"
+#include "codegen/ObjectBundle.h"
 #include "codegen/StoragePlan.h"
 #include "frontend/BuiltinCells.h"
 #include "passes/PassManager.h"
@@ -52,6 +53,27 @@ TEST(CodegenTargets, Avx2TilesAreYmmFmas) {
   std::string assembly = codegen::generate(*lstm, plan, kAvx2, codegen::Stage::Assembly);
   EXPECT_GE(count(assembly, R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
   EXPECT_EQ(count(assembly, "zmm"), 0);
+}
+
+// A cell's code is two modules compiled side by side: the setup part (rnnc_run: the parameter
+// and pre phases) and the time loop (rnnc_run.loop), which the setup part calls. The object is
+// a bundle of both, the loop first; the recurrent product's tiles are in the loop part.
+TEST(CodegenTargets, ACellIsASetupPartCallingALoopPart) {
+  auto lstm = optimisedLstm(64);
+  codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx2);
+  const std::string object = codegen::generate(*lstm, plan, kAvx2, codegen::Stage::Object);
+  ASSERT_TRUE(codegen::isObjectBundle(object));
+  EXPECT_EQ(codegen::objectsOfBundle(object).size(), 2u);
+  const std::string assembly = codegen::generate(*lstm, plan, kAvx2, codegen::Stage::Assembly);
+  const size_t setup = assembly.find("\nrnnc_run:"), loop = assembly.find("\nrnnc_run.loop:");
+  ASSERT_NE(setup, std::string::npos);
+  ASSERT_NE(loop, std::string::npos);
+  EXPECT_GT(loop, setup);
+  EXPECT_EQ(count(assembly.substr(0, loop), R"(call[q]?\s+rnnc_run\.loop)"), 1);
+  // The step's barrier is in the loop part; both parts have tiles (the input projection's and
+  // the recurrent product's).
+  EXPECT_GE(count(assembly.substr(loop), R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
+  EXPECT_GE(count(assembly.substr(0, loop), R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
 }
 
 } // namespace

@@ -5,6 +5,7 @@
 // emits for the JIT), writable data. Every compiled cell in the other tests also loads through
 // it. And what it must refuse: other files, other machines, truncated or damaged objects,
 // names nothing defines, relocation kinds it does not handle.
+#include "codegen/ObjectBundle.h"
 #include "ir/Error.h"
 #include "runtime/exec/ObjectLoader.h"
 
@@ -216,6 +217,35 @@ TEST(ObjectLoader, CallsAFarExternalFunctionThroughAStub) {
                                   {{"rnnc_test_external", reinterpret_cast<void*>(&fortyTwo)}});
     EXPECT_EQ(reinterpret_cast<Function>(f.address)(), 42) << "relocation type " << type;
   }
+}
+
+// A bundle (codegen/ObjectBundle.h) loads part after part: the second part's call to a function
+// the first defines goes to it, as a cell's setup part calls its loop part.
+TEST(ObjectLoader, ABundlesPartsCallTheFunctionsOfEarlierParts) {
+  ElfWriter callee;
+  // mov eax, 42; ret
+  const int text =
+      callee.section(".text", SHT_PROGBITS, kCode, bytes({0xb8, 0x2a, 0x00, 0x00, 0x00, 0xc3}));
+  callee.symbol("rnnc_test_answer", text, 0, STT_FUNC);
+  const std::string bundle =
+      codegen::bundleObjects({callee.build(), objectCalling(R_X86_64_PLT32, "rnnc_test_answer")});
+  LoadedFunction f = loadObject(bundle, "entry", {});
+  EXPECT_EQ(reinterpret_cast<Function>(f.address)(), 42);
+  // The earlier part's functions are found by name too.
+  EXPECT_EQ(reinterpret_cast<Function>(loadObject(bundle, "rnnc_test_answer", {}).address)(), 42);
+  // In the other order the call has nothing to go to.
+  EXPECT_THROW(loadObject(codegen::bundleObjects(
+                              {objectCalling(R_X86_64_PLT32, "rnnc_test_answer"), callee.build()}),
+                          "entry", {}),
+               InternalError);
+  EXPECT_THROW(loadObject(bundle, "absent", {}), InternalError);
+  // Damaged bundles are errors, never crashes: cut anywhere, or with bytes after the last part.
+  for (size_t cut = 8; cut < bundle.size(); cut += 7)
+    EXPECT_THROW(loadObject(bundle.substr(0, cut), "entry", {}), InternalError) << cut;
+  EXPECT_THROW(loadObject(bundle + "x", "entry", {}), InternalError);
+  std::string huge = bundle;
+  huge[23] = '\x7f'; // the first part's size's top byte: far past the end
+  EXPECT_THROW(loadObject(huge, "entry", {}), InternalError);
 }
 
 TEST(ObjectLoader, FindsProcessFunctionsByName) {

@@ -1,5 +1,6 @@
 #include "runtime/exec/ObjectLoader.h"
 
+#include "codegen/ObjectBundle.h"
 #include "codegen/RunArgs.h"
 #include "ir/Error.h"
 #include "runtime/exec/Kernels.h"
@@ -102,6 +103,13 @@ public:
       : bytes_(object), external_(symbols.begin(), symbols.end()) {}
 
   LoadedFunction load(const std::string& function) {
+    loadAll();
+    if (std::optional<LoadedFunction> found = find(function))
+      return *found;
+    refuse(fmt::format("the object defines no function '{}'", function));
+  }
+
+  void loadAll() {
     readHeaders();
     readSymbols();
     planLayout();
@@ -110,11 +118,23 @@ public:
     protect();
     if (const char* perf = std::getenv("RNNC_PERF_MAP"); perf && *perf && *perf != '0')
       writePerfMap();
+  }
+
+  std::optional<LoadedFunction> find(const std::string& function) const {
     for (const Symbol& symbol : symbols_)
       if (symbol.function && symbol.name == function)
-        return {reinterpret_cast<void*>(symbol.address), lifetime_};
-    refuse(fmt::format("the object defines no function '{}'", function));
+        return LoadedFunction{reinterpret_cast<void*>(symbol.address), lifetime_};
+    return std::nullopt;
   }
+
+  // The functions other objects may call: the global ones (after loadAll).
+  void exportFunctions(ExternalSymbols& to) const {
+    for (const Symbol& symbol : symbols_)
+      if (symbol.function && symbol.global)
+        to.emplace_back(std::string(symbol.name), reinterpret_cast<void*>(symbol.address));
+  }
+
+  const std::shared_ptr<void>& lifetime() const { return lifetime_; }
 
 private:
   struct Symbol {
@@ -125,6 +145,7 @@ private:
     uint64_t address = 0;  // once the sections are mapped
     bool external = false; // resolved outside the object
     bool function = false; // a function in a loaded section (not, say, the file's name)
+    bool global = false;   // visible to other objects
     bool resolved = false;
     std::optional<size_t> gotSlot, stub;
   };
@@ -166,6 +187,7 @@ private:
         refuse(fmt::format("thread-local symbol '{}'", symbol.name));
       symbol.external = sym.st_shndx == SHN_UNDEF && i != 0;
       symbol.function = ELF64_ST_TYPE(sym.st_info) == STT_FUNC && loaded(sym.st_shndx);
+      symbol.global = ELF64_ST_BIND(sym.st_info) == STB_GLOBAL;
       symbol.section = sym.st_shndx;
       symbol.value = sym.st_value;
       symbol.size = sym.st_size;
@@ -442,7 +464,24 @@ private:
 
 LoadedFunction loadObject(std::string_view object, const std::string& function,
                           const ExternalSymbols& symbols) {
-  return Loader(object, symbols).load(function);
+  if (!codegen::isObjectBundle(object))
+    return Loader(object, symbols).load(function);
+  // The parts in order, each resolving calls into the ones before; the code of all of them
+  // stays mapped while the function returned is held.
+  ExternalSymbols known = symbols;
+  auto lifetimes = std::make_shared<std::vector<std::shared_ptr<void>>>();
+  std::optional<LoadedFunction> found;
+  for (std::string_view part : codegen::objectsOfBundle(object)) {
+    Loader loader(part, known);
+    loader.loadAll();
+    lifetimes->push_back(loader.lifetime());
+    loader.exportFunctions(known);
+    if (std::optional<LoadedFunction> here = loader.find(function))
+      found = here;
+  }
+  if (!found)
+    refuse(fmt::format("no part of the object defines a function '{}'", function));
+  return {found->address, std::shared_ptr<void>(lifetimes, lifetimes.get())};
 }
 
 LoadedFunction loadGeneratedCode(std::string_view object, const std::string& function) {

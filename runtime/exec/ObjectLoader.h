@@ -27,7 +27,9 @@ struct LoadedFunction {
 using ExternalSymbols = std::vector<std::pair<std::string, void*>>;
 
 // Loads `object` and returns the address of its defined function `function`. Throws
-// InternalError for an object it cannot load (what and why in the message).
+// InternalError for an object it cannot load (what and why in the message). A bundle of objects
+// (codegen/ObjectBundle.h) loads part after part, each part's calls to a global function of an
+// earlier part resolved to it.
 LoadedFunction loadObject(std::string_view object, const std::string& function,
                           const ExternalSymbols& symbols);
 
