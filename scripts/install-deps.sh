@@ -3,7 +3,7 @@
 set -euo pipefail
 
 packages=(cmake g++ ninja-build make llvm-19-dev libzstd-dev zlib1g-dev libeigen3-dev libgtest-dev
-          libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev libssl-dev
+          libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev nettle-dev pkgconf
           pybind11-dev python3-dev python3-numpy python3-pytest python3-torch python3-matplotlib
           clang-19 libclang-rt-19-dev)
 

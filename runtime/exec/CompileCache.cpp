@@ -5,7 +5,7 @@
 #include "ir/FileIO.h"
 
 #include <fmt/format.h>
-#include <openssl/evp.h>
+#include <nettle/sha2.h>
 
 #include <algorithm>
 #include <atomic>
@@ -36,12 +36,13 @@ constexpr std::string_view kEntryMagic = "RNNC-CACHE-2\n";
 constexpr size_t kDigestBytes = 32; // SHA-256
 
 std::string sha256(std::string_view bytes) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), out, &length, EVP_sha256(), nullptr) != 1 ||
-      length != kDigestBytes)
-    throw InternalError("SHA-256 failed (OpenSSL)");
-  return std::string(reinterpret_cast<const char*>(out), length);
+  static_assert(SHA256_DIGEST_SIZE == kDigestBytes);
+  sha256_ctx context;
+  sha256_init(&context);
+  sha256_update(&context, bytes.size(), reinterpret_cast<const uint8_t*>(bytes.data()));
+  std::string out(kDigestBytes, '\0');
+  sha256_digest(&context, out.size(), reinterpret_cast<uint8_t*>(out.data()));
+  return out;
 }
 
 void appendU64(std::string& out, uint64_t v) {
