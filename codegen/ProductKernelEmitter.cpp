@@ -267,11 +267,17 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     e.b.SetInsertPoint(done);
   };
 
-  auto storeTile = [&](const Tile& sums, llvm::Value* firstSlot) {
-    for (size_t m = 0; m < sums.size(); ++m)
-      for (int64_t s = 0; s < slices; ++s)
-        e.b.CreateStore(sums[m][s],
-                        stored(e.b.CreateAdd(firstSlot, e.constant(static_cast<int64_t>(m))), s));
+  // A tile of `rows` rows from row firstRow, into the stack array from its row firstSlot.
+  auto computeTile = [&](llvm::Value* blk, llvm::Value* firstRow, int64_t rows,
+                         const PanelPrefetch& panel, llvm::Value* firstSlot) {
+    emitTile(x, weights, packed, blk, firstRow, rows, panel,
+             [&](int64_t m, llvm::Value* slice, llvm::Value* sum) {
+               llvm::Value* slot = e.b.CreateAdd(firstSlot, e.constant(m));
+               e.b.CreateStore(
+                   sum,
+                   e.b.CreateGEP(vec, scratch,
+                                 e.b.CreateAdd(e.b.CreateMul(slot, e.constant(slices)), slice)));
+             });
   };
   // All the rows in tiles (codegen/TileRows.h), cut where the row count is known. A
   // row-split product cuts only its last tiles short: a tile variant for rows two short would
@@ -360,11 +366,11 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
         auto* tile = llvm::BasicBlock::Create(e.llvmContext, "tile_padded", e.fn);
         e.b.CreateCondBr(e.b.CreateICmpSGE(height, e.constant(halfRows)), tile, lastRows);
         e.b.SetInsertPoint(tile);
-        storeTile(emitTile(x, weights, packed, blk, r, tileRows, nextPanel), e.constant(0));
+        computeTile(blk, r, tileRows, nextPanel, e.constant(0));
         e.b.CreateBr(computed);
         e.b.SetInsertPoint(lastRows);
         e.forLoop(e.constant(0), height, e.constant(1), "lastrow", [&](llvm::Value* m) {
-          storeTile(emitTile(x, weights, packed, blk, e.b.CreateAdd(r, m), 1, PanelPrefetch{}), m);
+          computeTile(blk, e.b.CreateAdd(r, m), 1, PanelPrefetch{}, m);
         });
         e.b.CreateBr(computed);
         e.b.SetInsertPoint(computed);
@@ -385,7 +391,7 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
         auto* tile = llvm::BasicBlock::Create(e.llvmContext, "tile_" + std::to_string(rows), e.fn);
         byHeight->addCase(e.b.getInt64(static_cast<uint64_t>(rows)), tile);
         e.b.SetInsertPoint(tile);
-        storeTile(emitTile(x, weights, packed, blk, r, rows, nextPanel), e.constant(0));
+        computeTile(blk, r, rows, nextPanel, e.constant(0));
         e.b.CreateBr(computed);
       }
       e.b.SetInsertPoint(lastRows);
@@ -394,13 +400,12 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
       e.forLoop(e.constant(0), halves, e.constant(halfRows), "halftile", [&](llvm::Value* m) {
         // Single rows (batch 1) have too few FMAs per depth step to hide the prefetch's
         // instructions (AVX2 GRU at batch 1: 19% slower with them).
-        storeTile(emitTile(x, weights, packed, blk, e.b.CreateAdd(r, m), halfRows,
-                           halfRows > 1 ? nextPanel : PanelPrefetch{}),
-                  m);
+        computeTile(blk, e.b.CreateAdd(r, m), halfRows, halfRows > 1 ? nextPanel : PanelPrefetch{},
+                    m);
       });
       if (halfRows > 1)
         e.forLoop(halves, height, e.constant(1), "lastrow", [&](llvm::Value* m) {
-          storeTile(emitTile(x, weights, packed, blk, e.b.CreateAdd(r, m), 1, PanelPrefetch{}), m);
+          computeTile(blk, e.b.CreateAdd(r, m), 1, PanelPrefetch{}, m);
         });
       e.b.CreateBr(computed);
       e.b.SetInsertPoint(computed);
@@ -575,17 +580,22 @@ int64_t ProductKernelEmitter::accumulatorSets(const PackedProduct& packed, int64
 // Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights. The slices
 // are accumulated in passes of as many as the tile's accumulators allow for this many rows
 // (a panel for a full tile, all of them for one row); each pass is one walk over the depth.
-ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
-                                                          const PackedProduct& packed,
-                                                          llvm::Value* blk, llvm::Value* firstRow,
-                                                          int64_t rows,
-                                                          const PanelPrefetch& nextPanel) {
-  if (packed.weights == WeightType::I8)
-    return emitInt8Tile(x, weights, packed, blk, firstRow, rows);
-  if (packed.depthPairs)
-    return emitBf16PairTile(x, weights, packed, blk, firstRow, rows);
+void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
+                                    const PackedProduct& packed, llvm::Value* blk,
+                                    llvm::Value* firstRow, int64_t rows,
+                                    const PanelPrefetch& nextPanel, const TileStore& store) {
+  if (packed.weights == WeightType::I8 || packed.depthPairs) {
+    const Tile sums = packed.weights == WeightType::I8
+                          ? emitInt8Tile(x, weights, packed, blk, firstRow, rows)
+                          : emitBf16PairTile(x, weights, packed, blk, firstRow, rows);
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t s = 0; s < packed.slices(); ++s)
+        store(m, e.constant(s), sums[static_cast<size_t>(m)][static_cast<size_t>(s)]);
+    return;
+  }
   const int64_t slices = packed.slices();
   const int64_t perPass = slicesPerPass(packed, rows, /*spare=*/1);
+  const int64_t passes = (slices + perPass - 1) / perPass;
   llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   llvm::Type* element = weightElementType(packed.weights);
   llvm::Type* packedVec = llvm::FixedVectorType::get(element, static_cast<unsigned>(packed.width));
@@ -597,21 +607,30 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::V
   llvm::Value* blockWeights =
       e.b.CreateGEP(element, weights,
                     e.b.CreateMul(blk, e.constant(packed.packedDepth() * slices * packed.width)));
+  // Passes alike: every pass as many slices, pass p's slice s at the first pass's start plus p
+  // times a fixed distance, with the same panel width.
+  bool alike = passes > 1 && slices % perPass == 0;
+  const int64_t passDistance = passes > 1 ? packed.sliceStart(perPass) - packed.sliceStart(0) : 0;
+  for (int64_t p = 0; alike && p < passes; ++p)
+    for (int64_t s = 0; s < perPass; ++s)
+      alike = alike &&
+              packed.sliceStart(p * perPass + s) == packed.sliceStart(s) + p * passDistance &&
+              packed.panelWidth(p * perPass + s) == packed.panelWidth(s);
 
-  Tile sums(static_cast<size_t>(rows), std::vector<llvm::Value*>(static_cast<size_t>(slices)));
-  for (int64_t first = 0; first < slices; first += perPass) {
-    const int64_t count = std::min(perPass, slices - first);
+  // One walk over the depth for the slices [first, first + count), pass `pass` (a constant, or
+  // the run-time pass), their weights from `passWeights`.
+  auto walk = [&](int64_t first, int64_t count, llvm::Value* pass, llvm::Value* passWeights) {
     std::vector<llvm::Value*> sliceWeights;
     for (int64_t s = first; s < first + count; ++s)
-      sliceWeights.push_back(e.b.CreateConstGEP1_64(element, blockWeights, packed.sliceStart(s)));
+      sliceWeights.push_back(e.b.CreateConstGEP1_64(
+          element, passWeights, packed.sliceStart(s) - packed.sliceStart(first)));
     const int64_t chains = accumulatorSets(packed, rows, count, /*spare=*/1, packed.depth);
     // One depth step into accumulator set `acc` ([row * count + slice]): the slices' weights,
     // each row's input broadcast, their FMAs.
-    const int64_t pass = first / perPass;
     auto step = [&](llvm::Value* k, Accumulators& acc) {
       if (nextPanel.panel) {
-        llvm::Value* line =
-            e.b.CreateAdd(nextPanel.firstLine, e.b.CreateAdd(k, e.constant(pass * packed.depth)));
+        llvm::Value* line = e.b.CreateAdd(
+            nextPanel.firstLine, e.b.CreateAdd(k, e.b.CreateMul(pass, e.constant(packed.depth))));
         line = e.b.CreateSelect(e.b.CreateICmpSLT(line, e.constant(nextPanel.lastLine)), line,
                                 e.constant(nextPanel.lastLine));
         e.b.CreateIntrinsic(llvm::Intrinsic::prefetch, {e.ptr},
@@ -641,11 +660,24 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitTile(const View& x, llvm::V
     const std::vector<Accumulators> acc =
         accumulateOverDepth(chains, packed.depth, static_cast<size_t>(rows * count),
                             llvm::ConstantFP::get(vec, 0.0), step, "depth");
+    llvm::Value* firstSlice = e.b.CreateMul(pass, e.constant(perPass)); // = first
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t s = 0; s < count; ++s)
-        sums[m][first + s] = sumOfSets(acc, static_cast<size_t>(m * count + s), 1);
+        store(m, e.b.CreateAdd(firstSlice, e.constant(s)),
+              sumOfSets(acc, static_cast<size_t>(m * count + s), 1));
+  };
+  if (alike) {
+    e.forLoop(e.constant(0), e.constant(passes), e.constant(1), "pass", [&](llvm::Value* p) {
+      walk(0, perPass, p,
+           e.b.CreateGEP(element, blockWeights,
+                         e.b.CreateAdd(e.constant(packed.sliceStart(0)),
+                                       e.b.CreateMul(p, e.constant(passDistance)))));
+    });
+    return;
   }
-  return sums;
+  for (int64_t first = 0; first < slices; first += perPass)
+    walk(first, std::min(perPass, slices - first), e.constant(first / perPass),
+         e.b.CreateConstGEP1_64(element, blockWeights, packed.sliceStart(first)));
 }
 
 } // namespace rnnc::codegen

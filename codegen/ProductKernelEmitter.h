@@ -45,11 +45,17 @@ private:
     int64_t lastLine = 0;
     int64_t lineElements = 0;
   };
-  // Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights. The slices
-  // are accumulated in passes of as many as the tile's accumulators allow for this many rows
-  // (a panel for a full tile, all of them for one row); each pass is one walk over the depth.
-  Tile emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed, llvm::Value* blk,
-                llvm::Value* firstRow, int64_t rows, const PanelPrefetch& nextPanel);
+  // Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights, each row's
+  // sum of each slice given to `store`. The slices are accumulated in passes of as many as the
+  // tile's accumulators allow for this many rows (a panel for a full tile, all of them for one
+  // row); each pass is one walk over the depth. Passes alike (as many slices, at a fixed distance
+  // in the packed weights: an LSTM's two panels of two gates) are a loop at run time, one walk
+  // emitted for all of them, its slices' index a run-time value: half the code LLVM compiles for
+  // an LSTM's tiles, for a loop of two trips around thousands of FMAs.
+  using TileStore = std::function<void(int64_t row, llvm::Value* slice, llvm::Value* sum)>;
+  void emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed, llvm::Value* blk,
+                llvm::Value* firstRow, int64_t rows, const PanelPrefetch& nextPanel,
+                const TileStore& store);
 
   // Packed weights in another type than fp32 (codegen/WeightType.h): the element type in
   // memory, an fp32 weight narrowed to it (rounded to nearest even) when packing, and a vector

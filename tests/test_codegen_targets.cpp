@@ -76,6 +76,18 @@ TEST(CodegenTargets, ACellIsASetupPartCallingALoopPart) {
   EXPECT_GE(count(assembly.substr(0, loop), R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
 }
 
+// An LSTM's full tiles take their four gates in two passes of two, alike: one walk over the
+// depth in a loop over the passes (emitTile), not a walk per pass. Five variants of the
+// recurrent tile and two of the input projection's: seven walks, where unrolled passes made
+// eleven.
+TEST(CodegenTargets, AlikePassesOfATileAreOneLoop) {
+  auto lstm = optimisedLstm(64);
+  codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx512);
+  const std::string ir = codegen::generate(*lstm, plan, kAvx512, codegen::Stage::LLVM);
+  EXPECT_GE(count(ir, R"(\npass\.header\d*:)"), 1);
+  EXPECT_EQ(count(ir, R"(\ndepth\d*:)"), 7);
+}
+
 } // namespace
 
 // Weights past L2 come from L3 or memory a block at a time: the tiles of each block ask for the
