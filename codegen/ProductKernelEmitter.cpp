@@ -360,6 +360,11 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
           "height");
       auto* lastRows = llvm::BasicBlock::Create(e.llvmContext, "last_rows", e.fn);
       auto* computed = llvm::BasicBlock::Create(e.llvmContext, "tile_computed", e.fn);
+      auto singleRows = [&](llvm::Value* from) { // rows [from, height) of the tile, one by one
+        e.forLoop(from, height, e.constant(1), "lastrow", [&](llvm::Value* m) {
+          computeTile(blk, e.b.CreateAdd(r, m), 1, PanelPrefetch{}, m);
+        });
+      };
       if (shapes.padded) {
         // A full tile from half height on (its rows of x have room for a whole tile: the
         // chunk's copies are chunkRows long, each chunk whole tiles), single rows below.
@@ -369,44 +374,35 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
         computeTile(blk, r, tileRows, nextPanel, e.constant(0));
         e.b.CreateBr(computed);
         e.b.SetInsertPoint(lastRows);
-        e.forLoop(e.constant(0), height, e.constant(1), "lastrow", [&](llvm::Value* m) {
-          computeTile(blk, e.b.CreateAdd(r, m), 1, PanelPrefetch{}, m);
+        singleRows(e.constant(0));
+      } else {
+        // One block per tile variant the policy uses; any other height is cut into half
+        // tiles, then single rows.
+        llvm::SwitchInst* byHeight = e.b.CreateSwitch(height, lastRows, 3);
+        for (auto [rows, own] :
+             {std::pair{shapes.full, true}, std::pair{shapes.shortened, shapes.hasShortened()},
+              std::pair{shapes.shorter, shapes.hasShorter()}}) {
+          if (!own)
+            continue;
+          auto* tile =
+              llvm::BasicBlock::Create(e.llvmContext, "tile_" + std::to_string(rows), e.fn);
+          byHeight->addCase(e.b.getInt64(static_cast<uint64_t>(rows)), tile);
+          e.b.SetInsertPoint(tile);
+          computeTile(blk, r, rows, nextPanel, e.constant(0));
+          e.b.CreateBr(computed);
+        }
+        e.b.SetInsertPoint(lastRows);
+        llvm::Value* halves =
+            e.b.CreateMul(e.b.CreateSDiv(height, e.constant(halfRows)), e.constant(halfRows));
+        e.forLoop(e.constant(0), halves, e.constant(halfRows), "halftile", [&](llvm::Value* m) {
+          // Single rows (batch 1) have too few FMAs per depth step to hide the prefetch's
+          // instructions (AVX2 GRU at batch 1: 19% slower with them).
+          computeTile(blk, e.b.CreateAdd(r, m), halfRows,
+                      halfRows > 1 ? nextPanel : PanelPrefetch{}, m);
         });
-        e.b.CreateBr(computed);
-        e.b.SetInsertPoint(computed);
-        epilogue(blk, r, height);
-        r->addIncoming(e.b.CreateAdd(r, height), e.b.GetInsertBlock());
-        e.b.CreateBr(header);
-        e.b.SetInsertPoint(exit);
-        return;
+        if (halfRows > 1)
+          singleRows(halves);
       }
-      // One block per tile variant the policy uses; any other height is cut into half tiles,
-      // then single rows.
-      llvm::SwitchInst* byHeight = e.b.CreateSwitch(height, lastRows, 3);
-      for (auto [rows, own] :
-           {std::pair{shapes.full, true}, std::pair{shapes.shortened, shapes.hasShortened()},
-            std::pair{shapes.shorter, shapes.hasShorter()}}) {
-        if (!own)
-          continue;
-        auto* tile = llvm::BasicBlock::Create(e.llvmContext, "tile_" + std::to_string(rows), e.fn);
-        byHeight->addCase(e.b.getInt64(static_cast<uint64_t>(rows)), tile);
-        e.b.SetInsertPoint(tile);
-        computeTile(blk, r, rows, nextPanel, e.constant(0));
-        e.b.CreateBr(computed);
-      }
-      e.b.SetInsertPoint(lastRows);
-      llvm::Value* halves =
-          e.b.CreateMul(e.b.CreateSDiv(height, e.constant(halfRows)), e.constant(halfRows));
-      e.forLoop(e.constant(0), halves, e.constant(halfRows), "halftile", [&](llvm::Value* m) {
-        // Single rows (batch 1) have too few FMAs per depth step to hide the prefetch's
-        // instructions (AVX2 GRU at batch 1: 19% slower with them).
-        computeTile(blk, e.b.CreateAdd(r, m), halfRows, halfRows > 1 ? nextPanel : PanelPrefetch{},
-                    m);
-      });
-      if (halfRows > 1)
-        e.forLoop(halves, height, e.constant(1), "lastrow", [&](llvm::Value* m) {
-          computeTile(blk, e.b.CreateAdd(r, m), 1, PanelPrefetch{}, m);
-        });
       e.b.CreateBr(computed);
       e.b.SetInsertPoint(computed);
       epilogue(blk, r, height);
