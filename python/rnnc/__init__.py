@@ -19,10 +19,16 @@ from .benchmark import bench
 from .layers import GRU, LSTM, RNN, Layer, from_torch
 from .safetensors import load_safetensors, quantize_rows, save_int8
 
-try:  # rnnc.nn: torch modules trained through rnnc, where torch is installed
-    from . import nn
-except ImportError:
-    pass
+
+
+def __getattr__(name):
+    """rnnc.nn (torch modules trained through rnnc) is imported on first use: it imports torch,
+    which takes over a second, and `import rnnc` should not."""
+    if name == "nn":
+        import importlib
+
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError(f"module 'rnnc' has no attribute {name!r}")
 
 __all__ = ["LSTM", "GRU", "RNN", "Layer", "from_torch", "bench", "builtin_cells", "__version__",
            "load_safetensors", "save_int8", "quantize_rows"]

@@ -8,6 +8,7 @@ processes); calls may come from many threads at once, and each releases the GIL 
 
 import math
 import os
+import sys
 import threading
 
 import numpy as np
@@ -15,22 +16,36 @@ import numpy as np
 from . import _rnnc
 from ._recurrent import check_state_shape, given_states, repack, state_shapes
 
-try:
-    import torch
-    from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
-except ImportError:  # numpy alone is enough, without PackedSequence
-    torch = None
-    PackedSequence = None
+# torch is imported only where it is needed (importing it takes over a second, most of `import
+# rnnc`): an argument can only be a torch tensor or PackedSequence once the program has imported
+# torch, so the checks look in sys.modules; results are torch tensors where the argument was one.
 
 
 def _is_torch(x):
+    torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
+
+
+def _packed_sequences():
+    """torch's PackedSequence module, if the program has imported it."""
+    return sys.modules.get("torch.nn.utils.rnn")
+
+
+def _installed_torch():
+    """torch where it is installed (state_dict gives torch tensors then, as torch.nn's does)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
 
 
 def _as_array(x, name):
     """x as float32 numpy in C order: a view of a contiguous float32 CPU tensor or array, a
     converted copy of any other floating-point one; anything else is rejected by name."""
     if _is_torch(x):
+        import torch
+
         if x.dtype is torch.float32 and not x.requires_grad and x.is_contiguous():
             try:  # the common case, a view: as cheap as a call gets
                 return x.numpy()
@@ -60,7 +75,11 @@ def _lengths_array(lengths):
 
 
 def _like(array, as_torch):
-    return torch.from_numpy(array) if as_torch else array
+    if not as_torch:
+        return array
+    import torch
+
+    return torch.from_numpy(array)
 
 
 def _shape(x):
@@ -132,7 +151,7 @@ class Layer:
     def state_dict(self):
         if self._weights is None:
             return {}
-        as_torch = torch is not None
+        as_torch = _installed_torch() is not None
         return {name: _like(value.copy(), as_torch) for name, value in self._weights.items()}
 
     def _layer(self):
@@ -279,7 +298,7 @@ class _TorchRNN:
         self._program.reset()
 
     def state_dict(self):
-        as_torch = torch is not None
+        as_torch = _installed_torch() is not None
         return {name: _like(self._weights[name].copy(), as_torch) for name in self._shapes()}
 
     def _layer(self):
@@ -309,10 +328,11 @@ class _TorchRNN:
                 f"{type(self).__name__} runs inference, where dropout between layers is the "
                 f"identity; call .eval() first, or train with rnnc.nn.{type(self).__name__} (a "
                 "torch.nn.Module whose forward and backward are rnnc's, dropout included)")
-        packed = PackedSequence is not None and isinstance(input, PackedSequence)
+        rnn_utils = _packed_sequences()
+        packed = rnn_utils is not None and isinstance(input, rnn_utils.PackedSequence)
         lengths = None
         if packed:
-            padded, lengths = pad_packed_sequence(input, batch_first=self.batch_first)
+            padded, lengths = rnn_utils.pad_packed_sequence(input, batch_first=self.batch_first)
             sequence = padded
         else:
             sequence = input
@@ -334,7 +354,7 @@ class _TorchRNN:
             results[1:] = [np.ascontiguousarray(f[:, 0]) for f in results[1:]]
             results[0] = np.ascontiguousarray(results[0])
         if as_torch:
-            results = [torch.from_numpy(r) for r in results]
+            results = [_like(r, True) for r in results]
         if packed:
             results[0] = repack(results[0], input, self.batch_first)
         if self._mode == "LSTM":
@@ -398,6 +418,7 @@ class RNN(_TorchRNN):
 def from_torch(module, **options):
     """The rnnc equivalent of a torch.nn.LSTM, GRU or RNN: same options, its weights, its
     training flag. ``options``: threads, jit, target_cpu, weights_dtype, device."""
+    torch = _installed_torch()
     if torch is None:
         raise ImportError("rnnc.from_torch needs torch")
     if not isinstance(module, (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)):

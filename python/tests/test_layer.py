@@ -153,3 +153,29 @@ def test_bench_times_fused_and_unfused_paths():
                            rnnc._rnnc.cell_params("gru", {"input_size": 8, "hidden_size": 16}).items()})
     seconds = layer._layer().time_native(np.zeros((3, 2, 8), np.float32), {}, 4)
     assert len(seconds) == 4 and min(seconds) > 0
+
+
+def test_import_rnnc_leaves_torch_unimported_until_it_is_needed():
+    """`import rnnc` and numpy runs do not import torch (a second and more of start-up); rnnc.nn
+    and state_dict, which give torch modules and tensors, do."""
+    import os
+    import subprocess
+    import sys
+    code = """
+import sys
+import numpy as np
+import rnnc
+assert "torch" not in sys.modules, "import rnnc imported torch"
+lstm = rnnc.LSTM(4, 3)
+y, (h, c) = lstm(np.zeros((5, 2, 4), np.float32))
+assert isinstance(y, np.ndarray) and y.shape == (5, 2, 3)
+assert "torch" not in sys.modules, "a numpy run imported torch"
+import torch
+assert type(lstm.state_dict()["weight_ih_l0"]) is torch.Tensor
+y, _ = lstm(torch.zeros(5, 2, 4))
+assert isinstance(y, torch.Tensor)
+assert issubclass(rnnc.nn.LSTM, torch.nn.Module)
+"""
+    done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stderr
