@@ -22,7 +22,7 @@ public:
               const Target& target, const std::string& name, CellPart part)
       : EmitContext(llvmContext, cell, plan, target,
                     part == CellPart::Setup ? name : loopFunctionName(name)),
-        kernels_(*this), products_(*this, kernels_), part_(part), name_(name) {}
+        kernels_(*this), products_(*this, kernels_), part_(part) {}
 
   std::unique_ptr<llvm::Module> emit();
 
@@ -46,7 +46,6 @@ private:
   KernelEmitter kernels_;
   ProductKernelEmitter products_;
   CellPart part_;
-  std::string name_; // the setup part's
 };
 
 std::unique_ptr<llvm::Module> CellEmitter::emit() {
@@ -83,7 +82,7 @@ void CellEmitter::emitSetup() {
   // The loop part, defined by the other module: every thread calls it after the pre phase's
   // barrier, as it would run the loop inline.
   llvm::FunctionCallee loop = module->getOrInsertFunction(
-      loopFunctionName(name_),
+      loopFunctionName(fn->getName().str()),
       llvm::FunctionType::get(llvm::Type::getVoidTy(llvmContext), {ptr}, false));
   ifPhase(RNNC_PHASE_LOOP, "loop", [&] { b.CreateCall(loop, {fn->getArg(0)}); });
 }

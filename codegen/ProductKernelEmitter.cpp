@@ -219,9 +219,8 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   llvm::IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
   llvm::Value* scratch = entry.CreateAlloca(vec, e.constant(tileRows * slices), "tile");
-  auto stored = [&](llvm::Value* m, int64_t s) { // the tile's row m, slice s
-    return e.b.CreateGEP(vec, scratch,
-                         e.b.CreateAdd(e.b.CreateMul(m, e.constant(slices)), e.constant(s)));
+  auto stored = [&](llvm::Value* m, llvm::Value* s) { // the tile's row m, slice s
+    return e.b.CreateGEP(vec, scratch, e.b.CreateAdd(e.b.CreateMul(m, e.constant(slices)), s));
   };
   // The elementwise work on rows [firstRow, firstRow + rows) of block blk.
   auto epilogue = [&](llvm::Value* blk, llvm::Value* firstRow, llvm::Value* rows) {
@@ -237,8 +236,9 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     };
     auto full = [&] {
       e.forLoop(e.constant(0), rows, e.constant(1), "tilerow", [&](llvm::Value* m) {
-        rowBody(e.b.CreateAdd(firstRow, m), j, packed.width,
-                inRegisters([&](int64_t s) { return e.b.CreateLoad(vec, stored(m, s)); }));
+        rowBody(e.b.CreateAdd(firstRow, m), j, packed.width, inRegisters([&](int64_t s) {
+                  return e.b.CreateLoad(vec, stored(m, e.constant(s)));
+                }));
       });
     };
     if (tailColumns == 0)
@@ -256,7 +256,7 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
       e.forLoop(e.constant(0), e.constant(tailColumns), e.constant(1), "tailcol",
                 [&](llvm::Value* l) {
                   auto column = [&](int64_t s) { // lane l of the sums as a 1-lane vector
-                    llvm::Value* sum = e.b.CreateLoad(vec, stored(m, s));
+                    llvm::Value* sum = e.b.CreateLoad(vec, stored(m, e.constant(s)));
                     return e.b.CreateInsertElement(llvm::PoisonValue::get(lane),
                                                    e.b.CreateExtractElement(sum, l), uint64_t{0});
                   };
@@ -272,11 +272,7 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
                          const PanelPrefetch& panel, llvm::Value* firstSlot) {
     emitTile(x, weights, packed, blk, firstRow, rows, panel,
              [&](int64_t m, llvm::Value* slice, llvm::Value* sum) {
-               llvm::Value* slot = e.b.CreateAdd(firstSlot, e.constant(m));
-               e.b.CreateStore(
-                   sum,
-                   e.b.CreateGEP(vec, scratch,
-                                 e.b.CreateAdd(e.b.CreateMul(slot, e.constant(slices)), slice)));
+               e.b.CreateStore(sum, stored(e.b.CreateAdd(firstSlot, e.constant(m)), slice));
              });
   };
   // All the rows in tiles (codegen/TileRows.h), cut where the row count is known. A
@@ -613,9 +609,8 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   bool alike = passes > 1 && slices % perPass == 0;
   const int64_t passDistance = passes > 1 ? packed.sliceStart(perPass) - packed.sliceStart(0) : 0;
   for (int64_t p = 0; alike && p < passes; ++p)
-    for (int64_t s = 0; s < perPass; ++s)
-      alike = alike &&
-              packed.sliceStart(p * perPass + s) == packed.sliceStart(s) + p * passDistance &&
+    for (int64_t s = 0; alike && s < perPass; ++s)
+      alike = packed.sliceStart(p * perPass + s) == packed.sliceStart(s) + p * passDistance &&
               packed.panelWidth(p * perPass + s) == packed.panelWidth(s);
 
   // One walk over the depth for the slices [first, first + count), pass `pass` (a constant, or

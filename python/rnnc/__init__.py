@@ -20,7 +20,6 @@ from .layers import GRU, LSTM, RNN, Layer, from_torch
 from .safetensors import load_safetensors, quantize_rows, save_int8
 
 
-
 def __getattr__(name):
     """rnnc.nn (torch modules trained through rnnc) is imported on first use: it imports torch,
     which takes over a second, and `import rnnc` should not."""

@@ -364,9 +364,7 @@ Int64Array readNpyInt64(const std::string& path) {
 Tensor parseNpyFloat32(std::string_view bytes, const std::string& path) {
   ParsedNpy npy = parseNpy(path, bytes);
   std::string_view data = checkedData(path, npy, "<f4", sizeof(float), "x.astype(np.float32)");
-  Tensor tensor = Tensor::uninitialized(npy.header.shape);
-  if (!data.empty()) // memcpy with a null (empty tensor) destination is UB even for zero bytes
-    std::memcpy(tensor.data(), data.data(), data.size());
+  Tensor tensor = Tensor::ofBytes(npy.header.shape, data);
   tensor.setSource(path);
   return tensor;
 }

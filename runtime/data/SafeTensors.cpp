@@ -228,17 +228,6 @@ void checkNoOverlap(const std::string& path, std::vector<const Entry*> entries) 
   }
 }
 
-// The tensor's floats copied once, into memory not filled first.
-Tensor tensorOfBytes(TensorShape shape, std::string_view bytes) {
-  Tensor tensor = Tensor::uninitialized(std::move(shape));
-  RNNC_INTERNAL_CHECK(static_cast<size_t>(tensor.numel()) * sizeof(float) == bytes.size(),
-                      "tensor bytes do not match its shape");
-  // memcpy with a null (empty tensor) destination is UB even for zero bytes.
-  if (!bytes.empty())
-    std::memcpy(tensor.data(), bytes.data(), bytes.size());
-  return tensor;
-}
-
 // A quantized weight (README, "Reduced-precision weights"): NAME of dtype I8, [rows, ...], and
 // NAME.scale of F32, [rows] (a scale per output channel) or [1] (one for the tensor): the weight
 // is q * scale, an fp32 tensor from here on (--weights-dtype int8 quantizes it again, to the same
@@ -331,7 +320,7 @@ TensorMap parseSafeTensors(std::string_view bytes, const std::string& path) {
         values.push_back(static_cast<float>(static_cast<int8_t>(byte)));
       quantized.emplace(e.name, Tensor(std::move(e.shape), std::move(values)));
     } else {
-      tensors.emplace(e.name, tensorOfBytes(std::move(e.shape), bytesOfTensor));
+      tensors.emplace(e.name, Tensor::ofBytes(std::move(e.shape), bytesOfTensor));
     }
   }
   dequantize(path, quantized, tensors);

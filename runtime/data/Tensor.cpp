@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <mutex>
 #include <new>
@@ -153,6 +154,16 @@ Tensor Tensor::uninitialized(TensorShape shape) {
   t.data_ = allocate(shape, std::nullopt);
   t.shape_ = std::move(shape);
   return t;
+}
+
+Tensor Tensor::ofBytes(TensorShape shape, std::string_view bytes) {
+  Tensor tensor = uninitialized(std::move(shape));
+  RNNC_INTERNAL_CHECK(static_cast<size_t>(tensor.numel()) * sizeof(float) == bytes.size(),
+                      "tensor bytes do not match its shape");
+  // memcpy with a null (empty tensor) destination is UB even for zero bytes.
+  if (!bytes.empty())
+    std::memcpy(tensor.data(), bytes.data(), bytes.size());
+  return tensor;
 }
 
 Tensor Tensor::reshaped(TensorShape shape) const {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <new>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -52,6 +53,9 @@ public:
   Tensor(TensorShape shape, TensorData values);
   // A tensor whose every element the caller writes before reading it: not filled.
   static Tensor uninitialized(TensorShape shape);
+  // A tensor of `shape` holding the little-endian floats `bytes` (numel * 4 of them), copied
+  // once into memory not filled first: what the file readers make of a file's data.
+  static Tensor ofBytes(TensorShape shape, std::string_view bytes);
 
   const TensorShape& shape() const { return shape_; }
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }

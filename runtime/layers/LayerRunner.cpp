@@ -64,15 +64,14 @@ std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell,
                                                         const std::string& weightsSource,
                                                         const LayerOptions& options,
                                                         const LayerRequest* shapesOf) {
-  TensorMap* movable =
-      shapesOf && shapesOf->movableWeights == &weights ? shapesOf->movableWeights : nullptr;
-  return buildTaking(cell, weights, movable, weightsSource, options, shapesOf);
+  return buildTaking(cell, weights, nullptr, weightsSource, options, shapesOf);
 }
 
 std::shared_ptr<const LayerProgram> LayerProgram::build(const ir::Cell& cell, TensorMap&& weights,
                                                         const std::string& weightsSource,
-                                                        const LayerOptions& options) {
-  return buildTaking(cell, weights, &weights, weightsSource, options, nullptr);
+                                                        const LayerOptions& options,
+                                                        const LayerRequest* shapesOf) {
+  return buildTaking(cell, weights, &weights, weightsSource, options, shapesOf);
 }
 
 std::shared_ptr<const LayerProgram>
@@ -380,8 +379,12 @@ int64_t LayerProgram::stateSize(const std::string& state) const {
 LayerResult runLayers(const ir::Cell& cell, const LayerRequest& request,
                       const LayerOptions& options) {
   RNNC_INTERNAL_CHECK(request.weights, "no weights given");
-  return LayerProgram::build(cell, *request.weights, request.weightsSource, options, &request)
-      ->run(request.input, request.initialStates, request.lengths, request.sideInputs);
+  auto program =
+      request.movableWeights
+          ? LayerProgram::build(cell, std::move(*request.movableWeights), request.weightsSource,
+                                options, &request)
+          : LayerProgram::build(cell, *request.weights, request.weightsSource, options, &request);
+  return program->run(request.input, request.initialStates, request.lengths, request.sideInputs);
 }
 
 } // namespace rnnc

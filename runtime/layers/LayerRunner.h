@@ -46,8 +46,8 @@ struct LayerOptions {
 
 struct LayerRequest {
   const TensorMap* weights = nullptr;
-  // The same map, when the layers may take its tensors (leaving them empty) instead of copying
-  // them: a caller that reads its weights for one run (the rnnc tool) saves a copy of each.
+  // The same map, when runLayers may give it to the layers, which take its tensors (leaving them
+  // empty) instead of copying them: a caller that reads its weights for one run (the rnnc tool).
   TensorMap* movableWeights = nullptr;
   std::string weightsSource = "weights";
   Tensor input;                                // [T, B, I] (or [B, T, I] with batchFirst)
@@ -80,7 +80,8 @@ public:
   // where the caller has no further use for them).
   static std::shared_ptr<const LayerProgram> build(const ir::Cell& cell, TensorMap&& weights,
                                                    const std::string& weightsSource,
-                                                   const LayerOptions& options);
+                                                   const LayerOptions& options,
+                                                   const struct LayerRequest* shapesOf = nullptr);
 
   // Runs one layer in one direction in place of the slot's own executor (the gradient
   // runner's training forward, which keeps what the backward reads): the cell's `inputs`, T * B
