@@ -199,6 +199,7 @@ TrainingRecord Layer::forwardTraining(const float* input, int64_t steps, int64_t
   impl->tape = impl_->trainingProgram().forward(args.input, args.initialStates, args.lengths,
                                                 args.sideInputs);
   copyOutResults(impl->tape.forward, output, hn, cn);
+  impl->tape.forward.output = Tensor(); // the caller's now: the backward reads its shape only
   TrainingRecord record;
   record.impl_ = std::move(impl);
   return record;
@@ -212,7 +213,7 @@ std::map<std::string, WeightTensor> Layer::backward(const TrainingRecord& record
   const TrainingTape& tape = record.impl_->tape;
   GradientInputs grads;
   if (gradOutput)
-    grads.output = copyIn(gradOutput, tape.forward.output.shape());
+    grads.output = copyIn(gradOutput, tape.outputShape);
   const float* given[] = {gradHn, gradCn};
   const char* names[] = {"h", "c"};
   for (int i = 0; i < 2; ++i)

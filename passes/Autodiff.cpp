@@ -420,23 +420,41 @@ private:
 
 } // namespace
 
-std::unique_ptr<ir::Cell> trainingForward(const ir::Cell& forward, const BackwardCell& backward) {
-  std::unique_ptr<ir::Cell> cell = forward.clone();
-  cell->name = forward.name + "_training";
+TrainingForward trainingForward(const ir::Cell& forward, const BackwardCell& backward) {
+  TrainingForward out;
+  out.cell = forward.clone();
+  ir::Cell& cell = *out.cell;
+  cell.name = forward.name + "_training";
   std::vector<ir::Instr*> instrs; // in the order deriveBackward counts positions
-  for (ir::Block* block : {&cell->pre, &cell->step})
+  for (ir::Block* block : {&cell.pre, &cell.step})
     for (auto& instr : *block)
       instrs.push_back(instr.get());
-  std::vector<Value*> columns = {cell->output};
-  for (const auto& state : cell->states)
-    columns.push_back(state.get());
+  // Each distinct value once, at the columns it was first placed at.
+  std::vector<Value*> columns;
+  std::map<const Value*, Dim> offsets;
+  Dim width = Dim::constant(0);
+  auto place = [&](Value* v) {
+    auto [it, fresh] = offsets.emplace(v, width);
+    if (fresh) {
+      columns.push_back(v);
+      width = width + widthOf(v);
+    }
+    return it->second;
+  };
+  place(cell.output);
+  for (const auto& state : cell.states) {
+    const ir::StateUpdate* update = cell.updateOf(state.get());
+    out.stateOffsets.push_back(place(update ? update->next : state.get()));
+  }
   for (size_t position : backward.kept) {
     RNNC_INTERNAL_CHECK(position < instrs.size(), "a kept value the forward does not have");
-    columns.push_back(&instrs[position]->result);
+    out.keptOffsets.push_back(place(&instrs[position]->result));
   }
-  cell->output = ir::Builder(*cell, cell->step).create(Op::Concat, columns);
-  ir::verify(*cell);
-  return cell;
+  if (columns.size() > 1)
+    cell.output = ir::Builder(cell, cell.step).create(Op::Concat, columns);
+  out.width = width;
+  ir::verify(cell);
+  return out;
 }
 
 BackwardCell deriveBackward(const ir::Cell& forward, ForwardValues policy) {

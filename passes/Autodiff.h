@@ -70,9 +70,19 @@ enum class ForwardValues { Keep, Recompute };
 // sequence runner's affair: its masks are inputs of neither cell).
 BackwardCell deriveBackward(const ir::Cell& forward, ForwardValues policy = ForwardValues::Keep);
 
-// The training forward: `forward` whose output is its output followed by the states entering
-// the step and the values `backward` keeps ([B, H + F1 + F2 + ... + K0 + K1 + ...]): what the
-// backward cell reads as inputs.
-std::unique_ptr<ir::Cell> trainingForward(const ir::Cell& forward, const BackwardCell& backward);
+// The training forward: `forward` whose output holds, side by side, each distinct value the
+// backward reads from the forward: its output, the value each state leaves a step with, and the
+// values `backward` keeps. A value that is already there is not repeated: an LSTM's h leaves
+// the step as its output, a tanh RNN keeps its output. The state entering a step is the one the
+// step before left (before a sequence's first step, the initial state): the runner reads it
+// there, so the forward writes no copy of it (what cuDNN's reserve space keeps: the gates and c).
+struct TrainingForward {
+  std::unique_ptr<ir::Cell> cell;
+  // Where, among the output's columns, each state's next value is (per state, in state order)
+  // and each kept value (in BackwardCell::kept order); the forward's output is at column 0.
+  std::vector<ir::Dim> stateOffsets, keptOffsets;
+  ir::Dim width; // the output's columns
+};
+TrainingForward trainingForward(const ir::Cell& forward, const BackwardCell& backward);
 
 } // namespace rnnc::passes

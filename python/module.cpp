@@ -225,8 +225,11 @@ public:
       py::gil_scoped_release unlocked;
       *tape = program_->forward(args.input, args.states, args.lengths);
     }
-    LayerResult result = tape->forward; // a copy: the tape keeps its own
-    return py::make_tuple(toArray(std::move(result.output)), toDict(std::move(result.finalStates)),
+    // The output is the caller's (the backward reads its shape only); the tape keeps the final
+    // states, whose gradients it checks.
+    Tensor output = std::move(tape->forward.output);
+    return py::make_tuple(toArray(std::move(output)),
+                          toDict(std::map<std::string, Tensor>(tape->forward.finalStates)),
                           Tape{tape});
   }
 

@@ -73,10 +73,31 @@ TEST(Autodiff, ElmanCellBackwardStep) {
 }
 )");
   EXPECT_EQ(backward.kept, std::vector<size_t>{4}); // %4 = tanh
-  // The training forward outputs y, the state entering the step, and the kept value.
-  std::string training = ir::toString(*passes::trainingForward(*forward, backward));
-  EXPECT_NE(training.find("= concat %4, %h, %4 : [B, 3*hidden_size]"), std::string::npos)
-      << training;
+  // The training forward outputs y alone: h leaves the step as y and the kept value is y (the
+  // h entering a step is the one the step before left, read there by the runner).
+  passes::TrainingForward training = passes::trainingForward(*forward, backward);
+  EXPECT_EQ(ir::toString(*training.cell), R"(cell @rnn_training(input_size, hidden_size) {
+  input %x : [B, input_size]
+  state %h : [B, hidden_size]
+  param %w : [hidden_size, input_size]
+  param %u : [hidden_size, hidden_size]
+  param %b : [hidden_size]
+  step {
+    %0 = linear %x, %w : [B, hidden_size]
+    %1 = linear %h, %u : [B, hidden_size]
+    %2 = add %0, %1 : [B, hidden_size]
+    %3 = add %2, %b : [B, hidden_size]
+    %4 = tanh %3 : [B, hidden_size]
+  }
+  yield %h = %4
+  output %4
+}
+)");
+  EXPECT_EQ(training.width.str(), "hidden_size");
+  ASSERT_EQ(training.stateOffsets.size(), 1u);
+  EXPECT_EQ(training.stateOffsets[0].str(), "0");
+  ASSERT_EQ(training.keptOffsets.size(), 1u);
+  EXPECT_EQ(training.keptOffsets[0].str(), "0");
   using Kind = passes::GradientSegment::Kind;
   ASSERT_EQ(backward.segments.size(), 4u);
   // dx = g w for all steps at once, by the runner after the loop.
@@ -150,6 +171,18 @@ TEST(Autodiff, LstmKeepsItsGatesAndRunsNoForwardProduct) {
     ir::Op op = forwardInstrs.at(position)->op;
     EXPECT_TRUE(op == ir::Op::Sigmoid || op == ir::Op::Tanh) << ir::opName(op);
   }
+  // The training forward writes h (its output, which h leaves the step as), c and the four
+  // gates: with y, cuDNN's reserve space (the gates and c).
+  passes::TrainingForward training = passes::trainingForward(*forward, backward);
+  EXPECT_EQ(training.width.str(), "6*hidden_size");
+  std::vector<std::string> states, kept;
+  for (const ir::Dim& d : training.stateOffsets)
+    states.push_back(d.str());
+  for (const ir::Dim& d : training.keptOffsets)
+    kept.push_back(d.str());
+  EXPECT_EQ(states, (std::vector<std::string>{"0", "hidden_size"}));
+  EXPECT_EQ(kept, (std::vector<std::string>{"2*hidden_size", "3*hidden_size", "4*hidden_size",
+                                            "5*hidden_size"}));
 }
 
 // The gradient of a chunked value is its chunks' gradients side by side, zeros for a chunk
@@ -457,8 +490,12 @@ TEST(Gradients, TheApiGivesPyTorchsGradients) {
   rnnc::TrainingRecord record =
       layer.forwardTraining(x.data(), steps, batch, h0.data(), c0.data(), lengths.values.data(),
                             y.data(), hn.data(), cn.data());
-  // The states entering each step of 2 layers x 2 directions: h and c, T*B rows each.
-  EXPECT_GE(record.workspaceBytes(), 4 * 2 * steps * batch * 6 * int64_t{sizeof(float)});
+  // Per step and sequence, 2 layers x 2 directions of four gates and c (cuDNN's reserve space),
+  // and layer 0's output both as written (its h) and as layer 1's input: y and x are the
+  // caller's.
+  const int64_t hidden = hn.dim(2);
+  EXPECT_EQ(record.workspaceBytes(),
+            steps * batch * (4 * 5 * hidden + 2 * hidden + 2 * hidden) * int64_t{sizeof(float)});
   // The forward's results are inference's.
   Tensor yInference(y.shape());
   layer.forward(x.data(), steps, batch, h0.data(), c0.data(), lengths.values.data(),

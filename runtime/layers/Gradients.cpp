@@ -12,13 +12,22 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 namespace rnnc {
+namespace {
+
+int64_t constantOf(const ir::Dim& d) {
+  RNNC_INTERNAL_CHECK(d.isConstant(), "unbound size in a training layout: " + d.str());
+  return d.constantValue();
+}
+
+} // namespace
 
 // The derived cells of one layer and direction, ready to run.
 struct GradientProgram::Slot {
-  std::unique_ptr<ir::Cell> forward; // the training forward (passes::trainingForward)
   passes::BackwardCell backward;
+  passes::TrainingForward forward; // its output's layout: where each state and kept value is
   std::shared_ptr<const CompiledCell> forwardCode, backwardCode; // null: the interpreter
   std::shared_ptr<const CompiledCell::Prepared> forwardPrepared, backwardPrepared;
   std::shared_ptr<const Interpreter> forwardInterpreter, backwardInterpreter;
@@ -31,19 +40,16 @@ struct GradientProgram::Slot {
     return forwardCode ? jitExecutor(forwardCode, forwardPrepared, threads, forwardWorkspaces)
                        : interpreterExecutor(forwardInterpreter);
   }
-  // The backward cell's inputs `kept.<k>` (its last ones): their widths, and all of them.
-  std::vector<int64_t> keptWidths() const {
+  // The backward cell's inputs `kept.<k>` (its last ones), where the training forward wrote
+  // them among its outputs ([T, B, W] `values`).
+  CellInputs keptValues(const Tensor& values) const {
     const auto& inputs = backward.cell->inputs;
-    std::vector<int64_t> widths;
-    for (size_t k = inputs.size() - backward.kept.size(); k < inputs.size(); ++k)
-      widths.push_back(ir::columnsOf(inputs[k].get()));
-    return widths;
-  }
-  int64_t keptWidth() const {
-    int64_t sum = 0;
-    for (int64_t w : keptWidths())
-      sum += w;
-    return sum;
+    const size_t first = inputs.size() - backward.kept.size();
+    CellInputs kept;
+    for (size_t k = 0; k < backward.kept.size(); ++k)
+      kept.push_back(columnsOf(values, {ir::columnsOf(inputs[first + k].get())},
+                               constantOf(forward.keptOffsets[k]))[0]);
+    return kept;
   }
   Executor backwardRun(int threads) const {
     return backwardCode ? jitExecutor(backwardCode, backwardPrepared, threads, backwardWorkspaces)
@@ -90,11 +96,6 @@ size_t paramIndex(const LayerProgram::Slot& slot, const std::string& name) {
   return 0;
 }
 
-int64_t constantOf(const ir::Dim& d) {
-  RNNC_INTERNAL_CHECK(d.isConstant(), "unbound size in a gradient segment: " + d.str());
-  return d.constantValue();
-}
-
 } // namespace
 
 std::string initialStateGradientName(const std::string& state) {
@@ -102,14 +103,21 @@ std::string initialStateGradientName(const std::string& state) {
 }
 
 int64_t TrainingTape::bytes() const {
-  int64_t floats = 0;
-  for (const Slot& slot : slots) {
-    for (const Tensor& input : slot.inputs)
-      floats += input.numel();
-    // Not the output's columns: the forward's result.
-    const int64_t width = slot.values.rank() == 3 ? slot.values.dim(2) : 0;
-    if (width > 0)
-      floats += slot.values.numel() / width * (width - slot.outputWidth);
+  // x: layer 0's inputs (the caller's input and side inputs); y: the last layer's outputs.
+  std::set<const Tensor*> counted;
+  if (!slots.empty())
+    for (const auto& input : slots[0].inputs)
+      counted.insert(input.get());
+  const size_t lastLayer = forward.bidirectional ? 2 : 1;
+  int64_t floats = forward.output.numel();
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const Slot& slot = slots[i];
+    for (const auto& input : slot.inputs)
+      if (counted.insert(input.get()).second)
+        floats += input->numel();
+    floats += slot.values.numel();
+    if (i + lastLayer >= slots.size() && slot.values.rank() == 3)
+      floats -= slot.values.dim(0) * slot.values.dim(1) * slot.outputWidth;
   }
   return floats * static_cast<int64_t>(sizeof(float));
 }
@@ -152,7 +160,7 @@ GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOp
     s->backward = passes::deriveBackward(*slot.bound, forwardValues);
     s->forward = passes::trainingForward(*slot.bound, s->backward);
     if (options.engine != Engine::Jit) {
-      s->forwardInterpreter = std::make_shared<Interpreter>(*s->forward, slot.params);
+      s->forwardInterpreter = std::make_shared<Interpreter>(*s->forward.cell, slot.params);
       s->backwardInterpreter = std::make_shared<Interpreter>(*s->backward.cell, slot.params);
     }
     slots.push_back(std::move(s));
@@ -161,7 +169,7 @@ GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOp
     // Every slot's training forward and backward, compiled side by side.
     std::vector<const ir::Cell*> cells;
     for (const auto& s : slots) {
-      cells.push_back(s->forward.get());
+      cells.push_back(s->forward.cell.get());
       cells.push_back(s->backward.cell.get());
     }
     std::vector<std::shared_ptr<CompiledCell>> code =
@@ -187,40 +195,72 @@ TrainingTape GradientProgram::forward(const Tensor& input,
   tape.slots.resize(slots_.size());
   const int threads = options_.threads;
   // The layer runner (checks, sorting, directions, dropout between layers, batch_first) with
-  // each slot run by its training cell, keeping its inputs and the states entering each step.
-  auto trainingRun = [&](int64_t index, const CellInputs& inputs, int64_t steps, int64_t batch,
-                         std::vector<Tensor> states, const std::vector<int64_t>& runLengths,
-                         bool reverse) {
+  // each slot run by its training cell, keeping its inputs, initial states and outputs.
+  auto trainingRun = [&](int64_t index, const std::vector<std::shared_ptr<const Tensor>>& inputs,
+                         int64_t steps, int64_t batch, std::vector<Tensor> states,
+                         const std::vector<int64_t>& runLengths, bool reverse) {
     const Slot& s = *slots_[static_cast<size_t>(index)];
-    DirectionRun out = runDirection(s.forwardRun(threads), inputs, steps, batch, std::move(states),
-                                    runLengths, reverse);
     TrainingTape::Slot& kept = tape.slots[static_cast<size_t>(index)];
-    kept.inputs.clear();
-    for (const InputRows& in : inputs)
-      kept.inputs.push_back(denseCopy(in, {steps, batch, in.columns}));
-    // The training cell's output: the cell's output, each state entering the step, then the
-    // kept values; kept whole, the layer's output copied out of it.
-    const ir::Cell& bound = *program_->slots()[static_cast<size_t>(index)].bound;
-    kept.outputWidth = ir::columnsOf(bound.output);
-    kept.stateWidths.clear();
-    for (const auto& state : bound.states)
-      kept.stateWidths.push_back(ir::columnsOf(state.get()));
+    kept.inputs = inputs;
+    kept.initialStates = states;
+    CellInputs rows;
+    for (const auto& input : inputs)
+      rows.push_back(InputRows::of(*input));
+    DirectionRun out = runDirection(s.forwardRun(threads), rows, steps, batch, std::move(states),
+                                    runLengths, reverse);
+    // Kept whole; the layer's output copied out of its first columns.
+    kept.outputWidth = ir::columnsOf(program_->slots()[static_cast<size_t>(index)].bound->output);
     kept.values = std::move(out.output);
     out.output =
         denseCopy(columnsOf(kept.values, {kept.outputWidth})[0], {steps, batch, kept.outputWidth});
     return out;
   };
   tape.forward = program_->run(input, initialStates, lengths, sideInputs, trainingRun);
-  const Tensor& first = tape.slots[0].inputs.at(0);
+  tape.outputShape = tape.forward.output.shape();
+  const Tensor& first = *tape.slots[0].inputs.at(0);
   tape.lengths = checkedLengths(lengths, first.dim(0), first.dim(1));
   return tape;
 }
+
+namespace {
+
+// The value of each state entering every step of one direction, [T, B, F] per state: what the
+// step before left it at (`values` columns `offsets`), the initial state at each sequence's
+// first step; the rows past a sequence's length are not read.
+std::vector<Tensor> statesEnteringEachStep(const TrainingTape::Slot& kept,
+                                           const std::vector<int64_t>& offsets,
+                                           const std::vector<int64_t>& lengths, bool reverse) {
+  const Tensor& values = kept.values;
+  const int64_t steps = values.dim(0), batch = values.dim(1);
+  std::vector<Tensor> entering;
+  for (size_t k = 0; k < offsets.size(); ++k) {
+    const Tensor& initial = kept.initialStates[k];
+    const int64_t width = initial.dim(1);
+    const size_t bytes = static_cast<size_t>(width) * sizeof(float);
+    Tensor all = Tensor::uninitialized({steps, batch, width});
+    for (int64_t t = 0; t < steps; ++t)
+      for (int64_t b = 0; b < batch; ++b) {
+        const int64_t length = lengths[static_cast<size_t>(b)];
+        float* to = row(all, t * batch + b);
+        if (t >= length) // past the sequence: never read
+          std::memset(to, 0, bytes);
+        else if (t == (reverse ? length - 1 : 0))
+          std::memcpy(to, row(initial, b), bytes);
+        else
+          std::memcpy(to, row(values, (reverse ? t + 1 : t - 1) * batch + b) + offsets[k], bytes);
+      }
+    entering.push_back(std::move(all));
+  }
+  return entering;
+}
+
+} // namespace
 
 TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInputs& given) const {
   const ir::Cell& cell = program_->cell();
   const int directions = program_->numDirections(), layers = program_->numLayers();
   const int threads = options_.threads;
-  const Tensor& firstInput = tape.slots.at(0).inputs.at(0);
+  const Tensor& firstInput = *tape.slots.at(0).inputs.at(0);
   const int64_t steps = firstInput.dim(0), batch = firstInput.dim(1);
   const int64_t slotCount = static_cast<int64_t>(slots_.size());
   // The weight and input gradients' products: an automatic count (0) as the runs choose it.
@@ -228,7 +268,7 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       threads > 0 ? threads : ThreadGovernor::shared().threadsFor(defaultThreadCount());
 
   // dLoss/d(output) in [T, B, D*H], checked.
-  const TensorShape outputShape = tape.forward.output.shape();
+  const TensorShape& outputShape = tape.outputShape;
   Tensor gradOutput;
   if (given.output.rank() == 0) { // none given
     gradOutput = Tensor({steps, batch, outputShape[2]});
@@ -271,18 +311,18 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       // each step and the kept forward values (columns of the forward's outputs), the output
       // gradient of this direction (columns of the layer's).
       CellInputs inputs;
-      for (const Tensor& in : kept.inputs)
-        inputs.push_back(InputRows::of(in));
-      for (const InputRows& state : columnsOf(kept.values, kept.stateWidths, kept.outputWidth))
-        inputs.push_back(state);
+      for (const auto& in : kept.inputs)
+        inputs.push_back(InputRows::of(*in));
+      std::vector<int64_t> stateOffsets;
+      for (const ir::Dim& offset : s.forward.stateOffsets)
+        stateOffsets.push_back(constantOf(offset));
+      const std::vector<Tensor> entering =
+          statesEnteringEachStep(kept, stateOffsets, tape.lengths, direction == 1);
+      for (const Tensor& state : entering)
+        inputs.push_back(InputRows::of(state));
       inputs.push_back(columnsOf(gradLayerOutput, {outWidth}, direction * outWidth)[0]);
-      if (s.keptWidth() > 0) {
-        int64_t keptColumn = kept.outputWidth;
-        for (int64_t w : kept.stateWidths)
-          keptColumn += w;
-        for (const InputRows& value : columnsOf(kept.values, s.keptWidths(), keptColumn))
-          inputs.push_back(value);
-      }
+      for (const InputRows& value : s.keptValues(kept.values))
+        inputs.push_back(value);
       // Each input of the backward cell by name (the cell's inputs, then its states).
       std::map<std::string, InputRows> inputNamed;
       {

@@ -4,11 +4,14 @@
 // Per layer and direction, two cells derived from the bound cell (passes/Autodiff.h) run
 // through the same executors as inference (the JIT or the interpreter) and the same direction
 // runner (sorting, packing, per-sequence reversal):
-//   - the training forward, whose output carries the states entering each step: all the
-//     backward keeps (as cuDNN's reserve space keeps h and c per step; less, as it keeps no gates);
+//   - the training forward, whose output carries, per step, what the backward reads: the
+//     cell's output, the states it leaves the step with and the values the autodiff pass keeps
+//     (an LSTM: h, c and its four gates, as cuDNN's reserve space keeps the gates and c);
 //   - the backward step, run backwards in time from each sequence's own end (its inputs, the
 //     forward's states and the output gradients, are all known before it starts), whose
 //     per-step output holds the input gradients and the factors of the parameter gradients.
+//     The states entering each step are read from the step before (the initial state at a
+//     sequence's first step).
 // Parameter gradients are then a few large products over all rows: dW = sum_t g_t^T a_t as one
 // GEMM, vectors as column sums, never per step.
 #pragma once
@@ -22,22 +25,28 @@
 
 namespace rnnc {
 
-// What a training forward kept for its backward: per layer and direction the cell's inputs and
-// the states entering every step, and the run's lengths and results.
+// What a training forward kept for its backward: per layer and direction the cell's inputs,
+// its initial states and what the training forward wrote per step, and the run's lengths and
+// results.
 struct TrainingTape {
-  LayerResult forward;
+  LayerResult forward; // the results; a caller may take the output (backward needs its shape)
+  TensorShape outputShape;
   std::vector<int64_t> lengths;
   struct Slot {
-    std::vector<Tensor> inputs; // the cell's inputs, [T, B, F] each
-    // The training forward's outputs side by side, [T, B, H + state widths + K]: the cell's
-    // output, the value of each state entering each step, the forward values the backward reads
-    // (passes::BackwardCell::kept); the backward reads them where they are.
+    // The cell's inputs, [T, B, F] each, shared with the layer runner: a layer's input is the
+    // output of the layer below, the caller's input at layer 0; both directions read one.
+    std::vector<std::shared_ptr<const Tensor>> inputs;
+    std::vector<Tensor> initialStates; // [B, F] per state: what each sequence starts from
+    // The training forward's outputs, [T, B, W] (passes::TrainingForward): the cell's output,
+    // its states' next values and the kept values, each once; the backward reads them there.
     Tensor values;
-    int64_t outputWidth = 0;
-    std::vector<int64_t> stateWidths;
+    int64_t outputWidth = 0; // the cell's output's columns, the first of `values`
   };
   std::vector<Slot> slots;
-  // The bytes the tape holds beyond the forward's results (the training workspace).
+  // The bytes the tape holds beyond what cuDNN's caller keeps for its backward (the input and
+  // the output, x and y): the training workspace, cuDNN's reserve space. An LSTM layer: its
+  // four gates and c per step, plus the outputs of the layers under the last (the next one's
+  // input) and the output while the tape still holds it (forward.output).
   int64_t bytes() const;
 };
 

@@ -26,7 +26,7 @@ std::vector<ShapeObservation> observe(const ir::Cell& cell, const LayerProgram::
                                       int64_t batch, int layer,
                                       const std::map<std::string, Tensor>& initialStates,
                                       int64_t slots,
-                                      const std::map<std::string, Tensor>& sideInputs = {}) {
+                                      const std::map<std::string, const Tensor*>& sideInputs = {}) {
   std::vector<ShapeObservation> observations;
   for (size_t i = 0; i < slot.params.size(); ++i)
     if (slot.params[i].rank() > 0) // not a zero bias of a bias-free file, made later
@@ -42,9 +42,9 @@ std::vector<ShapeObservation> observe(const ir::Cell& cell, const LayerProgram::
          {{"T", layerInput->dim(0)}}});
   for (const auto& [name, tensor] : sideInputs)
     observations.push_back({cell.findArgument(name),
-                            {batch, tensor.dim(2)},
-                            describeTensor(fmt::format("side input '{}'", name), tensor),
-                            {{"T", tensor.dim(0)}}});
+                            {batch, tensor->dim(2)},
+                            describeTensor(fmt::format("side input '{}'", name), *tensor),
+                            {{"T", tensor->dim(0)}}});
   for (const auto& state : cell.states) {
     auto it = initialStates.find(state->name);
     if (it != initialStates.end())
@@ -115,6 +115,7 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
   const int64_t slotCount = layout.numLayers * program->directions_;
   Tensor givenInput;
   std::map<std::string, Tensor> givenSides, givenStates;
+  std::map<std::string, const Tensor*> givenSideTensors;
   auto timeMajor = [&](const Tensor& t) { return options.batchFirst ? swapLeadingDims(t) : t; };
   if (shapesOf && shapesOf->input.rank() == 3) {
     givenInput = timeMajor(shapesOf->input);
@@ -125,7 +126,7 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
       if (const ir::Value* value = cell.findArgument(name);
           value && value->argKind == ir::ArgKind::Input && value != cell.inputs[0].get() &&
           tensor.rank() == 3 && fits(timeMajor(tensor), givenInput.dim(0), givenInput.dim(1)))
-        givenSides[name] = timeMajor(tensor);
+        givenSideTensors[name] = &(givenSides[name] = timeMajor(tensor));
     for (const auto& [name, tensor] : shapesOf->initialStates)
       if (const ir::Value* value = cell.findArgument(name);
           value && value->argKind == ir::ArgKind::State &&
@@ -169,7 +170,7 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
       ir::SizeMap sizes =
           solveCellSizes(cell,
                          requestShapes ? observe(cell, slot, weightsSource, &givenInput, batch, 0,
-                                                 givenStates, slotCount, givenSides)
+                                                 givenStates, slotCount, givenSideTensors)
                                        : observe(cell, slot, weightsSource,
                                                  layer > 0 ? &previous : nullptr, 1, layer, {}, 0),
                          options.sizes, batch);
@@ -225,8 +226,9 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
     throw UserError(fmt::format("{} has shape {}, expected {} (rank 3)",
                                 describeTensor("input", rawInput), rawInput.shapeString(),
                                 inputLayout));
-  Tensor input = options_.batchFirst ? swapLeadingDims(rawInput) : rawInput;
-  const int64_t steps = input.dim(0), batch = input.dim(1);
+  // Shared: a training forward keeps each layer's input for its backward.
+  auto input = std::make_shared<Tensor>(options_.batchFirst ? swapLeadingDims(rawInput) : rawInput);
+  const int64_t steps = input->dim(0), batch = input->dim(1);
   if (steps < 1 || batch < 1)
     throw UserError(fmt::format("{} has shape {}: T and B must be at least 1",
                                 describeTensor("input", rawInput), rawInput.shapeString()));
@@ -246,13 +248,18 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
                                   stateSize(name)));
   }
 
-  std::map<std::string, Tensor> sides = checkedSideInputs(sideInputs, steps, batch);
+  std::map<std::string, std::shared_ptr<const Tensor>> sides;
+  std::map<std::string, const Tensor*> sideTensors; // the same, for the size checks
+  for (auto& [name, tensor] : checkedSideInputs(sideInputs, steps, batch)) {
+    sides[name] = std::make_shared<const Tensor>(std::move(tensor));
+    sideTensors[name] = sides[name].get();
+  }
 
   LayerResult result;
   result.numLayers = numLayers_;
   result.bidirectional = directions_ == 2;
   std::vector<std::vector<Tensor>> finals(cell.states.size()); // per state, per slot
-  Tensor layerInput = std::move(input);
+  std::shared_ptr<Tensor> layerInput = std::move(input);
   for (int layer = 0; layer < numLayers_; ++layer) {
     std::vector<Tensor> directionOutputs;
     for (int direction = 0; direction < directions_; ++direction) {
@@ -260,8 +267,8 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
       const Slot& slot = slots_[static_cast<size_t>(index)];
       // Every tensor the caller gave, checked against the weights with full explanations.
       solveCellSizes(cell,
-                     observe(cell, slot, weightsSource_, &layerInput, batch, layer, initialStates,
-                             slots, sides),
+                     observe(cell, slot, weightsSource_, layerInput.get(), batch, layer,
+                             initialStates, slots, sideTensors),
                      options_.sizes, batch);
       std::vector<Tensor> states;
       for (const auto& state : slot.bound->states) {
@@ -274,13 +281,17 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
                                                          row(it->second, (index + 1) * batch))));
       }
       // The layer's input, then the side inputs, each read where it is.
-      CellInputs inputs = {InputRows::of(layerInput)};
+      std::vector<std::shared_ptr<const Tensor>> inputTensors = {layerInput};
       for (size_t i = 1; i < cell.inputs.size(); ++i)
-        inputs.push_back(InputRows::of(sides.at(cell.inputs[i]->name)));
+        inputTensors.push_back(sides.at(cell.inputs[i]->name));
       DirectionRun out;
       if (slotRunner) {
-        out = slotRunner(index, inputs, steps, batch, std::move(states), lengths, direction == 1);
+        out = slotRunner(index, inputTensors, steps, batch, std::move(states), lengths,
+                         direction == 1);
       } else {
+        CellInputs inputs;
+        for (const auto& tensor : inputTensors)
+          inputs.push_back(InputRows::of(*tensor));
         ExecutionOptions execution{options_.training, options_.seed + static_cast<uint64_t>(index)};
         Executor run =
             slot.gpu        ? gpuExecutor(slot.gpu, slot.params, options_.engine == Engine::Cuda)
@@ -294,21 +305,25 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
       directionOutputs.push_back(std::move(out.output));
     }
     // Directions side by side: [T, B, H] + [T, B, H] -> [T, B, 2H].
-    Tensor layerOutput = directionOutputs[0];
+    Tensor layerOutput;
     if (directions_ == 2) {
       const int64_t h = directionOutputs[0].dim(2);
-      layerOutput = Tensor({steps, batch, 2 * h});
+      layerOutput = Tensor::uninitialized({steps, batch, 2 * h});
       for (int64_t r = 0; r < steps * batch; ++r)
         for (int d = 0; d < 2; ++d)
           std::memcpy(row(layerOutput, r) + d * h, row(directionOutputs[d], r),
                       static_cast<size_t>(h) * sizeof(float));
+    } else {
+      layerOutput = std::move(directionOutputs[0]);
     }
     if (options_.training && options_.dropout > 0 && layer + 1 < numLayers_)
       dropoutBetweenLayers(layerOutput, options_.dropout, options_.seed, layer);
-    layerInput = std::move(layerOutput);
+    layerInput = std::make_shared<Tensor>(std::move(layerOutput));
   }
 
-  result.output = options_.batchFirst ? swapLeadingDims(layerInput) : std::move(layerInput);
+  // The last layer's output, moved out unless a slot runner keeps it.
+  Tensor output = layerInput.use_count() == 1 ? std::move(*layerInput) : *layerInput;
+  result.output = options_.batchFirst ? swapLeadingDims(output) : std::move(output);
   for (size_t s = 0; s < cell.states.size(); ++s) {
     const int64_t features = finals[s][0].dim(1);
     Tensor all({slots, batch, features});

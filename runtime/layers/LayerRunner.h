@@ -84,11 +84,13 @@ public:
                                                    const struct LayerRequest* shapesOf = nullptr);
 
   // Runs one layer in one direction in place of the slot's own executor (the gradient
-  // runner's training forward, which keeps what the backward reads): the cell's `inputs`, T * B
-  // rows each; `states` are the initial values.
+  // runner's training forward, which keeps what the backward reads): the cell's `inputs`,
+  // [T, B, F] each, which the runner may keep without a copy (a layer's input is the output of
+  // the layer below, its directions' inputs are one tensor); `states` are the initial values.
   using SlotRunner = std::function<DirectionRun(
-      int64_t slot, const CellInputs& inputs, int64_t steps, int64_t batch,
-      std::vector<Tensor> states, const std::vector<int64_t>& lengths, bool reverse)>;
+      int64_t slot, const std::vector<std::shared_ptr<const Tensor>>& inputs, int64_t steps,
+      int64_t batch, std::vector<Tensor> states, const std::vector<int64_t>& lengths,
+      bool reverse)>;
 
   // `sideInputs`: one tensor for each input of the cell past its first, by name, laid out like
   // `input`.
