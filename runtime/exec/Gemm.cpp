@@ -58,43 +58,73 @@ const Tile& processTile() {
   return tile;
 }
 
-// Copies `count` floats; at the tile's sizes (6 or 14 rows, 16 or 32 columns) with a size the
-// compiler knows, so that packing moves vectors, not one float per loop trip with a bound check
-// (the packing loops took 11% of dW = G^T X).
-template <int64_t N> void copyFixed(float* to, const float* from, int64_t) {
-  std::memcpy(to, from, N * sizeof(float));
-}
-void copyAny(float* to, const float* from, int64_t count) {
-  std::memcpy(to, from, static_cast<size_t>(count) * sizeof(float));
-}
-using CopyFunction = void (*)(float*, const float*, int64_t);
-CopyFunction copierFor(int64_t count) {
-  switch (count) {
-  case 6:
-    return copyFixed<6>;
-  case 14:
-    return copyFixed<14>;
-  case 16:
-    return copyFixed<16>;
-  case 32:
-    return copyFixed<32>;
-  default:
-    return copyAny;
+// Per depth k, the contiguous run of `strips * Width` values at first + k * depthStride dealt to
+// `strips` strips of `Width` values per depth (strip s at out + s * Width * depths): each run read
+// whole, one stream of lines that the prefetcher follows. The width is a constant, so that each
+// piece is a vector or two moved inline (with a copy function called per piece, packing took
+// 11% of dW = G^T X; a memcpy of a size known only at run time, 7%).
+template <int64_t Width>
+void dealToStripsOf(const float* first, int64_t depthStride, int64_t depths, int64_t strips,
+                    float* out) {
+  for (int64_t k = 0; k < depths; ++k) {
+    const float* from = first + k * depthStride;
+    float* to = out + k * Width;
+    for (int64_t strip = 0; strip < strips; ++strip)
+      std::memcpy(to + strip * Width * depths, from + strip * Width, Width * sizeof(float));
   }
 }
 
-// Per depth k, the contiguous run of `strips * width` values at first + k * depthStride dealt to
-// `strips` strips of `width` values per depth (strip s at out + s * width * depths): each run read
-// whole, one stream of lines that the prefetcher follows.
 void dealToStrips(const float* first, int64_t depthStride, int64_t depths, int64_t strips,
                   int64_t width, float* out) {
-  const CopyFunction copy = copierFor(width);
-  for (int64_t k = 0; k < depths; ++k) {
-    const float* from = first + k * depthStride;
-    float* to = out + k * width;
-    for (int64_t strip = 0; strip < strips; ++strip)
-      copy(to + strip * width * depths, from + strip * width, width);
+  switch (width) { // the tiles' sizes: AVX2 6 x 16, AVX-512 14 x 32
+  case 6:
+    return dealToStripsOf<6>(first, depthStride, depths, strips, out);
+  case 14:
+    return dealToStripsOf<14>(first, depthStride, depths, strips, out);
+  case 16:
+    return dealToStripsOf<16>(first, depthStride, depths, strips, out);
+  case 32:
+    return dealToStripsOf<32>(first, depthStride, depths, strips, out);
   }
+  for (int64_t k = 0; k < depths; ++k)
+    for (int64_t strip = 0; strip < strips; ++strip)
+      std::memcpy(out + strip * width * depths + k * width, first + k * depthStride + strip * width,
+                  static_cast<size_t>(width) * sizeof(float));
+}
+
+// Rows of a row-major A transposed into a strip, k-major: `Rows` rows (`rowStride` apart) of
+// `depths` values each. In blocks of 16 depths (a cache line of each row), each block read into
+// registers whole and written out as one contiguous run, with sizes the compiler knows (one
+// float per loop trip with run-time bounds took 9% of dX = G W).
+template <int64_t Rows>
+void transposeIntoStrip(const float* first, int64_t rowStride, int64_t depths, float* out) {
+  constexpr int64_t kBlock = 16;
+  int64_t k0 = 0;
+  for (; k0 + kBlock <= depths; k0 += kBlock) {
+    float block[Rows][kBlock];
+    for (int64_t i = 0; i < Rows; ++i)
+      std::memcpy(block[i], first + i * rowStride + k0, sizeof(block[i]));
+    float* to = out + k0 * Rows;
+    for (int64_t k = 0; k < kBlock; ++k)
+      for (int64_t i = 0; i < Rows; ++i)
+        to[k * Rows + i] = block[i][k];
+  }
+  for (; k0 < depths; ++k0)
+    for (int64_t i = 0; i < Rows; ++i)
+      out[k0 * Rows + i] = first[i * rowStride + k0];
+}
+
+void transposeIntoStrip(const float* first, int64_t rowStride, int64_t depths, int64_t rows,
+                        float* out) {
+  switch (rows) {
+  case 6:
+    return transposeIntoStrip<6>(first, rowStride, depths, out);
+  case 14:
+    return transposeIntoStrip<14>(first, rowStride, depths, out);
+  }
+  for (int64_t k = 0; k < depths; ++k)
+    for (int64_t i = 0; i < rows; ++i)
+      out[k * rows + i] = first[i * rowStride + k];
 }
 
 // Rows [row, row + rows) and depths [depth, depth + depths) of A into strips of the tile's
@@ -107,20 +137,10 @@ void packA(const MatrixView& a, int64_t row, int64_t rows, int64_t depth, int64_
     dealToStrips(a.data + row + depth * a.columnStride, a.columnStride, depths, fullStrips,
                  tileRows, out);
   } else if (a.columnStride == 1) {
-    // Row-major A (dX = G W): transposed in blocks of 16 depths, a cache line of each row.
-    for (int64_t strip = 0; strip < fullStrips; ++strip) {
-      const float* first = a.data + (row + strip * tileRows) * a.rowStride + depth;
-      float* stripOut = out + strip * tileRows * depths;
-      for (int64_t k0 = 0; k0 < depths; k0 += 16) {
-        const int64_t kn = std::min<int64_t>(16, depths - k0);
-        for (int64_t i = 0; i < tileRows; ++i) {
-          const float* from = first + i * a.rowStride + k0;
-          float* to = stripOut + k0 * tileRows + i;
-          for (int64_t k = 0; k < kn; ++k)
-            to[k * tileRows] = from[k];
-        }
-      }
-    }
+    // Row-major A (dX = G W): each strip's rows transposed.
+    for (int64_t strip = 0; strip < fullStrips; ++strip)
+      transposeIntoStrip(a.data + (row + strip * tileRows) * a.rowStride + depth, a.rowStride,
+                         depths, tileRows, out + strip * tileRows * depths);
   }
   // Any other strides, and the last strip when it is short (zero past A's rows).
   const int64_t firstStrip = (a.rowStride == 1 || a.columnStride == 1) ? fullStrips : 0;
