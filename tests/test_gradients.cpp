@@ -438,6 +438,40 @@ TEST(Gradients, CustomCellMatchesCentralDifferences) {
   expectCentralDifferences(*cell, request, {});
 }
 
+// A cell whose output is none of its states: the training forward then keeps each state's next
+// value in columns of its own, and the backward reads the states entering each step there (the
+// step before's, the initial state at each sequence's first step). Both directions, so that
+// the reverse one starts each sequence from its own last step.
+TEST(Gradients, ACellWhoseOutputIsNoStateMatchesCentralDifferences) {
+  auto cell = frontend::parseCell(R"(cell apart(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size], c[hidden_size]
+  param w[2*hidden_size, input_size], u[2*hidden_size, hidden_size]
+  a, b = chunk(linear(x, w) + linear(h, u), 2)
+  c2 = sigmoid(b) * c + tanh(a)
+  h2 = tanh(c2) * sigmoid(a)
+  return h = h2, c = c2; output h2 * c2 + 0.5 * c
+})",
+                                  "apart.cell");
+  std::mt19937 rng(13);
+  const int64_t steps = 4, batch = 3, input = 3, hidden = 4;
+  TensorMap weights;
+  for (const char* suffix : {"_l0", "_l0_reverse"}) {
+    weights[std::string("w") + suffix] = test::randomTensor({2 * hidden, input}, rng, 0.8f);
+    weights[std::string("u") + suffix] = test::randomTensor({2 * hidden, hidden}, rng, 0.8f);
+  }
+  GradientRequest request;
+  request.weights = &weights;
+  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
+  request.initialStates["h"] = test::randomTensor({2, batch, hidden}, rng, 0.5f);
+  request.initialStates["c"] = test::randomTensor({2, batch, hidden}, rng, 0.5f);
+  request.gradOutput = test::randomTensor({steps, batch, 2 * hidden}, rng, 1.0f);
+  request.gradFinalStates["h"] = test::randomTensor({2, batch, hidden}, rng, 1.0f);
+  request.gradFinalStates["c"] = test::randomTensor({2, batch, hidden}, rng, 1.0f);
+  request.lengths = Int64Array{{batch}, {4, 1, 3}};
+  expectCentralDifferences(*cell, request, {});
+}
+
 // A side input every layer and direction reads: its gradient sums theirs. Two layers, both
 // directions, lengths, batch_first.
 TEST(Gradients, SideInputsOfAStackMatchCentralDifferences) {
