@@ -43,6 +43,22 @@ void unmapHugePages(void* data, size_t bytes) noexcept {
   munmap(data, wholeHugePages(bytes));
 }
 
+void populateForWriting(void* data, size_t bytes) noexcept {
+  constexpr size_t kPage = 4096, kWorthIt = size_t{64} << 10;
+  if (bytes < kWorthIt)
+    return;
+  // The whole pages inside the buffer: the pages at its ends may hold other allocations.
+  const auto first = (reinterpret_cast<std::uintptr_t>(data) + kPage - 1) / kPage * kPage;
+  const auto end = (reinterpret_cast<std::uintptr_t>(data) + bytes) / kPage * kPage;
+#ifdef MADV_POPULATE_WRITE
+  if (end > first)
+    (void)madvise(reinterpret_cast<void*>(first), end - first, MADV_POPULATE_WRITE);
+#else
+  (void)first;
+  (void)end;
+#endif
+}
+
 AlignedBuffer::AlignedBuffer(int64_t floats) : floats_(floats) {
   RNNC_INTERNAL_CHECK(floats >= 0, "negative buffer size");
   const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
@@ -56,6 +72,7 @@ AlignedBuffer::AlignedBuffer(int64_t floats) : floats_(floats) {
                                                          kCacheLineBytes * kCacheLineBytes);
   if (!memory)
     throw std::bad_alloc();
+  populateForWriting(memory, bytes);
   std::memset(memory, 0, bytes);
   data_ = static_cast<float*>(memory);
 }

@@ -25,6 +25,13 @@ inline size_t wholeHugePages(size_t bytes) {
 }
 void unmapHugePages(void* data, size_t bytes) noexcept;
 
+// Makes the pages of a buffer about to be written present, in one call (MADV_POPULATE_WRITE)
+// rather than a page fault per 4 KB page on first touch: in a VM a fault costs microseconds (a
+// megabyte of fresh heap memory written took 3.6 ms in faults, 1.2 ms populated first). Pages
+// already present are left as they are, so a buffer reused from the heap costs a page-table
+// walk. Buffers under 64 KB, and kernels without the call, fault as before.
+void populateForWriting(void* data, size_t bytes) noexcept;
+
 class AlignedBuffer {
 public:
   AlignedBuffer() = default;

@@ -122,6 +122,7 @@ void* allocateTensorBytes(size_t bytes) {
       std::max<size_t>(1, (bytes + kCacheLineBytes - 1) / kCacheLineBytes) * kCacheLineBytes);
   if (!memory)
     throw std::bad_alloc();
+  populateForWriting(memory, bytes); // a tensor is written whole before it is read
   return memory;
 }
 
