@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 namespace rnnc {
 namespace {
@@ -26,6 +27,19 @@ TEST(AlignedBuffer, SmallAndLargeStartOnTheirBoundariesAndReadZero) {
       EXPECT_EQ(buffer.data()[i], 0.0f);
     buffer.data()[floats - 1] = 1.0f; // the whole size is writable (ASan checks the small ones)
   }
+}
+
+// Populating a range makes its pages present and changes no byte: not its own (a heap buffer
+// reused holds data), nor its neighbours' on the pages it shares at either end.
+TEST(AlignedBuffer, PopulatingForWritingKeepsEveryByte) {
+  std::vector<unsigned char> memory((size_t{1} << 20) + 8192);
+  for (size_t i = 0; i < memory.size(); ++i)
+    memory[i] = static_cast<unsigned char>(i * 7 + 3);
+  for (size_t offset : {size_t{0}, size_t{1}, size_t{4095}, size_t{4097}})
+    for (size_t bytes : {size_t{100}, size_t{65536}, size_t{300001}, size_t{1} << 20})
+      populateForWriting(memory.data() + offset, bytes);
+  for (size_t i = 0; i < memory.size(); ++i)
+    ASSERT_EQ(memory[i], static_cast<unsigned char>(i * 7 + 3)) << i;
 }
 
 TEST(AlignedBuffer, MovesOwnership) {
