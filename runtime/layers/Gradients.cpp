@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <set>
 
 namespace rnnc {
@@ -20,6 +21,22 @@ namespace {
 int64_t constantOf(const ir::Dim& d) {
   RNNC_INTERNAL_CHECK(d.isConstant(), "unbound size in a training layout: " + d.str());
   return d.constantValue();
+}
+
+// The threads a run on `threads` (0: automatic) uses, as the runs choose them.
+int resolvedThreads(int threads) {
+  return threads > 0 ? threads : ThreadGovernor::shared().threadsFor(defaultThreadCount());
+}
+
+// part(begin, end) for parts of [0, count) on `threads` threads of a pooled team: the runner's
+// copies of tens of megabytes between the kernels (the layer's output out of the training
+// forward's, the states entering each step), which on one thread left the other core idle for
+// a few percent of a 2-thread training step.
+void inParts(int threads, int64_t count, const std::function<void(int64_t, int64_t)>& part) {
+  if (threads <= 1 || count < threads)
+    return part(0, count);
+  TeamPool::Lease lease = TeamPool::shared().acquire(threads);
+  lease.team->run([&](int t) { part(count * t / threads, count * (t + 1) / threads); });
 }
 
 } // namespace
@@ -211,8 +228,12 @@ TrainingTape GradientProgram::forward(const Tensor& input,
     // Kept whole; the layer's output copied out of its first columns.
     kept.outputWidth = ir::columnsOf(program_->slots()[static_cast<size_t>(index)].bound->output);
     kept.values = std::move(out.output);
-    out.output =
-        denseCopy(columnsOf(kept.values, {kept.outputWidth})[0], {steps, batch, kept.outputWidth});
+    out.output = Tensor::uninitialized({steps, batch, kept.outputWidth});
+    const size_t rowBytes = static_cast<size_t>(kept.outputWidth) * sizeof(float);
+    inParts(resolvedThreads(threads), steps * batch, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r)
+        std::memcpy(row(out.output, r), row(kept.values, r), rowBytes);
+    });
     return out;
   };
   tape.forward = program_->run(input, initialStates, lengths, sideInputs, trainingRun);
@@ -229,7 +250,8 @@ namespace {
 // first step; the rows past a sequence's length are not read.
 std::vector<Tensor> statesEnteringEachStep(const TrainingTape::Slot& kept,
                                            const std::vector<int64_t>& offsets,
-                                           const std::vector<int64_t>& lengths, bool reverse) {
+                                           const std::vector<int64_t>& lengths, bool reverse,
+                                           int threads) {
   const Tensor& values = kept.values;
   const int64_t steps = values.dim(0), batch = values.dim(1);
   std::vector<Tensor> entering;
@@ -238,17 +260,19 @@ std::vector<Tensor> statesEnteringEachStep(const TrainingTape::Slot& kept,
     const int64_t width = initial.dim(1);
     const size_t bytes = static_cast<size_t>(width) * sizeof(float);
     Tensor all = Tensor::uninitialized({steps, batch, width});
-    for (int64_t t = 0; t < steps; ++t)
-      for (int64_t b = 0; b < batch; ++b) {
-        const int64_t length = lengths[static_cast<size_t>(b)];
-        float* to = row(all, t * batch + b);
-        if (t >= length) // past the sequence: never read
-          std::memset(to, 0, bytes);
-        else if (t == (reverse ? length - 1 : 0))
-          std::memcpy(to, row(initial, b), bytes);
-        else
-          std::memcpy(to, row(values, (reverse ? t + 1 : t - 1) * batch + b) + offsets[k], bytes);
-      }
+    inParts(threads, steps, [&](int64_t firstStep, int64_t endStep) {
+      for (int64_t t = firstStep; t < endStep; ++t)
+        for (int64_t b = 0; b < batch; ++b) {
+          const int64_t length = lengths[static_cast<size_t>(b)];
+          float* to = row(all, t * batch + b);
+          if (t >= length) // past the sequence: never read
+            std::memset(to, 0, bytes);
+          else if (t == (reverse ? length - 1 : 0))
+            std::memcpy(to, row(initial, b), bytes);
+          else
+            std::memcpy(to, row(values, (reverse ? t + 1 : t - 1) * batch + b) + offsets[k], bytes);
+        }
+    });
     entering.push_back(std::move(all));
   }
   return entering;
@@ -264,20 +288,24 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
   const int64_t steps = firstInput.dim(0), batch = firstInput.dim(1);
   const int64_t slotCount = static_cast<int64_t>(slots_.size());
   // The weight and input gradients' products: an automatic count (0) as the runs choose it.
-  const int gemmThreads =
-      threads > 0 ? threads : ThreadGovernor::shared().threadsFor(defaultThreadCount());
+  const int gemmThreads = resolvedThreads(threads);
 
-  // dLoss/d(output) in [T, B, D*H], checked.
+  // dLoss/d(this layer's output) in [T, B, D*H]: the given one where it is already laid out so
+  // (checked), else in `ownGradient`; then each layer's input gradient, for the layer below.
   const TensorShape& outputShape = tape.outputShape;
-  Tensor gradOutput;
+  Tensor ownGradient;
+  const Tensor* gradLayerOutput = &ownGradient;
   if (given.output.rank() == 0) { // none given
-    gradOutput = Tensor({steps, batch, outputShape[2]});
+    ownGradient = Tensor({steps, batch, outputShape[2]});
   } else {
     if (given.output.shape() != outputShape)
       throw UserError(fmt::format("{} has shape {}, expected the output's {}",
                                   describeTensor("the output gradient", given.output),
                                   given.output.shapeString(), shapeToString(outputShape)));
-    gradOutput = options_.batchFirst ? swapLeadingDims(given.output) : given.output;
+    if (options_.batchFirst)
+      ownGradient = swapLeadingDims(given.output);
+    else
+      gradLayerOutput = &given.output;
   }
   for (const auto& [name, tensor] : given.finalStates) {
     auto it = tape.forward.finalStates.find(name);
@@ -297,7 +325,6 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
     grads[initialStateGradientName(state->name)] =
         Tensor({slotCount, batch, program_->stateSize(state->name)});
 
-  Tensor gradLayerOutput = std::move(gradOutput); // dLoss/d(this layer's output), [T, B, D*H]
   for (int layer = layers - 1; layer >= 0; --layer) {
     Tensor gradLayerInput;
     for (int direction = 0; direction < directions; ++direction) {
@@ -317,10 +344,10 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       for (const ir::Dim& offset : s.forward.stateOffsets)
         stateOffsets.push_back(constantOf(offset));
       const std::vector<Tensor> entering =
-          statesEnteringEachStep(kept, stateOffsets, tape.lengths, direction == 1);
+          statesEnteringEachStep(kept, stateOffsets, tape.lengths, direction == 1, gemmThreads);
       for (const Tensor& state : entering)
         inputs.push_back(InputRows::of(state));
-      inputs.push_back(columnsOf(gradLayerOutput, {outWidth}, direction * outWidth)[0]);
+      inputs.push_back(columnsOf(*gradLayerOutput, {outWidth}, direction * outWidth)[0]);
       for (const InputRows& value : s.keptValues(kept.values))
         inputs.push_back(value);
       // Each input of the backward cell by name (the cell's inputs, then its states).
@@ -436,9 +463,10 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       for (int64_t i = 0; i < mask.numel(); ++i)
         gradLayerInput.data()[i] *= mask.data()[i];
     }
-    gradLayerOutput = std::move(gradLayerInput);
+    ownGradient = std::move(gradLayerInput);
+    gradLayerOutput = &ownGradient;
   }
-  grads["input"] = options_.batchFirst ? swapLeadingDims(gradLayerOutput) : gradLayerOutput;
+  grads["input"] = options_.batchFirst ? swapLeadingDims(ownGradient) : std::move(ownGradient);
   if (options_.batchFirst)
     for (const std::string& side : program_->sideInputNames())
       if (grads.count(side))
