@@ -39,6 +39,40 @@ void inParts(int threads, int64_t count, const std::function<void(int64_t, int64
   lease.team->run([&](int t) { part(count * t / threads, count * (t + 1) / threads); });
 }
 
+// The value of each state entering every step of one direction, [T, B, F] per state: what the
+// step before left it at (`values` columns `offsets`), the initial state at each sequence's
+// first step; the rows past a sequence's length are not read.
+std::vector<Tensor> statesEnteringEachStep(const TrainingTape::Slot& kept,
+                                           const std::vector<ir::Dim>& offsets,
+                                           const std::vector<int64_t>& lengths, bool reverse,
+                                           int threads) {
+  const Tensor& values = kept.values;
+  const int64_t steps = values.dim(0), batch = values.dim(1);
+  std::vector<Tensor> entering;
+  for (size_t k = 0; k < offsets.size(); ++k) {
+    const Tensor& initial = kept.initialStates[k];
+    const int64_t width = initial.dim(1);
+    const size_t bytes = static_cast<size_t>(width) * sizeof(float);
+    const int64_t offset = constantOf(offsets[k]);
+    Tensor all = Tensor::uninitialized({steps, batch, width});
+    inParts(threads, steps, [&](int64_t firstStep, int64_t endStep) {
+      for (int64_t t = firstStep; t < endStep; ++t)
+        for (int64_t b = 0; b < batch; ++b) {
+          const int64_t length = lengths[static_cast<size_t>(b)];
+          float* to = row(all, t * batch + b);
+          if (t >= length) // past the sequence: never read
+            std::memset(to, 0, bytes);
+          else if (t == (reverse ? length - 1 : 0))
+            std::memcpy(to, row(initial, b), bytes);
+          else
+            std::memcpy(to, row(values, (reverse ? t + 1 : t - 1) * batch + b) + offset, bytes);
+        }
+    });
+    entering.push_back(std::move(all));
+  }
+  return entering;
+}
+
 } // namespace
 
 // The derived cells of one layer and direction, ready to run.
@@ -243,43 +277,6 @@ TrainingTape GradientProgram::forward(const Tensor& input,
   return tape;
 }
 
-namespace {
-
-// The value of each state entering every step of one direction, [T, B, F] per state: what the
-// step before left it at (`values` columns `offsets`), the initial state at each sequence's
-// first step; the rows past a sequence's length are not read.
-std::vector<Tensor> statesEnteringEachStep(const TrainingTape::Slot& kept,
-                                           const std::vector<int64_t>& offsets,
-                                           const std::vector<int64_t>& lengths, bool reverse,
-                                           int threads) {
-  const Tensor& values = kept.values;
-  const int64_t steps = values.dim(0), batch = values.dim(1);
-  std::vector<Tensor> entering;
-  for (size_t k = 0; k < offsets.size(); ++k) {
-    const Tensor& initial = kept.initialStates[k];
-    const int64_t width = initial.dim(1);
-    const size_t bytes = static_cast<size_t>(width) * sizeof(float);
-    Tensor all = Tensor::uninitialized({steps, batch, width});
-    inParts(threads, steps, [&](int64_t firstStep, int64_t endStep) {
-      for (int64_t t = firstStep; t < endStep; ++t)
-        for (int64_t b = 0; b < batch; ++b) {
-          const int64_t length = lengths[static_cast<size_t>(b)];
-          float* to = row(all, t * batch + b);
-          if (t >= length) // past the sequence: never read
-            std::memset(to, 0, bytes);
-          else if (t == (reverse ? length - 1 : 0))
-            std::memcpy(to, row(initial, b), bytes);
-          else
-            std::memcpy(to, row(values, (reverse ? t + 1 : t - 1) * batch + b) + offsets[k], bytes);
-        }
-    });
-    entering.push_back(std::move(all));
-  }
-  return entering;
-}
-
-} // namespace
-
 TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInputs& given) const {
   const ir::Cell& cell = program_->cell();
   const int directions = program_->numDirections(), layers = program_->numLayers();
@@ -340,11 +337,8 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       CellInputs inputs;
       for (const auto& in : kept.inputs)
         inputs.push_back(InputRows::of(*in));
-      std::vector<int64_t> stateOffsets;
-      for (const ir::Dim& offset : s.forward.stateOffsets)
-        stateOffsets.push_back(constantOf(offset));
-      const std::vector<Tensor> entering =
-          statesEnteringEachStep(kept, stateOffsets, tape.lengths, direction == 1, gemmThreads);
+      const std::vector<Tensor> entering = statesEnteringEachStep(
+          kept, s.forward.stateOffsets, tape.lengths, direction == 1, gemmThreads);
       for (const Tensor& state : entering)
         inputs.push_back(InputRows::of(state));
       inputs.push_back(columnsOf(*gradLayerOutput, {outWidth}, direction * outWidth)[0]);

@@ -18,6 +18,9 @@
 namespace rnnc {
 namespace {
 
+// Tensors by name, shared with whoever keeps them (a training forward's tape).
+using SharedTensors = std::map<std::string, std::shared_ptr<const Tensor>>;
+
 // The shape observations of one layer and direction: its parameters, its input and the
 // initial states given for it. inferSizes over them gives every size, or an error naming the
 // tensor, both shapes and where each size came from.
@@ -25,8 +28,7 @@ std::vector<ShapeObservation> observe(const ir::Cell& cell, const LayerProgram::
                                       const std::string& weightsSource, const Tensor* layerInput,
                                       int64_t batch, int layer,
                                       const std::map<std::string, Tensor>& initialStates,
-                                      int64_t slots,
-                                      const std::map<std::string, const Tensor*>& sideInputs = {}) {
+                                      int64_t slots, const SharedTensors& sideInputs = {}) {
   std::vector<ShapeObservation> observations;
   for (size_t i = 0; i < slot.params.size(); ++i)
     if (slot.params[i].rank() > 0) // not a zero bias of a bias-free file, made later
@@ -114,8 +116,8 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
   // initial states, those whose other dimensions fit (the rest are left to run() to explain).
   const int64_t slotCount = layout.numLayers * program->directions_;
   Tensor givenInput;
-  std::map<std::string, Tensor> givenSides, givenStates;
-  std::map<std::string, const Tensor*> givenSideTensors;
+  std::map<std::string, Tensor> givenStates;
+  SharedTensors givenSides;
   auto timeMajor = [&](const Tensor& t) { return options.batchFirst ? swapLeadingDims(t) : t; };
   if (shapesOf && shapesOf->input.rank() == 3) {
     givenInput = timeMajor(shapesOf->input);
@@ -126,7 +128,7 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
       if (const ir::Value* value = cell.findArgument(name);
           value && value->argKind == ir::ArgKind::Input && value != cell.inputs[0].get() &&
           tensor.rank() == 3 && fits(timeMajor(tensor), givenInput.dim(0), givenInput.dim(1)))
-        givenSideTensors[name] = &(givenSides[name] = timeMajor(tensor));
+        givenSides[name] = std::make_shared<const Tensor>(timeMajor(tensor));
     for (const auto& [name, tensor] : shapesOf->initialStates)
       if (const ir::Value* value = cell.findArgument(name);
           value && value->argKind == ir::ArgKind::State &&
@@ -170,7 +172,7 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
       ir::SizeMap sizes =
           solveCellSizes(cell,
                          requestShapes ? observe(cell, slot, weightsSource, &givenInput, batch, 0,
-                                                 givenStates, slotCount, givenSideTensors)
+                                                 givenStates, slotCount, givenSides)
                                        : observe(cell, slot, weightsSource,
                                                  layer > 0 ? &previous : nullptr, 1, layer, {}, 0),
                          options.sizes, batch);
@@ -248,12 +250,9 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
                                   stateSize(name)));
   }
 
-  std::map<std::string, std::shared_ptr<const Tensor>> sides;
-  std::map<std::string, const Tensor*> sideTensors; // the same, for the size checks
-  for (auto& [name, tensor] : checkedSideInputs(sideInputs, steps, batch)) {
+  SharedTensors sides; // shared, as the layer's input is
+  for (auto& [name, tensor] : checkedSideInputs(sideInputs, steps, batch))
     sides[name] = std::make_shared<const Tensor>(std::move(tensor));
-    sideTensors[name] = sides[name].get();
-  }
 
   LayerResult result;
   result.numLayers = numLayers_;
@@ -268,7 +267,7 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
       // Every tensor the caller gave, checked against the weights with full explanations.
       solveCellSizes(cell,
                      observe(cell, slot, weightsSource_, layerInput.get(), batch, layer,
-                             initialStates, slots, sideTensors),
+                             initialStates, slots, sides),
                      options_.sizes, batch);
       std::vector<Tensor> states;
       for (const auto& state : slot.bound->states) {
