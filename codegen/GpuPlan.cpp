@@ -60,7 +60,8 @@ std::string GpuRegion::describe(const ir::Cell& cell) const {
     if (kind == Kind::Product && packed->blockTiled)
       what += ", " + std::to_string(rowsPerItem) + " rows x " + std::to_string(packed->width) +
               " columns per block of " + std::to_string(packed->blockThreads) +
-              " threads (through shared memory)";
+              " threads (through shared memory" +
+              (packed->tensorCores ? ", on the tensor cores)" : ")");
     else if (kind == Kind::Product)
       what += ", " + std::to_string(rowsPerItem) + " rows x 1 column per " +
               (packed->splitDepth ? "warp (its lanes split the depth)" : "thread");

@@ -160,7 +160,7 @@ namespace {
 // 1.73 / 1.61; 8 x 8 threads (32 rows by 8 columns) 1.78 / 1.81; 2 x 16 1.82 / 1.87; 8 depth
 // groups 1.80 / 1.72, 2 groups 2.10 / 2.32; one group of 8 x 8, 2.50 / 2.36 (18 us a step).
 // More slices than the sums allow take one column each, fewer rows past 8 slices.
-void planGpuBlockTiles(PackedProduct& packed, bool step) {
+void planGpuBlockTiles(PackedProduct& packed, bool step, bool tensorCores) {
   const int64_t slices = packed.slices();
   const int64_t rowThreads = step ? 4 : 16, columnThreads = 16;
   const int64_t sums = step ? 4 : 8;
@@ -172,6 +172,28 @@ void planGpuBlockTiles(PackedProduct& packed, bool step) {
   packed.tileRows = rowThreads * packed.threadRows;
   packed.width = columnThreads * packed.threadColumns;
   packed.depthChunk = 16;
+  if (!tensorCores)
+    return;
+  // Tensor cores where the tile is whole 16-row by 8-column MMA tiles, shared between a group's
+  // warps: of the ways to deal them, the one whose warps load the fewest fragments per MMA.
+  const int64_t warps = packed.blockThreads / packed.depthGroups / kGpuWarpLanes;
+  const int64_t rowTiles = packed.tileRows / 16, columnTiles = packed.width * slices / 8;
+  if (packed.tileRows % 16 != 0 || (packed.width * slices) % 8 != 0)
+    return;
+  double bestLoads = 0;
+  for (int64_t warpsDown = 1; warpsDown <= warps; ++warpsDown) {
+    if (warps % warpsDown != 0 || rowTiles % warpsDown != 0 ||
+        columnTiles % (warps / warpsDown) != 0)
+      continue;
+    const int64_t down = rowTiles / warpsDown, across = columnTiles / (warps / warpsDown);
+    const double loads = static_cast<double>(4 * down + 2 * across) / (down * across);
+    if (!packed.tensorCores || loads < bestLoads) {
+      packed.tensorCores = true;
+      packed.warpTileRows = down;
+      packed.warpTileColumns = across;
+      bestLoads = loads;
+    }
+  }
 }
 
 PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
@@ -206,7 +228,7 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
       packed.splitDepth = true;
       packed.tileRows = gpuStepTileRows;
     } else {
-      planGpuBlockTiles(packed, step);
+      planGpuBlockTiles(packed, step, target.tensorCores);
     }
     packed.blocks = (packed.columns + packed.width - 1) / packed.width;
     return packed;

@@ -107,6 +107,17 @@ struct PackedProduct {
   // default LSTM on an H200).
   bool blockTiled = false;
   int64_t threadRows = 1, threadColumns = 1, blockThreads = 0, depthChunk = 1, depthGroups = 1;
+  // A block tile on the tensor cores (mma.sync m16n8k8 on TF32, each product as three, "3xTF32",
+  // so that the sums keep fp32's accuracy): each warp of a depth group computes warpTileRows x
+  // warpTileColumns tiles of 16 rows by 8 packed columns (a column's slices side by side) from
+  // the same shared memory, and the block's sums go through shared memory ([group][row][packed
+  // column]) to the threads that finish them, a column of every slice each. The SIMT tile
+  // (threadRows x threadColumns) then only shapes the block. On an H200 the SIMT input
+  // projection ran at 38% of the FMA peak, its shared-memory loads 91% busy: a thread's 32
+  // FMAs per depth took three 16-byte loads, where a warp's 24 MMAs per 8 depths take 16
+  // 4-byte loads.
+  bool tensorCores = false;
+  int64_t warpTileRows = 0, warpTileColumns = 0;
 
   int64_t slices() const { return static_cast<int64_t>(offsets.size()); }
   // In no kernel: its tiles are stored to the product's own buffer.
@@ -122,13 +133,19 @@ struct PackedProduct {
   // A block-tiled product's shared memory, in floats: the chunk's rows of x, transposed, each
   // depth's `tileRows` padded to keep the threads' vector loads aligned and the block's
   // transposing stores off one bank; then its weights.
-  int64_t sharedRowStride() const { return tileRows + 4; }
+  // On the tensor cores, both strides are 8 or 24 floats past a multiple of 32, so that the
+  // fragments' loads (lane 4g + t reads depth t, row or column g) hit 32 different banks.
+  int64_t sharedRowStride() const { return tileRows + (tensorCores ? 8 : 4); }
+  int64_t sharedWeightStride() const { return width * slices() + (tensorCores ? 8 : 0); }
   int64_t stageFloats() const { // a depth group's
-    return depthChunk * sharedRowStride() + depthChunk * width * slices();
+    return depthChunk * sharedRowStride() + depthChunk * sharedWeightStride();
   }
-  int64_t sharedFloats() const { // the staging, then (depth groups) the sums
-    const int64_t sums = threadRows * threadColumns * slices();
-    return std::max(depthGroups * stageFloats(), depthGroups > 1 ? blockThreads * sums : 0);
+  int64_t sharedSumStride() const { return width * slices() + 4; } // tensor cores' sums, a row's
+  int64_t sharedFloats() const { // the staging, then (depth groups, tensor cores) the sums
+    const int64_t sums = tensorCores       ? depthGroups * tileRows * sharedSumStride()
+                         : depthGroups > 1 ? blockThreads * threadRows * threadColumns * slices()
+                                           : 0;
+    return std::max(depthGroups * stageFloats(), sums);
   }
   int64_t packedElementBytes() const {
     return weights == WeightType::I8 || depthPairs ? 4 : weightTypeBytes(weights);

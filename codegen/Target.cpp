@@ -12,7 +12,7 @@ namespace rnnc::codegen {
 std::string Target::describe() const {
   return triple + " " + cpu + " w" + std::to_string(vectorWidth) + " r" +
          std::to_string(vectorRegisters) + " i" + std::to_string(interleavedVectors) +
-         " l2=" + std::to_string(l2Bytes) + " " + features;
+         " l2=" + std::to_string(l2Bytes) + " " + features + (tensorCores ? " tensor-cores" : "");
 }
 
 bool Target::has(const std::string& feature) const {
@@ -48,7 +48,7 @@ Target withHostCaches(Target target) {
   return target;
 }
 
-Target gpuTarget(const std::string& sm) {
+Target gpuTarget(const std::string& sm, bool tensorCores) {
   // The PTX ISA each needs at least (PTX 7.0 introduced sm_80, 7.8 sm_90); 7.8 for both, which
   // every CUDA 12 and 13 driver loads.
   if (sm != "sm_80" && sm != "sm_90")
@@ -60,6 +60,7 @@ Target gpuTarget(const std::string& sm) {
   target.vectorWidth = 1;
   target.vectorRegisters = 255; // per thread; not a tile budget on a GPU
   target.interleavedVectors = 1;
+  target.tensorCores = tensorCores;
   return target;
 }
 

@@ -26,6 +26,9 @@ struct Target {
   // from the OS; a CPU named for another machine gets the smallest of the x86-64 cores we run on
   // (Zen 3's 512 KB).
   int64_t l2Bytes = 512 * 1024;
+  // A GPU: the block tiles' matrix products on the tensor cores (PackedProduct::tensorCores),
+  // where their tiles allow; else in fp32 FMAs.
+  bool tensorCores = false;
 
   std::string describe() const;               // for cache keys and `rnnc version`
   bool has(const std::string& feature) const; // "f16c": in `features` as "+f16c"
@@ -37,7 +40,7 @@ struct Target {
 // An NVIDIA GPU by its compute capability as LLVM's NVPTX back end names it: sm_80 (Ampere) or
 // sm_90 (Hopper); UserError for another. Each GPU thread computes scalars (one lane per thread
 // where a CPU has a vector), so the vector width is 1.
-Target gpuTarget(const std::string& sm);
+Target gpuTarget(const std::string& sm, bool tensorCores = true);
 
 // A target from LLVM's view of a CPU (HostTarget.h): AVX-512 gives 16-float vectors, AVX 8,
 // else 4; and `target` with this machine's cache sizes, where the OS gives them.

@@ -167,40 +167,46 @@ TEST(GpuEmulation, PersistentStepsMatchTheInterpreter) {
 // single row; 9 hidden columns: part of a block; depths of 5 and 9: part of one chunk, which
 // three of the step's four depth groups have none of), every cell, each block's threads one after
 // the other between its barriers, the blocks forwards and backwards, and as the persistent kernel
-// on 2 host threads.
+// on 2 host threads; the tiles on the tensor cores (each lane's sums as its fragments hold
+// them) and in FMAs.
 TEST(GpuEmulation, EveryCellAtABlockTiledBatchMatchesTheInterpreter) {
-  for (const auto& source : cellsUnderTest()) {
-    GpuCase c = makeCase(*source, 3, codegen::kGpuBlockTiledBatch + 1, 13);
-    GpuCell::Options options;
-    options.gpu = "sm_90";
-    std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, options);
-    for (int way = 0; way < 3; ++way) {
-      SCOPED_TRACE(source->name + (way == 0   ? ", forwards"
-                                   : way == 1 ? ", backwards"
-                                              : ", persistent"));
-      expectLikeTheInterpreter(c, [&](std::vector<Tensor>& states) {
-        return way == 2 ? gpu->emulatePersistent(c.params, c.inputs, states, 2)
-                        : gpu->emulate(c.params, c.inputs, states, 5, way == 1);
-      });
+  for (const auto& source : cellsUnderTest())
+    for (bool tensorCores : {true, false}) {
+      GpuCase c = makeCase(*source, 3, codegen::kGpuBlockTiledBatch + 1, 13);
+      GpuCell::Options options;
+      options.gpu = "sm_90";
+      options.tensorCores = tensorCores;
+      std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, options);
+      for (int way = 0; way < 3; ++way) {
+        SCOPED_TRACE(source->name + (tensorCores ? ", tensor cores" : ", FMAs") +
+                     (way == 0   ? ", forwards"
+                      : way == 1 ? ", backwards"
+                                 : ", persistent"));
+        expectLikeTheInterpreter(c, [&](std::vector<Tensor>& states) {
+          return way == 2 ? gpu->emulatePersistent(c.params, c.inputs, states, 2)
+                          : gpu->emulate(c.params, c.inputs, states, 5, way == 1);
+        });
+      }
     }
-  }
 }
 
 // Depths of several chunks of a block tile (37 inputs: two whole chunks of 16 and part of a third;
 // 70 hidden: four and part of a fifth, which a step's 4 depth groups take 2, 2, 1 and none),
 // each chunk's loads issued while the one before is summed.
 TEST(GpuEmulation, BlockTilesWalkDepthsOfSeveralChunks) {
-  for (const char* name : {"lstm", "gru"}) {
-    SCOPED_TRACE(name);
-    GpuCase c = makeCase(*frontend::loadCell(name), 2, codegen::kGpuBlockTiledBatch + 3, 17,
-                         {{"input_size", 37}, {"hidden_size", 70}});
-    GpuCell::Options options;
-    options.gpu = "sm_90";
-    std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, options);
-    expectLikeTheInterpreter(c, [&](std::vector<Tensor>& states) {
-      return gpu->emulate(c.params, c.inputs, states, 3);
-    });
-  }
+  for (const char* name : {"lstm", "gru"})
+    for (bool tensorCores : {true, false}) {
+      SCOPED_TRACE(std::string(name) + (tensorCores ? ", tensor cores" : ", FMAs"));
+      GpuCase c = makeCase(*frontend::loadCell(name), 2, codegen::kGpuBlockTiledBatch + 3, 17,
+                           {{"input_size", 37}, {"hidden_size", 70}});
+      GpuCell::Options options;
+      options.gpu = "sm_90";
+      options.tensorCores = tensorCores;
+      std::shared_ptr<GpuCell> gpu = GpuCell::compile(*c.cell, options);
+      expectLikeTheInterpreter(c, [&](std::vector<Tensor>& states) {
+        return gpu->emulate(c.params, c.inputs, states, 3);
+      });
+    }
 }
 
 // A sequence of one step, one row, and of none: the final states are the initial ones.
@@ -246,13 +252,30 @@ TEST(GpuPlan, LstmIsOneRegionPerStep) {
       EXPECT_EQ(region.items(100, 64), 4 * 3);
       EXPECT_EQ(region.blockThreads(), 4 * 64);
       EXPECT_EQ(region.threads(100, 64), 4 * 3 * 4 * 64);
+      // On the tensor cores: a group's two warps each 1 x 4 MMA tiles (16 rows by 32 of the
+      // 64 packed columns).
+      EXPECT_TRUE(region.packed->tensorCores);
+      EXPECT_EQ(region.packed->warpTileRows, 1);
+      EXPECT_EQ(region.packed->warpTileColumns, 4);
     } else if (region.phase == codegen::GpuPhase::Pre) {
-      // The input projection: 64 rows by 32 columns of each gate per block of 256 threads.
+      // The input projection: 64 rows by 32 columns of each gate per block of 256 threads,
+      // its 8 warps 2 down by 4 across, each 2 x 4 MMA tiles (32 rows by 32 packed columns):
+      // 16 fragment loads for 8 tiles, the fewest of the ways to deal them.
       ASSERT_TRUE(region.packed && region.packed->blockTiled);
       EXPECT_EQ(region.items(100, 64), 100 * 64 / 64 * 2);
       EXPECT_EQ(region.threads(100, 64), 100 * 2 * 256);
+      EXPECT_TRUE(region.packed->tensorCores);
+      EXPECT_EQ(region.packed->warpTileRows, 2);
+      EXPECT_EQ(region.packed->warpTileColumns, 4);
     }
   EXPECT_EQ(steps, 1);
+  // Asked for FMAs, the same block tiles without the tensor cores.
+  const codegen::StoragePlan fma =
+      codegen::planStorage(*cell, codegen::gpuTarget("sm_80", /*tensorCores=*/false));
+  for (const codegen::PackedProduct& packed : fma.packedProducts) {
+    EXPECT_TRUE(packed.blockTiled);
+    EXPECT_FALSE(packed.tensorCores);
+  }
 }
 
 // From kGpuBlockTiledBatch rows a step's products run in block tiles; below, split-depth warps,
@@ -281,6 +304,13 @@ TEST(GpuPlan, EachBatchRunsItsVariant) {
   EXPECT_EQ(&gpu->regionsFor(64), &gpu->regions());
   EXPECT_NE(gpu->ptxFor(64).find("bar.sync"), std::string::npos);
   EXPECT_NE(gpu->ptxFor(64).find(".shared"), std::string::npos);
+  // The block tiles' products on the tensor cores, each float split into two TF32s; asked for
+  // FMAs, none.
+  EXPECT_NE(gpu->ptxFor(64).find("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
+            std::string::npos);
+  EXPECT_NE(gpu->ptxFor(64).find("cvt.rna.tf32.f32"), std::string::npos);
+  options.tensorCores = false;
+  EXPECT_EQ(GpuCell::compile(*cell, options)->ptxFor(64).find("mma.sync"), std::string::npos);
 }
 
 // ptxas, the assembler the CUDA driver's JIT shares, accepts every cell's kernels.
@@ -307,9 +337,13 @@ TEST_F(Ptxas, AcceptsEveryCellForSm80AndSm90) {
       // The kernels for batches of kGpuBlockTiledBatch rows and more, and (on the last GPU: the
       // same code but for the tiles' rows) the split-depth step tiles of smaller batches.
       std::vector<const std::string*> variants = {&gpu->ptx()};
+      std::shared_ptr<GpuCell> fma;
       if (sm == gpus.back()) {
         variants.push_back(&gpu->ptxFor(codegen::kGpuSplitDepthTileRows));
         variants.push_back(&gpu->ptxFor(1));
+        options.tensorCores = false; // and the block tiles in FMAs
+        fma = GpuCell::compile(*c.cell, options);
+        variants.push_back(&fma->ptx());
       }
       for (const std::string* text : variants) {
         EXPECT_NE(text->find(std::string(".target ") + sm), std::string::npos);
@@ -341,12 +375,19 @@ TEST(CudaDevice, RunsCellsOrSaysWhyNot) {
       GpuCase k = makeCase(*source, 5, batch, 3);
       std::vector<Tensor> expectedStates = k.states;
       Tensor expected = Interpreter(*k.cell, k.params).run(k.inputs, expectedStates);
+      GpuCell::Options fma;
+      fma.tensorCores = false;
       std::shared_ptr<GpuCell> code = GpuCell::compile(*k.cell, {});
-      for (GpuSchedule schedule : {GpuSchedule::PerStep, GpuSchedule::Persistent}) {
+      std::shared_ptr<GpuCell> fmaCode = GpuCell::compile(*k.cell, fma);
+      for (int way = 0; way < 3; ++way) {
+        const GpuSchedule schedule = way == 0 ? GpuSchedule::PerStep : GpuSchedule::Persistent;
+        const GpuCell& run = way == 2 ? *fmaCode : *code;
         SCOPED_TRACE(source->name + ", batch " + std::to_string(batch) +
-                     (schedule == GpuSchedule::Persistent ? ", persistent" : ""));
+                     (way == 1   ? ", persistent"
+                      : way == 2 ? ", persistent, FMAs"
+                                 : ""));
         std::vector<Tensor> states = k.states;
-        Tensor output = code->run(k.params, k.inputs, states, schedule);
+        Tensor output = run.run(k.params, k.inputs, states, schedule);
         EXPECT_LT(test::maxAbsDiff(output, expected), 1e-4);
         for (size_t s = 0; s < states.size(); ++s)
           EXPECT_LT(test::maxAbsDiff(states[s], expectedStates[s]), 1e-4);

@@ -333,31 +333,39 @@ int bench(const BenchOptions& o) {
     paths.push_back(
         {"jit", "jit, all passes", jitTiming({}, codegen::WeightType::F32, &fp32Output)});
   // The GPU's kernels on data already on the GPU (what a cuDNN timing measures): the launches of
-  // the pre, step and final regions, per step or as one persistent kernel; their outputs are
+  // the pre, step and final regions, per step or as one persistent kernel, and the persistent
+  // kernel with its block tiles in fp32 FMAs rather than on the tensor cores; their outputs are
   // checked against the CPU's JIT.
   double gpuError = 0;
   std::string gpuName;
   if (cuda) {
-    GpuCell::Options options;
-    auto gpu = GpuCell::compile(*cell, options);
-    gpuName = CudaDriver::get().deviceName() + " (" + gpu->gpu() + ")";
     std::vector<TensorShape> inputShapes, stateShapes;
     for (const Tensor& x : inputs)
       inputShapes.push_back(x.shape());
     for (const Tensor& s : initialStates)
       stateShapes.push_back(s.shape());
+    GpuCell::Options options, fmaOptions;
+    fmaOptions.tensorCores = false;
+    auto gpu = GpuCell::compile(*cell, options), fmaGpu = GpuCell::compile(*cell, fmaOptions);
+    gpuName = CudaDriver::get().deviceName() + " (" + gpu->gpu() + ")";
     auto resident = gpu->resident(params, inputShapes, stateShapes);
+    auto fmaResident = fmaGpu->resident(params, inputShapes, stateShapes);
     resident->upload(inputs, initialStates);
-    for (auto [schedule, key, name] :
-         {std::tuple{GpuSchedule::PerStep, "cuda_per_step", "cuda, a kernel per region+step"},
-          std::tuple{GpuSchedule::Persistent, "cuda_persistent", "cuda, persistent kernel"}}) {
-      paths.push_back({key, name, timeRepeats(o.warmup, o.repeat, [&, schedule = schedule] {
-                         resident->execute(schedule);
+    fmaResident->upload(inputs, initialStates);
+    for (auto [run, schedule, key, name] :
+         {std::tuple{resident.get(), GpuSchedule::PerStep, "cuda_per_step",
+                     "cuda, a kernel per region+step"},
+          std::tuple{resident.get(), GpuSchedule::Persistent, "cuda_persistent",
+                     "cuda, persistent kernel"},
+          std::tuple{fmaResident.get(), GpuSchedule::Persistent, "cuda_persistent_fp32_fma",
+                     "cuda, persistent, no tensor cores"}}) {
+      paths.push_back({key, name, timeRepeats(o.warmup, o.repeat, [run = run, schedule = schedule] {
+                         run->execute(schedule);
                        })});
       std::vector<Tensor> states = initialStates;
-      resident->upload(inputs, states);
-      resident->execute(schedule);
-      Tensor output = resident->download(states);
+      run->upload(inputs, states);
+      run->execute(schedule);
+      Tensor output = run->download(states);
       for (int64_t i = 0; i < output.numel(); ++i)
         gpuError = std::max<double>(gpuError, std::abs(output.data()[i] - fp32Output.data()[i]));
     }
@@ -497,7 +505,8 @@ CommandAction addBenchCommand(CLI::App& app) {
                 "gradients), fused and unfused JIT against the interpreter");
   cmd->add_option("--device", o->device,
                   "cuda: also time the GPU's kernels (a kernel launch per region and step, and "
-                  "one persistent kernel) on data already on the GPU, beside the CPU JIT")
+                  "one persistent kernel, also without tensor cores) on data already on the GPU, "
+                  "beside the CPU JIT")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->default_val("cpu");
   cmd->add_option("--target-cpu", o->targetCpu,

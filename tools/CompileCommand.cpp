@@ -27,7 +27,8 @@ struct CompileCommandOptions {
   std::string targetCpu; // empty: this machine
   std::string target = "cpu";
   std::string gpu = "sm_80";
-  bool grad = false; // the backward cell instead (passes/Autodiff.h)
+  bool noTensorCores = false; // with --target nvptx: every product in fp32 FMAs
+  bool grad = false;          // the backward cell instead (passes/Autodiff.h)
   bool timePasses = false;
   std::string weightsDtype = "fp32";
   PipelineFlags pipeline;
@@ -50,7 +51,8 @@ int compile(const CompileCommandOptions& o) {
     throw UserError("--emit=ptx is the GPU's code: add --target nvptx (and --gpu sm_80|sm_90)");
   if (nvptx && o.emit == "asm")
     throw UserError("--target nvptx emits PTX: use --emit=ptx");
-  const codegen::Target gpu = nvptx ? codegen::gpuTarget(o.gpu) : codegen::Target{};
+  const codegen::Target gpu =
+      nvptx ? codegen::gpuTarget(o.gpu, !o.noTensorCores) : codegen::Target{};
   const codegen::WeightType weights = codegen::parseWeightType(o.weightsDtype);
   auto cell = frontend::loadCell(o.cell);
   ir::SizeMap sizes = parseSizes(o.sizes);
@@ -155,6 +157,9 @@ CommandAction addCompileCommand(CLI::App& app) {
                   "With --target nvptx: the GPU's compute capability, sm_80 or "
                   "sm_90")
       ->default_val("sm_80");
+  cmd->add_flag("--no-tensor-cores", o->noTensorCores,
+                "With --target nvptx: the block tiles' matrix products in fp32 FMAs rather than "
+                "on the tensor cores (mma.sync on TF32, three per product: fp32's accuracy)");
   cmd->add_option("--weights-dtype", o->weightsDtype,
                   "Store the weights of the matrix products as fp32, bf16, fp16 or int8 (the "
                   "code that widens, pairs or quantizes them shows in --emit=llvm and asm)")

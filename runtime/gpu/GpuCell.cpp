@@ -59,10 +59,11 @@ GpuCell::~GpuCell() = default;
 std::shared_ptr<GpuCell> GpuCell::compile(const ir::Cell& cell, const Options& options) {
   auto compiled = std::shared_ptr<GpuCell>(new GpuCell);
   compiled->gpu_ = options.gpu;
+  compiled->tensorCores_ = options.tensorCores;
   if (compiled->gpu_.empty())
     compiled->gpu_ = CudaDriver::unavailableReason().empty() ? CudaDriver::get().gpuArchitecture()
                                                              : std::string("sm_80");
-  const codegen::Target target = codegen::gpuTarget(compiled->gpu_);
+  const codegen::Target target = codegen::gpuTarget(compiled->gpu_, options.tensorCores);
   compiled->cell_ = optimiseCell(cell, options.pipeline, options.log);
   auto plan = [&](GpuCell& variant, int64_t stepTileRows) {
     variant.plan_ = planCell(variant.cell_, target, codegen::WeightType::F32, stepTileRows).plan;
@@ -76,6 +77,7 @@ std::shared_ptr<GpuCell> GpuCell::compile(const ir::Cell& cell, const Options& o
     auto variant = [&](int64_t stepTileRows) {
       auto smaller = std::shared_ptr<GpuCell>(new GpuCell);
       smaller->gpu_ = compiled->gpu_;
+      smaller->tensorCores_ = compiled->tensorCores_;
       smaller->cell_ = compiled->cell_;
       plan(*smaller, stepTileRows);
       return smaller;
@@ -88,8 +90,8 @@ std::shared_ptr<GpuCell> GpuCell::compile(const ir::Cell& cell, const Options& o
 
 const std::string& GpuCell::ptx() const {
   std::call_once(ptxOnce_, [&] {
-    ptx_ = CellBuild{cell_, codegen::gpuTarget(gpu_), codegen::WeightType::F32, plan_}.generate(
-        codegen::Stage::Assembly);
+    ptx_ = CellBuild{cell_, codegen::gpuTarget(gpu_, tensorCores_), codegen::WeightType::F32, plan_}
+               .generate(codegen::Stage::Assembly);
   });
   return ptx_;
 }

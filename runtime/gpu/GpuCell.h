@@ -33,6 +33,10 @@ public:
     std::ostream* log = nullptr; // where --print-after-all writes
     // sm_80 or sm_90; empty: the GPU's own where there is one, else sm_80.
     std::string gpu;
+    // The block tiles' products (the input projection; a step's at large batches) on the tensor
+    // cores, each as three TF32 products that keep fp32's accuracy ("3xTF32"); false: fp32 FMAs
+    // (codegen::PackedProduct::tensorCores).
+    bool tensorCores = true;
   };
   // `cell` must have all its sizes bound.
   static std::shared_ptr<GpuCell> compile(const ir::Cell& cell, const Options& options);
@@ -121,6 +125,7 @@ private:
   codegen::StoragePlan plan_;
   std::vector<codegen::GpuRegion> regions_;
   std::string gpu_;
+  bool tensorCores_ = true;
   mutable std::string ptx_;
 
   mutable std::once_flag ptxOnce_, emulationOnce_, deviceOnce_;
