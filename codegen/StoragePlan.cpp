@@ -160,6 +160,8 @@ namespace {
 // 1.73 / 1.61; 8 x 8 threads (32 rows by 8 columns) 1.78 / 1.81; 2 x 16 1.82 / 1.87; 8 depth
 // groups 1.80 / 1.72, 2 groups 2.10 / 2.32; one group of 8 x 8, 2.50 / 2.36 (18 us a step).
 // More slices than the sums allow take one column each, fewer rows past 8 slices.
+// With tensor cores (Target::tensorCores) the same block on MMA tiles, where it is whole ones
+// (bench/gpu-notes.md: the default LSTM 1.35 -> 1.25 ms persistent on an H200).
 void planGpuBlockTiles(PackedProduct& packed, bool step, bool tensorCores) {
   const int64_t slices = packed.slices();
   const int64_t rowThreads = step ? 4 : 16, columnThreads = 16;

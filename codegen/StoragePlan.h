@@ -168,6 +168,8 @@ inline constexpr int64_t kGpuDepthUnroll = 4; // depths whose loads a product is
 // 1.06 / 0.88 and 0.97 / 0.80; 16: 1.16 / 1.05, 1.10 / 0.97; 32: 1.38 / 1.42, 1.30 / 1.76;
 // 48: 1.54 / 2.12, 1.44 / 2.00.
 inline constexpr int64_t kGpuBlockTiledBatch = 32;
+// Blocks of block tiles each multiprocessor is to hold at once (the kernels' launch bounds).
+inline constexpr int64_t kGpuBlockTilesPerMultiprocessor = 2;
 inline constexpr int64_t kGpuStepBlockTiles = 0;
 
 using ir::KernelGroup;

@@ -309,6 +309,8 @@ TEST(GpuPlan, EachBatchRunsItsVariant) {
   EXPECT_NE(gpu->ptxFor(64).find("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
             std::string::npos);
   EXPECT_NE(gpu->ptxFor(64).find("cvt.rna.tf32.f32"), std::string::npos);
+  // Their kernels launched in blocks of 256 threads, two to a multiprocessor.
+  EXPECT_NE(gpu->ptxFor(64).find(".maxntid 256, 1, 1\n.minnctapersm 2"), std::string::npos);
   options.tensorCores = false;
   EXPECT_EQ(GpuCell::compile(*cell, options)->ptxFor(64).find("mma.sync"), std::string::npos);
 }

@@ -34,6 +34,7 @@ struct CudaDriver::Api {
   int (*cuLaunchCooperativeKernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned,
                                    unsigned, unsigned, void*, void**);
   int (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, void*, int, size_t);
+  int (*cuFuncSetAttribute)(void*, int, int);
   int (*cuGetErrorString)(int, const char**);
 };
 
@@ -44,6 +45,8 @@ constexpr int kMultiprocessorCount = 16;
 constexpr int kComputeCapabilityMajor = 75;
 constexpr int kComputeCapabilityMinor = 76;
 constexpr int kCooperativeLaunch = 95;
+constexpr int kPreferredSharedMemoryCarveout = 9; // a function attribute
+constexpr int kCarveoutMaxShared = 100;
 constexpr int kJitErrorLogBuffer = 5;
 constexpr int kJitErrorLogBufferSize = 6;
 
@@ -112,6 +115,7 @@ CudaDriver& CudaDriver::get() {
       resolve(library, api->cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel");
       resolve(library, api->cuOccupancyMaxActiveBlocksPerMultiprocessor,
               "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+      resolve(library, api->cuFuncSetAttribute, "cuFuncSetAttribute");
       resolve(library, api->cuGetErrorString, "cuGetErrorString");
       driver->check(api->cuInit(0), "cuInit");
       int count = 0;
@@ -187,6 +191,11 @@ CudaDriver::Function CudaDriver::function(Module module, const std::string& name
   Function f = nullptr;
   check(api_->cuModuleGetFunction(&f, module, name.c_str()), "cuModuleGetFunction");
   return f;
+}
+
+void CudaDriver::preferSharedMemory(Function function) const {
+  check(api_->cuFuncSetAttribute(function, kPreferredSharedMemoryCarveout, kCarveoutMaxShared),
+        "cuFuncSetAttribute");
 }
 
 int CudaDriver::maxActiveBlocksPerMultiprocessor(Function function, int blockSize) const {

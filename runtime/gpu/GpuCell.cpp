@@ -202,10 +202,14 @@ const GpuCell::DeviceCode& GpuCell::deviceCode() const {
     const CudaDriver& driver = CudaDriver::get();
     auto code = std::make_unique<DeviceCode>();
     code->module = driver.loadModule(ptx());
-    for (size_t i = 0; i < regions_.size(); ++i)
+    for (size_t i = 0; i < regions_.size(); ++i) {
       code->regionKernels.push_back(
           driver.function(code->module, codegen::kGpuKernelPrefix + std::to_string(i)));
+      if (regions_[i].blockThreads() > 0)
+        driver.preferSharedMemory(code->regionKernels.back());
+    }
     code->persistent = driver.function(code->module, codegen::kGpuPersistentKernel);
+    driver.preferSharedMemory(code->persistent);
     code->persistentBlocksPerMultiprocessor = driver.maxActiveBlocksPerMultiprocessor(
         code->persistent, static_cast<int>(persistentBlockThreads()));
     device_ = std::move(code);
