@@ -575,13 +575,16 @@ void GpuEmitter::emitBlockTile(const GpuRegion& region, llvm::Value* item, llvm:
     llvm::Value* xs = groupShared(t);
     llvm::Value* ws = b.CreateConstGEP1_64(f32, xs, static_cast<uint64_t>(chunk * xStride));
     const Lane lane = laneOf(t);
-    auto xAt = [&](llvm::Value* row, int64_t k) {
-      return b.CreateAlignedLoad(f32, b.CreateGEP(f32, xs, b.CreateAdd(row, constant(k * xStride))),
-                                 llvm::Align(4));
-    };
-    auto wAt = [&](llvm::Value* column, int64_t k) {
+    // x at (row, depth k) and the weight at (depth k, packed column), from the group's chunk.
+    auto xAt = [&](llvm::Value* row, llvm::Value* k) {
       return b.CreateAlignedLoad(
-          f32, b.CreateGEP(f32, ws, b.CreateAdd(column, constant(k * wStride))), llvm::Align(4));
+          f32, b.CreateGEP(f32, xs, b.CreateAdd(b.CreateMul(k, constant(xStride)), row)),
+          llvm::Align(4));
+    };
+    auto wAt = [&](llvm::Value* column, llvm::Value* k) {
+      return b.CreateAlignedLoad(
+          f32, b.CreateGEP(f32, ws, b.CreateAdd(b.CreateMul(k, constant(wStride)), column)),
+          llvm::Align(4));
     };
     if (emulated) {
       // Each of the lane's sums over the chunk's depths, one after the other: what the MMAs
@@ -590,7 +593,7 @@ void GpuEmitter::emitBlockTile(const GpuRegion& region, llvm::Value* item, llvm:
         auto [row, column] = accumulatorAt(lane, a);
         llvm::Value* sum = b.CreateLoad(f32, accumulator(t, a));
         for (int64_t k = 0; k < chunk; ++k)
-          sum = fmuladd(xAt(row, k), wAt(column, k), sum);
+          sum = fmuladd(xAt(row, constant(k)), wAt(column, constant(k)), sum);
         b.CreateStore(sum, accumulator(t, a));
       }
       return;
@@ -615,9 +618,7 @@ void GpuEmitter::emitBlockTile(const GpuRegion& region, llvm::Value* item, llvm:
           llvm::Value* row =
               b.CreateAdd(lane.rowBase, b.CreateAdd(lane.g, constant(16 * down + 8 * (r % 2))));
           llvm::Value* k = b.CreateAdd(lane.l, constant(k8 + 4 * (r / 2)));
-          fragment[static_cast<size_t>(r)] = split(b.CreateAlignedLoad(
-              f32, b.CreateGEP(f32, xs, b.CreateAdd(b.CreateMul(k, constant(xStride)), row)),
-              llvm::Align(4)));
+          fragment[static_cast<size_t>(r)] = split(xAt(row, k));
         }
         as.push_back(fragment);
       }
@@ -629,9 +630,7 @@ void GpuEmitter::emitBlockTile(const GpuRegion& region, llvm::Value* item, llvm:
           llvm::Value* column =
               b.CreateAdd(lane.columnBase, b.CreateAdd(lane.g, constant(8 * across)));
           llvm::Value* k = b.CreateAdd(lane.l, constant(k8 + 4 * r));
-          fragment[static_cast<size_t>(r)] = split(b.CreateAlignedLoad(
-              f32, b.CreateGEP(f32, ws, b.CreateAdd(b.CreateMul(k, constant(wStride)), column)),
-              llvm::Align(4)));
+          fragment[static_cast<size_t>(r)] = split(wAt(column, k));
         }
         bs.push_back(fragment);
       }
