@@ -83,9 +83,8 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitBf16PairTile(const View& x,
       llvm::Intrinsic::getDeclaration(e.module.get(), llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512);
   llvm::FunctionType* dotType = dot->getFunctionType();
 
-  std::vector<llvm::Value*> rowWords; // the rows' bf16 copies, a pair per 32-bit word
-  for (int64_t m = 0; m < rows; ++m)
-    rowWords.push_back(e.elementPointer(x, e.b.CreateAdd(firstRow, e.constant(m)), e.constant(0)));
+  // The rows' bf16 copies, a pair per 32-bit word.
+  const EmitContext::TileRows rowWords(e, x, firstRow, rows);
   llvm::Value* block =
       e.b.CreateGEP(i32, words, e.b.CreateMul(blk, e.constant(pairs * slices * packed.width)));
 
@@ -104,8 +103,7 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitBf16PairTile(const View& x,
       const std::vector<std::vector<llvm::Value*>> w = loadWeightParts(
           packed, sliceWords, first, p, parts, kPairLanes, dotType->getParamType(2));
       for (int64_t m = 0; m < rows; ++m) {
-        llvm::Value* pair =
-            e.b.CreateAlignedLoad(i32, e.b.CreateGEP(i32, rowWords[m], p), llvm::Align(4));
+        llvm::Value* pair = e.b.CreateAlignedLoad(i32, rowWords.at(m, i32, p), llvm::Align(4));
         llvm::Value* input =
             e.b.CreateBitCast(e.b.CreateVectorSplat(kPairLanes, pair), dotType->getParamType(1));
         for (int64_t s = 0; s < count; ++s)

@@ -185,4 +185,27 @@ void EmitContext::copyRows(const View& to, const View& from, RowRange rows, int6
   });
 }
 
+EmitContext::TileRows::TileRows(EmitContext& e, const View& v, llvm::Value* firstRow, int64_t rows)
+    : e(e) {
+  if (auto* constant = llvm::dyn_cast<llvm::ConstantInt>(v.rowStride))
+    stride = constant->getSExtValue();
+  for (int64_t m = 0; m < (stride ? 1 : rows); ++m)
+    pointers.push_back(e.elementPointer(v, e.b.CreateAdd(firstRow, e.constant(m)), e.constant(0)));
+}
+
+llvm::Value* EmitContext::TileRows::at(int64_t m, llvm::Type* element, llvm::Value* index) const {
+  if (!stride)
+    return e.b.CreateGEP(element, pointers[static_cast<size_t>(m)], index);
+  // One byte offset, so that no pass splits a pointer per row out of it (and hoists them).
+  const int64_t elementBytes = element->getPrimitiveSizeInBits() / 8;
+  llvm::Value* bytes = e.b.CreateAdd(e.b.CreateMul(index, e.constant(elementBytes)),
+                                     e.constant(m * stride * static_cast<int64_t>(sizeof(float))));
+  return e.b.CreateGEP(e.b.getInt8Ty(), pointers[0], bytes);
+}
+
+llvm::Value* EmitContext::TileRows::start(int64_t m) const {
+  return stride ? e.b.CreateConstGEP1_64(e.f32, pointers[0], m * stride)
+                : pointers[static_cast<size_t>(m)];
+}
+
 } // namespace rnnc::codegen

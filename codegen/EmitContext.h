@@ -67,6 +67,26 @@ public:
     return b.CreateGEP(f32, v.base, offset);
   }
 
+  // Rows [firstRow, firstRow + rows) of `v`, as a register tile's depth loop reads them. Rows a
+  // constant stride apart are addressed from one base, row m's distance an addressing mode's
+  // displacement (`vbroadcastss disp(%base,%k,4)`): a 14-row tile keeps one general register
+  // for its inputs. With a pointer per row the registers ran out, 9 of 14 were reloaded from
+  // the stack at every depth step, and the register allocator's live-range splitting was a
+  // fifth of the back end's time.
+  class TileRows {
+  public:
+    TileRows(EmitContext& e, const View& v, llvm::Value* firstRow, int64_t rows);
+    // Row m's element `index` when the row is read as elements of `element` (a scalar type).
+    llvm::Value* at(int64_t m, llvm::Type* element, llvm::Value* index) const;
+    // Row m's first float.
+    llvm::Value* start(int64_t m) const;
+
+  private:
+    EmitContext& e;
+    int64_t stride = 0;                 // floats between rows when constant, else 0
+    std::vector<llvm::Value*> pointers; // the first row's start, or every row's
+  };
+
   // ---- Control flow -----------------------------------------------------------------------
 
   // The start of a loop whose test and latch the caller writes (forLoop's fixed stride and

@@ -596,25 +596,8 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   llvm::Type* element = weightElementType(packed.weights);
   llvm::Type* packedVec = llvm::FixedVectorType::get(element, static_cast<unsigned>(packed.width));
-  // Every address is a base computed once plus the depth (times the panel's width). Rows a
-  // constant stride apart are read from one base as base + depth + m * stride: the row's
-  // distance is an addressing mode's displacement (`vbroadcastss disp(%base,%k,4)`), so a
-  // 14-row tile keeps one general register for its inputs instead of 14. With a pointer per
-  // row the registers ran out, 9 of the 14 were reloaded from the stack at every depth step
-  // and the register allocator's live-range splitting was a fifth of the back end's time.
-  auto* constantStride = llvm::dyn_cast<llvm::ConstantInt>(x.rowStride);
-  std::vector<llvm::Value*> rowPointers;
-  for (int64_t m = 0; m < (constantStride ? 1 : rows); ++m)
-    rowPointers.push_back(
-        e.elementPointer(x, e.b.CreateAdd(firstRow, e.constant(m)), e.constant(0)));
-  auto inputAddress = [&](int64_t m, llvm::Value* k) -> llvm::Value* {
-    if (!constantStride)
-      return e.b.CreateGEP(e.f32, rowPointers[static_cast<size_t>(m)], k);
-    // One i8 offset, so that no pass splits out (and hoists) a pointer per row again.
-    llvm::Value* bytes =
-        e.b.CreateAdd(e.b.CreateShl(k, 2), e.constant(m * constantStride->getSExtValue() * 4));
-    return e.b.CreateGEP(e.b.getInt8Ty(), rowPointers[0], bytes);
-  };
+  // Every address is a base computed once plus the depth (times the panel's width).
+  const EmitContext::TileRows inputRows(e, x, firstRow, rows);
   llvm::Value* blockWeights =
       e.b.CreateGEP(element, weights,
                     e.b.CreateMul(blk, e.constant(packed.packedDepth() * slices * packed.width)));
@@ -658,9 +641,9 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                 llvm::Align(static_cast<uint64_t>(weightTypeBytes(packed.weights)))),
             packed.weights));
       for (int64_t m = 0; m < rows; ++m) {
-        llvm::Value* input =
-            e.b.CreateVectorSplat(static_cast<unsigned>(packed.width),
-                                  e.b.CreateAlignedLoad(e.f32, inputAddress(m, k), llvm::Align(4)));
+        llvm::Value* input = e.b.CreateVectorSplat(
+            static_cast<unsigned>(packed.width),
+            e.b.CreateAlignedLoad(e.f32, inputRows.at(m, e.f32, k), llvm::Align(4)));
         for (int64_t s = 0; s < count; ++s) {
           llvm::Value*& a = acc[static_cast<size_t>(m * count + s)];
           a = e.b.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {input, w[s], a});

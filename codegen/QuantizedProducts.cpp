@@ -235,10 +235,10 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
   const bool vnni = vnni512 || e.target.has("avxvnni") ||
                     (e.target.has("avx512vnni") && e.target.has("avx512vl"));
 
-  std::vector<llvm::Value*> rowBytes, rowScale, rowZero;
+  const EmitContext::TileRows rowBytes(e, x, firstRow, rows);
+  std::vector<llvm::Value*> rowScale, rowZero;
   for (int64_t m = 0; m < rows; ++m) {
-    llvm::Value* row = e.elementPointer(x, e.b.CreateAdd(firstRow, e.constant(m)), e.constant(0));
-    rowBytes.push_back(row);
+    llvm::Value* row = rowBytes.start(m);
     rowScale.push_back(e.b.CreateAlignedLoad(e.f32, e.b.CreateConstGEP1_64(e.f32, row, stride - 2),
                                              llvm::Align(4)));
     rowZero.push_back(e.b.CreateAlignedLoad(e.f32, e.b.CreateConstGEP1_64(e.f32, row, stride - 1),
@@ -266,8 +266,7 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
       const std::vector<std::vector<llvm::Value*>> w =
           loadWeightParts(packed, sliceWords, first, g, parts, kLanesPerMultiply, bytes);
       for (int64_t m = 0; m < rows; ++m) {
-        llvm::Value* four = e.b.CreateAlignedLoad(
-            i32, e.b.CreateGEP(i8, rowBytes[m], e.b.CreateMul(g, e.constant(4))), llvm::Align(1));
+        llvm::Value* four = e.b.CreateAlignedLoad(i32, rowBytes.at(m, i32, g), llvm::Align(1));
         llvm::Value* input =
             e.b.CreateBitCast(e.b.CreateVectorSplat(kLanesPerMultiply, four), bytes);
         for (int64_t s = 0; s < count; ++s)
