@@ -19,10 +19,17 @@ namespace {
 class CellEmitter : public EmitContext {
 public:
   CellEmitter(llvm::LLVMContext& llvmContext, const ir::Cell& cell, const StoragePlan& plan,
-              const Target& target, const std::string& name, CellPart part)
+              const Target& target, const std::string& name, CellPart part, int tilesPart)
       : EmitContext(llvmContext, cell, plan, target,
                     part == CellPart::Setup ? name : loopFunctionName(name)),
-        kernels_(*this), products_(*this, kernels_), part_(part) {}
+        kernels_(*this), products_(*this, kernels_), part_(part) {
+    if (part == CellPart::Loop)
+      outlinedTiles = OutlinedTiles::Declared;
+    else if (part == CellPart::LoopTiles)
+      outlinedTiles = OutlinedTiles::Defined;
+    tileParts = kLoopTileParts;
+    this->tilesPart = tilesPart;
+  }
 
   std::unique_ptr<llvm::Module> emit();
 
@@ -56,6 +63,9 @@ std::unique_ptr<llvm::Module> CellEmitter::emit() {
   else
     emitLoop();
   b.CreateRetVoid();
+  // The tiles part keeps only the tile functions the loop's emission defined on the way.
+  if (part_ == CellPart::LoopTiles)
+    fn->deleteBody();
   return std::move(module);
 }
 
@@ -267,8 +277,9 @@ std::string loopFunctionName(const std::string& functionName) {
 
 std::unique_ptr<llvm::Module> emitCell(llvm::LLVMContext& context, const ir::Cell& cell,
                                        const StoragePlan& plan, const Target& target,
-                                       const std::string& functionName, CellPart part) {
-  return CellEmitter(context, cell, plan, target, functionName, part).emit();
+                                       const std::string& functionName, CellPart part,
+                                       int tilesPart) {
+  return CellEmitter(context, cell, plan, target, functionName, part, tilesPart).emit();
 }
 
 } // namespace rnnc::codegen

@@ -29,12 +29,20 @@ namespace rnnc::codegen {
 
 enum class CellPart {
   Setup, // `functionName`: the parameter and pre phases, then a call of the loop part
-  Loop,  // loopFunctionName(functionName): the time loop
+  Loop,  // loopFunctionName(functionName): the time loop, calling the tiles parts' functions
+  // A share of the time loop's shorter tiles (EmitContext::OutlinedTiles): the same loop
+  // emitted, then only the tile functions of its share kept
+  LoopTiles,
 };
+// The shorter tiles are shared out between this many LoopTiles parts, the n-th function emitted
+// to part n % kLoopTileParts: each a module LLVM compiles beside the others.
+constexpr int kLoopTileParts = 2;
 std::string loopFunctionName(const std::string& functionName); // functionName + ".loop"
 
+// `tilesPart`: which share of the tiles a LoopTiles part defines, in [0, kLoopTileParts).
 std::unique_ptr<llvm::Module> emitCell(llvm::LLVMContext& context, const ir::Cell& cell,
                                        const StoragePlan& plan, const Target& target,
-                                       const std::string& functionName, CellPart part);
+                                       const std::string& functionName, CellPart part,
+                                       int tilesPart = 0);
 
 } // namespace rnnc::codegen

@@ -12,10 +12,12 @@
 #include "codegen/SourceDigest.h"
 #include "ir/Error.h"
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace rnnc::codegen {
 namespace {
@@ -178,58 +180,83 @@ std::string finish(std::unique_ptr<llvm::Module> module, const Target& target, S
 
 // One part of a cell's code (CellEmitter.h), in a context of its own.
 std::string generateCellPart(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
-                             Stage stage, CellPart part, CodegenTimes& times) {
+                             Stage stage, CellPart part, int tilesPart, CodegenTimes& times) {
   Clock::time_point start = Clock::now();
   llvm::LLVMContext context;
   std::unique_ptr<llvm::Module> module =
-      emitCell(context, cell, plan, target, kRunFunctionName, part);
+      emitCell(context, cell, plan, target, kRunFunctionName, part, tilesPart);
   times.emit = millisecondsSince(start);
   return finish(std::move(module), target, stage, times);
 }
 
-// The cell's two parts compiled side by side, the loop part on a thread of its own (where the
-// machine has a second core): LLVM's back end, most of a cold compile, runs on one thread per
-// module, and the recurrent product's tiles in the loop are about half of the code. An object
-// is the bundle of both, the loop part first (the setup part calls it); text stages are the
-// two modules one after the other.
+// The cell's parts compiled side by side, as many at once as the machine has cores: LLVM's back
+// end, most of a cold compile, runs on one thread per module. The setup part (the weights'
+// packing, the input projection over the sequence), the time loop, and the loop's shorter tiles
+// in two shares (EmitContext::OutlinedTiles; the recurrent product's tiles are most of the
+// loop's code): on two cores the loop and a share take about as long as the setup and the
+// other share. An object is the bundle of all parts, each after those it calls; text stages are
+// the modules one after the other.
 std::string generateCell(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
                          Stage stage, CodegenTimes* times) {
   initialiseLLVM();
-  CodegenTimes setupTimes, loopTimes;
-  std::string loop;
-  std::exception_ptr loopError;
-  auto generateLoop = [&] {
-    try {
-      loop = generateCellPart(cell, plan, target, stage, CellPart::Loop, loopTimes);
-    } catch (...) {
-      loopError = std::current_exception();
+  struct Part {
+    CellPart part;
+    int tilesPart;
+    std::string result;
+    CodegenTimes times;
+    std::exception_ptr error;
+  };
+  // In the order the threads take them: the longest first.
+  std::vector<Part> parts{{CellPart::Loop, 0, {}, {}, {}}, {CellPart::Setup, 0, {}, {}, {}}};
+  for (int share = 0; share < kLoopTileParts; ++share)
+    parts.push_back({CellPart::LoopTiles, share, {}, {}, {}});
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < parts.size(); i = next++) {
+      Part& p = parts[i];
+      try {
+        p.result = generateCellPart(cell, plan, target, stage, p.part, p.tilesPart, p.times);
+      } catch (...) {
+        p.error = std::current_exception();
+      }
     }
   };
-  std::string setup;
-  if (std::thread::hardware_concurrency() > 1) {
-    std::thread worker(generateLoop);
-    try {
-      setup = generateCellPart(cell, plan, target, stage, CellPart::Setup, setupTimes);
-    } catch (...) {
-      worker.join();
-      throw;
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> helpers;
+  for (size_t i = 1; i < std::min(cores, parts.size()); ++i)
+    helpers.emplace_back(work);
+  work();
+  for (std::thread& helper : helpers)
+    helper.join();
+  for (const Part& p : parts)
+    if (p.error)
+      std::rethrow_exception(p.error);
+  if (times) { // the work of all parts (on several threads, more than the time it took)
+    *times = {};
+    for (const Part& p : parts) {
+      times->emit += p.times.emit;
+      times->verify += p.times.verify;
+      times->targetMachine += p.times.targetMachine;
+      times->optimise += p.times.optimise;
+      times->backEnd += p.times.backEnd;
     }
-    worker.join();
-  } else {
-    generateLoop();
-    setup = generateCellPart(cell, plan, target, stage, CellPart::Setup, setupTimes);
   }
-  if (loopError)
-    std::rethrow_exception(loopError);
-  if (times) // the work of both parts (on two threads, more than the time it took)
-    *times = {setupTimes.emit + loopTimes.emit, setupTimes.verify + loopTimes.verify,
-              setupTimes.targetMachine + loopTimes.targetMachine,
-              setupTimes.optimise + loopTimes.optimise, setupTimes.backEnd + loopTimes.backEnd};
-  if (stage == Stage::Object)
-    return bundleObjects({loop, setup});
-  const char* comment = stage == Stage::Assembly ? "#" : ";";
-  return setup + "\n" + comment + " ---- the time loop (" + loopFunctionName(kRunFunctionName) +
-         "), a module of its own ----\n" + loop;
+  if (stage == Stage::Object) {
+    std::vector<std::string> objects; // the tiles, the loop, then the setup part
+    for (size_t i = 2; i < parts.size(); ++i)
+      objects.push_back(std::move(parts[i].result));
+    objects.push_back(std::move(parts[0].result));
+    objects.push_back(std::move(parts[1].result));
+    return bundleObjects(objects);
+  }
+  const std::string comment = stage == Stage::Assembly ? "#" : ";";
+  std::string text = parts[1].result + "\n" + comment + " ---- the time loop (" +
+                     loopFunctionName(kRunFunctionName) + "), a module of its own ----\n" +
+                     parts[0].result;
+  for (size_t i = 2; i < parts.size(); ++i)
+    text += "\n" + comment + " ---- the time loop's shorter tiles, share " +
+            std::to_string(parts[i].tilesPart) + ", a module of its own ----\n" + parts[i].result;
+  return text;
 }
 
 std::string generateGpuCell(const ir::Cell& cell, const StoragePlan& plan, const Target& gpu,

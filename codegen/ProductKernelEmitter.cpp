@@ -8,6 +8,7 @@
 #include "ir/Error.h"
 
 #include <algorithm>
+#include <map>
 
 namespace rnnc::codegen {
 namespace {
@@ -267,9 +268,60 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     e.b.SetInsertPoint(done);
   };
 
+  // The recurrent product's tiles shorter than the full one, each a function of its own in
+  // another module (EmitContext::OutlinedTiles), compiled beside the loop: they are most of the
+  // code LLVM compiles for a step (the full tile is one of five variants) and run rarely (at
+  // most a tile a block and step), a call each. Its arguments: the rows of x, the packed
+  // weights, the block, the tile's first row, where its sums go, and the next panel's prefetch
+  // (its panel and first line). int8 tiles read more of the run's buffers; they stay inline.
+  const bool outlining = e.outlinedTiles != EmitContext::OutlinedTiles::Inline &&
+                         !packed.splitRows && packed.weights != WeightType::I8;
+  std::map<std::pair<int64_t, bool>, llvm::Function*> outlined; // by rows and prefetch
+  auto outlinedTile = [&](int64_t rows, const PanelPrefetch& panel) {
+    const std::pair<int64_t, bool> key{rows, panel.panel != nullptr};
+    if (auto found = outlined.find(key); found != outlined.end())
+      return found->second;
+    auto* type = llvm::FunctionType::get(e.b.getVoidTy(),
+                                         {e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64}, false);
+    const int ordinal = outlinedCount++;
+    auto* tile =
+        llvm::Function::Create(type, llvm::Function::ExternalLinkage,
+                               e.fn->getName() + ".tile" + std::to_string(ordinal), *e.module);
+    tile->copyAttributesFrom(e.fn);
+    for (unsigned i : {0u, 1u, 4u})
+      tile->addParamAttr(i, llvm::Attribute::NoAlias);
+    outlined[key] = tile;
+    if (e.outlinedTiles != EmitContext::OutlinedTiles::Defined ||
+        ordinal % e.tileParts != e.tilesPart)
+      return tile;
+    llvm::Function* caller = e.fn;
+    const llvm::IRBuilderBase::InsertPoint callerAt = e.b.saveIP();
+    e.fn = tile;
+    e.b.SetInsertPoint(llvm::BasicBlock::Create(e.llvmContext, "entry", tile));
+    const PanelPrefetch tilePanel = panel.panel ? PanelPrefetch{tile->getArg(5), tile->getArg(6),
+                                                                panel.lastLine, panel.lineElements}
+                                                : PanelPrefetch{};
+    emitTile(View{tile->getArg(0), x.rowStride}, tile->getArg(1), packed, tile->getArg(2),
+             tile->getArg(3), rows, tilePanel,
+             [&](int64_t m, llvm::Value* slice, llvm::Value* sum) {
+               e.b.CreateStore(sum, e.b.CreateGEP(vec, tile->getArg(4),
+                                                  e.b.CreateAdd(e.constant(m * slices), slice)));
+             });
+    e.b.CreateRetVoid();
+    e.fn = caller;
+    e.b.restoreIP(callerAt);
+    return tile;
+  };
   // A tile of `rows` rows from row firstRow, into the stack array from its row firstSlot.
   auto computeTile = [&](llvm::Value* blk, llvm::Value* firstRow, int64_t rows,
                          const PanelPrefetch& panel, llvm::Value* firstSlot) {
+    if (outlining && rows != tileRows && llvm::isa<llvm::ConstantInt>(x.rowStride)) {
+      e.b.CreateCall(outlinedTile(rows, panel),
+                     {x.base, weights, blk, firstRow, stored(firstSlot, e.constant(0)),
+                      panel.panel ? panel.panel : llvm::ConstantPointerNull::get(e.ptr),
+                      panel.firstLine ? panel.firstLine : e.constant(0)});
+      return;
+    }
     emitTile(x, weights, packed, blk, firstRow, rows, panel,
              [&](int64_t m, llvm::Value* slice, llvm::Value* sum) {
                e.b.CreateStore(sum, stored(e.b.CreateAdd(firstSlot, e.constant(m)), slice));

@@ -112,6 +112,7 @@ private:
 
   EmitContext& e;
   KernelEmitter& kernels;
+  int outlinedCount = 0; // tile functions named so far (EmitContext::OutlinedTiles)
 };
 
 } // namespace rnnc::codegen

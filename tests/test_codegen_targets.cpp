@@ -55,25 +55,36 @@ TEST(CodegenTargets, Avx2TilesAreYmmFmas) {
   EXPECT_EQ(count(assembly, "zmm"), 0);
 }
 
-// A cell's code is two modules compiled side by side: the setup part (rnnc_run: the parameter
-// and pre phases) and the time loop (rnnc_run.loop), which the setup part calls. The object is
-// a bundle of both, the loop first; the recurrent product's tiles are in the loop part.
-TEST(CodegenTargets, ACellIsASetupPartCallingALoopPart) {
+// A cell's code is four modules compiled side by side: the setup part (rnnc_run: the parameter
+// and pre phases), the time loop (rnnc_run.loop), which the setup part calls, and the recurrent
+// product's shorter tiles (rnnc_run.loop.tileN) in two shares, which the loop calls. The object
+// is a bundle of all four, each part after those it calls; the full tile stays in the loop.
+TEST(CodegenTargets, ACellIsASetupPartCallingALoopPartCallingItsShorterTiles) {
   auto lstm = optimisedLstm(64);
   codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx2);
   const std::string object = codegen::generate(*lstm, plan, kAvx2, codegen::Stage::Object);
   ASSERT_TRUE(codegen::isObjectBundle(object));
-  EXPECT_EQ(codegen::objectsOfBundle(object).size(), 2u);
+  EXPECT_EQ(codegen::objectsOfBundle(object).size(), 4u);
   const std::string assembly = codegen::generate(*lstm, plan, kAvx2, codegen::Stage::Assembly);
-  const size_t setup = assembly.find("\nrnnc_run:"), loop = assembly.find("\nrnnc_run.loop:");
+  const size_t setup = assembly.find("\nrnnc_run:"), loop = assembly.find("\nrnnc_run.loop:"),
+               tiles = assembly.find("\nrnnc_run.loop.tile0:");
   ASSERT_NE(setup, std::string::npos);
   ASSERT_NE(loop, std::string::npos);
+  ASSERT_NE(tiles, std::string::npos);
   EXPECT_GT(loop, setup);
-  EXPECT_EQ(count(assembly.substr(0, loop), R"(call[q]?\s+rnnc_run\.loop)"), 1);
-  // The step's barrier is in the loop part; both parts have tiles (the input projection's and
-  // the recurrent product's).
-  EXPECT_GE(count(assembly.substr(loop), R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
+  EXPECT_GT(tiles, loop);
+  EXPECT_EQ(count(assembly.substr(0, loop), R"(call[q]?\s+rnnc_run\.loop\b)"), 1);
+  // The step's barrier is in the loop part; all parts have tiles (the input projection's, the
+  // recurrent product's full one, and its shorter ones: AVX2's tiles of 5 and 4 rows
+  // (shortened, shorter), of 3 (half) and single rows, each a function the loop calls).
+  const std::string loopPart = assembly.substr(loop, tiles - loop);
+  const std::string tilesPart = assembly.substr(tiles);
+  EXPECT_GE(count(loopPart, R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
   EXPECT_GE(count(assembly.substr(0, loop), R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
+  EXPECT_GE(count(tilesPart, R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
+  EXPECT_EQ(count(tilesPart, R"(\nrnnc_run\.loop\.tile\d+:)"), 4);
+  EXPECT_GE(count(loopPart, R"(call[q]?\s+rnnc_run\.loop\.tile\d+)"), 4);
+  EXPECT_EQ(tilesPart.find("\nrnnc_run.loop:"), std::string::npos);
 }
 
 // An LSTM's full tiles take their four gates in two passes of two, alike: one walk over the
