@@ -647,7 +647,16 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   const int64_t passes = (slices + perPass - 1) / perPass;
   llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   llvm::Type* element = weightElementType(packed.weights);
-  llvm::Type* packedVec = llvm::FixedVectorType::get(element, static_cast<unsigned>(packed.width));
+  // fp16 weights of single rows on Zen 4 are widened half a zmm at a time, and their FMAs too:
+  // there a zmm vcvtph2ps takes two cycles and a ymm one takes half of one, and at one row each
+  // widened weight feeds a single FMA, so the widening bounds the step (`rnnc_bench
+  // --benchmark_filter=weightGemv`: fp16 in ymm 44.8 G weights/s, in zmm 29.3, fp32 23.8). The
+  // halves' sums are joined at the end. Elsewhere (Intel, Zen 5) a zmm widens at full rate.
+  const bool halfWidths = packed.weights == WeightType::F16 && packed.width == 16 && rows == 1 &&
+                          e.target.cpu == "znver4";
+  const int64_t parts = halfWidths ? 2 : 1, partWidth = packed.width / parts;
+  llvm::Type* partVec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(partWidth));
+  llvm::Type* partPackedVec = llvm::FixedVectorType::get(element, static_cast<unsigned>(partWidth));
   // Every address is a base computed once plus the depth (times the panel's width).
   const EmitContext::TileRows inputRows(e, x, firstRow, rows);
   llvm::Value* blockWeights =
@@ -683,33 +692,39 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                                            e.b.CreateMul(line, e.constant(nextPanel.lineElements))),
                              e.b.getInt32(0), e.b.getInt32(2), e.b.getInt32(1)});
       }
-      std::vector<llvm::Value*> w;
+      // Each slice's weights in `parts` vectors of `partWidth` lanes (halfWidths below).
+      std::vector<llvm::Value*> w; // [slice * parts + part]
       for (int64_t s = 0; s < count; ++s)
-        w.push_back(widenWeights(
-            e.b.CreateAlignedLoad(
-                packedVec,
-                e.b.CreateGEP(element, sliceWeights[s],
-                              e.b.CreateMul(k, e.constant(packed.panelWidth(first + s)))),
-                llvm::Align(static_cast<uint64_t>(weightTypeBytes(packed.weights)))),
-            packed.weights));
+        for (int64_t q = 0; q < parts; ++q)
+          w.push_back(widenWeights(
+              e.b.CreateAlignedLoad(
+                  partPackedVec,
+                  e.b.CreateGEP(
+                      element, sliceWeights[s],
+                      e.b.CreateAdd(e.b.CreateMul(k, e.constant(packed.panelWidth(first + s))),
+                                    e.constant(q * partWidth))),
+                  llvm::Align(static_cast<uint64_t>(weightTypeBytes(packed.weights)))),
+              packed.weights));
       for (int64_t m = 0; m < rows; ++m) {
         llvm::Value* input = e.b.CreateVectorSplat(
-            static_cast<unsigned>(packed.width),
+            static_cast<unsigned>(partWidth),
             e.b.CreateAlignedLoad(e.f32, inputRows.at(m, e.f32, k), llvm::Align(4)));
-        for (int64_t s = 0; s < count; ++s) {
-          llvm::Value*& a = acc[static_cast<size_t>(m * count + s)];
-          a = e.b.CreateIntrinsic(llvm::Intrinsic::fma, {vec}, {input, w[s], a});
-        }
+        for (int64_t s = 0; s < count; ++s)
+          for (int64_t q = 0; q < parts; ++q) {
+            llvm::Value*& a = acc[static_cast<size_t>((m * count + s) * parts + q)];
+            a = e.b.CreateIntrinsic(llvm::Intrinsic::fma, {partVec},
+                                    {input, w[static_cast<size_t>(s * parts + q)], a});
+          }
       }
     };
     const std::vector<Accumulators> acc =
-        accumulateOverDepth(chains, packed.depth, static_cast<size_t>(rows * count),
-                            llvm::ConstantFP::get(vec, 0.0), step, "depth");
+        accumulateOverDepth(chains, packed.depth, static_cast<size_t>(rows * count * parts),
+                            llvm::ConstantFP::get(partVec, 0.0), step, "depth");
     llvm::Value* firstSlice = e.b.CreateMul(pass, e.constant(perPass)); // = first
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t s = 0; s < count; ++s)
         store(m, e.b.CreateAdd(firstSlice, e.constant(s)),
-              sumOfSets(acc, static_cast<size_t>(m * count + s), 1));
+              sumOfSets(acc, static_cast<size_t>((m * count + s) * parts), parts));
   };
   if (alike) {
     e.forLoop(e.constant(0), e.constant(passes), e.constant(1), "pass", [&](llvm::Value* p) {

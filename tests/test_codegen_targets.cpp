@@ -55,6 +55,30 @@ TEST(CodegenTargets, Avx2TilesAreYmmFmas) {
   EXPECT_EQ(count(assembly, "zmm"), 0);
 }
 
+// fp16 weights of single rows are widened half a zmm at a time on Zen 4, whose zmm vcvtph2ps
+// takes twice as long per weight as its ymm one (ProductKernelEmitter::emitTile), and in whole
+// zmm elsewhere. The single-row tile is in every recurrent product's code (batch 1, the rows
+// left after the tiles).
+TEST(CodegenTargets, Fp16SingleRowsWidenInHalvesOnlyOnZen4) {
+  auto lstm = optimisedLstm(64);
+  const codegen::Target zen4{"x86_64-unknown-linux-gnu", "znver4",
+                             "+avx512f,+avx512dq,+avx512bw,+avx512vl,+avx2,+avx,+fma,+f16c", 16,
+                             32};
+  codegen::Target skylake = kAvx512;
+  skylake.features += ",+f16c";
+  for (const codegen::Target& target : {zen4, skylake}) {
+    codegen::StoragePlan plan = codegen::planStorage(*lstm, target, codegen::WeightType::F16);
+    const std::string assembly = codegen::generate(*lstm, plan, target, codegen::Stage::Assembly);
+    EXPECT_GE(count(assembly, R"(vcvtph2ps\s+[^\n]*zmm)"), 1) << target.cpu;
+    if (target.cpu == "znver4") {
+      EXPECT_GE(count(assembly, R"(vcvtph2ps\s+[^\n]*ymm)"), 4) << target.cpu;
+      EXPECT_GE(count(assembly, R"(vfmadd\d+ps\s+[^\n]*ymm)"), 4) << target.cpu;
+    } else {
+      EXPECT_EQ(count(assembly, R"(vcvtph2ps\s+[^\n]*ymm)"), 0) << target.cpu;
+    }
+  }
+}
+
 // A cell's code is four modules compiled side by side: the setup part (rnnc_run: the parameter
 // and pre phases), the time loop (rnnc_run.loop), which the setup part calls, and the recurrent
 // product's shorter tiles (rnnc_run.loop.tileN) in two shares, which the loop calls. The object
