@@ -81,6 +81,11 @@ BENCHMARK(weightStream)
 // their bytes suggest. Items are weights; args: kilobytes of fp32 (the fp16 ones are half).
 // Each pass is 8 independent FMA chains over the weights, as the generated tiles' are.
 
+// GCC 12's AVX-512 headers start some intrinsics from an "undefined" vector, which it then
+// reports as uninitialized when they are compiled under a target attribute.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 __attribute__((target("avx512f,f16c,fma"))) float gemvZmm(const void* w, int64_t n, bool half) {
   __m512 acc[8];
   for (auto& a : acc)
@@ -118,6 +123,8 @@ __attribute__((target("avx2,f16c,fma"))) float gemvYmm(const void* w, int64_t n,
   _mm256_store_ps(lanes, acc[0]);
   return lanes[0] + lanes[7];
 }
+
+#pragma GCC diagnostic pop
 
 // arg: kilobytes of the weights in fp32; `half`: stored as fp16; `zmm`: 16-float vectors.
 void weightGemv(benchmark::State& state, bool half, bool zmm) {
