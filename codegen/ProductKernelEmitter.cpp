@@ -652,9 +652,9 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   // widened weight feeds a single FMA, so the widening bounds the step (`rnnc_bench
   // --benchmark_filter=weightGemv`: fp16 in ymm 44.8 G weights/s, in zmm 29.3, fp32 23.8). The
   // halves' sums are joined at the end. Elsewhere (Intel, Zen 5) a zmm widens at full rate.
-  const bool halfWidths = packed.weights == WeightType::F16 && packed.width == 16 && rows == 1 &&
-                          e.target.cpu == "znver4";
-  const int64_t parts = halfWidths ? 2 : 1, partWidth = packed.width / parts;
+  const bool halfWidths = packed.weights == WeightType::F16 && e.target.vectorWidth == 16 &&
+                          packed.width % 16 == 0 && rows == 1 && e.target.cpu == "znver4";
+  const int64_t parts = halfWidths ? packed.width / 8 : 1, partWidth = packed.width / parts;
   llvm::Type* partVec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(partWidth));
   llvm::Type* partPackedVec = llvm::FixedVectorType::get(element, static_cast<unsigned>(partWidth));
   // Every address is a base computed once plus the depth (times the panel's width).
