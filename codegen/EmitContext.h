@@ -191,11 +191,10 @@ public:
   llvm::Value* step = nullptr; // the step being emitted; null outside the time loop
   // No work emitted since the last barrier on this path: another barrier would be a no-op.
   bool synced = true;
-  // Where the recurrent product's rarer tile variants go (ProductKernelEmitter: tiles shorter
-  // than the full one): inline, or into functions of their own that this module only declares
-  // (the loop part) or only defines (the loop's tiles part), so that LLVM compiles them beside
-  // the loop on another thread.
-  // Defined: the n-th tile function is defined where n % tileParts == tilesPart.
+  // Where the recurrent product's tiles shorter than the full one go (ProductKernelEmitter):
+  // inline, or into functions of their own that this module only declares (the loop part) or
+  // defines a share of (a tiles part: the n-th function emitted where n % tileParts ==
+  // tilesPart), so that LLVM compiles them beside the loop on other threads.
   enum class OutlinedTiles { Inline, Declared, Defined };
   OutlinedTiles outlinedTiles = OutlinedTiles::Inline;
   int tileParts = 1, tilesPart = 0;

@@ -645,7 +645,6 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   const int64_t slices = packed.slices();
   const int64_t perPass = slicesPerPass(packed, rows, /*spare=*/1);
   const int64_t passes = (slices + perPass - 1) / perPass;
-  llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   llvm::Type* element = weightElementType(packed.weights);
   // fp16 weights of single rows on Zen 4 are widened half a zmm at a time, and their FMAs too:
   // there a zmm vcvtph2ps takes two cycles and a ymm one takes half of one, and at one row each
@@ -692,7 +691,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                                            e.b.CreateMul(line, e.constant(nextPanel.lineElements))),
                              e.b.getInt32(0), e.b.getInt32(2), e.b.getInt32(1)});
       }
-      // Each slice's weights in `parts` vectors of `partWidth` lanes (halfWidths below).
+      // Each slice's weights in `parts` vectors of `partWidth` lanes (halfWidths above).
       std::vector<llvm::Value*> w; // [slice * parts + part]
       for (int64_t s = 0; s < count; ++s)
         for (int64_t q = 0; q < parts; ++q)
