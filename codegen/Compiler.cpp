@@ -15,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -76,6 +77,49 @@ std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const Target& target) {
   builder.setCodeModel(llvm::CodeModel::Small);
   return unwrap(builder.createTargetMachine(), "creating the target machine");
 }
+
+// Target machines kept for the next module of the same target: building one (its subtarget,
+// the CPU's scheduling model and feature tables) cost a millisecond of each cold compile's work
+// per module, four modules a cell. A machine compiles one module at a time, so each is lent to
+// one thread and comes back when that module is done; a target keeps as many as were ever in
+// use at once (a cell's parts run on at most a thread per core).
+class TargetMachinePool {
+public:
+  struct Return {
+    std::string key;
+    void operator()(llvm::TargetMachine* machine) const { pool().put(key, machine); }
+  };
+  using Lease = std::unique_ptr<llvm::TargetMachine, Return>;
+
+  static Lease lease(const Target& target) {
+    std::string key = target.triple + "|" + target.cpu + "|" + target.features;
+    if (llvm::TargetMachine* kept = pool().take(key))
+      return Lease(kept, Return{std::move(key)});
+    return Lease(makeTargetMachine(target).release(), Return{std::move(key)});
+  }
+
+private:
+  static TargetMachinePool& pool() {
+    static TargetMachinePool* instance = new TargetMachinePool; // alive while compiles may end
+    return *instance;
+  }
+  llvm::TargetMachine* take(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto found = idle.find(key);
+    if (found == idle.end() || found->second.empty())
+      return nullptr;
+    llvm::TargetMachine* machine = found->second.back().release();
+    found->second.pop_back();
+    return machine;
+  }
+  void put(const std::string& key, llvm::TargetMachine* machine) {
+    std::lock_guard<std::mutex> lock(mutex);
+    idle[key].emplace_back(machine);
+  }
+
+  std::mutex mutex;
+  std::map<std::string, std::vector<std::unique_ptr<llvm::TargetMachine>>> idle;
+};
 
 // The emitter writes vector code and unrolls what needs unrolling itself, so the generic -O1
 // pipeline (inlining, loop rotation and unrolling, vectorisers) mostly costs compile time. What
@@ -151,7 +195,7 @@ std::string finish(std::unique_ptr<llvm::Module> module, const Target& target, S
   times.verify = millisecondsSince(start);
   if (stage == Stage::LLVM)
     return printModule(*module);
-  std::unique_ptr<llvm::TargetMachine> machine = makeTargetMachine(target);
+  TargetMachinePool::Lease machine = TargetMachinePool::lease(target);
   module->setDataLayout(machine->createDataLayout());
   times.targetMachine = millisecondsSince(start);
   optimise(*module, *machine, target.isGpu() ? kGpuPipeline : kPipeline);

@@ -25,6 +25,9 @@ EmitContext::EmitContext(llvm::LLVMContext& llvmContext, const ir::Cell& cell,
       llvm::FunctionType::get(none, {i64, i64, i64, i64, ptr, i64, ptr, i64, ptr, i64}, false));
   barrierFn =
       module->getOrInsertFunction(kBarrierSymbol, llvm::FunctionType::get(none, {ptr}, false));
+  packWeightsFn = module->getOrInsertFunction(
+      kPackWeightsSymbol,
+      llvm::FunctionType::get(none, {ptr, ptr, i64, ptr, ptr, i64, i64}, false));
   layerNormFn = module->getOrInsertFunction(
       kLayerNormSymbol, llvm::FunctionType::get(none, {i64, i64, ptr, i64, ptr, i64, f32}, false));
   layerNormGradFn = module->getOrInsertFunction(

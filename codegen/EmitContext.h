@@ -174,7 +174,7 @@ public:
   llvm::Type* i64 = nullptr;
   llvm::PointerType* ptr = nullptr;
   // The runtime's helpers (RunArgs.h).
-  llvm::FunctionCallee gemmFn, layerNormFn, layerNormGradFn, barrierFn;
+  llvm::FunctionCallee gemmFn, layerNormFn, layerNormGradFn, barrierFn, packWeightsFn;
   // The run's arguments, loaded on entry.
   llvm::Value* steps = nullptr;
   llvm::Value* batch = nullptr;

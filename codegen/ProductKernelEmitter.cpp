@@ -44,21 +44,6 @@ llvm::Type* ProductKernelEmitter::weightElementType(WeightType type) const {
   return e.f32;
 }
 
-llvm::Value* ProductKernelEmitter::narrowWeight(llvm::Value* weight, WeightType type) {
-  switch (type) {
-  case WeightType::F32:
-    return weight;
-  case WeightType::F16:
-    return e.b.CreateFPTrunc(weight, e.b.getHalfTy()); // vcvtps2ph: to nearest even
-  case WeightType::BF16:
-    return bf16Bits(weight); // Bf16Products.cpp
-  case WeightType::I8:
-    break; // QuantizedProducts.cpp
-  }
-  RNNC_INTERNAL_CHECK(type != WeightType::I8, "int8 weights are packed by emitInt8Packing");
-  return weight;
-}
-
 llvm::Value* ProductKernelEmitter::widenWeights(llvm::Value* packed, WeightType type) {
   // A vector of them, or one (bf16Rows widens a row's last values one by one).
   llvm::Type* floats = packed->getType()->getWithNewType(e.f32);
@@ -82,81 +67,35 @@ llvm::Value* ProductKernelEmitter::widenWeights(llvm::Value* packed, WeightType 
 // Packs a fused product's weights in tile order (StoragePlan.h, PackedProduct): per block of
 // columns, per depth k, each slice's `width` weights side by side; zero past the columns.
 void ProductKernelEmitter::emitPacking(const PackedProduct& packed) {
-  if (packed.weights == WeightType::I8)
-    return emitInt8Packing(packed);
-  // bf16 in depth pairs: 32-bit elements of two bf16 halves, each half stored by itself.
-  const bool pairs = packed.depthPairs;
-  const ir::Instr& product = *packed.product;
-  const bool transposed = product.op == Op::Linear; // x @ W^T: W is [N, K]
-  View w = e.view(product.operands[1]);
-  View out{e.buffers[packed.buffer], e.constant(0)};
-  const int64_t slices = static_cast<int64_t>(packed.offsets.size());
-  // Per slice (its offset, start and panel width read from small constant tables), per
-  // column of the block, one loop over the depth: a few plain loops, which LLVM compiles
-  // quickly, where unrolled slices and lanes would be dozens of address streams.
-  auto table = [&](const std::vector<int64_t>& values, const char* name) {
-    auto* type = llvm::ArrayType::get(e.i64, values.size());
-    std::vector<llvm::Constant*> elements;
-    for (int64_t v : values)
-      elements.push_back(llvm::ConstantInt::get(e.i64, static_cast<uint64_t>(v)));
-    return new llvm::GlobalVariable(*e.module, type, true, llvm::GlobalValue::PrivateLinkage,
-                                    llvm::ConstantArray::get(type, elements), name);
-  };
-  std::vector<int64_t> starts, widths;
-  for (int64_t s = 0; s < slices; ++s) {
-    starts.push_back(packed.sliceStart(s));
-    widths.push_back(packed.panelWidth(s));
-  }
-  llvm::Value* offsetTable = table(packed.offsets, "slice_offsets");
-  llvm::Value* startTable = table(starts, "slice_starts");
-  llvm::Value* widthTable = table(widths, "slice_widths");
-  auto lookup = [&](llvm::Value* array, llvm::Value* s) {
-    return e.b.CreateLoad(e.i64, e.b.CreateGEP(e.i64, array, s));
-  };
-  llvm::Type* element = pairs ? e.b.getInt32Ty() : weightElementType(packed.weights);
-  const int64_t packedValues = pairs ? 2 * packed.packedDepth() : packed.depth;
-  RowRange blocks = e.share(e.constant(packed.blocks));
-  e.forLoop(blocks.begin, blocks.end, e.constant(1), "pack", [&](llvm::Value* blk) {
-    llvm::Value* block =
-        e.b.CreateGEP(element, out.base,
-                      e.b.CreateMul(blk, e.constant(packed.packedDepth() * slices * packed.width)));
-    e.forLoop(e.constant(0), e.constant(slices), e.constant(1), "packs", [&](llvm::Value* s) {
-      llvm::Value* panelWidth = lookup(widthTable, s);
-      llvm::Value* sliceBase = e.b.CreateGEP(element, block, lookup(startTable, s));
-      e.forLoop(
-          e.constant(0), e.constant(packed.width), e.constant(1), "packl", [&](llvm::Value* l) {
-            llvm::Value* local = e.b.CreateAdd(e.b.CreateMul(blk, e.constant(packed.width)), l);
-            llvm::Value* inside = e.b.CreateICmpSLT(local, e.constant(packed.columns));
-            llvm::Value* column = e.b.CreateAdd(local, lookup(offsetTable, s));
-            llvm::Value* to = e.b.CreateGEP(element, sliceBase, l);
-            e.forLoop(
-                e.constant(0), e.constant(packedValues), e.constant(1), "packk",
-                [&](llvm::Value* k) {
-                  // Past the kernel's columns (or a pair's depth past the depth) the address
-                  // may be out of bounds: select it away.
-                  llvm::Value* valid =
-                      pairs ? e.b.CreateAnd(inside, e.b.CreateICmpSLT(k, e.constant(packed.depth)))
-                            : inside;
-                  llvm::Value* from =
-                      transposed ? e.elementPointer(w, column, k) : e.elementPointer(w, k, column);
-                  llvm::Value* safe = e.b.CreateSelect(valid, from, w.base);
-                  llvm::Value* weight =
-                      e.b.CreateSelect(valid, e.b.CreateAlignedLoad(e.f32, safe, llvm::Align(4)),
-                                       llvm::ConstantFP::get(e.f32, 0.0));
-                  llvm::Value* at =
-                      pairs ? e.b.CreateGEP(
-                                  e.b.getInt16Ty(), to,
-                                  e.b.CreateAdd(
-                                      e.b.CreateMul(e.b.CreateAnd(k, e.constant(~1)), panelWidth),
-                                      e.b.CreateAnd(k, e.constant(1))))
-                            : e.b.CreateGEP(element, to, e.b.CreateMul(k, panelWidth));
-                  e.b.CreateAlignedStore(
-                      narrowWeight(weight, packed.weights), at,
-                      llvm::Align(static_cast<uint64_t>(weightTypeBytes(packed.weights))));
-                });
-          });
-    });
-  });
+  // The runtime's packer (runtime/exec/WeightPacking.h) on this thread's blocks, told the layout
+  // by a constant table: the loops are the same for every cell, and compiling them into each
+  // cell's code cost a tenth of the back end's work of a cold compile.
+  std::vector<int64_t> fields(RNNC_PACK_FIELDS);
+  fields[RNNC_PACK_WEIGHT_TYPE] = static_cast<int64_t>(packed.weights);
+  fields[RNNC_PACK_TRANSPOSED] = packed.product->op == Op::Linear; // x @ W^T: W is [N, K]
+  fields[RNNC_PACK_DEPTH_PAIRS] = packed.depthPairs;
+  fields[RNNC_PACK_WIDTH] = packed.width;
+  fields[RNNC_PACK_BLOCKS] = packed.blocks;
+  fields[RNNC_PACK_COLUMNS] = packed.columns;
+  fields[RNNC_PACK_DEPTH] = packed.depth;
+  fields[RNNC_PACK_PACKED_DEPTH] = packed.packedDepth();
+  fields[RNNC_PACK_SLICES] = packed.slices();
+  for (int64_t s = 0; s < packed.slices(); ++s)
+    for (int64_t v :
+         {packed.offsets[static_cast<size_t>(s)], packed.sliceStart(s), packed.panelWidth(s)})
+      fields.push_back(v);
+  auto* type = llvm::ArrayType::get(e.i64, fields.size());
+  std::vector<llvm::Constant*> elements;
+  for (int64_t v : fields)
+    elements.push_back(llvm::ConstantInt::get(e.i64, static_cast<uint64_t>(v)));
+  auto* layout = new llvm::GlobalVariable(*e.module, type, true, llvm::GlobalValue::PrivateLinkage,
+                                          llvm::ConstantArray::get(type, elements), "pack_layout");
+  View w = e.view(packed.product->operands[1]);
+  llvm::Value* scales = packed.weights == WeightType::I8 ? e.buffers[packed.scaleBuffer]
+                                                         : llvm::ConstantPointerNull::get(e.ptr);
+  e.synced = false;
+  e.b.CreateCall(e.packWeightsFn, {layout, w.base, w.rowStride, e.buffers[packed.buffer], scales,
+                                   e.thread, e.threads});
 }
 
 // A product computed in tiles (StoragePlan.h, PackedProduct): per chunk of rows, per block of

@@ -19,7 +19,8 @@ public:
   ProductKernelEmitter(EmitContext& e, KernelEmitter& kernels) : e(e), kernels(kernels) {}
 
   // Packs a product's weights in tile order (StoragePlan.h, PackedProduct): per block of
-  // columns, per depth k, each slice's `width` weights side by side; zero past the columns.
+  // columns, per depth k, each slice's `width` weights side by side; zero past the columns. A
+  // call of the runtime's packer (codegen/RunArgs.h, rnnc_pack_weights) on this thread's blocks.
   void emitPacking(const PackedProduct& packed);
 
   // A product computed in tiles, led by its kernel `group` or, with no group, standalone: per
@@ -58,16 +59,14 @@ private:
                 const TileStore& store);
 
   // Packed weights in another type than fp32 (codegen/WeightType.h): the element type in
-  // memory, an fp32 weight narrowed to it (rounded to nearest even) when packing, and a vector
-  // of them widened back to fp32 in the tiles.
+  // memory, and a vector of them widened back to fp32 in the tiles.
   llvm::Type* weightElementType(WeightType type) const;
-  llvm::Value* narrowWeight(llvm::Value* weight, WeightType type);
   llvm::Value* widenWeights(llvm::Value* packed, WeightType type);
 
-  // int8 (codegen/QuantizedProducts.cpp): the weights quantized per column as they are packed;
-  // rows [rows) of `from` quantized into `to` (bytes, then the row's scale and zero point in its
-  // last two floats of `stride`); a tile of int32 sums, dequantized to fp32.
-  void emitInt8Packing(const PackedProduct& packed);
+  // int8 (codegen/QuantizedProducts.cpp; the weights are quantized per column as they are packed,
+  // by the runtime's packer): rows [rows) of `from` quantized into `to` (bytes, then the row's
+  // scale and zero point in its last two floats of `stride`); a tile of int32 sums, dequantized
+  // to fp32.
   void quantizeRows(const View& to, const View& from, RowRange rows, int64_t depth, int64_t stride);
   Tile emitInt8Tile(const View& x, llvm::Value* words, const PackedProduct& packed,
                     llvm::Value* blk, llvm::Value* firstRow, int64_t rows);

@@ -1,6 +1,7 @@
 // int8 matrix products (--weights-dtype int8, codegen/WeightType.h), the ProductKernelEmitter's
 // part for them: dynamic quantization as PyTorch's quantize_dynamic does it, in the same tiles.
-//   - Weights, when packed: each output column (a row of W) symmetric, scale = max|w| / 127,
+//   - Weights, when packed (by the runtime, runtime/exec/WeightPacking.h): each output column (a
+//     row of W) symmetric, scale = max|w| / 127,
 //     q = round(w / scale) in [-127, 127]; per block and slice, the columns' scales and the
 //     sums of their q (for the zero point below) beside the packed bytes.
 //   - Inputs, as each row is copied for the tiles (per step for the recurrent product): 7-bit
@@ -27,7 +28,6 @@ namespace rnnc::codegen {
 namespace {
 
 constexpr float kInputLevels = 127; // 7-bit inputs
-constexpr float kWeightLevels = 127;
 
 } // namespace
 
@@ -45,83 +45,6 @@ llvm::Value* ProductKernelEmitter::roundToInt(llvm::Value* v, float lowest, floa
   r = e.b.CreateBinaryIntrinsic(llvm::Intrinsic::maxnum, r, llvm::ConstantFP::get(type, lowest));
   r = e.b.CreateBinaryIntrinsic(llvm::Intrinsic::minnum, r, llvm::ConstantFP::get(type, highest));
   return e.b.CreateFPToSI(r, ints);
-}
-
-void ProductKernelEmitter::emitInt8Packing(const PackedProduct& packed) {
-  const ir::Instr& product = *packed.product;
-  const bool transposed = product.op == ir::Op::Linear; // x @ W^T: W is [N, K]
-  View w = e.view(product.operands[1]);
-  llvm::Value* words = e.buffers[packed.buffer];
-  llvm::Value* scales = e.buffers[packed.scaleBuffer];
-  const int64_t slices = packed.slices(), groups = packed.packedDepth();
-  llvm::Value* largest = entrySlot(e.f32, "absmax");
-  llvm::Value* sum = entrySlot(e.b.getInt32Ty(), "colsum");
-  llvm::Type* i8 = e.b.getInt8Ty();
-  RowRange blocks = e.share(e.constant(packed.blocks));
-  e.forLoop(blocks.begin, blocks.end, e.constant(1), "qpack", [&](llvm::Value* blk) {
-    llvm::Value* block = e.b.CreateGEP(
-        e.b.getInt32Ty(), words, e.b.CreateMul(blk, e.constant(groups * slices * packed.width)));
-    llvm::Value* blockScales =
-        e.b.CreateGEP(e.f32, scales, e.b.CreateMul(blk, e.constant(slices * packed.width * 2)));
-    for (int64_t s = 0; s < slices; ++s) {
-      llvm::Value* slice = e.b.CreateConstGEP1_64(e.b.getInt32Ty(), block, packed.sliceStart(s));
-      e.forLoop(
-          e.constant(0), e.constant(packed.width), e.constant(1), "qpackl", [&](llvm::Value* l) {
-            llvm::Value* local = e.b.CreateAdd(e.b.CreateMul(blk, e.constant(packed.width)), l);
-            llvm::Value* inside = e.b.CreateICmpSLT(local, e.constant(packed.columns));
-            llvm::Value* column =
-                e.b.CreateAdd(local, e.constant(packed.offsets[static_cast<size_t>(s)]));
-            auto weight = [&](llvm::Value* k) { // zero past the kernel's columns
-              llvm::Value* from =
-                  transposed ? e.elementPointer(w, column, k) : e.elementPointer(w, k, column);
-              llvm::Value* safe = e.b.CreateSelect(inside, from, w.base);
-              return e.b.CreateSelect(inside, e.b.CreateAlignedLoad(e.f32, safe, llvm::Align(4)),
-                                      llvm::ConstantFP::get(e.f32, 0.0));
-            };
-            e.b.CreateStore(llvm::ConstantFP::get(e.f32, 0.0), largest);
-            e.forLoop(e.constant(0), e.constant(packed.depth), e.constant(1), "qmax",
-                      [&](llvm::Value* k) {
-                        llvm::Value* magnitude =
-                            e.b.CreateUnaryIntrinsic(llvm::Intrinsic::fabs, weight(k));
-                        // maximum, not maxnum: a NaN stays, and makes the scale NaN.
-                        e.b.CreateStore(e.b.CreateBinaryIntrinsic(llvm::Intrinsic::maximum,
-                                                                  e.b.CreateLoad(e.f32, largest),
-                                                                  magnitude),
-                                        largest);
-                      });
-            llvm::Value* absmax = e.b.CreateLoad(e.f32, largest);
-            llvm::Value* finite = e.b.CreateFCmpOLT(absmax, llvm::ConstantFP::getInfinity(e.f32));
-            llvm::Value* scale =
-                e.b.CreateFDiv(absmax, llvm::ConstantFP::get(e.f32, kWeightLevels));
-            scale = e.b.CreateSelect(e.b.CreateFCmpOEQ(scale, llvm::ConstantFP::get(e.f32, 0.0)),
-                                     llvm::ConstantFP::get(e.f32, 1.0), scale);
-            e.b.CreateStore(e.b.getInt32(0), sum);
-            e.forLoop(
-                e.constant(0), e.constant(packed.depth), e.constant(1), "qput",
-                [&](llvm::Value* k) {
-                  llvm::Value* q =
-                      roundToInt(e.b.CreateFDiv(weight(k), scale), -kWeightLevels, kWeightLevels);
-                  q = e.b.CreateSelect(finite, q, e.b.getInt32(0));
-                  e.b.CreateStore(e.b.CreateAdd(e.b.CreateLoad(e.b.getInt32Ty(), sum), q), sum);
-                  // Byte k % 4 of the group word of depth group k / 4, column l.
-                  llvm::Value* word =
-                      e.b.CreateGEP(e.b.getInt32Ty(), slice,
-                                    e.b.CreateAdd(e.b.CreateMul(e.b.CreateSDiv(k, e.constant(4)),
-                                                                e.constant(packed.panelWidth(s))),
-                                                  l));
-                  e.b.CreateStore(e.b.CreateTrunc(q, i8),
-                                  e.b.CreateGEP(i8, word, e.b.CreateSRem(k, e.constant(4))));
-                });
-            llvm::Value* at = e.b.CreateAdd(e.constant(s * 2 * packed.width), l);
-            e.b.CreateAlignedStore(e.b.CreateSelect(finite, scale, llvm::ConstantFP::getNaN(e.f32)),
-                                   e.b.CreateGEP(e.f32, blockScales, at), llvm::Align(4));
-            e.b.CreateAlignedStore(
-                e.b.CreateSIToFP(e.b.CreateLoad(e.b.getInt32Ty(), sum), e.f32),
-                e.b.CreateGEP(e.f32, blockScales, e.b.CreateAdd(at, e.constant(packed.width))),
-                llvm::Align(4));
-          });
-    }
-  });
 }
 
 void ProductKernelEmitter::quantizeRows(const View& to, const View& from, RowRange rows,

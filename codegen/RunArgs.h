@@ -57,6 +57,29 @@ using RnncLayerNormFunction = void (*)(int64_t rows, int64_t cols, const float* 
 using RnncLayerNormGradFunction = void (*)(int64_t rows, int64_t cols, const float* x, int64_t ldx,
                                            const float* g, int64_t ldg, float* dx, int64_t lddx,
                                            float eps);
+
+// Packs a product's weights in its tiles' order (codegen/StoragePlan.h, PackedProduct), the
+// blocks of columns shared between the `threads` threads of a call: the parameter phase's work,
+// done once per set of weights, in C++ rather than in every cell's generated code (where its
+// loops were a tenth of the back end's work of a cold compile). `layout` is an array of int64_t
+// (RnncPackField, then per slice its column offset, packed start and panel width); element
+// (k, column) of the weights is w[column * rowStride + k] if transposed, else
+// w[k * rowStride + column]; `scales` is the int8 scale buffer (null otherwise).
+enum RnncPackField : int64_t {
+  RNNC_PACK_WEIGHT_TYPE, // codegen::WeightType: 0 fp32, 1 fp16, 2 bf16, 3 int8
+  RNNC_PACK_TRANSPOSED,
+  RNNC_PACK_DEPTH_PAIRS,
+  RNNC_PACK_WIDTH,
+  RNNC_PACK_BLOCKS,
+  RNNC_PACK_COLUMNS,
+  RNNC_PACK_DEPTH,
+  RNNC_PACK_PACKED_DEPTH,
+  RNNC_PACK_SLICES,
+  RNNC_PACK_FIELDS // the slices' triples start here
+};
+using RnncPackWeightsFunction = void (*)(const int64_t* layout, const float* w, int64_t rowStride,
+                                         void* packed, float* scales, int64_t thread,
+                                         int64_t threads);
 }
 
 namespace rnnc::codegen {
@@ -66,4 +89,5 @@ inline constexpr const char* kGemmSymbol = "rnnc_gemm";
 inline constexpr const char* kLayerNormSymbol = "rnnc_layernorm";
 inline constexpr const char* kLayerNormGradSymbol = "rnnc_layernorm_grad";
 inline constexpr const char* kBarrierSymbol = "rnnc_barrier";
+inline constexpr const char* kPackWeightsSymbol = "rnnc_pack_weights";
 } // namespace rnnc::codegen

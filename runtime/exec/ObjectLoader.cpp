@@ -4,6 +4,7 @@
 #include "codegen/RunArgs.h"
 #include "ir/Error.h"
 #include "runtime/exec/Kernels.h"
+#include "runtime/exec/WeightPacking.h"
 #include "runtime/threads/ThreadTeam.h"
 
 #include <fmt/format.h>
@@ -489,7 +490,8 @@ LoadedFunction loadGeneratedCode(std::string_view object, const std::string& fun
       {codegen::kGemmSymbol, reinterpret_cast<void*>(&rnnc_gemm)},
       {codegen::kLayerNormSymbol, reinterpret_cast<void*>(&rnnc_layernorm)},
       {codegen::kLayerNormGradSymbol, reinterpret_cast<void*>(&rnnc_layernorm_grad)},
-      {codegen::kBarrierSymbol, reinterpret_cast<void*>(&rnnc_barrier)}};
+      {codegen::kBarrierSymbol, reinterpret_cast<void*>(&rnnc_barrier)},
+      {codegen::kPackWeightsSymbol, reinterpret_cast<void*>(&rnnc_pack_weights)}};
   return loadObject(object, function, helpers);
 }
 

@@ -1,0 +1,169 @@
+#include "runtime/exec/WeightPacking.h"
+
+#include "codegen/RunArgs.h"
+#include "codegen/WeightType.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+namespace rnnc {
+
+uint16_t halfBits(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude >= 0x7f800000u) // infinity, or a NaN made quiet
+    return sign | 0x7c00u | (magnitude > 0x7f800000u ? 0x200u | ((magnitude >> 13) & 0x3ffu) : 0u);
+  if (magnitude >= 0x47800000u) // 2^16 and above: past the largest half, 65504
+    return sign | 0x7c00u;
+  if (magnitude < 0x38800000u) { // below 2^-14: a subnormal half (or zero)
+    // Adding 0.5 leaves the value in units of 2^-24 in the low mantissa bits, rounded to
+    // nearest even by the addition itself.
+    const float shifted = std::bit_cast<float>(magnitude) + 0.5f;
+    return sign | static_cast<uint16_t>(std::bit_cast<uint32_t>(shifted) - 0x3f000000u);
+  }
+  // A normal half: the exponent rebiased (127 -> 15), the 13 dropped bits rounded to nearest
+  // even (a carry into the exponent is right, up to infinity).
+  const uint32_t lowestKept = (magnitude >> 13) & 1u;
+  const uint32_t rounded = magnitude - 0x38000000u + 0xfffu + lowestKept;
+  return sign | static_cast<uint16_t>(rounded >> 13);
+}
+
+uint16_t bf16Bits(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  if (std::isnan(value))
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  const uint32_t lowestKept = (bits >> 16) & 1u;
+  return static_cast<uint16_t>((bits + 0x7fffu + lowestKept) >> 16);
+}
+
+namespace {
+
+struct Layout {
+  codegen::WeightType type;
+  bool transposed, pairs;
+  int64_t width, blocks, columns, depth, packedDepth, slices;
+  const int64_t* sliceFields; // per slice: column offset, packed start, panel width
+
+  explicit Layout(const int64_t* f)
+      : type(static_cast<codegen::WeightType>(f[RNNC_PACK_WEIGHT_TYPE])),
+        transposed(f[RNNC_PACK_TRANSPOSED] != 0), pairs(f[RNNC_PACK_DEPTH_PAIRS] != 0),
+        width(f[RNNC_PACK_WIDTH]), blocks(f[RNNC_PACK_BLOCKS]), columns(f[RNNC_PACK_COLUMNS]),
+        depth(f[RNNC_PACK_DEPTH]), packedDepth(f[RNNC_PACK_PACKED_DEPTH]),
+        slices(f[RNNC_PACK_SLICES]), sliceFields(f + RNNC_PACK_FIELDS) {}
+  int64_t offset(int64_t s) const { return sliceFields[3 * s]; }
+  int64_t start(int64_t s) const { return sliceFields[3 * s + 1]; }
+  int64_t panelWidth(int64_t s) const { return sliceFields[3 * s + 2]; }
+};
+
+// Weight (k, column), zero past the product's columns.
+struct Weights {
+  const float* w;
+  int64_t rowStride;
+  bool transposed;
+  float at(int64_t k, int64_t column) const {
+    return transposed ? w[column * rowStride + k] : w[k * rowStride + column];
+  }
+};
+
+// fp32, fp16 and bf16 (alone, or in depth pairs: two bf16 halves in a 32-bit element, the
+// lower depth in the low half, zero past the depth).
+template <class Element>
+void packFloats(const Layout& p, const Weights& w, Element* packed, int64_t firstBlock,
+                int64_t lastBlock) {
+  const int64_t values = p.pairs ? 2 * p.packedDepth : p.depth;
+  for (int64_t blk = firstBlock; blk < lastBlock; ++blk) {
+    // In elements of the packed type (16-bit halves of a pair's 32-bit words).
+    Element* block = packed + blk * p.packedDepth * p.slices * p.width * (p.pairs ? 2 : 1);
+    for (int64_t s = 0; s < p.slices; ++s) {
+      const int64_t panelWidth = p.panelWidth(s);
+      for (int64_t l = 0; l < p.width; ++l) {
+        const int64_t local = blk * p.width + l;
+        const bool inside = local < p.columns;
+        const int64_t column = local + p.offset(s);
+        for (int64_t k = 0; k < values; ++k) {
+          const float weight = inside && k < p.depth ? w.at(k, column) : 0.0f;
+          Element* to;
+          if (p.pairs) // word (k / 2) * panelWidth + l of the slice, half k % 2
+            to = block + 2 * (p.start(s) + (k / 2) * panelWidth + l) + (k & 1);
+          else
+            to = block + p.start(s) + k * panelWidth + l;
+          if constexpr (sizeof(Element) == 4)
+            *to = weight;
+          else
+            *to = p.type == codegen::WeightType::F16 ? halfBits(weight) : bf16Bits(weight);
+        }
+      }
+    }
+  }
+}
+
+// int8: each column quantized symmetrically by its largest magnitude (a NaN or infinity makes
+// its scale NaN and its weights zero), 4 consecutive depths in a 32-bit word; per block, each
+// slice's `width` scales, then its `width` column sums of the quantized weights.
+void packInt8(const Layout& p, const Weights& w, int8_t* packed, float* scales, int64_t firstBlock,
+              int64_t lastBlock) {
+  for (int64_t blk = firstBlock; blk < lastBlock; ++blk) {
+    int8_t* block = packed + 4 * blk * p.packedDepth * p.slices * p.width;
+    float* blockScales = scales + blk * p.slices * p.width * 2;
+    for (int64_t s = 0; s < p.slices; ++s) {
+      int8_t* slice = block + 4 * p.start(s);
+      const int64_t panelWidth = p.panelWidth(s);
+      for (int64_t l = 0; l < p.width; ++l) {
+        const int64_t local = blk * p.width + l;
+        const bool inside = local < p.columns;
+        const int64_t column = local + p.offset(s);
+        auto weight = [&](int64_t k) { return inside ? w.at(k, column) : 0.0f; };
+        float largest = 0;
+        for (int64_t k = 0; k < p.depth; ++k) {
+          const float magnitude = std::fabs(weight(k));
+          largest = std::isnan(largest) || std::isnan(magnitude)
+                        ? std::numeric_limits<float>::quiet_NaN()
+                        : std::max(largest, magnitude);
+        }
+        const bool finite = largest < std::numeric_limits<float>::infinity();
+        float scale = largest / kInt8WeightLevels;
+        if (scale == 0)
+          scale = 1;
+        int32_t sum = 0;
+        for (int64_t k = 0; k < 4 * p.packedDepth; ++k) {
+          int32_t q = 0;
+          if (finite && k < p.depth) {
+            const float level = std::nearbyint(weight(k) / scale);
+            q = static_cast<int32_t>(std::clamp(level, -kInt8WeightLevels, kInt8WeightLevels));
+          }
+          sum += q;
+          // Byte k % 4 of depth group k / 4's word of column l.
+          slice[4 * ((k / 4) * panelWidth + l) + k % 4] = static_cast<int8_t>(q);
+        }
+        blockScales[s * 2 * p.width + l] = finite ? scale : std::numeric_limits<float>::quiet_NaN();
+        blockScales[s * 2 * p.width + p.width + l] = static_cast<float>(sum);
+      }
+    }
+  }
+}
+
+} // namespace
+
+} // namespace rnnc
+
+extern "C" void rnnc_pack_weights(const int64_t* layout, const float* w, int64_t rowStride,
+                                  void* packed, float* scales, int64_t thread, int64_t threads) {
+  using namespace rnnc;
+  const Layout p(layout);
+  const Weights weights{w, rowStride, p.transposed};
+  // This thread's blocks: the even split the generated code's other work uses.
+  const int64_t first = p.blocks * thread / threads, last = p.blocks * (thread + 1) / threads;
+  switch (p.type) {
+  case codegen::WeightType::F32:
+    return packFloats(p, weights, static_cast<float*>(packed), first, last);
+  case codegen::WeightType::F16:
+  case codegen::WeightType::BF16:
+    return packFloats(p, weights, static_cast<uint16_t*>(packed), first, last);
+  case codegen::WeightType::I8:
+    return packInt8(p, weights, static_cast<int8_t*>(packed), scales, first, last);
+  }
+}

@@ -1,0 +1,129 @@
+// The runtime's weight packer (runtime/exec/WeightPacking.h): its roundings against the
+// instructions they stand for (F16C's vcvtps2ph) and hand-worked values, and the packed layout
+// against the positions codegen/StoragePlan.h documents, worked out here by hand. The JIT tests
+// run the packed weights through real tiles (test_weight_types.cpp, test_int8_products.cpp).
+#include "codegen/RunArgs.h"
+#include "runtime/exec/WeightPacking.h"
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <immintrin.h>
+#include <limits>
+#include <vector>
+
+using namespace rnnc;
+
+namespace {
+
+__attribute__((target("f16c"))) uint16_t f16cHalf(float v) {
+  return static_cast<uint16_t>(_cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+TEST(WeightPacking, HalfRoundingMatchesF16cOnEveryKindOfValue) {
+  // Hand-worked: exact, largest, ties to even at both ends of the range, overflow, NaN.
+  EXPECT_EQ(halfBits(1.0f), 0x3c00);
+  EXPECT_EQ(halfBits(-2.0f), 0xc000);
+  EXPECT_EQ(halfBits(65504.0f), 0x7bff);
+  EXPECT_EQ(halfBits(65519.0f), 0x7bff);
+  EXPECT_EQ(halfBits(65520.0f), 0x7c00); // the tie rounds to even: infinity
+  EXPECT_EQ(halfBits(1e9f), 0x7c00);
+  EXPECT_EQ(halfBits(-std::numeric_limits<float>::infinity()), 0xfc00);
+  EXPECT_EQ(halfBits(std::ldexp(1.0f, -24)), 0x0001);        // the smallest subnormal
+  EXPECT_EQ(halfBits(std::ldexp(1.0f, -25)), 0x0000);        // half of it: a tie, to even (zero)
+  EXPECT_EQ(halfBits(std::ldexp(3.0f, -25)), 0x0002);        // 1.5 units: a tie, to even (2)
+  EXPECT_EQ(halfBits(std::ldexp(1.0f, -14)), 0x0400);        // the smallest normal
+  EXPECT_EQ(halfBits(1.0f + std::ldexp(1.0f, -11)), 0x3c00); // a tie below: to even
+  EXPECT_EQ(halfBits(1.0f + std::ldexp(3.0f, -11)), 0x3c02); // a tie above: to even
+  EXPECT_EQ(halfBits(std::numeric_limits<float>::quiet_NaN()) & 0x7e00, 0x7e00);
+
+  if (!__builtin_cpu_supports("f16c"))
+    GTEST_SKIP() << "this CPU lacks F16C: only the hand-worked values were checked";
+  // Every exponent, with mantissas that hit each rounding case, both signs; and NaN payloads.
+  int mismatches = 0;
+  for (uint32_t exponent = 0; exponent < 256; ++exponent)
+    for (uint32_t mantissa : {0u, 1u, 0xfffu, 0x1000u, 0x1001u, 0x2000u, 0x3000u, 0x7fffffu,
+                              0x400000u, 0x7fe000u, 0x7ff000u, 0x5a5a5au, 0x123456u})
+      for (uint32_t sign : {0u, 0x80000000u}) {
+        const float v = std::bit_cast<float>(sign | exponent << 23 | mantissa);
+        if (halfBits(v) != f16cHalf(v) && ++mismatches < 10)
+          ADD_FAILURE() << std::hexfloat << v << ": " << std::hex << halfBits(v) << " vs F16C "
+                        << f16cHalf(v);
+      }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(WeightPacking, Bf16RoundsToNearestEvenAndKeepsNaN) {
+  EXPECT_EQ(bf16Bits(1.0f), 0x3f80);
+  EXPECT_EQ(bf16Bits(std::bit_cast<float>(0x3f808000u)), 0x3f80); // a tie, to even (down)
+  EXPECT_EQ(bf16Bits(std::bit_cast<float>(0x3f818000u)), 0x3f82); // a tie, to even (up)
+  EXPECT_EQ(bf16Bits(std::bit_cast<float>(0x3f808001u)), 0x3f81); // above the tie
+  EXPECT_EQ(bf16Bits(std::bit_cast<float>(0x7f7fffffu)), 0x7f80); // the largest float: inf
+  EXPECT_EQ(bf16Bits(std::bit_cast<float>(0x7f800001u)), 0x7fc0); // a signalling NaN, quiet
+}
+
+// A layout of `slices` slices of `width` columns per block, each slice a panel of its own
+// (panel width = width), starts one panel after the other.
+std::vector<int64_t> layout(int64_t type, bool transposed, int64_t width, int64_t columns,
+                            int64_t depth, int64_t packedDepth, std::vector<int64_t> offsets) {
+  const auto slices = static_cast<int64_t>(offsets.size());
+  std::vector<int64_t> fields(RNNC_PACK_FIELDS);
+  fields[RNNC_PACK_WEIGHT_TYPE] = type;
+  fields[RNNC_PACK_TRANSPOSED] = transposed;
+  fields[RNNC_PACK_DEPTH_PAIRS] = 0;
+  fields[RNNC_PACK_WIDTH] = width;
+  fields[RNNC_PACK_BLOCKS] = (columns + width - 1) / width;
+  fields[RNNC_PACK_COLUMNS] = columns;
+  fields[RNNC_PACK_DEPTH] = depth;
+  fields[RNNC_PACK_PACKED_DEPTH] = packedDepth;
+  fields[RNNC_PACK_SLICES] = slices;
+  for (int64_t s = 0; s < slices; ++s)
+    for (int64_t v : {offsets[static_cast<size_t>(s)], s * packedDepth * width, width})
+      fields.push_back(v);
+  return fields;
+}
+
+TEST(WeightPacking, Fp32PanelsHoldEachSlicesColumnsPerDepthZeroPastTheColumns) {
+  // W^T of a linear: W is [N=6, K=3] (two slices of 3 columns at offsets 0 and 3), w(k, n) =
+  // 10 n + k; blocks of 2 columns: 2 blocks, the second's second column past the 3 columns.
+  const int64_t depth = 3, width = 2, columns = 3;
+  std::vector<float> w(6 * depth);
+  for (int64_t n = 0; n < 6; ++n)
+    for (int64_t k = 0; k < depth; ++k)
+      w[static_cast<size_t>(n * depth + k)] = static_cast<float>(10 * n + k);
+  const std::vector<int64_t> fields = layout(0, true, width, columns, depth, depth, {0, 3});
+  std::vector<float> packed(2 * 2 * depth * width, -1.0f);
+  // Two threads, each its block.
+  for (int64_t thread : {0, 1})
+    rnnc_pack_weights(fields.data(), w.data(), depth, packed.data(), nullptr, thread, 2);
+  // Block b, slice s, depth k, lane l at b*(2*3*2) + s*(3*2) + k*2 + l.
+  const std::vector<float> expected = {
+      0,  10, 1,  11, 2,  12, // block 0, slice 0: columns 0, 1
+      30, 40, 31, 41, 32, 42, // block 0, slice 1: columns 3, 4
+      20, 0,  21, 0,  22, 0,  // block 1, slice 0: column 2, then past the columns
+      50, 0,  51, 0,  52, 0}; // block 1, slice 1: column 5
+  EXPECT_EQ(packed, expected);
+}
+
+TEST(WeightPacking, Int8ColumnsAreQuantizedByTheirLargestMagnitude) {
+  // A matmul's W [K=5, N=2] (not transposed): column 0 = {127, -63.5, 0.25, 1, 2},
+  // column 1 holds a NaN. Depth groups of 4: packed depth 2 (three bytes of padding).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> w = {127, 1, -63.5f, nan, 0.25f, 3, 1, 4, 2, 5};
+  const std::vector<int64_t> fields = layout(3, false, 2, 2, 5, 2, {0});
+  std::vector<int8_t> packed(4 * 2 * 2, 99);
+  std::vector<float> scales(4, -1.0f);
+  rnnc_pack_weights(fields.data(), w.data(), 2, packed.data(), scales.data(), 0, 1);
+  // Column 0: scale 1, q = round(w) to even: 127, -64, 0, 1, 2; column 1: zeros, NaN scale.
+  const std::vector<int8_t> expected = {127, -64, 0, 1, 0, 0, 0, 0,  // group 0: col 0, col 1
+                                        2,   0,   0, 0, 0, 0, 0, 0}; // group 1
+  EXPECT_EQ(packed, expected);
+  EXPECT_EQ(scales[0], 1.0f);
+  EXPECT_TRUE(std::isnan(scales[1]));
+  EXPECT_EQ(scales[2], 127 - 64 + 0 + 1 + 2); // column sums of q
+  EXPECT_EQ(scales[3], 0.0f);
+}
+
+} // namespace
