@@ -38,6 +38,12 @@ Target targetFor(const HostTarget& host) {
     target.features += (target.features.empty() ? "+" : ",+") + feature;
   target.vectorWidth = host.has("avx512f") ? 16 : host.has("avx") ? 8 : 4;
   target.vectorRegisters = host.has("avx512f") ? 32 : 16;
+  // 32 floats per iteration either way: four ymm or two zmm. Four zmm (64 floats) were twice
+  // the code LLVM compiles for every elementwise kernel (a layer-norm LSTM's time loop: 25 ->
+  // 17 ms of back end) for no speed: Zen 4, alternating runs, 1 thread, rnn_eltwise 48.5 ->
+  // 45.0 us, LayerNorm-LSTM at B=64 262 -> 259 ms and at B=1 6.47 -> 6.44, LSTM and GRU
+  // forward + backward 771 vs 775 and 588 vs 587 ms (minima).
+  target.interleavedVectors = target.vectorWidth >= 16 ? 2 : 4;
   return target;
 }
 

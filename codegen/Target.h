@@ -19,7 +19,8 @@ struct Target {
   // Vectors an elementwise loop computes per iteration, as one wider LLVM vector that the
   // backend splits into interleaved native ones. A sigmoid is a chain of some 40 cycles of
   // latency; with one vector per iteration the reorder window cannot overlap enough
-  // iterations to keep the FMA pipes busy (rnn_eltwise ran at 2x the time).
+  // iterations to keep the FMA pipes busy (rnn_eltwise ran at 2x the time). targetFor: 32
+  // floats, four ymm or two zmm.
   int interleavedVectors = 4;
   // The L2 cache of one core, in bytes: what a matrix product over many rows keeps its chunk of
   // input rows in while every block of the packed weights passes over them. The host's is read

@@ -102,12 +102,12 @@ TEST(VectorMath, ExpAndLogWithinAFewUlpRelative) {
   }
 }
 
-// Each special value with its exact expected result (NaN: any NaN). The values repeat over 75
-// elements, so that each lands in the interleaved vector loop, in the single-vector loop, in
-// the one-lane tail, and in different lanes.
+// Each special value with its exact expected result (NaN: any NaN). The values repeat over 91
+// elements, so that each lands in the interleaved vector loop (32 floats), in the single-vector
+// loop (AVX-512: 64-79, AVX2: 64-87), in the one-lane tail, and in different lanes.
 void expectExactly(const std::string& body, const std::vector<std::pair<float, float>>& cases) {
   std::vector<float> x;
-  for (size_t i = 0; i < 75; ++i)
+  for (size_t i = 0; i < 91; ++i)
     x.push_back(cases[i % cases.size()].first);
   std::vector<float> y = jitElementwise(body, x);
   for (size_t i = 0; i < x.size(); ++i) {
