@@ -97,8 +97,12 @@ TensorMap unflattenWeights(const Tensor& flat, const FlatLayout& layout,
   TensorMap weights;
   const float* at = flat.data();
   for (const auto& [name, shape] : entries) {
-    int64_t n = numElements(shape);
-    weights[name] = Tensor(shape, std::vector<float>(at, at + n));
+    // Straight into the tensor's own memory: a temporary vector in between was a megabyte of
+    // fresh pages per weight matrix to fault in and copy (a warm `rnnc run` at I=H=256).
+    const int64_t n = numElements(shape);
+    Tensor t = Tensor::uninitialized(shape);
+    std::copy(at, at + n, t.data());
+    weights[name] = std::move(t);
     at += n;
   }
   return weights;
