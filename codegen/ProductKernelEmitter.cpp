@@ -84,12 +84,9 @@ void ProductKernelEmitter::emitPacking(const PackedProduct& packed) {
     for (int64_t v :
          {packed.offsets[static_cast<size_t>(s)], packed.sliceStart(s), packed.panelWidth(s)})
       fields.push_back(v);
-  auto* type = llvm::ArrayType::get(e.i64, fields.size());
-  std::vector<llvm::Constant*> elements;
-  for (int64_t v : fields)
-    elements.push_back(llvm::ConstantInt::get(e.i64, static_cast<uint64_t>(v)));
-  auto* layout = new llvm::GlobalVariable(*e.module, type, true, llvm::GlobalValue::PrivateLinkage,
-                                          llvm::ConstantArray::get(type, elements), "pack_layout");
+  llvm::Constant* table = llvm::ConstantDataArray::get(e.llvmContext, llvm::ArrayRef(fields));
+  auto* layout = new llvm::GlobalVariable(*e.module, table->getType(), true,
+                                          llvm::GlobalValue::PrivateLinkage, table, "pack_layout");
   View w = e.view(packed.product->operands[1]);
   llvm::Value* scales = packed.weights == WeightType::I8 ? e.buffers[packed.scaleBuffer]
                                                          : llvm::ConstantPointerNull::get(e.ptr);

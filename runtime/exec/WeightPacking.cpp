@@ -3,10 +3,11 @@
 #include "codegen/RunArgs.h"
 #include "codegen/WeightType.h"
 
+#include <Eigen/Core>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstring>
 #include <immintrin.h>
 #include <limits>
 #include <vector>
@@ -35,11 +36,7 @@ uint16_t halfBits(float value) {
 }
 
 uint16_t bf16Bits(float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  if (std::isnan(value))
-    return static_cast<uint16_t>((bits >> 16) | 0x40u);
-  const uint32_t lowestKept = (bits >> 16) & 1u;
-  return static_cast<uint16_t>((bits + 0x7fffu + lowestKept) >> 16);
+  return Eigen::numext::bit_cast<uint16_t>(Eigen::bfloat16(value)); // as the interpreter rounds
 }
 
 namespace {
@@ -92,7 +89,7 @@ void packFloats(const Layout& p, const Weights& w, Element* packed, int64_t firs
   const int64_t values = p.pairs ? 2 * p.packedDepth : p.depth;
   static const bool f16c = __builtin_cpu_supports("f16c");
   std::vector<float> column(static_cast<size_t>(values));
-  std::vector<Element> narrowed(column.size());
+  std::vector<Element> narrowed(sizeof(Element) == 2 ? column.size() : 0);
   for (int64_t blk = firstBlock; blk < lastBlock; ++blk) {
     // In elements of the packed type (16-bit halves of a pair's 32-bit words).
     Element* block = packed + blk * p.packedDepth * p.slices * p.width * (p.pairs ? 2 : 1);

@@ -15,7 +15,8 @@ namespace rnnc {
 // fp32 to IEEE half, rounded to nearest even; overflow to infinity, a NaN stays a quiet NaN
 // with its payload's upper bits (vcvtps2ph with rounding mode 0).
 uint16_t halfBits(float value);
-// fp32 to bf16, rounded to nearest even; a NaN stays a quiet NaN.
+// fp32 to bf16, rounded to nearest even (Eigen::bfloat16, as the interpreter rounds); a NaN
+// stays a quiet NaN.
 uint16_t bf16Bits(float value);
 // int8 weights: the levels either side of zero (symmetric, per column).
 inline constexpr float kInt8WeightLevels = 127;
