@@ -3,6 +3,7 @@
 #include "ir/Error.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 namespace rnnc::ir {
@@ -220,6 +221,26 @@ bool hasPackableWeights(const Cell& cell, const Instr& product) {
     return w->argKind == ArgKind::Param;
   return std::any_of(cell.pre.begin(), cell.pre.end(),
                      [&](const auto& instr) { return &instr->result == w; });
+}
+
+double matrixProductFlopsPerStep(const Cell& cell, int64_t batch) {
+  SizeMap sizes = cell.sizes;
+  sizes[kBatchSymbol] = batch;
+  double flops = 0;
+  for (const auto* block : {&cell.pre, &cell.step})
+    for (const auto& instr : *block) {
+      if (!isMatrixProduct(instr->op) || instr->operands.empty())
+        continue;
+      const Shape& x = instr->operands[0]->shape;
+      const Shape& y = instr->result.shape;
+      if (x.size() != 2 || y.size() != 2)
+        continue;
+      const std::optional<int64_t> m = x[0].evaluate(sizes), k = x[1].evaluate(sizes),
+                                   n = y[1].evaluate(sizes);
+      if (m && k && n)
+        flops += 2.0 * static_cast<double>(*m) * static_cast<double>(*k) * static_cast<double>(*n);
+    }
+  return flops;
 }
 
 } // namespace rnnc::ir

@@ -135,4 +135,10 @@ std::unordered_map<const Value*, int> useCounts(const Cell& cell);
 // tiles (codegen/StoragePlan.h, PackedProduct).
 bool hasPackableWeights(const Cell& cell, const Instr& product);
 
+// The multiply-add work of one step of the cell's matrix products (linear and matmul, in the
+// pre block and the step block alike), 2 * M * N * K each, at `batch` rows (the batch symbol);
+// a product whose sizes are not all bound counts nothing. A sequence of T steps does T times
+// this.
+double matrixProductFlopsPerStep(const Cell& cell, int64_t batch);
+
 } // namespace rnnc::ir

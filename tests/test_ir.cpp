@@ -88,6 +88,23 @@ const char* kValidIR = R"(cell @tiny(hidden_size) {
 }
 )";
 
+// An LSTM step multiplies x [B, I] by W_ih [4H, I] and h [B, H] by W_hh [4H, H]: 2 * B * 4H *
+// (I + H) FLOP, whether both products sit in the step or the input's in the pre block.
+TEST(MatrixProductFlops, CountsEveryProductOfAStepAtTheBatchGiven) {
+  auto cell = frontend::loadCell("lstm");
+  cell->bindSizes({{"input_size", 3}, {"hidden_size", 5}});
+  EXPECT_DOUBLE_EQ(ir::matrixProductFlopsPerStep(*cell, 2), 2.0 * 2 * 20 * (3 + 5));
+  EXPECT_DOUBLE_EQ(ir::matrixProductFlopsPerStep(*cell, 7), 2.0 * 7 * 20 * (3 + 5));
+  // Unbound sizes count nothing rather than guess.
+  EXPECT_DOUBLE_EQ(ir::matrixProductFlopsPerStep(*frontend::loadCell("lstm"), 2), 0.0);
+  // A cell without products does no matrix-product work.
+  auto plain = frontend::parseCell("cell c(n) {\n  input x[n]\n  state h[n]\n"
+                                   "  h2 = tanh(x + h)\n  return h = h2; output h2\n}\n",
+                                   "plain.cell");
+  plain->bindSizes({{"n", 4}});
+  EXPECT_DOUBLE_EQ(ir::matrixProductFlopsPerStep(*plain, 3), 0.0);
+}
+
 TEST(IRParser, ReadsEveryAttributeKindAndThePreBlock) {
   auto cell = ir::parseIR(kValidIR);
   EXPECT_EQ(cell->pre.size(), 1u);

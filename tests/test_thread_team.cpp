@@ -110,6 +110,28 @@ TEST_F(GovernorTest, BacksOffForSeveralRunsOfTheSameLength) {
   EXPECT_EQ(governor.threadsFor(2), 2);
 }
 
+// A call shorter than a team is worth runs on one thread, unless a team is idle already; one
+// worth a team gets it.
+TEST_F(GovernorTest, ShortCallsStartNoTeamButUseAnIdleOne) {
+  const auto shortCall = ThreadGovernor::kWorthATeam / 2;
+  EXPECT_EQ(governor.threadsFor(2, shortCall, /*teamIdle=*/false), 1);
+  EXPECT_EQ(governor.threadsFor(2, shortCall, /*teamIdle=*/true), 2);
+  EXPECT_EQ(governor.threadsFor(2, ThreadGovernor::kWorthATeam, /*teamIdle=*/false), 2);
+  EXPECT_EQ(governor.threadsFor(1, shortCall, /*teamIdle=*/false), 1);
+}
+
+// A process that keeps making short calls (a server at batch 1) earns a team: kept warm by
+// the calls, it pays for itself.
+TEST_F(GovernorTest, AProcessThatKeepsMakingShortCallsGetsATeam) {
+  const auto shortCall = std::chrono::microseconds(300);
+  for (int i = 0; i < ThreadGovernor::kSmallCallsBeforeATeam; ++i)
+    ASSERT_EQ(governor.threadsFor(4, shortCall, /*teamIdle=*/false), 1) << "call " << i;
+  EXPECT_EQ(governor.threadsFor(4, shortCall, /*teamIdle=*/false), 4);
+  // The oversubscription back-off still applies on top.
+  reportRun(4, 0.5);
+  EXPECT_EQ(governor.threadsFor(4, shortCall, /*teamIdle=*/true), 3);
+}
+
 TEST_F(GovernorTest, VeryShortRunsTellNothing) {
   governor.report(2, std::chrono::microseconds(100), std::chrono::microseconds(150));
   EXPECT_EQ(governor.threadsFor(2), 2);

@@ -68,8 +68,6 @@ TensorShape concrete(const ir::Shape& shape, const ir::SizeMap& sizes) {
   return out;
 }
 
-// Multiply-add work of one sequence: 2*M*N*K per matrix product, M = B per step in the loop and
-// M = T*B once for the pre block.
 struct CompileTimes {
   double cold = 0, cached = 0; // milliseconds
 };
@@ -162,20 +160,9 @@ WeightsAccuracy compareOutputs(const Tensor& fp32, const Tensor& reduced) {
   return a;
 }
 
+// Multiply-add work of one sequence: 2*M*N*K per matrix product and step, M = B.
 double matmulFlops(const ir::Cell& cell, int64_t steps, int64_t batch) {
-  ir::SizeMap sizes = cell.sizes;
-  sizes[ir::kBatchSymbol] = batch;
-  double flops = 0;
-  for (const auto* block : {&cell.pre, &cell.step})
-    for (const auto& instr : *block) {
-      if (!ir::isMatrixProduct(instr->op))
-        continue;
-      TensorShape x = concrete(instr->operands[0]->shape, sizes);
-      TensorShape y = concrete(instr->result.shape, sizes);
-      flops += 2.0 * static_cast<double>(x[0]) * static_cast<double>(x[1]) *
-               static_cast<double>(y[1]) * static_cast<double>(steps);
-    }
-  return flops;
+  return ir::matrixProductFlopsPerStep(cell, batch) * static_cast<double>(steps);
 }
 
 // "26.844 GFLOP", "1.229 MFLOP", "640 FLOP": a unit that shows the figure at every size.

@@ -17,6 +17,7 @@
 #include "runtime/exec/CompileCache.h"
 #include "runtime/exec/ObjectLoader.h"
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <ostream>
@@ -130,6 +131,8 @@ public:
 
 private:
   void checkArity(const std::vector<InputRows>& inputs, const std::vector<Tensor>& states) const;
+  // About what a run over `rows` rows (steps times sequences) takes on one thread.
+  std::chrono::nanoseconds oneThreadTime(int64_t rows) const;
   // Buffer pointers for a call: the prepared fixed buffers and the workspace's others.
   std::vector<float*> bufferPointers(const Prepared& prepared, Workspace& workspace,
                                      int64_t sequenceRows, int64_t stepRows, int threads) const;
@@ -143,6 +146,10 @@ private:
   std::shared_ptr<void> lifetime_;
   double compileMs_ = 0;
   int64_t sequenceBufferBytes_ = 0;
+  // What an automatic thread count weighs (runtime/threads/ThreadGovernor.h): the matrix
+  // products' work per row of a step, and what one thread takes to pack the weights.
+  double flopsPerRow_ = 0;
+  std::chrono::nanoseconds packingOnOneThread_{0};
   CodeSource source_ = CodeSource::Compiled;
 };
 

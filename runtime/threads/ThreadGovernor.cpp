@@ -11,8 +11,12 @@ ThreadGovernor& ThreadGovernor::shared() {
   return governor;
 }
 
-int ThreadGovernor::threadsFor(int most) {
+int ThreadGovernor::threadsFor(int most, Clock::duration oneThread, bool teamIdle) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (most > 1 && oneThread < kWorthATeam && !teamIdle && smallCalls_ < kSmallCallsBeforeATeam) {
+    ++smallCalls_;
+    return 1;
+  }
   if (cap_ == 0 || most <= cap_)
     return most;
   if (now_() >= probeAfter_) // try one thread more; report() keeps or drops it

@@ -124,6 +124,12 @@ TeamPool& TeamPool::shared() {
   return pool;
 }
 
+bool TeamPool::hasIdle(int threads) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::any_of(idle_.begin(), idle_.end(),
+                     [&](const auto& team) { return team->size() == threads; });
+}
+
 TeamPool::Lease TeamPool::acquire(int threads) {
   {
     std::lock_guard<std::mutex> lock(mutex_);

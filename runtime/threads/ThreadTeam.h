@@ -71,6 +71,9 @@ class TeamPool {
 public:
   static TeamPool& shared();
 
+  // Whether a team of `threads` threads is idle, its threads started.
+  bool hasIdle(int threads);
+
   // A team lent to one run; back to the pool when the lease ends.
   struct Lease {
     Lease(TeamPool* pool, std::unique_ptr<ThreadTeam> team) : pool(pool), team(std::move(team)) {}
