@@ -300,7 +300,8 @@ CLI::App* addLayerCommand(CLI::App& app, const std::string& name, const std::str
   cmd->add_option("--seed", o->seed, "Seed of the dropout masks")->default_val(0);
   cmd->add_option("--threads", o->threads,
                   "Threads for the JIT (each step split between them); 0: automatic, every core "
-                  "but fewer while other processes keep cores busy")
+                  "but fewer while other processes keep cores busy, and one for a call too short "
+                  "to pay for starting threads")
       ->default_val(0)
       ->check(CLI::NonNegativeNumber);
   if (!grad)

@@ -24,7 +24,8 @@ struct LayerSpec {
   // thread after GPU thread: slow, for checking them without a GPU). Inference only.
   std::string device = "cpu";
   int threads = 0; // threads per forward call, each time step split between them; 0: automatic
-                   // (every core, fewer while other processes keep cores busy)
+                   // (every core, fewer while other processes keep cores busy, one for a call
+                   // too short to pay for starting threads)
   std::map<std::string, int64_t> sizes; // sizes the weights do not determine
   // Generate the JIT code for this x86-64 CPU (LLVM's name: "haswell" for AVX2,
   // "skylake-avx512", "znver4"...) instead of the host's, e.g. to measure the AVX2 kernels on an
