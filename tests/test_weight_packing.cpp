@@ -192,6 +192,92 @@ TEST(WeightPacking, EveryFloatLayoutMatchesOneWeightAtATime) {
         }
 }
 
+// int8 layouts against the quantization written out here column by column: scale = largest
+// magnitude / 127 (1 for a zero column; NaN, with zero levels, where the column holds a NaN or
+// an infinity), levels rounded to nearest even, 4 depths a word (byte k % 4 of word
+// (k / 4) * panelWidth + l), per block and slice the scales then the levels' column sums.
+TEST(WeightPacking, EveryInt8LayoutMatchesAColumnAtATime) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> values(-3.0f, 3.0f);
+  for (bool transposed : {true, false})
+    for (int64_t width : {16, 32, 8}) {
+      const int64_t depth = 37, packedDepth = (depth + 3) / 4, columns = 3 * width - 5;
+      const int64_t slices = 2, blocks = (columns + width - 1) / width;
+      const std::vector<int64_t> starts = {0, width}, panels = {2 * width, 2 * width};
+      std::vector<int64_t> fields(RNNC_PACK_FIELDS);
+      fields[RNNC_PACK_WEIGHT_TYPE] = 3;
+      fields[RNNC_PACK_TRANSPOSED] = transposed;
+      fields[RNNC_PACK_WIDTH] = width;
+      fields[RNNC_PACK_BLOCKS] = blocks;
+      fields[RNNC_PACK_COLUMNS] = columns;
+      fields[RNNC_PACK_DEPTH] = depth;
+      fields[RNNC_PACK_PACKED_DEPTH] = packedDepth;
+      fields[RNNC_PACK_SLICES] = slices;
+      for (int64_t s = 0; s < slices; ++s)
+        for (int64_t v : {s * columns, starts[static_cast<size_t>(s)], int64_t{2} * width})
+          fields.push_back(v);
+      const int64_t allColumns = slices * columns;
+      const int64_t rowStride = transposed ? depth + 3 : allColumns + 2;
+      std::vector<float> w(static_cast<size_t>((transposed ? allColumns : depth) * rowStride));
+      for (float& v : w)
+        v = values(rng);
+      auto weight = [&](int64_t k, int64_t column) -> float& {
+        return transposed ? w[static_cast<size_t>(column * rowStride + k)]
+                          : w[static_cast<size_t>(k * rowStride + column)];
+      };
+      for (int64_t k = 0; k < depth; ++k) {
+        weight(k, 1) = 0.0f;                             // a zero column
+        weight(k, 2) = static_cast<float>(k % 7) - 3.0f; // a few levels, the largest negative
+        // Scale 1 (largest 127), the others halfway between levels: ties, rounded to even.
+        weight(k, 3) = k == 0 ? 127.0f : static_cast<float>(k) - 18.5f;
+      }
+      weight(5, 4) = std::numeric_limits<float>::quiet_NaN();
+      weight(30, columns + 3) = -std::numeric_limits<float>::infinity();
+
+      const int64_t bytes = 4 * blocks * packedDepth * slices * width;
+      std::vector<int8_t> expectedLevels(static_cast<size_t>(bytes), 0);
+      std::vector<float> expectedScales(static_cast<size_t>(blocks * slices * width * 2), 0.0f);
+      for (int64_t b = 0; b < blocks; ++b)
+        for (int64_t s = 0; s < slices; ++s)
+          for (int64_t l = 0; l < width; ++l) {
+            const int64_t local = b * width + l;
+            float largest = 0;
+            bool bad = false;
+            for (int64_t k = 0; local < columns && k < depth; ++k) {
+              const float v = weight(k, s * columns + local);
+              bad = bad || !std::isfinite(v);
+              largest = std::max(largest, std::fabs(v));
+            }
+            const float scale = largest == 0 ? 1.0f : largest / 127.0f;
+            int32_t sum = 0;
+            for (int64_t k = 0; local < columns && !bad && k < depth; ++k) {
+              const float level = std::nearbyint(weight(k, s * columns + local) / scale);
+              const auto q = static_cast<int32_t>(std::clamp(level, -127.0f, 127.0f));
+              sum += q;
+              expectedLevels[static_cast<size_t>(
+                  4 * b * packedDepth * slices * width +
+                  4 * (starts[static_cast<size_t>(s)] + (k / 4) * 2 * width + l) + k % 4)] =
+                  static_cast<int8_t>(q);
+            }
+            float* blockScales = expectedScales.data() + b * slices * width * 2;
+            blockScales[s * 2 * width + l] = bad ? std::numeric_limits<float>::quiet_NaN() : scale;
+            blockScales[s * 2 * width + width + l] = static_cast<float>(sum);
+          }
+      std::vector<int8_t> levels(static_cast<size_t>(bytes), 99);
+      std::vector<float> scales(expectedScales.size(), -1.0f);
+      for (int64_t thread : {0, 1})
+        rnnc_pack_weights(fields.data(), w.data(), rowStride, levels.data(), scales.data(), thread,
+                          2);
+      ASSERT_EQ(levels, expectedLevels) << (transposed ? "W^T" : "W") << " width " << width;
+      for (size_t i = 0; i < scales.size(); ++i)
+        if (std::isnan(expectedScales[i]))
+          EXPECT_TRUE(std::isnan(scales[i])) << i;
+        else
+          EXPECT_EQ(scales[i], expectedScales[i])
+              << (transposed ? "W^T" : "W") << " width " << width << ": scale or sum " << i;
+    }
+}
+
 TEST(WeightPacking, Int8ColumnsAreQuantizedByTheirLargestMagnitude) {
   // A matmul's W [K=5, N=2] (not transposed): column 0 = {127, -63.5, 0.25, 1, 2},
   // column 1 holds a NaN. Depth groups of 4: packed depth 2 (three bytes of padding).
