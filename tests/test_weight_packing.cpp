@@ -65,25 +65,41 @@ TEST(WeightPacking, Bf16RoundsToNearestEvenAndKeepsNaN) {
   EXPECT_EQ(bf16Bits(std::bit_cast<float>(0x7f800001u)), 0x7fc0); // a signalling NaN, quiet
 }
 
-// A layout of `slices` slices of `width` columns per block, each slice a panel of its own
-// (panel width = width), starts one panel after the other.
-std::vector<int64_t> layout(int64_t type, bool transposed, int64_t width, int64_t columns,
-                            int64_t depth, int64_t packedDepth, std::vector<int64_t> offsets) {
+// A layout of `width` columns per block, slice s at column offsets[s] of the weights, its
+// packed start starts[s] and its panel panels[s] wide.
+std::vector<int64_t> layoutOf(int64_t type, bool transposed, bool pairs, int64_t width,
+                              int64_t columns, int64_t depth, int64_t packedDepth,
+                              const std::vector<int64_t>& offsets,
+                              const std::vector<int64_t>& starts,
+                              const std::vector<int64_t>& panels) {
   const auto slices = static_cast<int64_t>(offsets.size());
   std::vector<int64_t> fields(RNNC_PACK_FIELDS);
   fields[RNNC_PACK_WEIGHT_TYPE] = type;
   fields[RNNC_PACK_TRANSPOSED] = transposed;
-  fields[RNNC_PACK_DEPTH_PAIRS] = 0;
+  fields[RNNC_PACK_DEPTH_PAIRS] = pairs;
   fields[RNNC_PACK_WIDTH] = width;
   fields[RNNC_PACK_BLOCKS] = (columns + width - 1) / width;
   fields[RNNC_PACK_COLUMNS] = columns;
   fields[RNNC_PACK_DEPTH] = depth;
   fields[RNNC_PACK_PACKED_DEPTH] = packedDepth;
   fields[RNNC_PACK_SLICES] = slices;
-  for (int64_t s = 0; s < slices; ++s)
-    for (int64_t v : {offsets[static_cast<size_t>(s)], s * packedDepth * width, width})
+  for (size_t s = 0; s < offsets.size(); ++s)
+    for (int64_t v : {offsets[s], starts[s], panels[s]})
       fields.push_back(v);
   return fields;
+}
+
+// A layout of `slices` slices of `width` columns per block, each slice a panel of its own
+// (panel width = width), starts one panel after the other.
+std::vector<int64_t> layout(int64_t type, bool transposed, int64_t width, int64_t columns,
+                            int64_t depth, int64_t packedDepth, std::vector<int64_t> offsets) {
+  std::vector<int64_t> starts, panels;
+  for (size_t s = 0; s < offsets.size(); ++s) {
+    starts.push_back(static_cast<int64_t>(s) * packedDepth * width);
+    panels.push_back(width);
+  }
+  return layoutOf(type, transposed, false, width, columns, depth, packedDepth, offsets, starts,
+                  panels);
 }
 
 TEST(WeightPacking, Fp32PanelsHoldEachSlicesColumnsPerDepthZeroPastTheColumns) {
@@ -129,20 +145,9 @@ TEST(WeightPacking, EveryFloatLayoutMatchesOneWeightAtATime) {
           // Slices 0 and 1 share a panel of twice the width; slice 2 has one of its own.
           const std::vector<int64_t> starts = {0, width, 2 * packedDepth * width};
           const std::vector<int64_t> panels = {2 * width, 2 * width, width};
-          std::vector<int64_t> fields(RNNC_PACK_FIELDS);
-          fields[RNNC_PACK_WEIGHT_TYPE] = type;
-          fields[RNNC_PACK_TRANSPOSED] = transposed;
-          fields[RNNC_PACK_DEPTH_PAIRS] = pairs;
-          fields[RNNC_PACK_WIDTH] = width;
-          fields[RNNC_PACK_BLOCKS] = blocks;
-          fields[RNNC_PACK_COLUMNS] = columns;
-          fields[RNNC_PACK_DEPTH] = depth;
-          fields[RNNC_PACK_PACKED_DEPTH] = packedDepth;
-          fields[RNNC_PACK_SLICES] = slices;
-          for (int64_t s = 0; s < slices; ++s)
-            for (int64_t v :
-                 {s * columns, starts[static_cast<size_t>(s)], panels[static_cast<size_t>(s)]})
-              fields.push_back(v);
+          const std::vector<int64_t> fields =
+              layoutOf(type, transposed, pairs, width, columns, depth, packedDepth,
+                       {0, columns, 2 * columns}, starts, panels);
           const int64_t allColumns = slices * columns;
           const int64_t rowStride = transposed ? depth + 3 : allColumns + 2;
           std::vector<float> w(static_cast<size_t>((transposed ? allColumns : depth) * rowStride));
@@ -204,18 +209,8 @@ TEST(WeightPacking, EveryInt8LayoutMatchesAColumnAtATime) {
       const int64_t depth = 37, packedDepth = (depth + 3) / 4, columns = 3 * width - 5;
       const int64_t slices = 2, blocks = (columns + width - 1) / width;
       const std::vector<int64_t> starts = {0, width}, panels = {2 * width, 2 * width};
-      std::vector<int64_t> fields(RNNC_PACK_FIELDS);
-      fields[RNNC_PACK_WEIGHT_TYPE] = 3;
-      fields[RNNC_PACK_TRANSPOSED] = transposed;
-      fields[RNNC_PACK_WIDTH] = width;
-      fields[RNNC_PACK_BLOCKS] = blocks;
-      fields[RNNC_PACK_COLUMNS] = columns;
-      fields[RNNC_PACK_DEPTH] = depth;
-      fields[RNNC_PACK_PACKED_DEPTH] = packedDepth;
-      fields[RNNC_PACK_SLICES] = slices;
-      for (int64_t s = 0; s < slices; ++s)
-        for (int64_t v : {s * columns, starts[static_cast<size_t>(s)], int64_t{2} * width})
-          fields.push_back(v);
+      const std::vector<int64_t> fields = layoutOf(3, transposed, false, width, columns, depth,
+                                                   packedDepth, {0, columns}, starts, panels);
       const int64_t allColumns = slices * columns;
       const int64_t rowStride = transposed ? depth + 3 : allColumns + 2;
       std::vector<float> w(static_cast<size_t>((transposed ? allColumns : depth) * rowStride));
