@@ -67,16 +67,6 @@ struct Weights {
   }
 };
 
-// vcvtps2ph itself, eight at a time.
-__attribute__((target("f16c"))) void halvesByF16c(const float* from, uint16_t* to, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(from + i), _MM_FROUND_TO_NEAREST_INT));
-  for (; i < n; ++i)
-    to[i] = static_cast<uint16_t>(_cvtss_sh(from[i], _MM_FROUND_TO_NEAREST_INT));
-}
-
 // The packers go through the weights in tiles of kGroup columns by kGroup depths.
 constexpr int64_t kGroup = 16;
 
@@ -103,11 +93,18 @@ void readTile(const Layout& p, const Weights& w, int64_t k0, int64_t at, int64_t
       byDepth[d][g] = d < depths && g < count ? w.at(k0 + d, at + g) : 0.0f;
 }
 
-// bf16Bits of 16 floats: Eigen's rounding (to nearest even, a NaN to a quiet one of its sign)
+// halfBits of kGroup floats by vcvtps2ph itself, eight at a time.
+__attribute__((target("f16c"))) void halvesByF16c(const float* from, uint16_t* to) {
+  for (int64_t i = 0; i < kGroup; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(from + i), _MM_FROUND_TO_NEAREST_INT));
+}
+
+// bf16Bits of kGroup floats: Eigen's rounding (to nearest even, a NaN to a quiet one of its sign)
 // without its branch, so that the loop is vector code (one value at a time, bf16 packing took
 // twice as long as fp32's).
 void bf16Group(const float* from, uint16_t* to) {
-  for (int g = 0; g < 16; ++g) {
+  for (int64_t g = 0; g < kGroup; ++g) {
     const uint32_t bits = std::bit_cast<uint32_t>(from[g]);
     const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
     const uint32_t quietNan = ((bits >> 16) & 0x8000u) | 0x7fc0u;
@@ -130,7 +127,9 @@ void packFloats(const Layout& p, const Weights& w, Element* packed, int64_t firs
   const int64_t values = p.pairs ? 2 * p.packedDepth : p.depth;
   static const bool f16c = __builtin_cpu_supports("f16c");
   alignas(64) float byDepth[kGroup][kGroup]; // [depth][column]
-  // `group` of a depth's kGroup values to `to`, narrowed.
+  // `group` of a depth's kGroup values to `to`, narrowed. Copies of a size known here, inline
+  // vector moves: through one narrowing buffer for every type, or at a run-time size, fp32
+  // packing took half as long again (a call per depth).
   auto write = [&](const float* from, Element* to, int64_t group) {
     Element narrowed[kGroup];
     if constexpr (sizeof(Element) == 4) {
@@ -142,7 +141,7 @@ void packFloats(const Layout& p, const Weights& w, Element* packed, int64_t firs
       std::copy_n(from, group, to);
       return;
     } else if (p.type == codegen::WeightType::F16 && f16c) {
-      halvesByF16c(from, narrowed, kGroup);
+      halvesByF16c(from, narrowed);
     } else if (p.type == codegen::WeightType::BF16) {
       bf16Group(from, narrowed);
     } else {
