@@ -106,8 +106,10 @@ private:
   // A slot in the function's entry block (promoted to a register by LLVM): loop-carried values
   // of forLoop bodies.
   llvm::Value* entrySlot(llvm::Type* type, const char* name);
-  // round-to-nearest-even of v, clamped to [lowest, highest], as an i32.
+  // round-to-nearest-even of v, clamped to [lowest, highest], as an i32; clampToInt: v (an
+  // integer already) clamped. A NaN gives `lowest`.
   llvm::Value* roundToInt(llvm::Value* v, float lowest, float highest);
+  llvm::Value* clampToInt(llvm::Value* v, float lowest, float highest);
 
   EmitContext& e;
   KernelEmitter& kernels;

@@ -145,6 +145,8 @@ private:
   void (*function_)(const void*) = nullptr;
   std::shared_ptr<void> lifetime_;
   double compileMs_ = 0;
+  // The pre buffers' bytes per chunk of steps: CompileOptions::sequenceBufferBytes, or less
+  // where caches hold less (chunkBytesFor in CompiledCell.cpp).
   int64_t sequenceBufferBytes_ = 0;
   // What an automatic thread count weighs (runtime/threads/ThreadGovernor.h): the matrix
   // products' work per row of a step, and what one thread takes to pack the weights.
