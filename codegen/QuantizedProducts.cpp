@@ -186,14 +186,16 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
                     (e.target.has("avx512vnni") && e.target.has("avx512vl"));
 
   const EmitContext::TileRows rowBytes(e, x, firstRow, rows);
-  std::vector<llvm::Value*> rowScale, rowZero;
-  for (int64_t m = 0; m < rows; ++m) {
-    llvm::Value* row = rowBytes.start(m);
-    rowScale.push_back(e.b.CreateAlignedLoad(e.f32, e.b.CreateConstGEP1_64(e.f32, row, stride - 2),
-                                             llvm::Align(4)));
-    rowZero.push_back(e.b.CreateAlignedLoad(e.f32, e.b.CreateConstGEP1_64(e.f32, row, stride - 1),
-                                            llvm::Align(4)));
-  }
+  // Row m's scale (k = 0) or zero point (k = 1), read where the sums are dequantized: loaded
+  // before the depth loop, the tile's rows' pairs had no registers left there and went to the
+  // stack and back.
+  auto rowFactor = [&](int64_t m, int64_t k) {
+    return e.b.CreateVectorSplat(
+        static_cast<unsigned>(packed.width),
+        e.b.CreateAlignedLoad(e.f32,
+                              e.b.CreateConstGEP1_64(e.f32, rowBytes.start(m), stride - 2 + k),
+                              llvm::Align(4)));
+  };
   llvm::Value* block =
       e.b.CreateGEP(i32, words, e.b.CreateMul(blk, e.constant(groups * slices * packed.width)));
   llvm::Value* blockScales =
@@ -241,22 +243,24 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
         accumulateOverDepth(chains, groups, static_cast<size_t>(rows * count * parts),
                             llvm::ConstantInt::get(lanes, 0), step, "qdepth");
 
-    // Dequantized: (sum - zero * colsum) * (x_scale * w_scale), per column.
+    // Dequantized: (sum - zero * colsum) * (x_scale * w_scale), per column. The correction is
+    // exact in floats (integers under 2^24), so one fused multiply-add gives it.
+    std::vector<llvm::Value*> weightScale, columnSum;
     for (int64_t s = 0; s < count; ++s) {
       const int64_t at = (first + s) * 2 * packed.width;
-      llvm::Value* weightScale = e.b.CreateAlignedLoad(
-          floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at), llvm::Align(4));
-      llvm::Value* columnSum = e.b.CreateAlignedLoad(
-          floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at + packed.width), llvm::Align(4));
-      for (int64_t m = 0; m < rows; ++m) {
+      weightScale.push_back(e.b.CreateAlignedLoad(
+          floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at), llvm::Align(4)));
+      columnSum.push_back(e.b.CreateAlignedLoad(
+          floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at + packed.width), llvm::Align(4)));
+    }
+    for (int64_t m = 0; m < rows; ++m) {
+      llvm::Value* rowScale = rowFactor(m, 0);
+      llvm::Value* minusZero = e.b.CreateFNeg(rowFactor(m, 1));
+      for (int64_t s = 0; s < count; ++s) {
         llvm::Value* total = e.b.CreateSIToFP(sumOfSets(acc, slot(m, s, 0), parts), floats);
-        llvm::Value* corrected = e.b.CreateFSub(
-            total,
-            e.b.CreateFMul(e.b.CreateVectorSplat(static_cast<unsigned>(packed.width), rowZero[m]),
-                           columnSum));
-        llvm::Value* scale = e.b.CreateFMul(
-            e.b.CreateVectorSplat(static_cast<unsigned>(packed.width), rowScale[m]), weightScale);
-        sums[m][first + s] = e.b.CreateFMul(corrected, scale);
+        llvm::Value* corrected = e.b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {floats},
+                                                     {minusZero, columnSum[s], total});
+        sums[m][first + s] = e.b.CreateFMul(corrected, e.b.CreateFMul(rowScale, weightScale[s]));
       }
     }
   }
