@@ -127,6 +127,32 @@ void transposeIntoStrip(const float* first, int64_t rowStride, int64_t depths, i
       out[k * rows + i] = first[i * rowStride + k];
 }
 
+// sums[i] += the sum over the depths of row i of a packed strip of A (`Rows` values per depth,
+// zero past its `count` rows): the bias gradients' column sums of G. The strip's rows are summed
+// in registers, a depth's `Rows` values a vector or two; with a run-time row count the compiler
+// left it a float at a time through memory (1.6% of a training step on one thread, 0.8% after).
+template <int64_t Rows>
+void addStripSumsOf(const float* strip, int64_t depths, int64_t count, float* sums) {
+  float total[Rows] = {};
+  for (int64_t k = 0; k < depths; ++k)
+    for (int64_t i = 0; i < Rows; ++i)
+      total[i] += strip[k * Rows + i];
+  for (int64_t i = 0; i < count; ++i)
+    sums[i] += total[i];
+}
+
+void addStripSums(const float* strip, int64_t depths, int64_t rows, int64_t count, float* sums) {
+  switch (rows) { // the tiles' rows: AVX2 6, AVX-512 14
+  case 6:
+    return addStripSumsOf<6>(strip, depths, count, sums);
+  case 14:
+    return addStripSumsOf<14>(strip, depths, count, sums);
+  }
+  for (int64_t k = 0; k < depths; ++k)
+    for (int64_t i = 0; i < count; ++i)
+      sums[i] += strip[k * rows + i];
+}
+
 // Rows [row, row + rows) and depths [depth, depth + depths) of A into strips of the tile's
 // rows, k-major: strip s holds, per depth, its `tileRows` values (zero past A's rows).
 void packA(const MatrixView& a, int64_t row, int64_t rows, int64_t depth, int64_t depths,
@@ -213,13 +239,9 @@ void multiplyRows(const Tile& tile, const MatrixView& a, const std::vector<GemmP
       const int64_t blockRows = std::min(mc, rowEnd - ic);
       packA(a, ic, blockRows, pc, depths, mr, packedA.data());
       if (rowSums)
-        for (int64_t ir = 0; ir < blockRows; ir += mr) {
-          const float* strip = packedA.data() + ir * depths;
-          const int64_t count = std::min(mr, blockRows - ir);
-          for (int64_t k = 0; k < depths; ++k)
-            for (int64_t i = 0; i < count; ++i)
-              rowSums[ic + ir + i] += strip[k * mr + i];
-        }
+        for (int64_t ir = 0; ir < blockRows; ir += mr)
+          addStripSums(packedA.data() + ir * depths, depths, mr, std::min(mr, blockRows - ir),
+                       rowSums + ic + ir);
       for (const Panel& panel : panels) {
         const GemmProduct& product = *panel.product;
         for (int64_t jr = 0; jr < panel.columns; jr += nr) {
