@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace rnnc {
@@ -114,14 +115,26 @@ void transposeIntoStrip(const float* first, int64_t rowStride, int64_t depths, f
       out[k0 * Rows + i] = first[i * rowStride + k0];
 }
 
-void transposeIntoStrip(const float* first, int64_t rowStride, int64_t depths, int64_t rows,
-                        float* out) {
+// Calls `body` with the tile's row count as a compile-time constant (a std::integral_constant)
+// where it is one of the tiles' (AVX2 6, AVX-512 14); false for any other count.
+template <class Body> bool withTileRows(int64_t rows, Body&& body) {
   switch (rows) {
   case 6:
-    return transposeIntoStrip<6>(first, rowStride, depths, out);
+    body(std::integral_constant<int64_t, 6>{});
+    return true;
   case 14:
-    return transposeIntoStrip<14>(first, rowStride, depths, out);
+    body(std::integral_constant<int64_t, 14>{});
+    return true;
   }
+  return false;
+}
+
+void transposeIntoStrip(const float* first, int64_t rowStride, int64_t depths, int64_t rows,
+                        float* out) {
+  if (withTileRows(rows, [&](auto constant) {
+        transposeIntoStrip<decltype(constant)::value>(first, rowStride, depths, out);
+      }))
+    return;
   for (int64_t k = 0; k < depths; ++k)
     for (int64_t i = 0; i < rows; ++i)
       out[k * rows + i] = first[i * rowStride + k];
@@ -142,12 +155,10 @@ void addStripSumsOf(const float* strip, int64_t depths, int64_t count, float* su
 }
 
 void addStripSums(const float* strip, int64_t depths, int64_t rows, int64_t count, float* sums) {
-  switch (rows) { // the tiles' rows: AVX2 6, AVX-512 14
-  case 6:
-    return addStripSumsOf<6>(strip, depths, count, sums);
-  case 14:
-    return addStripSumsOf<14>(strip, depths, count, sums);
-  }
+  if (withTileRows(rows, [&](auto constant) {
+        addStripSumsOf<decltype(constant)::value>(strip, depths, count, sums);
+      }))
+    return;
   for (int64_t k = 0; k < depths; ++k)
     for (int64_t i = 0; i < count; ++i)
       sums[i] += strip[k * rows + i];
