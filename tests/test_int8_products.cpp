@@ -1,9 +1,10 @@
 // int8 weights (--weights-dtype int8, codegen/QuantizedProducts.cpp) against a reference written
 // here from the scheme's definition (per-column symmetric weights, per-row 7-bit asymmetric
 // inputs, exact integer sums, the same fp32 dequantization): the input projection (its rows
-// quantized in chunks) and the recurrent product (h quantized at every step), at sizes no tile,
-// vector or group of 4 divides, at batch 1, on 1 and 2 threads, for every target this host runs;
-// then the built-in cells against fp32, special values, and the errors.
+// quantized in chunks, and the sequence in chunks of steps) and the recurrent product (h
+// quantized at every step), at sizes no tile, vector or group of 4 divides, at batch 1, on 1 and
+// 2 threads, for every target this host runs; then the built-in cells against fp32, special
+// values, and the errors.
 #include "codegen/Compiler.h"
 #include "codegen/HostTarget.h"
 #include "codegen/Target.h"
@@ -150,25 +151,29 @@ TEST(Int8Products, MatchAReferenceQuantizationOnEveryTarget) {
     for (float v : expected.values())
       largest = std::max(largest, std::fabs(v));
 
+    // Whole, and a step per chunk (CompileOptions::sequenceBufferBytes; int8 runs long sequences
+    // in chunks of a few steps, each chunk's rows quantized by its own pre phase).
     for (const std::string& cpu : int8Cpus())
-      for (int threads : {1, 2}) {
-        SCOPED_TRACE("I=" + std::to_string(shape.input) + " H=" + std::to_string(shape.hidden) +
-                     " B=" + std::to_string(shape.batch) + " on " +
-                     (cpu.empty() ? "the host" : cpu) + ", " + std::to_string(threads) +
-                     " threads");
-        CompileOptions options;
-        options.targetCpu = cpu;
-        options.cache.disk = false;
-        options.weights = WeightType::I8;
-        auto compiled = CompiledCell::compile(*cell, options);
-        std::vector<Tensor> states = {h0};
-        Tensor actual;
-        CompiledCell::Workspace workspace;
-        compiled->run({w, u}, {x}, states, actual, workspace, threads);
-        // The same integers and the same fp32 operations: equal to rounding in the last place
-        // (a different rounding of any input or weight would be off by a whole step).
-        EXPECT_LT(test::maxAbsDiff(actual, expected), 2e-6f * std::max(1.0f, largest));
-      }
+      for (int64_t bufferBytes : {int64_t{32} << 20, int64_t{1}})
+        for (int threads : {1, 2}) {
+          SCOPED_TRACE("I=" + std::to_string(shape.input) + " H=" + std::to_string(shape.hidden) +
+                       " B=" + std::to_string(shape.batch) + " on " +
+                       (cpu.empty() ? "the host" : cpu) + ", " + std::to_string(threads) +
+                       " threads, sequence buffer " + std::to_string(bufferBytes));
+          CompileOptions options;
+          options.targetCpu = cpu;
+          options.cache.disk = false;
+          options.weights = WeightType::I8;
+          options.sequenceBufferBytes = bufferBytes;
+          auto compiled = CompiledCell::compile(*cell, options);
+          std::vector<Tensor> states = {h0};
+          Tensor actual;
+          CompiledCell::Workspace workspace;
+          compiled->run({w, u}, {x}, states, actual, workspace, threads);
+          // The same integers and the same fp32 operations: equal to rounding in the last place
+          // (a different rounding of any input or weight would be off by a whole step).
+          EXPECT_LT(test::maxAbsDiff(actual, expected), 2e-6f * std::max(1.0f, largest));
+        }
   }
 }
 
