@@ -115,8 +115,8 @@ void ProductKernelEmitter::quantizeRows(const View& to, const View& from, RowRan
     llvm::FastMathFlags anyOrder; // a sum of zeros and NaNs: any order gives the same
     anyOrder.setAllowReassoc();
     llvm::cast<llvm::Instruction>(probeSum)->setFastMathFlags(anyOrder);
-    llvm::Value* probed = e.b.CreateFAdd(probeSum, e.b.CreateFSub(highest, lowest));
     llvm::Value* range = e.b.CreateFSub(highest, lowest);
+    llvm::Value* probed = e.b.CreateFAdd(probeSum, range);
     llvm::Value* finite = e.b.CreateFCmpOLT(probed, llvm::ConstantFP::getInfinity(e.f32));
     llvm::Value* scale = e.b.CreateFDiv(range, llvm::ConstantFP::get(e.f32, kInputLevels));
     scale = e.b.CreateSelect(e.b.CreateFCmpOEQ(scale, llvm::ConstantFP::get(e.f32, 0.0)),

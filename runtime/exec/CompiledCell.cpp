@@ -45,29 +45,23 @@ std::chrono::nanoseconds packingTime(const codegen::StoragePlan& plan) {
 }
 
 // The bytes of a chunk's pre buffers (the premultiplied inputs, written by the pre phase and
-// read by the steps that follow) where the pre phase's products outrun fp32 FMAs (int8 through
-// vpdpbusd, bf16 pairs through vdpbf16ps): what one core's L2 holds, so that the steps read
-// those rows from L2 rather than memory, but at least the weights of the pre phase's products,
-// which each chunk reads again (a chunk as big as those weights adds at most its own traffic),
-// and at most `limit` (CompileOptions::sequenceBufferBytes). Elsewhere `limit`: an fp32 pre phase
-// takes long enough for memory to keep up, and more chunks cost their weights again and a wake
-// of the threads each. Measured on Zen 4, alternating runs, the default LSTM (T=100 B=64
-// I=H=512), L2-sized chunks against 32 MB ones: int8 77.0 -> 71.5 ms on 1 thread (the steps had
-// stalled on the premultiplied rows: 8% of their time), 39.5 -> 36.0 on 2; bf16 133 -> 128 and
-// 66.6 -> 65.3; but fp32 on 2 threads 125 -> 127, fp16 137 -> 144.
+// read by the steps that follow): where the pre phase's products outrun fp32 FMAs (int8 through
+// vpdpbusd, bf16 pairs through vdpbf16ps), what one core's L2 holds, so that the steps read
+// those rows from L2 rather than memory; else, and at most, `limit`
+// (CompileOptions::sequenceBufferBytes): an fp32 pre phase takes long enough for memory to keep
+// up, and each chunk costs its weights read again and a wake of the threads. Measured on Zen 4,
+// alternating runs, the default LSTM (T=100 B=64 I=H=512), L2-sized chunks (1 MB, 2 steps)
+// against 32 MB ones: int8 77.0 -> 71.5 ms on 1 thread (the steps had stalled on the
+// premultiplied rows: 8% of their time), 39.5 -> 36.0 on 2; bf16 133 -> 128 and 66.6 -> 65.3
+// (chunks as big as its 2 MB of input weights: 130 -> 137 and 67.5 -> 68.7); at I=H=1024
+// (T=50, 4 MB of int8 input weights) 1 MB, 4 MB and 32 MB chunks measured alike; but fp32 on
+// 2 threads 125 -> 127, fp16 137 -> 144.
 int64_t chunkBytesFor(const codegen::StoragePlan& plan, const codegen::Target& target,
                       int64_t limit) {
-  int64_t preWeights = 0;
-  bool fasterThanFp32 = false;
   for (const codegen::PackedProduct& product : plan.packedProducts)
-    if (product.splitRows) {
-      preWeights += product.blocks * product.packedDepth() * product.slices() * product.width *
-                    codegen::weightTypeBytes(product.weights);
-      fasterThanFp32 |= product.weights == codegen::WeightType::I8 || product.depthPairs;
-    }
-  if (!fasterThanFp32)
-    return limit;
-  return std::min(limit, std::max(target.l2Bytes, preWeights));
+    if (product.splitRows && (product.weights == codegen::WeightType::I8 || product.depthPairs))
+      return std::min(limit, target.l2Bytes);
+  return limit;
 }
 
 // A core's matrix-product rate, roughly (32 FLOP a cycle at a few GHz): the estimate of what one

@@ -36,8 +36,8 @@ struct CompileOptions {
   // The most memory the pre block's per-row buffers (the premultiplied inputs, [rows, 4H] for an
   // LSTM) may take: longer sequences run in chunks of steps, each chunk's pre phase just ahead
   // of its steps, so a run's memory is bounded whatever T is. With int8 or bf16-pair products
-  // the chunks are smaller still (one core's L2, or the pre products' weights if more:
-  // CompiledCell.cpp's chunkBytesFor), so that the steps read the premultiplied rows from cache.
+  // the chunks are smaller still, one core's L2 (CompiledCell.cpp's chunkBytesFor), so that the
+  // steps read the premultiplied rows from cache.
   int64_t sequenceBufferBytes = int64_t{32} << 20;
   // How the weights of the matrix products the generated code packs are stored (every linear
   // and matmul whose weights are parameters): fp32, or fp16/bf16 in half the bytes.
