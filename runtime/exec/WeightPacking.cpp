@@ -130,30 +130,28 @@ void packFloats(const Layout& p, const Weights& w, Element* packed, int64_t firs
   // `group` of a depth's kGroup values to `to`, narrowed. Copies of a size known here, inline
   // vector moves: through one narrowing buffer for every type, or at a run-time size, fp32
   // packing took half as long again (a call per depth).
-  auto write = [&](const float* from, Element* to, int64_t group) {
-    Element narrowed[kGroup];
-    if constexpr (sizeof(Element) == 4) {
-      if (group == kGroup) {
-        for (int64_t g = 0; g < kGroup; ++g)
-          to[g] = from[g];
-        return;
-      }
-      std::copy_n(from, group, to);
-      return;
-    } else if (p.type == codegen::WeightType::F16 && f16c) {
-      halvesByF16c(from, narrowed);
-    } else if (p.type == codegen::WeightType::BF16) {
-      bf16Group(from, narrowed);
-    } else {
-      for (int64_t g = 0; g < kGroup; ++g)
-        narrowed[g] = halfBits(from[g]);
-    }
+  auto copyGroup = [](const auto* from, Element* to, int64_t group) {
     if (group == kGroup) {
       for (int64_t g = 0; g < kGroup; ++g)
-        to[g] = narrowed[g];
+        to[g] = from[g];
       return;
     }
-    std::copy_n(narrowed, group, to);
+    std::copy_n(from, group, to);
+  };
+  auto write = [&](const float* from, Element* to, int64_t group) {
+    if constexpr (sizeof(Element) == 4) {
+      copyGroup(from, to, group);
+    } else {
+      Element narrowed[kGroup];
+      if (p.type == codegen::WeightType::F16 && f16c)
+        halvesByF16c(from, narrowed);
+      else if (p.type == codegen::WeightType::BF16)
+        bf16Group(from, narrowed);
+      else
+        for (int64_t g = 0; g < kGroup; ++g)
+          narrowed[g] = halfBits(from[g]);
+      copyGroup(narrowed, to, group);
+    }
   };
   for (int64_t blk = firstBlock; blk < lastBlock; ++blk) {
     // In elements of the packed type (16-bit halves of a pair's 32-bit words).
