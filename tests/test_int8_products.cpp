@@ -16,6 +16,7 @@
 #include "runtime/data/Npy.h"
 #include "runtime/data/SafeTensors.h"
 #include "runtime/exec/CompiledCell.h"
+#include "runtime/exec/Interpreter.h"
 #include "runtime/layers/LayerRunner.h"
 #include "tests/LayerOutputs.h"
 #include "tests/RandomTensors.h"
@@ -119,34 +120,53 @@ struct ProductShape {
   int64_t input, hidden, steps, batch;
 };
 
+// kProductsCell bound to `shape`, with random weights, inputs and initial state.
+struct ProductsCase {
+  std::shared_ptr<ir::Cell> cell;
+  Tensor w, u, x, h0;
+};
+
+ProductsCase productsCase(const ProductShape& shape, unsigned seed) {
+  ProductsCase c;
+  c.cell = frontend::parseCell(kProductsCell, "products.cell");
+  c.cell->bindSizes({{"input_size", shape.input}, {"hidden_size", shape.hidden}});
+  std::mt19937 rng(seed);
+  c.w = test::randomTensor({shape.hidden, shape.input}, rng, 0.5f);
+  c.u = test::randomTensor({shape.hidden, shape.hidden}, rng, 0.5f);
+  c.x = test::randomTensor({shape.steps, shape.batch, shape.input}, rng, 1.0f);
+  c.h0 = test::randomTensor({shape.batch, shape.hidden}, rng, 1.0f);
+  return c;
+}
+
+// kProductsCell's outputs by the reference above: y = x W^T, h' = h U^T + y at every step.
+Tensor productsCellReference(const ProductShape& shape, const Tensor& w, const Tensor& u,
+                             const Tensor& x, const Tensor& h0) {
+  const QuantizedWeights qw = quantizeWeights(w), qu = quantizeWeights(u);
+  Tensor expected({shape.steps, shape.batch, shape.hidden});
+  std::vector<float> h(h0.values().begin(), h0.values().end());
+  for (int64_t t = 0; t < shape.steps; ++t) {
+    for (int64_t b = 0; b < shape.batch; ++b) {
+      std::vector<float> y = quantizedLinear(x.data() + (t * shape.batch + b) * shape.input, qw);
+      std::vector<float> r = quantizedLinear(h.data() + b * shape.hidden, qu);
+      for (int64_t j = 0; j < shape.hidden; ++j)
+        expected.data()[(t * shape.batch + b) * shape.hidden + j] = r[j] + y[j];
+    }
+    std::copy_n(expected.data() + t * shape.batch * shape.hidden, shape.batch * shape.hidden,
+                h.data());
+  }
+  return expected;
+}
+
 TEST(Int8Products, MatchAReferenceQuantizationOnEveryTarget) {
   const ProductShape shapes[] = {{37, 21, 3, 5}, {5, 9, 2, 1}, {130, 40, 4, 17}, {1, 3, 2, 2}};
   for (const ProductShape& shape : shapes) {
-    auto cell = frontend::parseCell(kProductsCell, "products.cell");
-    cell->bindSizes({{"input_size", shape.input}, {"hidden_size", shape.hidden}});
-    std::mt19937 rng(static_cast<unsigned>(shape.input * 7 + shape.batch));
-    Tensor w = test::randomTensor({shape.hidden, shape.input}, rng, 0.5f);
-    Tensor u = test::randomTensor({shape.hidden, shape.hidden}, rng, 0.5f);
-    Tensor x = test::randomTensor({shape.steps, shape.batch, shape.input}, rng, 1.0f);
-    Tensor h0 = test::randomTensor({shape.batch, shape.hidden}, rng, 1.0f);
+    auto [cell, w, u, x, h0] =
+        productsCase(shape, static_cast<unsigned>(shape.input * 7 + shape.batch));
     h0.data()[0] = 0; // rows with zeros, and (batch > 1) a row of zeros only
     if (shape.batch > 1)
       std::fill(h0.data() + shape.hidden, h0.data() + 2 * shape.hidden, 0.0f);
 
-    const QuantizedWeights qw = quantizeWeights(w), qu = quantizeWeights(u);
-    Tensor expected({shape.steps, shape.batch, shape.hidden});
-    std::vector<float> h;
-    h.assign(h0.values().begin(), h0.values().end());
-    for (int64_t t = 0; t < shape.steps; ++t) {
-      for (int64_t b = 0; b < shape.batch; ++b) {
-        std::vector<float> y = quantizedLinear(x.data() + (t * shape.batch + b) * shape.input, qw);
-        std::vector<float> r = quantizedLinear(h.data() + b * shape.hidden, qu);
-        for (int64_t j = 0; j < shape.hidden; ++j)
-          expected.data()[(t * shape.batch + b) * shape.hidden + j] = r[j] + y[j];
-      }
-      std::copy_n(expected.data() + t * shape.batch * shape.hidden, shape.batch * shape.hidden,
-                  h.data());
-    }
+    const Tensor expected = productsCellReference(shape, w, u, x, h0);
     float largest = 0;
     for (float v : expected.values())
       largest = std::max(largest, std::fabs(v));
@@ -174,6 +194,59 @@ TEST(Int8Products, MatchAReferenceQuantizationOnEveryTarget) {
           // (a different rounding of any input or weight would be off by a whole step).
           EXPECT_LT(test::maxAbsDiff(actual, expected), 2e-6f * std::max(1.0f, largest));
         }
+  }
+}
+
+// The interpreter's int8 products (ExecutionOptions::int8Products: the oracle of the differential
+// fuzzer's int8 cells, tests/fuzz/cells --weights-dtype int8) are the same scheme: a linear's
+// weights quantized by row, a matmul's by column, NaN for a row or channel that is not finite.
+TEST(Int8Products, TheInterpreterComputesTheSameScheme) {
+  ExecutionOptions int8;
+  int8.int8Products = true;
+  const ProductShape shapes[] = {{37, 21, 3, 5}, {5, 9, 2, 1}, {1, 3, 2, 2}};
+  for (const ProductShape& shape : shapes) {
+    SCOPED_TRACE("I=" + std::to_string(shape.input) + " H=" + std::to_string(shape.hidden));
+    auto [cell, w, u, x, h0] =
+        productsCase(shape, static_cast<unsigned>(shape.input * 3 + shape.batch));
+    const Tensor expected = productsCellReference(shape, w, u, x, h0);
+    std::vector<Tensor> states = {h0};
+    const Tensor actual = Interpreter(*cell, {w, u}, int8).run({x}, states);
+    float largest = 0;
+    for (float v : expected.values())
+      largest = std::max(largest, std::fabs(v));
+    EXPECT_LT(test::maxAbsDiff(actual, expected), 2e-6f * std::max(1.0f, largest));
+    // Not the fp32 products.
+    std::vector<Tensor> fp32States = {h0};
+    EXPECT_GT(test::maxAbsDiff(Interpreter(*cell, {w, u}).run({x}, fp32States), expected), 1e-4f);
+  }
+
+  // A matmul's weights [K, N]: channels are columns.
+  auto matmul = frontend::parseCell(R"(cell m(input_size, hidden_size) {
+    input x[input_size]
+    state h[hidden_size]
+    param wt[input_size, hidden_size]
+    y = x @ wt
+    return h = y; output y
+  })",
+                                    "matmul.cell");
+  matmul->bindSizes({{"input_size", 7}, {"hidden_size", 5}});
+  std::mt19937 rng(11);
+  Tensor w = test::randomTensor({5, 7}, rng, 0.5f), wt({7, 5});
+  for (int64_t j = 0; j < 5; ++j)
+    for (int64_t k = 0; k < 7; ++k)
+      wt.data()[k * 5 + j] = w.data()[j * 7 + k];
+  Tensor x = test::randomTensor({1, 3, 7}, rng, 1.0f);
+  x.data()[7 + 4] = std::numeric_limits<float>::quiet_NaN(); // row 1
+  std::vector<Tensor> states = {Tensor({3, 5})};
+  const Tensor y = Interpreter(*matmul, {wt}, int8).run({x}, states);
+  const QuantizedWeights qw = quantizeWeights(w);
+  for (int64_t b = 0; b < 3; ++b) {
+    const std::vector<float> expected = quantizedLinear(x.data() + b * 7, qw);
+    for (int64_t j = 0; j < 5; ++j)
+      if (b == 1)
+        EXPECT_TRUE(std::isnan(y.data()[b * 5 + j])) << j;
+      else
+        EXPECT_NEAR(y.data()[b * 5 + j], expected[static_cast<size_t>(j)], 2e-6f) << b << ", " << j;
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include "ir/Error.h"
 #include "runtime/exec/Hash.h"
+#include "runtime/exec/Int8Reference.h"
 
 #include <Eigen/Core>
 
@@ -137,6 +138,12 @@ void evaluate(const ir::Instr& instr, const std::vector<const Tensor*>& in, Tens
   }
   case Op::Linear:
   case Op::MatMul: {
+    if (ctx.options.int8Products && instr.operands[1]->isArgument() &&
+        instr.operands[1]->argKind == ir::ArgKind::Param) {
+      int8ReferenceProduct(in[0]->data(), rowsOf(*in[0]), colsOf(*in[0]), in[1]->data(),
+                           colsOf(out), instr.op == Op::Linear, out.data());
+      return;
+    }
     Eigen::Map<const MatrixR> given(in[0]->data(), rowsOf(*in[0]), colsOf(*in[0]));
     Eigen::Map<const MatrixR> givenWeights(in[1]->data(), in[1]->dim(0), in[1]->dim(1));
     MatrixR rounded, roundedWeights; // the operands rounded to bf16, with bf16Products

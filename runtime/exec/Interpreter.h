@@ -17,6 +17,10 @@ struct ExecutionOptions {
   // Matrix products multiply their operands rounded to bf16 (to nearest even, by Eigen), and sum
   // in fp32: what the generated code computes with bf16 weights (codegen/Bf16Products.cpp).
   bool bf16Products = false;
+  // Matrix products whose weights are parameters quantized as int8 weights are, their inputs
+  // per row, summed exactly: what the generated code computes with int8 weights
+  // (runtime/exec/Int8Reference.h).
+  bool int8Products = false;
 };
 
 class Interpreter {
