@@ -7,12 +7,14 @@
 // interpreter computes its products alike: on the weights rounded (Eigen's rounding), for bf16
 // with the products' inputs rounded too (ExecutionOptions::bf16Products), for int8 quantized
 // (ExecutionOptions::int8Products): what a custom cell computes with reduced weights, checked
-// against an oracle that is not the generated code.
+// against an oracle that is not the generated code. With --device cuda-emulated the runs are
+// the GPU's kernels (codegen/GpuEmitter.h) emulated on this CPU, under every pass setting.
 //
 //   tests/fuzz/cells --count 1000 --seed 7        # or: fuzz_cells in the build tree
 //   tests/fuzz/cells --seconds 600 --seed $RANDOM # a timed run with a new seed
 //   tests/fuzz/cells --seed 7 --only 412 --print  # one cell again, with its source
 //   tests/fuzz/cells --count 200 --weights-dtype bf16
+//   tests/fuzz/cells --count 50 --device cuda-emulated  # the GPU's kernels, run on this CPU
 //
 // Exit status: 0 when every run matched, 1 when any failed (each failure printed with the
 // cell's source, sizes and the setting, ready to become a regression test), 2 for bad usage.
@@ -112,6 +114,7 @@ struct Options {
   int maxFailures = 20;
   std::vector<std::string> targets;
   codegen::WeightType weights = codegen::WeightType::F32;
+  Engine engine = Engine::Jit; // or the GPU kernels emulated on this CPU
 };
 
 class Fuzzer {
@@ -165,7 +168,7 @@ public:
       return 1;
     }
 
-    request.engine = Engine::Jit;
+    request.engine = options_.engine;
     request.compile.weights = options_.weights;
     // Settings that leave the same IR, and the second thread count, reuse the object code.
     request.compile.cache.disk = true;
@@ -174,12 +177,19 @@ public:
     if (seed % 4 == 0)
       request.compile.sequenceBufferBytes = 1;
     int failures = 0;
-    for (const std::string& target : options_.targets)
+    // The GPU's kernels are the same whatever CPU emulates them, on however many threads.
+    const bool onGpu = options_.engine != Engine::Jit;
+    const std::vector<std::string> targets =
+        onGpu ? std::vector<std::string>{""} : options_.targets;
+    const std::vector<int> threadCounts = onGpu ? std::vector<int>{1} : std::vector<int>{1, 2};
+    for (const std::string& target : targets)
       for (const test::PassSetting& setting : settings_)
-        for (int threads : {1, 2}) {
-          std::string where = fmt::format("{}, target {}, {} thread{}, T = {}, B = {}",
-                                          setting.name, target.empty() ? "host" : target, threads,
-                                          threads == 1 ? "" : "s", steps, batch);
+        for (int threads : threadCounts) {
+          std::string where = onGpu ? fmt::format("{}, {}, T = {}, B = {}", setting.name,
+                                                  engineName(options_.engine), steps, batch)
+                                    : fmt::format("{}, target {}, {} thread{}, T = {}, B = {}",
+                                                  setting.name, target.empty() ? "host" : target,
+                                                  threads, threads == 1 ? "" : "s", steps, batch);
           request.compile.pipeline = setting.pipeline;
           request.compile.targetCpu = target;
           request.threads = threads;
@@ -239,9 +249,10 @@ public:
     }
     double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    fmt::print("{} cells (seed {}, {} weights), {} JIT runs against the interpreter{}, {} failed, "
+    fmt::print("{} cells (seed {}, {} weights), {} {} runs against the interpreter{}, {} failed, "
                "{:.0f} s\n",
                cells, options_.seed, codegen::weightTypeName(options_.weights), runs_,
+               options_.engine == Engine::Jit ? "JIT" : engineName(options_.engine),
                refused_ ? fmt::format(" ({} refused: no linear left)", refused_) : "", failures,
                seconds);
     return failures == 0 ? 0 : 1;
@@ -302,8 +313,18 @@ int main(int argc, char** argv) {
                  "how the JIT stores the linears' weights: fp32 (default), fp16, bf16 or int8, "
                  "the interpreter computing its products alike")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16", "int8"}));
+  std::string device = "cpu";
+  app.add_option("--device", device,
+                 "cpu (default: the JIT) or cuda-emulated (the GPU's kernels, run on this CPU "
+                 "thread after thread: the PTX path's code, checked without a GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda-emulated"}));
   CLI11_PARSE(app, argc, argv);
   options.weights = codegen::parseWeightType(weights);
+  options.engine = device == "cpu" ? Engine::Jit : Engine::CudaEmulated;
+  if (options.engine != Engine::Jit && options.weights != codegen::WeightType::F32) {
+    std::cerr << "fuzz_cells: the GPU's kernels take fp32 weights only\n";
+    return 2;
+  }
   if (options.targets.empty()) {
     options.targets.push_back("");
     __builtin_cpu_init();
