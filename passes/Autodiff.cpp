@@ -276,7 +276,13 @@ private:
     case Op::LayerNorm: {
       ir::Attrs attrs;
       attrs.value = instr.attrs.value;
-      accumulate(x[0], b_.create(Op::LayerNormGrad, {x[0], g}, attrs));
+      // A norm of a value without the batch dimension (of parameters alone) is read by every
+      // row, each with its own gradient: the rows' gradients through the norm of the same
+      // operand, which layernorm_grad takes as wide as they are.
+      Value* operand = x[0];
+      if (!operand->isBatched() && g->isBatched())
+        operand = add(operand, mul(g, constant(0)));
+      accumulate(x[0], b_.create(Op::LayerNormGrad, {operand, g}, attrs));
       return;
     }
     case Op::Stack:
@@ -346,6 +352,13 @@ private:
         unsupported(*gradient->def, "a parameter's gradient without the batch dimension");
       Dim at = place(gradient);
       out_.segments.push_back({GradientSegment::Kind::VectorWeight, p->name, at, widthOf(w)});
+    }
+    // A cell none of whose inputs or vector parameters reach the loss (whatever reads them is
+    // dead) still has a per-step output: zeros the width of its first state's gradient, which
+    // no segment reads.
+    if (columns.empty()) {
+      RNNC_INTERNAL_CHECK(!gradStates_.empty(), "a cell without states");
+      columns.push_back(mul(gradStates_[0], constant(0)));
     }
     c.output = columns.size() == 1 ? columns[0] : b_.create(Op::Concat, columns);
   }

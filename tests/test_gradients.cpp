@@ -425,6 +425,78 @@ TEST(Gradients, CustomCellMatchesCentralDifferences) {
   expectCentralDifferences(*cell, request, {});
 }
 
+// A cell none of whose inputs and parameters reach the loss (whatever reads them is dead) still
+// trains: zero gradients of their shapes, and the state's through the steps. The differential
+// fuzzer found it (tests/fuzz/cells --backward): the backward step had no output at all, and the
+// input's gradient no shape.
+TEST(Gradients, InputsAndParametersThatReachNothingGetZeroGradients) {
+  auto cell = frontend::parseCell(R"(cell dead(input_size, hidden_size) {
+  input x[input_size], y[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], b[hidden_size]
+  g = linear(x, w, b)
+  u = tanh(y)
+  h2 = tanh(h) * sigmoid(h)
+  return h = h2; output h2
+})",
+                                  "dead.cell");
+  std::mt19937 rng(17);
+  const int64_t steps = 3, batch = 2, input = 5, hidden = 4;
+  TensorMap weights =
+      test::randomWeights(*cell, {{"input_size", input}, {"hidden_size", hidden}}, rng);
+  GradientRequest request;
+  request.weights = &weights;
+  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
+  request.sideInputs["y"] = test::randomTensor({steps, batch, input}, rng, 1.0f);
+  request.initialStates["h"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
+  request.gradOutput = test::randomTensor({steps, batch, hidden}, rng, 1.0f);
+  for (Engine engine : {Engine::Jit, Engine::Interpreter}) {
+    LayerOptions options;
+    options.engine = engine;
+    const TensorMap grads = runGradients(*cell, request, options).gradients;
+    for (const auto& [name, shape] :
+         std::map<std::string, TensorShape>{{"input", {steps, batch, input}},
+                                            {"y", {steps, batch, input}},
+                                            {"w", {hidden, input}},
+                                            {"b", {hidden}}}) {
+      SCOPED_TRACE(name);
+      ASSERT_TRUE(grads.count(name));
+      EXPECT_EQ(grads.at(name).shape(), shape);
+      EXPECT_EQ(test::maxAbsDiff(grads.at(name), Tensor(shape)), 0.0f);
+    }
+  }
+  expectCentralDifferences(*cell, request, {});
+}
+
+// A layer norm of parameters alone (no batch dimension) that every row reads with its own
+// gradient: the rows' gradients go back through the same norm and add up in the parameter's.
+// The differential fuzzer found it: layernorm_grad refused the rows' gradient as wider than its
+// operand.
+TEST(Gradients, ALayerNormOfParametersAloneMatchesCentralDifferences) {
+  auto cell = frontend::parseCell(R"(cell lnparams(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], v[hidden_size], s[hidden_size]
+  n = layernorm(tanh(v), s, eps=0.001)
+  h2 = tanh(linear(x, w) + n * h + 0.5 * n)
+  return h = h2; output h2
+})",
+                                  "lnparams.cell");
+  std::mt19937 rng(19);
+  const int64_t steps = 3, batch = 3, input = 3, hidden = 5;
+  TensorMap weights =
+      test::randomWeights(*cell, {{"input_size", input}, {"hidden_size", hidden}}, rng);
+  for (float& v : weights.at("v").values())
+    v *= 4; // a spread for the norm to act on
+  GradientRequest request;
+  request.weights = &weights;
+  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
+  request.initialStates["h"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
+  request.gradOutput = test::randomTensor({steps, batch, hidden}, rng, 1.0f);
+  request.gradFinalStates["h"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
+  expectCentralDifferences(*cell, request, {});
+}
+
 // A cell whose output is none of its states: the training forward then keeps each state's next
 // value in columns of its own, and the backward reads the states entering each step there (the
 // step before's, the initial state at each sequence's first step). Both directions, so that

@@ -450,6 +450,14 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
             sum[c] += sums[static_cast<size_t>(c)];
       }
     }
+    // Inputs no path of the cell reaches (whatever reads them is dead) have zero gradients.
+    const TrainingTape::Slot& first = tape.slots[static_cast<size_t>(layer * directions)];
+    const auto& inputs = program_->slots()[static_cast<size_t>(layer * directions)].bound->inputs;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      Tensor& gradient = i == 0 ? gradLayerInput : grads[inputs[i]->name];
+      if (gradient.rank() != 3)
+        gradient = Tensor({steps, batch, first.inputs.at(i)->dim(2)});
+    }
     // Down a layer: through the dropout between layers, as the forward applied it.
     if (layer > 0 && options_.training && options_.dropout > 0) {
       Tensor mask({steps, batch, gradLayerInput.dim(2)}, 1.0f);

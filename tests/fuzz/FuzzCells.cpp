@@ -8,13 +8,16 @@
 // with the products' inputs rounded too (ExecutionOptions::bf16Products), for int8 quantized
 // (ExecutionOptions::int8Products): what a custom cell computes with reduced weights, checked
 // against an oracle that is not the generated code. With --device cuda-emulated the runs are
-// the GPU's kernels (codegen/GpuEmitter.h) emulated on this CPU, under every pass setting.
+// the GPU's kernels (codegen/GpuEmitter.h) emulated on this CPU, under every pass setting. With
+// --backward they are training runs: every gradient (weights, inputs, initial states) of the
+// JIT's against the interpreter's.
 //
 //   tests/fuzz/cells --count 1000 --seed 7        # or: fuzz_cells in the build tree
 //   tests/fuzz/cells --seconds 600 --seed $RANDOM # a timed run with a new seed
 //   tests/fuzz/cells --seed 7 --only 412 --print  # one cell again, with its source
 //   tests/fuzz/cells --count 200 --weights-dtype bf16
 //   tests/fuzz/cells --count 50 --device cuda-emulated  # the GPU's kernels, run on this CPU
+//   tests/fuzz/cells --count 100 --backward             # gradients
 //
 // Exit status: 0 when every run matched, 1 when any failed (each failure printed with the
 // cell's source, sizes and the setting, ready to become a regression test), 2 for bad usage.
@@ -24,6 +27,7 @@
 #include "passes/PassManager.h"
 #include "runtime/exec/Hash.h"
 #include "runtime/exec/Interpreter.h"
+#include "runtime/layers/Gradients.h"
 #include "tests/PassSettings.h"
 #include "tests/RandomTensors.h"
 #include "tests/RunSequence.h"
@@ -115,6 +119,7 @@ struct Options {
   std::vector<std::string> targets;
   codegen::WeightType weights = codegen::WeightType::F32;
   Engine engine = Engine::Jit; // or the GPU kernels emulated on this CPU
+  bool backward = false;       // gradients instead of the forward's outputs
 };
 
 class Fuzzer {
@@ -157,6 +162,8 @@ public:
     for (const auto& state : cell->states)
       request.initialStates[state->name] =
           test::randomTensor({1, batch, *state->shape[1].evaluate(generated.sizes)}, rng, 0.8f);
+    if (options_.backward)
+      return runGradients(index, generated, *cell, request, rng);
     request.engine = Engine::Interpreter;
     SequenceResult expected;
     try {
@@ -259,6 +266,84 @@ public:
   }
 
 private:
+  // --backward: the training run's gradients (the cell's derived backward, BPTT, the weight
+  // gradients' products) by the JIT against the interpreter's, for loss = sum(Y * DY) + the final
+  // states times random gradients, under every pass setting, target and thread count.
+  int runGradients(int64_t index, const fuzz::GeneratedCell& generated, const ir::Cell& cell,
+                   const SequenceRequest& sequence, std::mt19937& rng) {
+    GradientRequest request;
+    request.weights = sequence.weights;
+    request.input = sequence.inputs.at(cell.inputs[0]->name);
+    request.sideInputs = sequence.inputs;
+    request.sideInputs.erase(cell.inputs[0]->name);
+    request.initialStates = sequence.initialStates;
+    const int64_t steps = request.input.dim(0), batch = request.input.dim(1);
+    LayerOptions options;
+    options.numLayers = 1;
+    // Not training: the gradients of dropout inside a cell are not derived (a clear error), and
+    // out of training it is the identity.
+    options.sizes = generated.sizes;
+    options.engine = Engine::Interpreter;
+    GradientResult expected;
+    try {
+      // The output's width from a forward run, then random gradients of it and the states.
+      const LayerResult forward = rnnc::runGradients(cell, request, options).forward;
+      request.gradOutput = test::randomTensor(forward.output.shape(), rng, 1.0f);
+      for (const auto& [name, state] : forward.finalStates)
+        request.gradFinalStates[name] = test::randomTensor(state.shape(), rng, 1.0f);
+      expected = rnnc::runGradients(cell, request, options);
+    } catch (const std::exception& e) {
+      report(index, generated, "interpreter's gradients (the cell must train)", e.what());
+      return 1;
+    }
+    options.engine = Engine::Jit;
+    options.compile.cache.disk = true;
+    options.compile.cache.directory = cacheDirectory_;
+    int failures = 0;
+    for (const std::string& target : options_.targets)
+      for (const test::PassSetting& setting : settings_)
+        for (int threads : {1, 2}) {
+          const std::string where = fmt::format(
+              "gradients, {}, target {}, {} thread{}, T = {}, B = {}", setting.name,
+              target.empty() ? "host" : target, threads, threads == 1 ? "" : "s", steps, batch);
+          options.compile.pipeline = setting.pipeline;
+          options.compile.targetCpu = target;
+          options.threads = threads;
+          ++runs_;
+          try {
+            const GradientResult actual = rnnc::runGradients(cell, request, options);
+            double error = 0;
+            std::string worst;
+            for (const auto& [name, gradient] : expected.gradients) {
+              auto it = actual.gradients.find(name);
+              const double e =
+                  it == actual.gradients.end() ? INFINITY : relativeError(it->second, gradient);
+              if (!(e <= error)) {
+                error = e;
+                worst = name;
+              }
+            }
+            if (!(error <= kGradientTolerance)) {
+              report(index, generated, where,
+                     fmt::format("the gradient of {} differs from the interpreter's by {:.3g} "
+                                 "(relative)",
+                                 worst, error));
+              ++failures;
+            }
+          } catch (const std::exception& e) {
+            report(index, generated, where, e.what());
+            ++failures;
+          }
+          if (failures >= 3)
+            return failures;
+        }
+    return failures;
+  }
+
+  // Gradients sum over every step and row (the weights') and run back through the steps: more
+  // roundings apart than the forward's values.
+  static constexpr double kGradientTolerance = 1e-4;
+
   // How far the JIT may be from the interpreter, relative to the output's magnitude (at least
   // 1). Where activations are rounded before a product (bf16) or quantized (int8), a value within
   // a last-place difference of a rounding boundary (the two engines' elementwise functions differ
@@ -318,11 +403,19 @@ int main(int argc, char** argv) {
                  "cpu (default: the JIT) or cuda-emulated (the GPU's kernels, run on this CPU "
                  "thread after thread: the PTX path's code, checked without a GPU)")
       ->check(CLI::IsMember({"cpu", "cuda-emulated"}));
+  app.add_flag("--backward", options.backward,
+               "the gradients of a training run (JIT against the interpreter) instead of the "
+               "forward's outputs");
   CLI11_PARSE(app, argc, argv);
   options.weights = codegen::parseWeightType(weights);
   options.engine = device == "cpu" ? Engine::Jit : Engine::CudaEmulated;
   if (options.engine != Engine::Jit && options.weights != codegen::WeightType::F32) {
     std::cerr << "fuzz_cells: the GPU's kernels take fp32 weights only\n";
+    return 2;
+  }
+  if (options.backward &&
+      (options.engine != Engine::Jit || options.weights != codegen::WeightType::F32)) {
+    std::cerr << "fuzz_cells: --backward trains the CPU JIT with fp32 weights\n";
     return 2;
   }
   if (options.targets.empty()) {
