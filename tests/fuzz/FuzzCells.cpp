@@ -40,7 +40,9 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <optional>
 #include <unistd.h>
 
 using namespace rnnc;
@@ -183,57 +185,27 @@ public:
     // Now and then a pre-phase buffer of one or two steps' rows: the sequence runs in chunks.
     if (seed % 4 == 0)
       request.compile.sequenceBufferBytes = 1;
-    int failures = 0;
-    // The GPU's kernels are the same whatever CPU emulates them, on however many threads.
-    const bool onGpu = options_.engine != Engine::Jit;
-    const std::vector<std::string> targets =
-        onGpu ? std::vector<std::string>{""} : options_.targets;
-    const std::vector<int> threadCounts = onGpu ? std::vector<int>{1} : std::vector<int>{1, 2};
-    for (const std::string& target : targets)
-      for (const test::PassSetting& setting : settings_)
-        for (int threads : threadCounts) {
-          std::string where = onGpu ? fmt::format("{}, {}, T = {}, B = {}", setting.name,
-                                                  engineName(options_.engine), steps, batch)
-                                    : fmt::format("{}, target {}, {} thread{}, T = {}, B = {}",
-                                                  setting.name, target.empty() ? "host" : target,
-                                                  threads, threads == 1 ? "" : "s", steps, batch);
-          request.compile.pipeline = setting.pipeline;
-          request.compile.targetCpu = target;
-          request.threads = threads;
-          ++runs_;
-          try {
-            SequenceResult actual = runSequence(*cell, request);
-            double error = relativeError(actual.output, expected.output);
-            std::string worst = "output";
-            for (const auto& [name, state] : expected.finalStates) {
-              double e = relativeError(actual.finalStates.at(name), state);
-              if (e > error) {
-                error = e;
-                worst = "final " + name;
-              }
-            }
-            if (!(error <= tolerance())) {
-              report(index, generated, where,
-                     fmt::format("{} differs from the interpreter's by {:.3g} (relative)", worst,
-                                 error));
-              ++failures;
-            }
-          } catch (const std::exception& e) {
-            // Reduced weights are refused where no linear is left to store them (its result
-            // unused): a clear error, as it should be, and nothing to compare.
-            if (options_.weights != codegen::WeightType::F32 &&
-                std::string_view(e.what()).find("would change nothing") != std::string_view::npos) {
-              --runs_;
-              ++refused_;
-              continue;
-            }
-            report(index, generated, where, e.what());
-            ++failures;
-          }
-          if (failures && failures >= 3)
-            return failures; // enough to see the pattern; the next cell
-        }
-    return failures;
+    return eachRun(index, generated, "", steps, batch,
+                   [&](const test::PassSetting& setting, const std::string& target,
+                       int threads) -> std::optional<std::string> {
+                     request.compile.pipeline = setting.pipeline;
+                     request.compile.targetCpu = target;
+                     request.threads = threads;
+                     SequenceResult actual = runSequence(*cell, request);
+                     double error = relativeError(actual.output, expected.output);
+                     std::string worst = "output";
+                     for (const auto& [name, state] : expected.finalStates) {
+                       double e = relativeError(actual.finalStates.at(name), state);
+                       if (e > error) {
+                         error = e;
+                         worst = "final " + name;
+                       }
+                     }
+                     if (error <= tolerance())
+                       return std::nullopt;
+                     return fmt::format("{} differs from the interpreter's by {:.3g} (relative)",
+                                        worst, error);
+                   });
   }
 
   int run() {
@@ -284,13 +256,13 @@ private:
     // out of training it is the identity.
     options.sizes = generated.sizes;
     options.engine = Engine::Interpreter;
+    // Random gradients of the output and of every final state, shaped as they are.
+    request.gradOutput = test::randomTensor(
+        {steps, batch, *cell.output->shape[1].evaluate(generated.sizes)}, rng, 1.0f);
+    for (const auto& [name, initial] : request.initialStates)
+      request.gradFinalStates[name] = test::randomTensor(initial.shape(), rng, 1.0f);
     GradientResult expected;
     try {
-      // The output's width from a forward run, then random gradients of it and the states.
-      const LayerResult forward = rnnc::runGradients(cell, request, options).forward;
-      request.gradOutput = test::randomTensor(forward.output.shape(), rng, 1.0f);
-      for (const auto& [name, state] : forward.finalStates)
-        request.gradFinalStates[name] = test::randomTensor(state.shape(), rng, 1.0f);
       expected = rnnc::runGradients(cell, request, options);
     } catch (const std::exception& e) {
       report(index, generated, "interpreter's gradients (the cell must train)", e.what());
@@ -299,38 +271,71 @@ private:
     options.engine = Engine::Jit;
     options.compile.cache.disk = true;
     options.compile.cache.directory = cacheDirectory_;
+    return eachRun(index, generated, "gradients, ", steps, batch,
+                   [&](const test::PassSetting& setting, const std::string& target,
+                       int threads) -> std::optional<std::string> {
+                     options.compile.pipeline = setting.pipeline;
+                     options.compile.targetCpu = target;
+                     options.threads = threads;
+                     const GradientResult actual = rnnc::runGradients(cell, request, options);
+                     double error = 0;
+                     std::string worst;
+                     for (const auto& [name, gradient] : expected.gradients) {
+                       auto it = actual.gradients.find(name);
+                       const double e = it == actual.gradients.end()
+                                            ? INFINITY
+                                            : relativeError(it->second, gradient);
+                       if (!(e <= error)) {
+                         error = e;
+                         worst = name;
+                       }
+                     }
+                     if (error <= kGradientTolerance)
+                       return std::nullopt;
+                     return fmt::format(
+                         "the gradient of {} differs from the interpreter's by {:.3g} (relative)",
+                         worst, error);
+                   });
+  }
+
+  // Runs `attempt` under every pass setting, on every target and thread count (the GPU's
+  // kernels, the same whatever CPU emulates them on however many threads: under every setting
+  // once); `attempt` returns what differs from the interpreter, or nothing. Returns the failed
+  // runs, stopping at 3: enough to see the pattern, then the next cell.
+  int eachRun(int64_t index, const fuzz::GeneratedCell& generated, const std::string& what,
+              int64_t steps, int64_t batch,
+              const std::function<std::optional<std::string>(const test::PassSetting&,
+                                                             const std::string&, int)>& attempt) {
+    const bool onGpu = options_.engine != Engine::Jit;
+    const std::vector<std::string> targets =
+        onGpu ? std::vector<std::string>{""} : options_.targets;
+    const std::vector<int> threadCounts = onGpu ? std::vector<int>{1} : std::vector<int>{1, 2};
     int failures = 0;
-    for (const std::string& target : options_.targets)
+    for (const std::string& target : targets)
       for (const test::PassSetting& setting : settings_)
-        for (int threads : {1, 2}) {
-          const std::string where = fmt::format(
-              "gradients, {}, target {}, {} thread{}, T = {}, B = {}", setting.name,
-              target.empty() ? "host" : target, threads, threads == 1 ? "" : "s", steps, batch);
-          options.compile.pipeline = setting.pipeline;
-          options.compile.targetCpu = target;
-          options.threads = threads;
-          ++runs_;
+        for (int threads : threadCounts) {
+          const std::string where =
+              what + (onGpu ? fmt::format("{}, {}, T = {}, B = {}", setting.name,
+                                          engineName(options_.engine), steps, batch)
+                            : fmt::format("{}, target {}, {} thread{}, T = {}, B = {}",
+                                          setting.name, target.empty() ? "host" : target, threads,
+                                          threads == 1 ? "" : "s", steps, batch));
           try {
-            const GradientResult actual = rnnc::runGradients(cell, request, options);
-            double error = 0;
-            std::string worst;
-            for (const auto& [name, gradient] : expected.gradients) {
-              auto it = actual.gradients.find(name);
-              const double e =
-                  it == actual.gradients.end() ? INFINITY : relativeError(it->second, gradient);
-              if (!(e <= error)) {
-                error = e;
-                worst = name;
-              }
-            }
-            if (!(error <= kGradientTolerance)) {
-              report(index, generated, where,
-                     fmt::format("the gradient of {} differs from the interpreter's by {:.3g} "
-                                 "(relative)",
-                                 worst, error));
+            std::optional<std::string> differs = attempt(setting, target, threads);
+            ++runs_;
+            if (differs) {
+              report(index, generated, where, *differs);
               ++failures;
             }
           } catch (const std::exception& e) {
+            // Reduced weights are refused where no linear is left to store them (its result
+            // unused): a clear error, as it should be, and nothing to compare.
+            if (options_.weights != codegen::WeightType::F32 &&
+                std::string_view(e.what()).find("would change nothing") != std::string_view::npos) {
+              ++refused_;
+              continue;
+            }
+            ++runs_;
             report(index, generated, where, e.what());
             ++failures;
           }
@@ -408,7 +413,7 @@ int main(int argc, char** argv) {
                "forward's outputs");
   CLI11_PARSE(app, argc, argv);
   options.weights = codegen::parseWeightType(weights);
-  options.engine = device == "cpu" ? Engine::Jit : Engine::CudaEmulated;
+  options.engine = engineFor(device, /*interpret=*/false, "--device", "--interpret");
   if (options.engine != Engine::Jit && options.weights != codegen::WeightType::F32) {
     std::cerr << "fuzz_cells: the GPU's kernels take fp32 weights only\n";
     return 2;
