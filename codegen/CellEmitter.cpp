@@ -221,6 +221,24 @@ void CellEmitter::emitInstruction(const ir::Instr& instr, llvm::Value* batchRows
                                    llvm::ConstantFP::get(f32, instr.attrs.value)});
     return;
   }
+  case Op::DropoutMask: {
+    // In the loop, this step's rows, one step of the call; in the pre phase, the call's steps *
+    // batch rows, in the order of their steps (RnncDropoutMaskFunction).
+    RNNC_INTERNAL_CHECK(maskSeed && maskRow, "dropout masks without their arguments");
+    const ir::Value* x = instr.operands[0];
+    View out = view(&instr.result);
+    RowRange rows = rowsFor(x, batchRows);
+    const bool inLoop = step != nullptr;
+    llvm::Value* reversed = reverse && !inLoop ? b.CreateZExt(reverse, i64) : constant(0);
+    b.CreateCall(dropoutMaskFn,
+                 {b.CreateSub(rows.end, rows.begin), constant(columnsOf(x)),
+                  elementPointer(out, rows.begin, constant(0)), out.rowStride, rows.begin,
+                  inLoop ? constant(1) : steps, batch, reversed,
+                  inLoop ? b.CreateAdd(maskRow, b.CreateMul(step, batch)) : maskRow, maskSeed,
+                  constant(static_cast<int64_t>(instr.attrs.stream)),
+                  llvm::ConstantFP::get(llvm::Type::getDoubleTy(llvmContext), instr.attrs.value)});
+    return;
+  }
   case Op::Concat: {
     View out = view(&instr.result);
     int64_t col = 0;

@@ -30,6 +30,11 @@ EmitContext::EmitContext(llvm::LLVMContext& llvmContext, const ir::Cell& cell,
       llvm::FunctionType::get(none, {ptr, ptr, i64, ptr, ptr, i64, i64}, false));
   layerNormFn = module->getOrInsertFunction(
       kLayerNormSymbol, llvm::FunctionType::get(none, {i64, i64, ptr, i64, ptr, i64, f32}, false));
+  dropoutMaskFn = module->getOrInsertFunction(
+      kDropoutMaskSymbol, llvm::FunctionType::get(none,
+                                                  {i64, i64, ptr, i64, i64, i64, i64, i64, i64, i64,
+                                                   i64, llvm::Type::getDoubleTy(llvmContext)},
+                                                  false));
   layerNormGradFn = module->getOrInsertFunction(
       kLayerNormGradSymbol,
       llvm::FunctionType::get(none, {i64, i64, ptr, i64, ptr, i64, ptr, i64, f32}, false));
@@ -66,6 +71,10 @@ void EmitContext::loadArguments(llvm::Value* args) {
   threads = RNNC_FIELD(threads, i64);
   team = RNNC_FIELD(team, ptr);
   inputStrides.clear();
+  if (!denseInputs && ir::containsOp(cell, ir::Op::DropoutMask)) {
+    maskSeed = RNNC_FIELD(maskSeed, i64);
+    maskRow = RNNC_FIELD(maskRow, i64);
+  }
   reverse =
       denseInputs ? nullptr : b.CreateICmpNE(RNNC_FIELD(reverse, i64), constant(0), "reverse");
   if (denseInputs) {

@@ -174,7 +174,8 @@ public:
   llvm::Type* i64 = nullptr;
   llvm::PointerType* ptr = nullptr;
   // The runtime's helpers (RunArgs.h).
-  llvm::FunctionCallee gemmFn, layerNormFn, layerNormGradFn, barrierFn, packWeightsFn;
+  llvm::FunctionCallee gemmFn, layerNormFn, layerNormGradFn, barrierFn, packWeightsFn,
+      dropoutMaskFn;
   // The run's arguments, loaded on entry.
   llvm::Value* steps = nullptr;
   llvm::Value* batch = nullptr;
@@ -186,6 +187,9 @@ public:
   std::vector<llvm::Value*> params, inputs, states, buffers;
   std::vector<llvm::Value*> inputStrides; // floats per row of each input (RnncRunArgs)
   llvm::Value* reverse = nullptr;         // i1, RnncRunArgs::reverse; null where it cannot be set
+  // RnncRunArgs::maskSeed and maskRow, loaded where the cell draws dropout masks (else null).
+  llvm::Value* maskSeed = nullptr;
+  llvm::Value* maskRow = nullptr;
   // Inputs as dense rows (a GPU's, and its host emulation's): RnncRunArgs::inputStrides unread.
   bool denseInputs = false;
   llvm::Value* step = nullptr; // the step being emitted; null outside the time loop

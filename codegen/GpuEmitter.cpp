@@ -1012,6 +1012,7 @@ void GpuEmitter::emitInstruction(const ir::Instr& instr, llvm::Value* item) {
   case Op::Clamp:
   case Op::Dropout:
   case Op::Step:
+  case Op::DropoutMask: // refused by planGpuRegions
     break;
   }
   RNNC_INTERNAL_CHECK(false, "no GPU code for " + std::string(ir::opName(instr.op)));

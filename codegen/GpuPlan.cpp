@@ -133,6 +133,9 @@ GpuRegion unitRegion(const ir::Block& block, const WorkUnit& unit, GpuPhase phas
   case ir::Op::LayerNormGrad:
     setRows(region, first.operands[0]);
     break;
+  case ir::Op::DropoutMask:
+    throw UserError("dropout in training mode runs on the CPU (the JIT or the interpreter): the "
+                    "GPU's code draws no dropout masks");
   case ir::Op::Concat:
   case ir::Op::Stack:
     setRows(region, &first.result);

@@ -225,6 +225,7 @@ llvm::Value* KernelEmitter::compute(const ir::Instr& instr, Get& get, llvm::Type
   case Op::MatMul:
   case Op::LayerNorm:
   case Op::LayerNormGrad:
+  case Op::DropoutMask:
     break;
   }
   RNNC_INTERNAL_CHECK(false, "no kernel code for " + std::string(ir::opName(instr.op)));

@@ -29,6 +29,12 @@ struct RnncRunArgs {
   // sequences, without a reversed copy of its inputs): loop step t reads and writes the rows of
   // step `steps - 1 - t`. CPU code only.
   int64_t reverse;
+  // Training dropout (ir::Op::DropoutMask, runtime/exec/Hash.h): the run's seed, and the mask
+  // row of the call's first step's first row (the rows a direction runs counted in the order it
+  // runs them: step t of the call, row b, is mask row maskRow + t * batch + b). Read only by the
+  // code of cells with masks.
+  uint64_t maskSeed;
+  int64_t maskRow;
 };
 
 // The phases run in this order when a call asks for several. Run apart: the parameter-only work
@@ -57,6 +63,15 @@ using RnncLayerNormFunction = void (*)(int64_t rows, int64_t cols, const float* 
 using RnncLayerNormGradFunction = void (*)(int64_t rows, int64_t cols, const float* x, int64_t ldx,
                                            const float* g, int64_t ldg, float* dx, int64_t lddx,
                                            float eps);
+
+// Dropout masks (ir::Op::DropoutMask) for `rows` rows of a block, from row `firstRow` of its
+// `steps` * `batch` rows on: row s is step s / batch's row s % batch, which the call ran as its
+// step (reverse ? steps - 1 - s / batch : s / batch), so its mask row is maskRow + that step *
+// batch + s % batch. out[i * ldo + c] = 1 / (1 - p) where kept, 0 where dropped.
+using RnncDropoutMaskFunction = void (*)(int64_t rows, int64_t cols, float* out, int64_t ldo,
+                                         int64_t firstRow, int64_t steps, int64_t batch,
+                                         int64_t reverse, int64_t maskRow, uint64_t seed,
+                                         int64_t stream, double p);
 
 // Packs a product's weights in its tiles' order (codegen/StoragePlan.h, PackedProduct), the
 // blocks of columns shared between the `threads` threads of a call: the parameter phase's work,
@@ -88,6 +103,7 @@ inline constexpr const char* kRunFunctionName = "rnnc_run";
 inline constexpr const char* kGemmSymbol = "rnnc_gemm";
 inline constexpr const char* kLayerNormSymbol = "rnnc_layernorm";
 inline constexpr const char* kLayerNormGradSymbol = "rnnc_layernorm_grad";
+inline constexpr const char* kDropoutMaskSymbol = "rnnc_dropout_mask";
 inline constexpr const char* kBarrierSymbol = "rnnc_barrier";
 inline constexpr const char* kPackWeightsSymbol = "rnnc_pack_weights";
 } // namespace rnnc::codegen

@@ -31,6 +31,7 @@ std::span<const AttrField> attrFields(AttrKind kind) {
   static constexpr AttrField kRange[] = {{"lo", &Attrs::lo}, {"hi", &Attrs::hi}};
   static constexpr AttrField kProb[] = {{"p", &Attrs::value}};
   static constexpr AttrField kEps[] = {{"eps", &Attrs::value}};
+  static constexpr AttrField kMask[] = {{"p", &Attrs::value}, {"stream", &Attrs::stream}};
   switch (kind) {
   case AttrKind::None:
     return {};
@@ -44,6 +45,8 @@ std::span<const AttrField> attrFields(AttrKind kind) {
     return kProb;
   case AttrKind::Eps:
     return kEps;
+  case AttrKind::Mask:
+    return kMask;
   }
   return {};
 }

@@ -45,6 +45,7 @@ public:
 struct Attrs {
   double value = 0; // const value, dropout probability or layernorm epsilon (see AttrKind)
   double lo = 0, hi = 0;
+  double stream = 0; // dropout_mask: which of the cell's dropouts (a whole number)
   Dim offset;
 };
 

@@ -22,6 +22,7 @@ enum class AttrKind {
   Offset, // slice: {offset = 2*hidden_size}
   Range,  // clamp: {lo = -1, hi = 1}
   Prob,   // dropout: {p = 0.5}
+  Mask,   // dropout_mask: {p = 0.5, stream = 0}
   Eps,    // layernorm: {eps = 1e-05}
 };
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace rnnc::ir {
 namespace {
 
@@ -144,6 +146,16 @@ Shape inferShape(Op op, const std::vector<const Shape*>& operands, const Attrs& 
   case Op::Dropout:
     if (!(attrs.value >= 0 && attrs.value < 1))
       fail(fmt::format("dropout: p must be in [0, 1), got {}", attrs.value));
+    return *operands[0];
+  case Op::DropoutMask:
+    if (!(attrs.value >= 0 && attrs.value < 1))
+      fail(fmt::format("dropout_mask: p must be in [0, 1), got {}", attrs.value));
+    if (!(attrs.stream >= 0 && attrs.stream < 0x1p53 && attrs.stream == std::floor(attrs.stream)))
+      fail(fmt::format("dropout_mask: stream must be a whole number, got {}", attrs.stream));
+    if (!hasBatch(*operands[0]))
+      fail(fmt::format("dropout_mask: the operand {} has no batch dimension (a mask is drawn "
+                       "per row)",
+                       shapeStr(*operands[0])));
     return *operands[0];
   default:
     break;

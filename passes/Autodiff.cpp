@@ -42,6 +42,8 @@ public:
     finish();
     if (policy_ == ForwardValues::Keep)
       readKeptValues();
+    else
+      keepMasks();
     ir::verify(cell());
   }
 
@@ -270,8 +272,10 @@ private:
       accumulate(x[0], mul(g, mul(sub(constant(1), below), sub(constant(1), above))));
       return;
     }
-    case Op::Dropout: // inference: the identity (training masks are the runner's)
+    case Op::Dropout: // inference: the identity (training makes its masks explicit first)
       accumulate(x[0], g);
+      return;
+    case Op::DropoutMask: // reads only its operand's shape
       return;
     case Op::LayerNorm: {
       ir::Attrs attrs;
@@ -387,10 +391,14 @@ private:
     if (recomputed.count(c.output))
       read.insert(c.output);
 
+    // A dropout's mask counts as a product: drawn again in the backward step, it would be drawn
+    // for other rows (the backward runs its own steps), so the forward's is kept, and so is
+    // whatever the gradients read that depends on it.
     std::set<const Value*> reachesProduct; // through values not kept
     for (size_t position = 0; position < recomputed_.size(); ++position) {
       ir::Instr& instr = *recomputed_[position];
-      bool product = instr.op == Op::Linear || instr.op == Op::MatMul;
+      bool product =
+          instr.op == Op::Linear || instr.op == Op::MatMul || instr.op == Op::DropoutMask;
       for (const Value* operand : instr.operands)
         product = product || reachesProduct.count(operand);
       if (!product)
@@ -399,14 +407,36 @@ private:
         reachesProduct.insert(&instr.result);
         continue;
       }
-      RNNC_INTERNAL_CHECK(instr.result.isBatched(), "a kept value without the batch dimension");
-      Value* kept =
-          c.addArgument(ir::ArgKind::Input, fmt::format("{}{}", kKeptPrefix, out_.kept.size()),
-                        instr.result.shape);
-      ir::replaceAllUses(c, &instr.result, kept);
-      out_.kept.push_back(position);
+      keep(instr, position);
     }
     eliminateDeadCode(c);
+  }
+
+  // Recompute: the forward step runs again inside the backward one, but for the masks of its
+  // dropouts, which the forward keeps (see readKeptValues).
+  void keepMasks() {
+    ir::Cell& c = cell();
+    std::set<const Value*> used(c.output ? std::set<const Value*>{c.output}
+                                         : std::set<const Value*>{});
+    for (const auto& instr : c.step)
+      used.insert(instr->operands.begin(), instr->operands.end());
+    for (const ir::StateUpdate& update : c.updates)
+      used.insert(update.next);
+    for (size_t position = 0; position < recomputed_.size(); ++position)
+      if (recomputed_[position]->op == Op::DropoutMask &&
+          used.count(&recomputed_[position]->result))
+        keep(*recomputed_[position], position);
+    eliminateDeadCode(c);
+  }
+
+  // The forward value at `position` (`instr`'s twin here) becomes the input `kept.<k>`.
+  void keep(ir::Instr& instr, size_t position) {
+    ir::Cell& c = cell();
+    RNNC_INTERNAL_CHECK(instr.result.isBatched(), "a kept value without the batch dimension");
+    Value* kept = c.addArgument(
+        ir::ArgKind::Input, fmt::format("{}{}", kKeptPrefix, out_.kept.size()), instr.result.shape);
+    ir::replaceAllUses(c, &instr.result, kept);
+    out_.kept.push_back(position);
   }
 
   struct WeightFactor {

@@ -66,8 +66,10 @@ inline constexpr const char* kKeptPrefix = "kept."; // the kept forward values
 
 enum class ForwardValues { Keep, Recompute };
 
-// Throws UserError naming the op for what cannot be differentiated (dropout in training is the
-// sequence runner's affair: its masks are inputs of neither cell).
+// Throws UserError naming the op for what cannot be differentiated. `dropout` is the identity
+// here (inference); training makes its masks explicit first (passes/TrainingDropout.h), and a
+// dropout_mask is kept like a product, under either policy: the backward reads the forward's
+// masks and draws none.
 BackwardCell deriveBackward(const ir::Cell& forward, ForwardValues policy = ForwardValues::Keep);
 
 // The training forward: `forward` whose output holds, side by side, each distinct value the

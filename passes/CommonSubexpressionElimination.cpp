@@ -16,7 +16,7 @@ using Key = std::tuple<int, std::vector<int>, std::string, std::string>;
 std::string attrText(const ir::Instr& instr) {
   const ir::Attrs& a = instr.attrs;
   return ir::formatNumber(a.value) + "," + ir::formatNumber(a.lo) + "," + ir::formatNumber(a.hi) +
-         "," + a.offset.str();
+         "," + ir::formatNumber(a.stream) + "," + a.offset.str();
 }
 
 } // namespace

@@ -11,6 +11,7 @@
 #include "passes/Premultiply.h"
 #include "passes/Simplify.h"
 #include "passes/SinkSlices.h"
+#include "passes/TrainingDropout.h"
 
 #include <algorithm>
 #include <chrono>
@@ -46,6 +47,10 @@ std::vector<Pass> allPasses() {
       {"fuse", "group elementwise ops into fused kernels", fuseElementwise, PassGroup::Fusion},
       {"fuse-matmul", "compute the recurrent matrix product tile by tile inside its kernel",
        fuseMatMul, PassGroup::Fusion},
+      {"training-dropout",
+       "training only (--passes): each dropout as its input times an explicit mask, "
+       "dropout_mask",
+       lowerTrainingDropout, PassGroup::Training},
   };
 }
 
@@ -65,7 +70,8 @@ std::vector<Pass> buildPipeline(const PipelineOptions& options) {
     return pipeline;
   }
   for (Pass& pass : allPasses()) {
-    const bool groupOff = (pass.group == PassGroup::Premultiply && !options.premultiply) ||
+    const bool groupOff = pass.group == PassGroup::Training ||
+                          (pass.group == PassGroup::Premultiply && !options.premultiply) ||
                           (pass.group == PassGroup::Fusion && !options.fuse);
     if (groupOff || options.disabled.count(pass.name))
       continue;

@@ -17,7 +17,9 @@ namespace rnnc::passes {
 // A pass rewrites the cell in place and says whether it changed anything.
 // What a pass belongs to, for the options that switch a whole group off (--no-premul,
 // --no-fuse) rather than one pass by name.
-enum class PassGroup { Always, Premultiply, Fusion };
+// Training: run only when asked for by name (--passes); training applies it before the
+// pipeline (passes/TrainingDropout.h).
+enum class PassGroup { Always, Premultiply, Fusion, Training };
 
 struct Pass {
   std::string name; // unique in the pipeline: --disable-pass and --print-after choose by it

@@ -136,6 +136,35 @@ TEST(Autodiff, RecomputeRunsTheForwardStepAgain) {
 )");
 }
 
+// In training a dropout's mask is a value the forward keeps (as it keeps a product): the
+// backward multiplies by it and never draws one, whether it keeps values or recomputes them.
+TEST(Autodiff, DropoutMasksAreKeptNeverDrawnAgain) {
+  auto forward = ir::parseIR(R"(cell @d(n) {
+  input %x : [B, n]
+  state %h : [B, n]
+  param %u : [n, n]
+  step {
+    %0 = dropout_mask %h {p = 0.5, stream = 0} : [B, n]
+    %1 = mul %h, %0 : [B, n]
+    %2 = linear %1, %u : [B, n]
+    %3 = add %2, %x : [B, n]
+    %4 = tanh %3 : [B, n]
+  }
+  yield %h = %4
+  output %4
+}
+)");
+  for (auto policy : {passes::ForwardValues::Keep, passes::ForwardValues::Recompute}) {
+    passes::BackwardCell backward = passes::deriveBackward(*forward, policy);
+    EXPECT_FALSE(ir::containsOp(*backward.cell, ir::Op::DropoutMask))
+        << ir::toString(*backward.cell);
+    ASSERT_FALSE(backward.kept.empty());
+    EXPECT_EQ(backward.kept[0], 0u) << "the mask, %0, is the first value kept";
+    if (policy == passes::ForwardValues::Recompute)
+      EXPECT_EQ(backward.kept.size(), 1u) << "only the mask";
+  }
+}
+
 // An LSTM keeps its four activated gates (cuDNN's reserve space: the gates and c; h and c enter
 // the backward as states) and its backward step has one product: dh = dgates W_hh.
 TEST(Autodiff, LstmKeepsItsGatesAndRunsNoForwardProduct) {
@@ -529,6 +558,83 @@ TEST(Gradients, ACellWhoseOutputIsNoStateMatchesCentralDifferences) {
   request.gradFinalStates["c"] = test::randomTensor({2, batch, hidden}, rng, 1.0f);
   request.lengths = Int64Array{{batch}, {4, 1, 3}};
   expectCentralDifferences(*cell, request, {});
+}
+
+// Dropout inside a cell in training (passes/TrainingDropout.h): the backward multiplies the
+// gradient by the masks the forward drew, so the gradients are those of the function the masks
+// fixed, which central differences of the training forward measure (the interpreter drawing the
+// same masks from the seed). Dropout of the input (its mask hoisted with the input product), of
+// the state and of the output; both directions, lengths.
+constexpr const char* kDropoutCell = R"(cell dropping(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size], b[hidden_size]
+  h2 = tanh(linear(dropout(x, 0.3), w, b) + linear(dropout(h, 0.2), u))
+  return h = h2; output dropout(h2, 0.5)
+})";
+
+TEST(Gradients, DropoutInsideACellMatchesCentralDifferencesWithTheForwardsMasks) {
+  auto cell = frontend::parseCell(kDropoutCell, "dropping.cell");
+  std::mt19937 rng(17);
+  const int64_t steps = 5, batch = 3, input = 3, hidden = 4;
+  TensorMap weights;
+  for (const char* suffix : {"_l0", "_l0_reverse"}) {
+    weights[std::string("w") + suffix] = test::randomTensor({hidden, input}, rng, 0.8f);
+    weights[std::string("u") + suffix] = test::randomTensor({hidden, hidden}, rng, 0.8f);
+    weights[std::string("b") + suffix] = test::randomTensor({hidden}, rng, 0.3f);
+  }
+  GradientRequest request;
+  request.weights = &weights;
+  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
+  request.initialStates["h"] = test::randomTensor({2, batch, hidden}, rng, 0.5f);
+  request.gradOutput = test::randomTensor({steps, batch, 2 * hidden}, rng, 1.0f);
+  request.gradFinalStates["h"] = test::randomTensor({2, batch, hidden}, rng, 1.0f);
+  request.lengths = Int64Array{{batch}, {5, 2, 4}};
+  LayerOptions options;
+  options.bidirectional = true;
+  options.training = true;
+  options.seed = 9;
+  expectCentralDifferences(*cell, request, options);
+}
+
+// The input reaches the loss only through its dropout: its gradient is zero exactly where the
+// mask dropped it (about p of the entries), on the JIT and the interpreter alike; and keeping
+// only the states (ForwardValues::Recompute) still reads the forward's masks.
+TEST(Gradients, AnInputsGradientIsZeroWhereItsDropoutDroppedIt) {
+  auto cell = frontend::parseCell(kDropoutCell, "dropping.cell");
+  std::mt19937 rng(19);
+  const int64_t steps = 16, batch = 8, input = 32, hidden = 8;
+  TensorMap weights =
+      test::randomWeights(*cell, {{"input_size", input}, {"hidden_size", hidden}}, rng);
+  GradientRequest request;
+  request.weights = &weights;
+  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
+  request.gradOutput = test::randomTensor({steps, batch, hidden}, rng, 1.0f);
+  LayerOptions options;
+  options.training = true;
+  options.seed = 4;
+  options.engine = Engine::Jit;
+  const Tensor jit = runGradients(*cell, request, options).gradients.at("input");
+  int64_t zeros = 0;
+  for (float g : jit.values())
+    zeros += g == 0.0f;
+  EXPECT_NEAR(static_cast<double>(zeros) / jit.numel(), 0.3, 0.03);
+
+  options.engine = Engine::Interpreter;
+  const Tensor interpreted = runGradients(*cell, request, options).gradients.at("input");
+  EXPECT_LT(test::maxAbsDiff(jit, interpreted), 1e-5);
+  for (Engine engine : {Engine::Jit, Engine::Interpreter}) {
+    options.engine = engine;
+    auto program = GradientProgram::build(*cell, weights, "weights", options,
+                                          passes::ForwardValues::Recompute);
+    TrainingTape tape = program->forward(request.input, {}, std::nullopt);
+    TensorMap recomputed = program->backward(tape, {request.gradOutput, {}});
+    EXPECT_LT(test::maxAbsDiff(recomputed.at("input"), jit), 1e-5) << engineName(engine);
+    EXPECT_LT(test::maxAbsDiff(recomputed.at("u"),
+                               runGradients(*cell, request, options).gradients.at("u")),
+              1e-5)
+        << engineName(engine);
+  }
 }
 
 // A side input every layer and direction reads: its gradient sums theirs. Two layers, both

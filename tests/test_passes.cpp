@@ -36,7 +36,9 @@ namespace {
 
 // What the reference interpreter computes for `cell` (its sizes bound to `size`, B = 3, T = 4)
 // on inputs, states and parameters drawn from `seed`: the outputs, then each final state.
-std::vector<Tensor> interpret(const ir::Cell& unbound, int64_t size, unsigned seed) {
+// `training`: dropouts draw masks (from `seed` too).
+std::vector<Tensor> interpret(const ir::Cell& unbound, int64_t size, unsigned seed,
+                              bool training = false) {
   auto cell = unbound.clone();
   ir::SizeMap sizes;
   for (const std::string& name : cell->sizeNames)
@@ -52,7 +54,8 @@ std::vector<Tensor> interpret(const ir::Cell& unbound, int64_t size, unsigned se
     inputs.push_back(test::randomTensor({4, 3, *x->shape.back().evaluate(sizes)}, rng));
   for (const auto& h : cell->states)
     states.push_back(test::randomTensor({3, *h->shape.back().evaluate(sizes)}, rng));
-  std::vector<Tensor> results = {Interpreter(*cell, params).run(inputs, states)};
+  std::vector<Tensor> results = {
+      Interpreter(*cell, params, ExecutionOptions{training, seed}).run(inputs, states)};
   results.insert(results.end(), states.begin(), states.end());
   return results;
 }
@@ -206,12 +209,13 @@ TEST_P(PassFile, GivesTheExpectedIRAndKeepsTheMeaning) {
   ASSERT_NE(split, std::string::npos) << file << ": no '# expected:' line";
   const std::string input = text.substr(0, split), expected = text.substr(split + marker.size());
   std::string passList;
-  bool unchanged = false;
+  bool unchanged = false, training = false; // "# training": the meaning in training mode
   std::istringstream header(input);
   for (std::string line; std::getline(header, line) && line.rfind("#", 0) == 0;) {
     if (line.rfind("# passes: ", 0) == 0)
       passList = line.substr(10);
     unchanged = unchanged || line == "# unchanged";
+    training = training || line == "# training";
   }
   ASSERT_FALSE(passList.empty()) << file << ": no '# passes: NAME' line";
 
@@ -234,7 +238,8 @@ TEST_P(PassFile, GivesTheExpectedIRAndKeepsTheMeaning) {
 
   auto before = ir::parseIR(input, file);
   for (int64_t size : {1, 5}) {
-    std::vector<Tensor> want = interpret(*before, size, 17), got = interpret(*output, size, 17);
+    std::vector<Tensor> want = interpret(*before, size, 17, training),
+                        got = interpret(*output, size, 17, training);
     for (size_t i = 0; i < want.size(); ++i)
       EXPECT_LT(test::maxAbsDiff(got[i], want[i]), 1e-5)
           << file << ": " << (i == 0 ? "outputs" : "final state " + std::to_string(i - 1))
@@ -262,19 +267,24 @@ TEST(IRParser, ReadsFusedRegionsBack) {
 // and --no-premul switch off exactly their groups.
 TEST(PassManager, NamesAreUniqueAndGroupsSwitchOffTogether) {
   std::set<std::string> names;
-  int fusion = 0, premultiply = 0;
+  int fusion = 0, premultiply = 0, training = 0;
   for (const passes::Pass& pass : passes::allPasses()) {
     EXPECT_TRUE(names.insert(pass.name).second) << pass.name << " is listed twice";
     fusion += pass.group == passes::PassGroup::Fusion;
     premultiply += pass.group == passes::PassGroup::Premultiply;
+    training += pass.group == passes::PassGroup::Training;
   }
   EXPECT_EQ(fusion, 3);
   EXPECT_EQ(premultiply, 1);
+  EXPECT_EQ(training, 1);
   passes::PipelineOptions noFuse, noPremul, oneCse;
   noFuse.fuse = false;
   noPremul.premultiply = false;
   oneCse.disabled = {"premultiply-cse"};
-  const size_t all = passes::allPasses().size();
+  // The training pass runs only by name (--passes), never in the pipeline.
+  const size_t all = passes::allPasses().size() - 1;
+  for (const passes::Pass& pass : passes::buildPipeline({}))
+    EXPECT_NE(pass.group, passes::PassGroup::Training) << pass.name;
   EXPECT_EQ(passes::buildPipeline(noFuse).size(), all - 3);
   for (const passes::Pass& pass : passes::buildPipeline(noFuse))
     EXPECT_NE(pass.group, passes::PassGroup::Fusion) << pass.name;

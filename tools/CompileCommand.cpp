@@ -7,6 +7,7 @@
 #include "ir/Verifier.h"
 #include "passes/Autodiff.h"
 #include "passes/PassManager.h"
+#include "passes/TrainingDropout.h"
 #include "runtime/exec/CellBuild.h"
 #include "runtime/exec/TargetMemo.h"
 #include "tools/CommandLine.h"
@@ -29,6 +30,7 @@ struct CompileCommandOptions {
   std::string gpu = "sm_80";
   bool noTensorCores = false; // with --target nvptx: every product in fp32 FMAs
   bool grad = false;          // the backward cell instead (passes/Autodiff.h)
+  bool train = false;         // as training runs it: dropout's masks explicit
   bool timePasses = false;
   std::string weightsDtype = "fp32";
   PipelineFlags pipeline;
@@ -60,6 +62,8 @@ int compile(const CompileCommandOptions& o) {
     cell->bindSizes(sizes);
     ir::verify(*cell);
   }
+  if (o.train)
+    passes::lowerTrainingDropout(*cell);
   if (o.grad)
     cell = passes::deriveBackward(*cell).cell;
   if (o.emit == "ir") {
@@ -171,6 +175,10 @@ CommandAction addCompileCommand(CLI::App& app) {
   cmd->add_flag("--grad", o->grad,
                 "The cell's backward step (one step of backpropagation through time, derived "
                 "by reverse-mode autodiff) instead of the cell");
+  cmd->add_flag("--train", o->train,
+                "The cell as training runs it: each dropout its input times an explicit mask "
+                "(dropout_mask, drawn per row and column from the seed); with --grad, the "
+                "training backward step, which reads the masks the forward kept");
   o->pipeline.addTo(*cmd);
   return [o] { return compile(*o); };
 }

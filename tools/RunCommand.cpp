@@ -318,8 +318,8 @@ CLI::App* addLayerCommand(CLI::App& app, const std::string& name, const std::str
       ->check(CLI::IsMember({"cpu", "cuda", "cuda-emulated"}))
       ->default_val("cpu");
   cmd->add_flag("--interpret", o->interpret,
-                "Run on the reference interpreter instead of the JIT (training mode with dropout "
-                "always does)");
+                "Run on the reference interpreter instead of the JIT (both draw the same dropout "
+                "masks in training)");
   o->pipeline.addTo(*cmd);
   return cmd;
 }

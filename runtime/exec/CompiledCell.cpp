@@ -292,6 +292,8 @@ CompiledCell::prepare(const std::vector<Tensor>& params, int threads) const {
                    1,
                    nullptr,
                    noStrides.data(),
+                   0,
+                   0,
                    0};
   RunThreads(threads, packingOnOneThread_).call(function_, args);
   return prepared;
@@ -350,7 +352,8 @@ void CompiledCell::run(const Prepared& prepared, const std::vector<Tensor>& inpu
 
 void CompiledCell::run(const Prepared& prepared, int64_t steps, int64_t batch,
                        const std::vector<InputRows>& inputs, std::vector<Tensor>& states,
-                       Tensor& output, Workspace& workspace, int threads, bool reverse) const {
+                       Tensor& output, Workspace& workspace, int threads, bool reverse,
+                       uint64_t maskSeed) const {
   checkArity(inputs, states);
   for (const InputRows& input : inputs)
     RNNC_INTERNAL_CHECK(input.rows == steps * batch, "inputs' rows differ");
@@ -374,9 +377,12 @@ void CompiledCell::run(const Prepared& prepared, int64_t steps, int64_t batch,
   const int64_t chunks = (steps + chunk - 1) / chunk;
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t first = (reverse ? chunks - 1 - c : c) * chunk;
+    const int64_t chunkSteps = std::min(chunk, steps - first);
+    // The steps run before this chunk's: in reverse, those after it.
+    const int64_t stepsBefore = reverse ? steps - first - chunkSteps : first;
     for (size_t i = 0; i < inputs.size(); ++i)
       chunkInputs[i] = inputs[i].data + first * batch * inputs[i].stride;
-    RnncRunArgs args{std::min(chunk, steps - first),
+    RnncRunArgs args{chunkSteps,
                      batch,
                      prepared.params.data(),
                      chunkInputs.data(),
@@ -388,7 +394,9 @@ void CompiledCell::run(const Prepared& prepared, int64_t steps, int64_t batch,
                      1,
                      nullptr,
                      strides.data(),
-                     reverse ? 1 : 0};
+                     reverse ? 1 : 0,
+                     maskSeed,
+                     stepsBefore * batch};
     team.call(function_, args);
   }
 }
@@ -411,7 +419,8 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<Tensor>
 
 void CompiledCell::runPacked(const Prepared& prepared, const std::vector<InputRows>& inputs,
                              const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
-                             Tensor& output, Workspace& workspace, int threads) const {
+                             Tensor& output, Workspace& workspace, int threads,
+                             uint64_t maskSeed) const {
   checkArity(inputs, states);
   RNNC_INTERNAL_CHECK(!batchSizes.empty() && batchSizes[0] > 0, "empty packed batch");
   const int64_t rows = std::accumulate(batchSizes.begin(), batchSizes.end(), int64_t{0});
@@ -479,7 +488,9 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<InputRo
                     1,
                     nullptr,
                     strides.data(),
-                    0};
+                    0,
+                    maskSeed,
+                    c.firstRow};
     team.call(function_, pre);
     // Each stretch of steps with one active batch reads and writes its own rows.
     std::vector<int64_t> chunkSizes(batchSizes.begin() + static_cast<std::ptrdiff_t>(c.firstStep),
@@ -498,7 +509,9 @@ void CompiledCell::runPacked(const Prepared& prepared, const std::vector<InputRo
                        1,
                        nullptr,
                        strides.data(),
-                       0};
+                       0,
+                       maskSeed,
+                       c.firstRow + stretch.firstRow};
       team.call(function_, loop);
     }
   }

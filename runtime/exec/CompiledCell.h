@@ -106,10 +106,12 @@ public:
            Tensor& output, Workspace& workspace, int threads) const;
   // The same with each input's `steps` * `batch` rows where they are; `reverse`: the steps run
   // from the last to the first (each output row stays at its step), as a reverse direction
-  // over whole sequences runs, without reversed copies of its inputs and outputs.
+  // over whole sequences runs, without reversed copies of its inputs and outputs. `maskSeed`:
+  // the seed of the dropout masks a training cell draws (ir::Op::DropoutMask), whose rows are
+  // counted in the order the steps run.
   void run(const Prepared& prepared, int64_t steps, int64_t batch,
            const std::vector<InputRows>& inputs, std::vector<Tensor>& states, Tensor& output,
-           Workspace& workspace, int threads, bool reverse = false) const;
+           Workspace& workspace, int threads, bool reverse = false, uint64_t maskSeed = 0) const;
 
   // Variable length, in cuDNN's and PyTorch's packed layout: `batchSizes[t]` (non-increasing)
   // sequences are active at step t, and `inputs` hold, step after step, the rows of the active
@@ -117,13 +119,14 @@ public:
   // finished sequence's rows keep its state from its last step. `output` gets the packed
   // outputs, [sum(batchSizes), H]. Per chunk of steps (CompileOptions::sequenceBufferBytes),
   // the pre block (the input GEMM) runs once over every packed row of the chunk, then the loop
-  // runs each stretch of steps with the same active batch.
+  // runs each stretch of steps with the same active batch. Dropout masks' rows are the packed
+  // rows.
   void runPacked(const Prepared& prepared, const std::vector<Tensor>& inputs,
                  const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
                  Tensor& output, Workspace& workspace, int threads) const;
   void runPacked(const Prepared& prepared, const std::vector<InputRows>& inputs,
                  const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states,
-                 Tensor& output, Workspace& workspace, int threads) const;
+                 Tensor& output, Workspace& workspace, int threads, uint64_t maskSeed = 0) const;
 
   const ir::Cell& optimisedCell() const { return *cell_; }
   // The time compile() took, and whether LLVM ran or a cache answered.

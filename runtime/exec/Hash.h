@@ -19,4 +19,17 @@ inline double unitInterval(uint64_t hash) {
   return static_cast<double>(hash >> 11) * 0x1.0p-53;
 }
 
+// A training dropout's mask (ir::Op::DropoutMask): element (row, column) of dropout `stream` in a
+// run seeded `seed` is kept, as 1 / (1 - p), where the hash of those four lands at or above p,
+// and dropped (0) below it. `row` counts the rows a direction of a layer runs, step after step
+// in the order it runs them (t * B + b for a whole batch; the packed rows of a variable-length
+// one), so that every engine draws the same mask whatever its chunks, stretches and threads.
+// The hash of (seed, stream, row) is shared by a row's columns.
+inline uint64_t dropoutRowHash(uint64_t seed, uint64_t stream, uint64_t row) {
+  return splitmix64(splitmix64(splitmix64(seed) ^ stream) ^ row);
+}
+inline float dropoutMaskValue(uint64_t rowHash, uint64_t column, double p, float keptValue) {
+  return unitInterval(splitmix64(rowHash ^ column)) < p ? 0.0f : keptValue;
+}
+
 } // namespace rnnc

@@ -62,25 +62,33 @@ float nanMax(float a, float b) {
 struct EvalContext {
   const ExecutionOptions& options;
   int64_t firstRow; // the sequence-wide index (t*B + b) of this batch's first row
-  int dropoutIndex; // which dropout op of the cell this is, for independent masks
+  int dropoutIndex; // which of the cell's dropouts and masks this is (pre block, then step)
 };
 
+// The mask of dropout `stream` over x's rows (1 / (1 - p) kept, 0 dropped): runtime/exec/Hash.h.
+void dropoutMask(const Tensor& x, Tensor& out, double p, uint64_t stream, const EvalContext& ctx) {
+  const float kept = static_cast<float>(1.0 / (1.0 - p));
+  const int64_t cols = colsOf(x);
+  for (int64_t r = 0; r < rowsOf(x); ++r) {
+    const uint64_t rowHash =
+        dropoutRowHash(ctx.options.seed, stream, static_cast<uint64_t>(ctx.firstRow + r));
+    for (int64_t c = 0; c < cols; ++c)
+      out.data()[r * cols + c] = dropoutMaskValue(rowHash, static_cast<uint64_t>(c), p, kept);
+  }
+}
+
+// In training, x times the mask of stream k for the cell's k-th dropout: the stream
+// passes/TrainingDropout.h gives it as a dropout_mask, which replaces each dropout one for one
+// (so a dropout it leaves, of a value without the batch dimension, whose one row draws a mask
+// per step here, keeps its number too); else x.
 void dropout(const Tensor& x, Tensor& out, double p, const EvalContext& ctx) {
   if (!ctx.options.training || p == 0) {
     out = x;
     return;
   }
-  const float scale = static_cast<float>(1.0 / (1.0 - p));
-  const int64_t cols = colsOf(x);
-  for (int64_t r = 0; r < rowsOf(x); ++r)
-    for (int64_t c = 0; c < cols; ++c) {
-      uint64_t h = splitmix64(ctx.options.seed);
-      h = splitmix64(h ^ static_cast<uint64_t>(ctx.dropoutIndex));
-      h = splitmix64(h ^ static_cast<uint64_t>(ctx.firstRow + r));
-      h = splitmix64(h ^ static_cast<uint64_t>(c));
-      double u = unitInterval(h);
-      out.data()[r * cols + c] = u < p ? 0.0f : x.data()[r * cols + c] * scale;
-    }
+  dropoutMask(x, out, p, static_cast<uint64_t>(ctx.dropoutIndex), ctx);
+  for (int64_t i = 0; i < x.numel(); ++i)
+    out.data()[i] *= x.data()[i];
 }
 
 void layerNorm(const Tensor& x, Tensor& out, double eps) {
@@ -201,6 +209,8 @@ void evaluate(const ir::Instr& instr, const std::vector<const Tensor*>& in, Tens
   }
   case Op::Dropout:
     return dropout(*in[0], out, a.value, ctx);
+  case Op::DropoutMask:
+    return dropoutMask(*in[0], out, a.value, static_cast<uint64_t>(a.stream), ctx);
   case Op::LayerNorm:
     return layerNorm(*in[0], out, a.value);
   case Op::LayerNormGrad:
@@ -227,18 +237,18 @@ TensorShape concreteShape(const ir::Shape& shape, const ir::SizeMap& sizes) {
 // `storage` (a deque, so pointers into it stay valid).
 void runBlock(const ir::Block& block, const ir::Cell& cell, int64_t rows, int64_t firstRow,
               const ExecutionOptions& options,
-              std::unordered_map<const ir::Value*, const Tensor*>& env,
-              std::deque<Tensor>& storage) {
+              std::unordered_map<const ir::Value*, const Tensor*>& env, std::deque<Tensor>& storage,
+              int firstDropout) {
   ir::SizeMap sizes = cell.sizes;
   sizes[ir::kBatchSymbol] = rows;
-  int dropoutIndex = 0;
+  int dropoutIndex = firstDropout;
   for (const auto& instr : block) {
     std::vector<const Tensor*> operands;
     for (const ir::Value* operand : instr->operands)
       operands.push_back(env.at(operand));
     Tensor& out = storage.emplace_back(concreteShape(instr->result.shape, sizes));
     evaluate(*instr, operands, out, EvalContext{options, firstRow, dropoutIndex});
-    dropoutIndex += instr->op == Op::Dropout;
+    dropoutIndex += instr->op == Op::Dropout || instr->op == Op::DropoutMask;
     env[&instr->result] = &out;
   }
 }
@@ -259,7 +269,8 @@ Interpreter::Interpreter(const ir::Cell& cell, std::vector<Tensor> params, Execu
     RNNC_INTERNAL_CHECK(cell_.sizes.count(name), "size '" + name + "' is not bound");
 }
 
-Tensor Interpreter::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& states) const {
+Tensor Interpreter::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& states,
+                        int64_t firstRow) const {
   RNNC_INTERNAL_CHECK(inputs.size() == cell_.inputs.size(), "wrong number of inputs");
   RNNC_INTERNAL_CHECK(states.size() == cell_.states.size(), "wrong number of states");
   const int64_t steps = inputs.empty() ? 0 : inputs[0].dim(0);
@@ -276,7 +287,11 @@ Tensor Interpreter::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
     flatInputs.push_back(input.reshaped({steps * batch, input.dim(2)}));
   for (size_t i = 0; i < flatInputs.size(); ++i)
     sequenceEnv[cell_.inputs[i].get()] = &flatInputs[i];
-  runBlock(cell_.pre, cell_, steps * batch, 0, options_, sequenceEnv, preStorage);
+  runBlock(cell_.pre, cell_, steps * batch, firstRow, options_, sequenceEnv, preStorage, 0);
+  const int stepDropouts =
+      static_cast<int>(std::count_if(cell_.pre.begin(), cell_.pre.end(), [](const auto& instr) {
+        return instr->op == Op::Dropout || instr->op == Op::DropoutMask;
+      }));
 
   // Per step: the step's rows of every input and pre result, then the step block.
   std::vector<Tensor> preSequences;
@@ -301,7 +316,7 @@ Tensor Interpreter::run(const std::vector<Tensor>& inputs, std::vector<Tensor>& 
       env[value] = &storage.emplace_back(stepRows(*sequenceEnv.at(value), t, batch));
     for (size_t i = 0; i < states.size(); ++i)
       env[cell_.states[i].get()] = &states[i];
-    runBlock(cell_.step, cell_, batch, t * batch, options_, env, storage);
+    runBlock(cell_.step, cell_, batch, firstRow + t * batch, options_, env, storage, stepDropouts);
 
     const Tensor& out = *env.at(cell_.output);
     std::copy(out.data(), out.data() + out.numel(), output.data() + t * out.numel());

@@ -31,8 +31,10 @@ public:
 
   // Runs the whole sequence: `inputs` holds one [T, B, F] tensor per cell input (cell order),
   // `states` one [B, F] tensor per state (cell order), overwritten with the final states.
-  // Returns the per-step outputs, [T, B, H].
-  Tensor run(const std::vector<Tensor>& inputs, std::vector<Tensor>& states) const;
+  // Returns the per-step outputs, [T, B, H]. `firstRow`: the dropout masks' row index of the
+  // first step's first row (a stretch of a packed batch starts past the rows before it).
+  Tensor run(const std::vector<Tensor>& inputs, std::vector<Tensor>& states,
+             int64_t firstRow = 0) const;
 
 private:
   const ir::Cell& cell_;

@@ -1,5 +1,7 @@
 #include "runtime/exec/Kernels.h"
 
+#include "runtime/exec/Hash.h"
+
 #include <Eigen/Core>
 
 #include <cmath>
@@ -53,5 +55,20 @@ extern "C" void rnnc_layernorm(int64_t rows, int64_t cols, const float* x, int64
     float mean = in.mean();
     float variance = (in - mean).square().mean(); // biased, as torch.nn.LayerNorm
     out = (in - mean) / std::sqrt(variance + eps);
+  }
+}
+
+extern "C" void rnnc_dropout_mask(int64_t rows, int64_t cols, float* out, int64_t ldo,
+                                  int64_t firstRow, int64_t steps, int64_t batch, int64_t reverse,
+                                  int64_t maskRow, uint64_t seed, int64_t stream, double p) {
+  const float kept = static_cast<float>(1.0 / (1.0 - p));
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t s = firstRow + i, position = s / batch;
+    const int64_t step = reverse ? steps - 1 - position : position;
+    const uint64_t rowHash =
+        rnnc::dropoutRowHash(seed, static_cast<uint64_t>(stream),
+                             static_cast<uint64_t>(maskRow + step * batch + s % batch));
+    for (int64_t c = 0; c < cols; ++c)
+      out[i * ldo + c] = rnnc::dropoutMaskValue(rowHash, static_cast<uint64_t>(c), p, kept);
   }
 }

@@ -1,5 +1,5 @@
 // The helpers generated code calls (codegen/RunArgs.h): a GEMM (Eigen's), a row-wise layer
-// norm and its gradient. Given to the JIT as absolute symbols.
+// norm and its gradient, and dropout masks. Given to the JIT as absolute symbols.
 #pragma once
 
 #include <cstdint>
@@ -11,4 +11,7 @@ void rnnc_layernorm(int64_t rows, int64_t cols, const float* x, int64_t ldx, flo
                     float eps);
 void rnnc_layernorm_grad(int64_t rows, int64_t cols, const float* x, int64_t ldx, const float* g,
                          int64_t ldg, float* dx, int64_t lddx, float eps);
+void rnnc_dropout_mask(int64_t rows, int64_t cols, float* out, int64_t ldo, int64_t firstRow,
+                       int64_t steps, int64_t batch, int64_t reverse, int64_t maskRow,
+                       uint64_t seed, int64_t stream, double p);
 }

@@ -490,6 +490,7 @@ LoadedFunction loadGeneratedCode(std::string_view object, const std::string& fun
       {codegen::kGemmSymbol, reinterpret_cast<void*>(&rnnc_gemm)},
       {codegen::kLayerNormSymbol, reinterpret_cast<void*>(&rnnc_layernorm)},
       {codegen::kLayerNormGradSymbol, reinterpret_cast<void*>(&rnnc_layernorm_grad)},
+      {codegen::kDropoutMaskSymbol, reinterpret_cast<void*>(&rnnc_dropout_mask)},
       {codegen::kBarrierSymbol, reinterpret_cast<void*>(&rnnc_barrier)},
       {codegen::kPackWeightsSymbol, reinterpret_cast<void*>(&rnnc_pack_weights)}};
   return loadObject(object, function, helpers);

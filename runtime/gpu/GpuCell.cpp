@@ -169,6 +169,8 @@ Tensor GpuCell::emulateWith(const std::vector<Tensor>& params, const std::vector
                    1,
                    &counter,
                    nullptr, // dense inputs
+                   0,
+                   0, // no dropout masks (codegen/GpuPlan.cpp refuses them)
                    0};
   for (codegen::GpuPhase phase : kPhases) {
     if (phase == codegen::GpuPhase::Step && persistentBlocks > 0) {
@@ -281,6 +283,8 @@ GpuCell::resident(const std::vector<Tensor>& params, const std::vector<TensorSha
                    1,
                    nullptr,
                    nullptr, // dense inputs
+                   0,
+                   0, // no dropout masks (codegen/GpuPlan.cpp refuses them)
                    0};
   m.args = upload(&args, sizeof args);
   m.counter = allocate(sizeof(int64_t));

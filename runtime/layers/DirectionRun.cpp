@@ -15,9 +15,13 @@
 namespace rnnc {
 namespace {
 
+// A padded run whose first row is packed row `firstRow` (where its dropout masks' rows start).
+using PaddedFrom = std::function<Tensor(int64_t steps, int64_t batch, const CellInputs& inputs,
+                                        std::vector<Tensor>& states, int64_t firstRow)>;
+
 // A packed batch run one stretch of steps with the same active batch at a time, each stretch a
-// padded run of its rows: for an executor with no packed entry of its own (the interpreter).
-Tensor runPackedByStretches(const Executor& run, const CellInputs& inputs,
+// padded run of its rows: for an executor with no packed entry of its own.
+Tensor runPackedByStretches(const PaddedFrom& padded, const CellInputs& inputs,
                             const std::vector<int64_t>& batchSizes, std::vector<Tensor>& states) {
   Tensor output;
   for (const Stretch& stretch : stretchesOf(batchSizes)) {
@@ -30,7 +34,7 @@ Tensor runPackedByStretches(const Executor& run, const CellInputs& inputs,
     for (const Tensor& state : states)
       activeStates.emplace_back(TensorShape{active, state.dim(1)},
                                 std::vector<float>(state.data(), row(state, active)));
-    Tensor out = run.padded(stretch.steps, active, segment, activeStates);
+    Tensor out = padded(stretch.steps, active, segment, activeStates, firstRow);
     for (size_t s = 0; s < states.size(); ++s)
       std::copy(activeStates[s].data(), activeStates[s].data() + activeStates[s].numel(),
                 states[s].data());
@@ -112,8 +116,13 @@ DirectionRun runDirection(const Executor& run, const CellInputs& inputs, int64_t
     packed.push_back(std::move(rows));
   }
 
-  Tensor out = run.packed ? run.packed(packedInputs, batchSizes, states)
-                          : runPackedByStretches(run, packedInputs, batchSizes, states);
+  Tensor out =
+      run.packed
+          ? run.packed(packedInputs, batchSizes, states)
+          : runPackedByStretches([&](int64_t steps, int64_t batch, const CellInputs& inputs,
+                                     std::vector<Tensor>& states,
+                                     int64_t) { return run.padded(steps, batch, inputs, states); },
+                                 packedInputs, batchSizes, states);
 
   // Zero past each length; where every sequence is whole, each row is copied over.
   result.output = padded ? Tensor::uninitialized({steps, batch, out.dim(1)})
@@ -193,7 +202,7 @@ std::vector<Tensor> denseInputs(const CellInputs& inputs, int64_t steps, int64_t
 
 Executor jitExecutor(std::shared_ptr<const CompiledCell> cell,
                      std::shared_ptr<const CompiledCell::Prepared> prepared, int threads,
-                     std::shared_ptr<WorkspacePool> pool) {
+                     std::shared_ptr<WorkspacePool> pool, uint64_t maskSeed) {
   if (!pool)
     pool = std::make_shared<WorkspacePool>();
   Executor run;
@@ -202,7 +211,8 @@ Executor jitExecutor(std::shared_ptr<const CompiledCell> cell,
         [=](int64_t steps, int64_t batch, const CellInputs& inputs, std::vector<Tensor>& states) {
           Tensor output;
           auto workspace = pool->take();
-          cell->run(*prepared, steps, batch, inputs, states, output, *workspace, threads, reverse);
+          cell->run(*prepared, steps, batch, inputs, states, output, *workspace, threads, reverse,
+                    maskSeed);
           pool->give(std::move(workspace));
           return output;
         };
@@ -213,7 +223,7 @@ Executor jitExecutor(std::shared_ptr<const CompiledCell> cell,
                    std::vector<Tensor>& states) {
     Tensor output;
     auto workspace = pool->take();
-    cell->runPacked(*prepared, inputs, batchSizes, states, output, *workspace, threads);
+    cell->runPacked(*prepared, inputs, batchSizes, states, output, *workspace, threads, maskSeed);
     pool->give(std::move(workspace));
     return output;
   };
@@ -225,6 +235,16 @@ Executor interpreterExecutor(std::shared_ptr<const Interpreter> interpreter) {
   run.padded = [=](int64_t steps, int64_t batch, const CellInputs& inputs,
                    std::vector<Tensor>& states) {
     return interpreter->run(denseInputs(inputs, steps, batch), states);
+  };
+  // Each stretch's dropout masks from its first packed row on, as the JIT's packed runs draw them.
+  run.packed = [=](const CellInputs& inputs, const std::vector<int64_t>& batchSizes,
+                   std::vector<Tensor>& states) {
+    return runPackedByStretches(
+        [&](int64_t steps, int64_t batch, const CellInputs& segment, std::vector<Tensor>& states,
+            int64_t firstRow) {
+          return interpreter->run(denseInputs(segment, steps, batch), states, firstRow);
+        },
+        inputs, batchSizes, states);
   };
   return run;
 }

@@ -59,11 +59,13 @@ private:
 };
 
 // Executors of a cell: compiled code on `threads` threads (its workspaces from `pool`, a fresh
-// pool where none is given), the interpreter, or the GPU's kernels on the GPU (`device`) or
-// emulated on this CPU.
+// pool where none is given; `maskSeed` seeds a training cell's dropout masks, as
+// ExecutionOptions::seed does the interpreter's), the interpreter, or the GPU's kernels on the
+// GPU (`device`) or emulated on this CPU. The JIT and the interpreter draw the same masks: their
+// rows counted in the order the steps run (the packed rows of a variable-length batch).
 Executor jitExecutor(std::shared_ptr<const CompiledCell> cell,
                      std::shared_ptr<const CompiledCell::Prepared> prepared, int threads,
-                     std::shared_ptr<WorkspacePool> pool = nullptr);
+                     std::shared_ptr<WorkspacePool> pool = nullptr, uint64_t maskSeed = 0);
 Executor interpreterExecutor(std::shared_ptr<const Interpreter> interpreter);
 Executor gpuExecutor(std::shared_ptr<const GpuCell> cell, std::vector<Tensor> params, bool device);
 

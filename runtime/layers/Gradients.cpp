@@ -87,9 +87,13 @@ struct GradientProgram::Slot {
   std::shared_ptr<WorkspacePool> forwardWorkspaces = std::make_shared<WorkspacePool>();
   std::shared_ptr<WorkspacePool> backwardWorkspaces = std::make_shared<WorkspacePool>();
 
+  // The seed of the training forward's dropout masks: the layer runner's for this slot.
+  uint64_t maskSeed = 0;
+
   Executor forwardRun(int threads) const {
-    return forwardCode ? jitExecutor(forwardCode, forwardPrepared, threads, forwardWorkspaces)
-                       : interpreterExecutor(forwardInterpreter);
+    return forwardCode
+               ? jitExecutor(forwardCode, forwardPrepared, threads, forwardWorkspaces, maskSeed)
+               : interpreterExecutor(forwardInterpreter);
   }
   // The backward cell's inputs `kept.<k>` (its last ones), where the training forward wrote
   // them among its outputs ([T, B, W] `values`).
@@ -197,21 +201,30 @@ GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOp
   if (options.compile.weights != codegen::WeightType::F32)
     throw UserError(fmt::format("{} weights are for inference: training runs in fp32",
                                 codegen::weightTypeName(options.compile.weights)));
-  if (options.training && ir::containsOp(cell, ir::Op::Dropout))
-    throw UserError(fmt::format("cell '{}' has dropout inside the cell; its gradients in "
-                                "training mode are not supported yet (dropout between layers "
-                                "is)",
-                                cell.name));
+  if (options.training)
+    for (const LayerProgram::Slot& slot : layers->slots())
+      if (ir::containsOp(*slot.bound, ir::Op::Dropout)) // passes/TrainingDropout.h left it
+        throw UserError(fmt::format(
+            "cell '{}' has a dropout of a value without the batch dimension (of parameters "
+            "alone): its gradients in training are not supported yet (dropout of per-step "
+            "values, and between layers, trains)",
+            cell.name));
   auto program = std::shared_ptr<GradientProgram>(new GradientProgram);
   program->options_ = options;
   program->program_ = std::move(layers);
   std::vector<std::shared_ptr<Slot>> slots;
   for (const LayerProgram::Slot& slot : program->program_->slots()) {
     auto s = std::make_shared<Slot>();
+    // In training, the bound cell's dropouts are masks already (passes/TrainingDropout.h),
+    // which the backward reads as the forward kept them.
     s->backward = passes::deriveBackward(*slot.bound, forwardValues);
+    RNNC_INTERNAL_CHECK(!ir::containsOp(*s->backward.cell, ir::Op::DropoutMask),
+                        "a backward step that draws dropout masks again");
     s->forward = passes::trainingForward(*slot.bound, s->backward);
+    s->maskSeed = options.seed + static_cast<uint64_t>(slots.size());
     if (options.engine != Engine::Jit) {
-      s->forwardInterpreter = std::make_shared<Interpreter>(*s->forward.cell, slot.params);
+      s->forwardInterpreter = std::make_shared<Interpreter>(
+          *s->forward.cell, slot.params, ExecutionOptions{options.training, s->maskSeed});
       s->backwardInterpreter = std::make_shared<Interpreter>(*s->backward.cell, slot.params);
     }
     slots.push_back(std::move(s));

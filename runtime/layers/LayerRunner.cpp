@@ -4,6 +4,7 @@
 
 #include "codegen/WeightType.h"
 #include "ir/Error.h"
+#include "passes/TrainingDropout.h"
 #include "runtime/data/Weights.h"
 #include "runtime/layers/DirectionRun.h"
 #include "runtime/threads/ThreadTeam.h"
@@ -86,8 +87,8 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
   if (!(options.dropout >= 0 && options.dropout < 1)) // NaN too
     throw UserError(fmt::format("dropout must be in [0, 1), not {}", options.dropout));
   if (options.compile.weights != codegen::WeightType::F32) {
-    // Reduced-precision weights are the generated code's: the interpreter (also what training
-    // with dropout in the cell runs on) computes in fp32 from the weights as given.
+    // Reduced-precision weights are the generated code's: the interpreter computes in fp32 from
+    // the weights as given.
     if (options.engine == Engine::Interpreter)
       throw UserError(fmt::format("{} weights run on the JIT only, not on the interpreter",
                                   codegen::weightTypeName(options.compile.weights)));
@@ -180,18 +181,23 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
       slot.bound->bindSizes(sizes);
       for (size_t i : zeroBiases)
         slot.params[i] = Tensor({*cell.params[i]->shape[0].evaluate(sizes)});
-      // The generated code implements inference dropout only.
+      // Dropout in training: its masks explicit (passes/TrainingDropout.h), drawn alike by the
+      // JIT and the interpreter; the GPU's code draws none.
       const bool trainingDropout = options.training && ir::containsOp(*slot.bound, ir::Op::Dropout);
+      if (trainingDropout)
+        passes::lowerTrainingDropout(*slot.bound);
+      // A dropout of parameters alone stays, and only the interpreter draws its masks.
+      const bool interpreterOnly = trainingDropout && ir::containsOp(*slot.bound, ir::Op::Dropout);
       if (isGpuEngine(options.engine)) {
         if (trainingDropout)
           throw UserError(fmt::format("cell '{}' has dropout, which in training mode runs on the "
-                                      "interpreter only, not on {}",
+                                      "CPU only (the JIT or the interpreter), not on {}",
                                       cell.name, engineName(options.engine)));
         GpuCell::Options gpu;
         gpu.pipeline = options.compile.pipeline;
         gpu.log = options.compile.log;
         slot.gpu = GpuCell::compile(*slot.bound, gpu);
-      } else if (options.engine == Engine::Jit && !trainingDropout) {
+      } else if (options.engine == Engine::Jit && !interpreterOnly) {
         jitSlots.push_back(program->slots_.size());
       }
       layerOutput += ir::columnsOf(slot.bound->output);
@@ -292,11 +298,12 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
         for (const auto& tensor : inputTensors)
           inputs.push_back(InputRows::of(*tensor));
         ExecutionOptions execution{options_.training, options_.seed + static_cast<uint64_t>(index)};
-        Executor run =
-            slot.gpu        ? gpuExecutor(slot.gpu, slot.params, options_.engine == Engine::Cuda)
-            : slot.compiled ? jitExecutor(slot.compiled, slot.prepared, threads_, slot.workspaces)
-                            : interpreterExecutor(std::make_shared<Interpreter>(
-                                  *slot.bound, slot.params, execution));
+        Executor run = slot.gpu
+                           ? gpuExecutor(slot.gpu, slot.params, options_.engine == Engine::Cuda)
+                       : slot.compiled ? jitExecutor(slot.compiled, slot.prepared, threads_,
+                                                     slot.workspaces, execution.seed)
+                                       : interpreterExecutor(std::make_shared<Interpreter>(
+                                             *slot.bound, slot.params, execution));
         out = runDirection(run, inputs, steps, batch, std::move(states), lengths, direction == 1);
       }
       for (size_t s = 0; s < out.final.size(); ++s)

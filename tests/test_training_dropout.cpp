@@ -1,0 +1,178 @@
+// Dropout inside a cell in training (passes/TrainingDropout.h): the JIT draws the interpreter's
+// masks whatever the passes hoist out of the loop, the chunks of steps, the directions, the
+// lengths and the threads; masks follow the seed and each dropout has its own. Their gradients
+// are in test_gradients.cpp.
+#include "frontend/CellParser.h"
+#include "ir/Printer.h"
+#include "passes/TrainingDropout.h"
+#include "runtime/layers/LayerRunner.h"
+#include "tests/RandomTensors.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+namespace rnnc {
+namespace {
+
+// Dropout of the input (the premultiply pass hoists its mask and the input product into the
+// pre phase), of the state (drawn in the loop) and of the output.
+constexpr const char* kDroppingCell = R"(cell dropping(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size], b[hidden_size]
+  h2 = tanh(linear(dropout(x, 0.3), w, b) + linear(dropout(h, 0.2), u))
+  return h = h2; output dropout(h2, 0.5)
+})";
+
+struct DroppingRun {
+  bool bidirectional = false;
+  bool lengths = false;
+  int layers = 1;
+};
+
+LayerResult runDropping(const ir::Cell& cell, const TensorMap& weights, Engine engine,
+                        const DroppingRun& shape, int threads, int64_t chunkBytes,
+                        bool training = true, uint64_t seed = 5) {
+  std::mt19937 rng(3);
+  LayerRequest request;
+  request.weights = &weights;
+  request.input = test::randomTensor({7, 3, 5}, rng, 1.0f);
+  if (shape.lengths)
+    request.lengths = Int64Array{{3}, {7, 2, 5}};
+  LayerOptions options;
+  options.engine = engine;
+  options.training = training;
+  options.seed = seed;
+  options.threads = threads;
+  options.bidirectional = shape.bidirectional;
+  options.numLayers = shape.layers;
+  if (chunkBytes > 0)
+    options.compile.sequenceBufferBytes = chunkBytes;
+  return runLayers(cell, request, options);
+}
+
+TensorMap droppingWeights(const ir::Cell& cell, const DroppingRun& shape) {
+  std::mt19937 rng(11);
+  TensorMap weights;
+  for (int layer = 0; layer < shape.layers; ++layer)
+    for (int direction = 0; direction < (shape.bidirectional ? 2 : 1); ++direction) {
+      const std::string suffix = "_l" + std::to_string(layer) + (direction == 1 ? "_reverse" : "");
+      const int64_t in = layer == 0 ? 5 : (shape.bidirectional ? 14 : 7);
+      weights["w" + suffix] = test::randomTensor({7, in}, rng, 0.6f);
+      weights["u" + suffix] = test::randomTensor({7, 7}, rng, 0.6f);
+      weights["b" + suffix] = test::randomTensor({7}, rng, 0.3f);
+    }
+  return weights;
+}
+
+float maxDifference(const Tensor& a, const Tensor& b) {
+  EXPECT_EQ(a.shape(), b.shape());
+  float most = 0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    most = std::max(most, std::abs(a.data()[i] - b.data()[i]));
+  return most;
+}
+
+TEST(TrainingDropout, TheJitDrawsTheInterpretersMasks) {
+  auto cell = frontend::parseCell(kDroppingCell, "dropping.cell");
+  const DroppingRun shapes[] = {{false, false, 1}, {true, false, 1},  {false, true, 1},
+                                {true, true, 1},   {false, false, 2}, {true, true, 2}};
+  for (const DroppingRun& shape : shapes) {
+    TensorMap weights = droppingWeights(*cell, shape);
+    LayerResult expected = runDropping(*cell, weights, Engine::Interpreter, shape, 1, 0);
+    LayerResult inference =
+        runDropping(*cell, weights, Engine::Interpreter, shape, 1, 0, /*training=*/false);
+    EXPECT_GT(maxDifference(expected.output, inference.output), 0.1f) << "no mask was drawn";
+    // A chunk of a step or two (1 byte of pre buffer) runs the pre phase per chunk: its masks'
+    // rows start past the chunks before, counted backwards in the reverse direction.
+    for (int threads : {1, 2})
+      for (int64_t chunkBytes : {int64_t{0}, int64_t{1}}) {
+        SCOPED_TRACE(testing::Message() << "bidirectional " << shape.bidirectional << ", lengths "
+                                        << shape.lengths << ", layers " << shape.layers
+                                        << ", threads " << threads << ", chunk " << chunkBytes);
+        LayerResult actual = runDropping(*cell, weights, Engine::Jit, shape, threads, chunkBytes);
+        EXPECT_LT(maxDifference(actual.output, expected.output), 1e-5f);
+        EXPECT_LT(maxDifference(actual.finalStates.at("h"), expected.finalStates.at("h")), 1e-5f);
+      }
+  }
+}
+
+TEST(TrainingDropout, MasksFollowTheSeedAndEachDropoutHasItsOwn) {
+  // Two dropouts of the same value with the same p: common subexpression elimination must not
+  // make them one mask.
+  auto cell = frontend::parseCell(R"(cell twice(n) {
+  input x[n]
+  state h[n]
+  a = dropout(x, 0.5)
+  b = dropout(x, 0.5)
+  return h = h; output a - b
+})",
+                                  "twice.cell");
+  TensorMap none;
+  LayerRequest request;
+  request.weights = &none;
+  request.input = Tensor({6, 4, 64}, 1.0f);
+  LayerOptions options;
+  options.training = true;
+  options.seed = 1;
+  for (Engine engine : {Engine::Interpreter, Engine::Jit}) {
+    options.engine = engine;
+    Tensor out = runLayers(*cell, request, options).output;
+    // a - b is +-2 where exactly one of the masks keeps x: about half the elements.
+    int64_t differ = 0;
+    for (float v : out.values()) {
+      EXPECT_TRUE(v == 0.0f || std::abs(std::abs(v) - 2.0f) < 1e-6f) << v;
+      differ += v != 0.0f;
+    }
+    EXPECT_NEAR(static_cast<double>(differ) / out.numel(), 0.5, 0.08);
+    options.seed = 2;
+    EXPECT_NE(runLayers(*cell, request, options).output.values(), out.values());
+    options.seed = 1;
+    EXPECT_EQ(runLayers(*cell, request, options).output.values(), out.values());
+  }
+}
+
+TEST(TrainingDropout, AMaskIsKeptScaledOrDroppedAtTheRateAsked) {
+  auto cell = frontend::parseCell(R"(cell once(n) {
+  input x[n]
+  state h[n]
+  return h = h; output dropout(x, 0.3)
+})",
+                                  "once.cell");
+  TensorMap none;
+  LayerRequest request;
+  request.weights = &none;
+  request.input = Tensor({8, 16, 256}, 2.0f);
+  LayerOptions options;
+  options.training = true;
+  options.engine = Engine::Jit;
+  Tensor out = runLayers(*cell, request, options).output;
+  int64_t dropped = 0;
+  for (float v : out.values()) {
+    EXPECT_TRUE(v == 0.0f || std::abs(v - 2.0f / 0.7f) < 1e-5f) << v;
+    dropped += v == 0.0f;
+  }
+  EXPECT_NEAR(static_cast<double>(dropped) / out.numel(), 0.3, 0.01);
+}
+
+// Inference leaves dropout alone (the identity); training makes each mask explicit, and a
+// dropout of parameters alone (no rows to draw a mask for) stays for the interpreter.
+TEST(TrainingDropout, OnlyDropoutsOfPerStepValuesBecomeMasks) {
+  auto cell = frontend::parseCell(R"(cell mixed(n) {
+  input x[n]
+  state h[n]
+  param v[n]
+  return h = h + dropout(v, 0.5); output dropout(x, 0.25)
+})",
+                                  "mixed.cell");
+  EXPECT_TRUE(passes::lowerTrainingDropout(*cell));
+  const std::string text = ir::toString(*cell);
+  EXPECT_NE(text.find("dropout_mask %x {p = 0.25, stream = 1}"), std::string::npos) << text;
+  EXPECT_NE(text.find("dropout %v {p = 0.5}"), std::string::npos) << text;
+  EXPECT_FALSE(passes::lowerTrainingDropout(*cell)) << "nothing left to make explicit";
+}
+
+} // namespace
+} // namespace rnnc
