@@ -215,7 +215,7 @@ llvm::Value* KernelEmitter::compute(const ir::Instr& instr, Get& get, llvm::Type
   case Op::Tanh:
     return emitTanh(e.b, operand(0));
   case Op::Dropout:
-    return operand(0); // inference: identity (training runs on the interpreter)
+    return operand(0); // inference: identity (training makes masks explicit: dropout_mask)
   // Not elementwise: views, copies, products and layer norms are computed outside this switch.
   // No default: a new op in Ops.def is a compile error (-Werror=switch) until it is placed.
   case Op::Slice:

@@ -200,16 +200,17 @@ struct Tape {
 
 // A layer for training, built for one set of weights (an optimiser step changes them, and the
 // next forward builds anew: the compiled code comes from the memory cache, only the weights are
-// packed again). Dropout between layers, when given, is drawn from `seed`.
+// packed again). Dropout between layers, when given, and inside the cell are drawn from `seed`;
+// `training` false: the cell's dropouts are the identity (a module in eval mode).
 class Training {
 public:
   Training(const std::string& cellSpec, const std::map<std::string, FloatArray>& weights,
            const std::map<std::string, int64_t>& sizes, std::optional<int> numLayers,
            std::optional<bool> bidirectional, bool batchFirst, bool jit, int threads,
-           const std::string& targetCpu, double dropout, uint64_t seed) {
+           const std::string& targetCpu, double dropout, uint64_t seed, bool training) {
     LayerArgs args = layerArgs(cellSpec, weights, sizes, numLayers, bidirectional, batchFirst, jit,
                                threads, targetCpu);
-    args.options.training = true;
+    args.options.training = training;
     args.options.dropout = dropout;
     args.options.seed = seed;
     py::gil_scoped_release unlocked;
@@ -313,6 +314,33 @@ PYBIND11_MODULE(_rnnc, m) {
         return shapes;
       },
       py::arg("cell"), py::arg("sizes"));
+  // A cell's arguments with `sizes` bound, for a module that makes its parameters: the inputs'
+  // names, each state's width and the output's, by name.
+  m.def(
+      "cell_signature",
+      [](const std::string& cell, const std::map<std::string, int64_t>& sizes) {
+        auto parsed = python::loadCell(cell);
+        parsed->bindSizes({sizes.begin(), sizes.end()});
+        auto width = [&](const ir::Value* value, const std::string& what) {
+          const ir::Dim& d = value->shape.back();
+          if (!d.isConstant())
+            throw UserError("cell '" + parsed->name + "': " + what + " has size " + d.str() +
+                            "; give every size it depends on");
+          return d.constantValue();
+        };
+        py::list inputs;
+        for (const auto& input : parsed->inputs)
+          inputs.append(py::str(input->name));
+        py::dict states;
+        for (const auto& state : parsed->states)
+          states[py::str(state->name)] = width(state.get(), "state '" + state->name + "'");
+        py::dict signature;
+        signature["inputs"] = inputs;
+        signature["states"] = states;
+        signature["output"] = width(parsed->output, "the output");
+        return signature;
+      },
+      py::arg("cell"), py::arg("sizes"));
   m.def(
       "cell_ir",
       [](const std::string& cell, const std::map<std::string, int64_t>& sizes,
@@ -353,10 +381,10 @@ PYBIND11_MODULE(_rnnc, m) {
   py::class_<Training>(m, "Training")
       .def(py::init<const std::string&, const std::map<std::string, FloatArray>&,
                     const std::map<std::string, int64_t>&, std::optional<int>, std::optional<bool>,
-                    bool, bool, int, const std::string&, double, uint64_t>(),
+                    bool, bool, int, const std::string&, double, uint64_t, bool>(),
            py::arg("cell"), py::arg("weights"), py::arg("sizes"), py::arg("num_layers"),
            py::arg("bidirectional"), py::arg("batch_first"), py::arg("jit"), py::arg("threads"),
-           py::arg("target_cpu"), py::arg("dropout"), py::arg("seed"))
+           py::arg("target_cpu"), py::arg("dropout"), py::arg("seed"), py::arg("training") = true)
       .def("forward", &Training::forward, py::arg("input"), py::arg("states"), py::arg("lengths"))
       .def("backward", &Training::backward, py::arg("tape"), py::arg("grad_output"),
            py::arg("grad_finals"));

@@ -10,6 +10,13 @@ rnnc's own (new masks each call, from torch's random generator).
     lstm = rnnc.nn.LSTM(512, 512, num_layers=2)
     y, (h_n, c_n) = lstm(x)
     y.sum().backward()
+
+``rnnc.nn.Recurrent`` is any cell (a ``.cell`` file, its source or a built-in name) as a
+torch.nn.Module trained the same way, its parameters the cell's; in training mode the cell's
+``dropout`` draws new masks each call, which its backward reuses.
+
+    cell = rnnc.nn.Recurrent("mgu.cell", input_size=2, hidden_size=32)
+    y, finals = cell(x)            # finals: {"h": h_n}
 """
 
 import torch
@@ -18,7 +25,7 @@ from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
 from . import _rnnc
 from ._recurrent import check_state_shape, given_states, repack, state_shapes
 
-__all__ = ["LSTM", "GRU", "RNN"]
+__all__ = ["LSTM", "GRU", "RNN", "Recurrent"]
 
 
 def _initial_name(state):
@@ -98,7 +105,8 @@ class _RnncForward:
         program = _rnnc.Training(
             self._rnnc_cell(), {n: p.detach().contiguous().numpy() for n, p in zip(names, params)},
             {}, self.num_layers, self.bidirectional, self.batch_first, self._rnnc_options["jit"],
-            self._rnnc_options["threads"], self._rnnc_options["target_cpu"], dropout, seed)
+            self._rnnc_options["threads"], self._rnnc_options["target_cpu"], dropout, seed,
+            training=self.training)
         state_names = list(state_shapes(self, self.mode == "LSTM", batch))
         y, *finals = _Recurrence.apply(program, state_names, names, x, lengths, *states, *params)
         if not batched:
@@ -121,3 +129,92 @@ class GRU(_RnncForward, torch.nn.GRU):
 
 class RNN(_RnncForward, torch.nn.RNN):
     """torch.nn.RNN (tanh or relu) trained through rnnc."""
+
+
+class Recurrent(torch.nn.Module):
+    """Any cell as a layer trained through rnnc: ``cell`` is a ``.cell`` file, the cell's source
+    or a built-in name, and every size its parameters need is a keyword (``input_size=8,
+    hidden_size=32, ...``). The parameters are the cell's, one set per layer and direction,
+    named as the runtime reads them (``w_l0``, ``w_l0_reverse``, ``w_l1``, ...; a dot in a
+    cell's name becomes ``_``), each uniform in [-1/sqrt(hidden_size), 1/sqrt(hidden_size)] (or
+    over the square root of its last dimension without a hidden_size), as torch.nn's recurrent
+    modules start. Layers past the first read the layer below (its outputs, both directions side
+    by side). ``dropout``: between layers, in training mode.
+
+    ``forward(x, states=None, lengths=None, seed=None)`` returns the output and every final
+    state by name: x [T, B, input_size] ([B, T, input_size] with batch_first), each state
+    [num_layers * num_directions, B, F] (absent ones start at zero), lengths [B]. In training
+    mode the cell's dropouts (and those between layers) draw their masks from ``seed``, or from
+    torch's generator when it is None; in eval mode they are the identity. Options as
+    rnnc.nn.LSTM's: threads, jit, target_cpu. Cells with one input."""
+
+    def __init__(self, cell, num_layers=1, bidirectional=False, batch_first=False, dropout=0.0,
+                 *, threads=0, jit=True, target_cpu="", **sizes):
+        super().__init__()
+        if not isinstance(num_layers, int) or num_layers <= 0:
+            raise ValueError(f"num_layers must be a positive integer, not {num_layers!r}")
+        if not 0 <= dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), not {dropout!r}")
+        self.cell = str(cell)
+        self.sizes = {name: int(value) for name, value in sizes.items()}
+        self.num_layers, self.bidirectional = num_layers, bool(bidirectional)
+        self.batch_first, self.dropout = bool(batch_first), float(dropout)
+        self._rnnc_options = dict(jit=bool(jit), threads=int(threads), target_cpu=target_cpu)
+        signature = _rnnc.cell_signature(self.cell, self.sizes)
+        if len(signature["inputs"]) != 1:
+            raise ValueError(f"rnnc.nn.Recurrent trains cells with one input; this one has "
+                             f"{', '.join(signature['inputs'])}")
+        self.state_sizes = dict(signature["states"])
+        directions = 2 if self.bidirectional else 1
+        # (runtime name, attribute name) of every parameter, in the order the backward returns.
+        self._params = []
+        bound = self.sizes.get("hidden_size")
+        for layer in range(num_layers):
+            layer_sizes = dict(self.sizes)
+            if layer > 0:
+                layer_sizes["input_size"] = signature["output"] * directions
+            for direction in range(directions):
+                suffix = f"_l{layer}" + ("_reverse" if direction else "")
+                for name, shape in _rnnc.cell_params(self.cell, layer_sizes).items():
+                    k = 1.0 / (bound or shape[-1]) ** 0.5
+                    attribute = name.replace(".", "_") + suffix
+                    self.register_parameter(
+                        attribute, torch.nn.Parameter(torch.empty(shape).uniform_(-k, k)))
+                    self._params.append((name + suffix, attribute))
+
+    def forward(self, x, states=None, lengths=None, seed=None):
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 3:
+            raise TypeError("Recurrent takes a 3-D floating-point tensor [T, B, input_size] "
+                            f"([B, T, input_size] with batch_first), not {x!r:.80}")
+        x = x.float()
+        batch = x.shape[0 if self.batch_first else 1]
+        slots = self.num_layers * (2 if self.bidirectional else 1)
+        states = dict(states or {})
+        unknown = set(states) - set(self.state_sizes)
+        if unknown:
+            raise ValueError(f"the cell has no state {', '.join(sorted(unknown))}; its states: "
+                             f"{', '.join(self.state_sizes)}")
+        initial = []
+        for name, width in self.state_sizes.items():
+            state = states.get(name)
+            if state is None:
+                state = x.new_zeros((slots, batch, width))
+            check_state_shape(name, tuple(state.shape), (slots, batch, width))
+            initial.append(state.float())
+        if lengths is not None:
+            lengths = torch.as_tensor(lengths).cpu().numpy().astype("int64")
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, ())) if self.training else 0
+        names = [name for name, _ in self._params]
+        params = [getattr(self, attribute).float() for _, attribute in self._params]
+        sizes = {n: v for n, v in self.sizes.items() if n != "input_size"}
+        program = _rnnc.Training(
+            self.cell, {n: p.detach().contiguous().numpy() for n, p in zip(names, params)},
+            sizes, self.num_layers, self.bidirectional, self.batch_first,
+            self._rnnc_options["jit"], self._rnnc_options["threads"],
+            self._rnnc_options["target_cpu"], self.dropout if self.training else 0.0, int(seed),
+            training=self.training)
+        state_names = list(self.state_sizes)
+        y, *finals = _Recurrence.apply(program, state_names, names, x, lengths, *initial, *params)
+        return y, dict(zip(state_names, finals))
+

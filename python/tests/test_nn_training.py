@@ -127,3 +127,98 @@ def test_dropout_between_layers_in_training_draws_new_masks():
     assert not torch.equal(first, second)
     model.eval()
     assert torch.equal(model(x)[0], model(x)[0])
+
+
+# ---- rnnc.nn.Recurrent: any cell, dropout inside it --------------------------------------------
+
+DROPPING_CELL = """cell dropping(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size], b[hidden_size]
+  h2 = tanh(linear(dropout(x, 0.25), w, b) + linear(dropout(h, 0.5), u))
+  return h = h2; output h2
+}"""
+
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def dropout_mask(seed, stream, rows, cols, p):
+    """rnnc's mask, written out from its definition (runtime/exec/Hash.h): element (row, column)
+    of dropout `stream` is kept, as 1 / (1 - p), where the hash of (seed, stream, row, column)
+    lands at or above p."""
+    kept = float(torch.tensor(1.0 / (1.0 - p), dtype=torch.float32))
+    mask = torch.empty(len(rows), cols, dtype=torch.float64)
+    for i, row in enumerate(rows):
+        row_hash = _splitmix64(_splitmix64(_splitmix64(seed) ^ stream) ^ row)
+        for c in range(cols):
+            u = (_splitmix64(row_hash ^ c) >> 11) * 2.0**-53
+            mask[i, c] = 0.0 if u < p else kept
+    return mask
+
+
+def test_a_custom_cell_with_dropout_trains_with_the_forwards_masks():
+    torch.manual_seed(3)
+    steps, batch, inputs, hidden, seed = 5, 3, 4, 6, 12345
+    model = rnnc.nn.Recurrent(DROPPING_CELL, input_size=inputs, hidden_size=hidden)
+    assert sorted(name for name, _ in model.named_parameters()) == ["b_l0", "u_l0", "w_l0"]
+    x = torch.randn(steps, batch, inputs, requires_grad=True)
+    h0 = torch.randn(1, batch, hidden, requires_grad=True)
+    dy = torch.randn(steps, batch, hidden)
+    y, finals = model(x, {"h": h0}, seed=seed)
+    (y * dy).sum().backward()
+
+    # The same cell by hand in float64, with the masks drawn from their definition: step t's
+    # rows are t * B + b, the first layer's seed is the call's.
+    w, u, b = (p.detach().double().requires_grad_() for p in (model.w_l0, model.u_l0, model.b_l0))
+    xd, hd = x.detach().double().requires_grad_(), h0.detach().double().requires_grad_()
+    h, outputs = hd[0], []
+    for t in range(steps):
+        rows = [t * batch + r for r in range(batch)]
+        mx, mh = dropout_mask(seed, 0, rows, inputs, 0.25), dropout_mask(seed, 1, rows, hidden, 0.5)
+        h = torch.tanh((xd[t] * mx) @ w.T + b + (h * mh) @ u.T)
+        outputs.append(h)
+    expected = torch.stack(outputs)
+    (expected * dy.double()).sum().backward()
+    assert_close(y.detach().double(), expected.detach(), "output")
+    assert_close(finals["h"][0].detach().double(), h.detach(), "final h")
+    for ours, theirs, what in [(model.w_l0.grad, w.grad, "w"), (model.u_l0.grad, u.grad, "u"),
+                               (model.b_l0.grad, b.grad, "b"), (x.grad, xd.grad, "input"),
+                               (h0.grad, hd.grad, "h0")]:
+        assert_close(ours.double(), theirs, what)
+    # The input reaches the loss only through its dropout: zero gradient where it was dropped.
+    assert 0.1 < float((x.grad == 0).double().mean()) < 0.4
+
+
+def test_a_custom_cells_dropout_draws_new_masks_in_training_only():
+    torch.manual_seed(4)
+    model = rnnc.nn.Recurrent(DROPPING_CELL, num_layers=2, bidirectional=True, input_size=3,
+                              hidden_size=5)
+    assert model.w_l1.shape == (5, 10)  # layer 1 reads both directions of layer 0
+    x = torch.randn(6, 2, 3)
+    first, second = model(x)[0], model(x)[0]
+    assert not torch.equal(first, second)
+    assert torch.equal(model(x, seed=9)[0], model(x, seed=9)[0])
+    model.eval()
+    inference = rnnc.Layer(DROPPING_CELL, num_layers=2, bidirectional=True)
+    inference.load_state_dict({name: p.detach() for name, p in model.named_parameters()})
+    assert torch.equal(model(x)[0], model(x)[0])
+    assert_close(model(x)[0].detach(), inference(x)[0], "eval mode against rnnc.Layer", 1e-6)
+
+
+def test_recurrent_refuses_what_it_cannot_train():
+    with pytest.raises(ValueError, match="one input"):
+        rnnc.nn.Recurrent("""cell two(n) {
+  input x[n], a[n]
+  state h[n]
+  return h = tanh(x + a + h); output h
+}""", n=3)
+    model = rnnc.nn.Recurrent(DROPPING_CELL, input_size=2, hidden_size=3)
+    with pytest.raises(ValueError, match="no state c"):
+        model(torch.randn(2, 1, 2), {"c": torch.zeros(1, 1, 3)})
