@@ -5,6 +5,7 @@
 #include "frontend/CellParser.h"
 #include "ir/Printer.h"
 #include "passes/TrainingDropout.h"
+#include "runtime/exec/Hash.h"
 #include "runtime/layers/LayerRunner.h"
 #include "tests/RandomTensors.h"
 
@@ -155,6 +156,26 @@ TEST(TrainingDropout, AMaskIsKeptScaledOrDroppedAtTheRateAsked) {
     dropped += v == 0.0f;
   }
   EXPECT_NEAR(static_cast<double>(dropped) / out.numel(), 0.3, 0.01);
+}
+
+// The masks compare the hash's top 53 bits with ceil(p * 2^53), in integers: the same decision
+// as unitInterval(hash) < p, the definition, at the boundaries too.
+TEST(TrainingDropout, TheIntegerThresholdDecidesAsTheUnitInterval) {
+  std::mt19937_64 rng(7);
+  for (double p : {0.0, 0.1, 0.25, 0.5, 1.0 / 3.0, 0.999, 0x1.0p-53 * 12345}) {
+    const uint64_t threshold = dropoutThreshold(p);
+    for (int i = 0; i < 20000; ++i) {
+      const uint64_t rowHash = rng(), column = rng() % 4096;
+      const bool dropped = unitInterval(splitmix64(rowHash ^ column)) < p;
+      EXPECT_EQ(dropoutMaskValue(rowHash, column, threshold, 2.0f), dropped ? 0.0f : 2.0f) << p;
+    }
+    // Hashes whose top 53 bits are right at p * 2^53 (kept) and just below (dropped).
+    const uint64_t at = static_cast<uint64_t>(p * 0x1.0p53);
+    for (uint64_t k : {at, at == 0 ? 0 : at - 1, at + 1}) {
+      const uint64_t hash = k << 11;
+      EXPECT_EQ((hash >> 11) < threshold, unitInterval(hash) < p) << p << " " << k;
+    }
+  }
 }
 
 // Inference leaves dropout alone (the identity); training makes each mask explicit, and a

@@ -267,6 +267,7 @@ int bench(const BenchOptions& o) {
     LayerOptions options;
     options.engine = engine;
     options.threads = o.threads;
+    options.training = true; // a cell's dropouts draw their masks, as a training step's do
     options.compile.pipeline = pipeline;
     options.compile.cache.disk = false;
     options.compile.targetCpu = o.targetCpu;
@@ -489,7 +490,8 @@ CommandAction addBenchCommand(CLI::App& app) {
   cmd->add_flag("--json", o->json, "Print the results as one JSON object");
   cmd->add_flag("--backward", o->backward,
                 "Time training: forward + backward (the derived backward cell and the weight "
-                "gradients), fused and unfused JIT against the interpreter");
+                "gradients) in training mode (a cell's dropouts draw masks), fused and unfused "
+                "JIT against the interpreter");
   cmd->add_option("--device", o->device,
                   "cuda: also time the GPU's kernels (a kernel launch per region and step, and "
                   "one persistent kernel, also without tensor cores) on data already on the GPU, "

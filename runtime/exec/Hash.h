@@ -2,6 +2,7 @@
 // coordinates, so they are reproducible whatever order or thread computes them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 namespace rnnc {
@@ -28,8 +29,15 @@ inline double unitInterval(uint64_t hash) {
 inline uint64_t dropoutRowHash(uint64_t seed, uint64_t stream, uint64_t row) {
   return splitmix64(splitmix64(splitmix64(seed) ^ stream) ^ row);
 }
-inline float dropoutMaskValue(uint64_t rowHash, uint64_t column, double p, float keptValue) {
-  return unitInterval(splitmix64(rowHash ^ column)) < p ? 0.0f : keptValue;
+// unitInterval(h) < p, in integers: (h >> 11) * 2^-53 < p exactly when h >> 11 is below
+// ceil(p * 2^53) (a whole number k is below x exactly when it is below ceil(x); p * 2^53 is
+// exact), so that a row's columns are a loop the compiler vectorises.
+inline uint64_t dropoutThreshold(double p) {
+  return static_cast<uint64_t>(std::ceil(p * 0x1.0p53));
+}
+inline float dropoutMaskValue(uint64_t rowHash, uint64_t column, uint64_t threshold,
+                              float keptValue) {
+  return (splitmix64(rowHash ^ column) >> 11) < threshold ? 0.0f : keptValue;
 }
 
 } // namespace rnnc
