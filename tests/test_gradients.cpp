@@ -10,6 +10,7 @@
 #include "rnnc/rnnc.h"
 #include "runtime/data/Npy.h"
 #include "runtime/layers/Gradients.h"
+#include "tests/DroppingCell.h"
 #include "tests/TestSupport.h"
 #include "tests/ToolRunner.h"
 
@@ -563,18 +564,10 @@ TEST(Gradients, ACellWhoseOutputIsNoStateMatchesCentralDifferences) {
 // Dropout inside a cell in training (passes/TrainingDropout.h): the backward multiplies the
 // gradient by the masks the forward drew, so the gradients are those of the function the masks
 // fixed, which central differences of the training forward measure (the interpreter drawing the
-// same masks from the seed). Dropout of the input (its mask hoisted with the input product), of
-// the state and of the output; both directions, lengths.
-constexpr const char* kDropoutCell = R"(cell dropping(input_size, hidden_size) {
-  input x[input_size]
-  state h[hidden_size]
-  param w[hidden_size, input_size], u[hidden_size, hidden_size], b[hidden_size]
-  h2 = tanh(linear(dropout(x, 0.3), w, b) + linear(dropout(h, 0.2), u))
-  return h = h2; output dropout(h2, 0.5)
-})";
-
+// same masks from the seed). Dropout of the input, of the state and of the output
+// (tests/DroppingCell.h); both directions, lengths.
 TEST(Gradients, DropoutInsideACellMatchesCentralDifferencesWithTheForwardsMasks) {
-  auto cell = frontend::parseCell(kDropoutCell, "dropping.cell");
+  auto cell = frontend::parseCell(test::kDroppingCell, "dropping.cell");
   std::mt19937 rng(17);
   const int64_t steps = 5, batch = 3, input = 3, hidden = 4;
   TensorMap weights;
@@ -601,7 +594,7 @@ TEST(Gradients, DropoutInsideACellMatchesCentralDifferencesWithTheForwardsMasks)
 // mask dropped it (about p of the entries), on the JIT and the interpreter alike; and keeping
 // only the states (ForwardValues::Recompute) still reads the forward's masks.
 TEST(Gradients, AnInputsGradientIsZeroWhereItsDropoutDroppedIt) {
-  auto cell = frontend::parseCell(kDropoutCell, "dropping.cell");
+  auto cell = frontend::parseCell(test::kDroppingCell, "dropping.cell");
   std::mt19937 rng(19);
   const int64_t steps = 16, batch = 8, input = 32, hidden = 8;
   TensorMap weights =

@@ -7,6 +7,7 @@
 #include "passes/TrainingDropout.h"
 #include "runtime/exec/Hash.h"
 #include "runtime/layers/LayerRunner.h"
+#include "tests/DroppingCell.h"
 #include "tests/RandomTensors.h"
 
 #include <gtest/gtest.h>
@@ -16,16 +17,6 @@
 
 namespace rnnc {
 namespace {
-
-// Dropout of the input (the premultiply pass hoists its mask and the input product into the
-// pre phase), of the state (drawn in the loop) and of the output.
-constexpr const char* kDroppingCell = R"(cell dropping(input_size, hidden_size) {
-  input x[input_size]
-  state h[hidden_size]
-  param w[hidden_size, input_size], u[hidden_size, hidden_size], b[hidden_size]
-  h2 = tanh(linear(dropout(x, 0.3), w, b) + linear(dropout(h, 0.2), u))
-  return h = h2; output dropout(h2, 0.5)
-})";
 
 struct DroppingRun {
   bool bidirectional = false;
@@ -76,8 +67,21 @@ float maxDifference(const Tensor& a, const Tensor& b) {
   return most;
 }
 
+// The output of a cell without parameters over `input`, in training mode.
+Tensor trainWithoutWeights(const ir::Cell& cell, Tensor input, Engine engine, uint64_t seed) {
+  TensorMap none;
+  LayerRequest request;
+  request.weights = &none;
+  request.input = std::move(input);
+  LayerOptions options;
+  options.training = true;
+  options.seed = seed;
+  options.engine = engine;
+  return runLayers(cell, request, options).output;
+}
+
 TEST(TrainingDropout, TheJitDrawsTheInterpretersMasks) {
-  auto cell = frontend::parseCell(kDroppingCell, "dropping.cell");
+  auto cell = frontend::parseCell(test::kDroppingCell, "dropping.cell");
   const DroppingRun shapes[] = {{false, false, 1}, {true, false, 1},  {false, true, 1},
                                 {true, true, 1},   {false, false, 2}, {true, true, 2}};
   for (const DroppingRun& shape : shapes) {
@@ -111,16 +115,9 @@ TEST(TrainingDropout, MasksFollowTheSeedAndEachDropoutHasItsOwn) {
   return h = h; output a - b
 })",
                                   "twice.cell");
-  TensorMap none;
-  LayerRequest request;
-  request.weights = &none;
-  request.input = Tensor({6, 4, 64}, 1.0f);
-  LayerOptions options;
-  options.training = true;
-  options.seed = 1;
+  const Tensor x({6, 4, 64}, 1.0f);
   for (Engine engine : {Engine::Interpreter, Engine::Jit}) {
-    options.engine = engine;
-    Tensor out = runLayers(*cell, request, options).output;
+    Tensor out = trainWithoutWeights(*cell, x, engine, 1);
     // a - b is +-2 where exactly one of the masks keeps x: about half the elements.
     int64_t differ = 0;
     for (float v : out.values()) {
@@ -128,10 +125,8 @@ TEST(TrainingDropout, MasksFollowTheSeedAndEachDropoutHasItsOwn) {
       differ += v != 0.0f;
     }
     EXPECT_NEAR(static_cast<double>(differ) / out.numel(), 0.5, 0.08);
-    options.seed = 2;
-    EXPECT_NE(runLayers(*cell, request, options).output.values(), out.values());
-    options.seed = 1;
-    EXPECT_EQ(runLayers(*cell, request, options).output.values(), out.values());
+    EXPECT_NE(trainWithoutWeights(*cell, x, engine, 2).values(), out.values());
+    EXPECT_EQ(trainWithoutWeights(*cell, x, engine, 1).values(), out.values());
   }
 }
 
@@ -142,14 +137,7 @@ TEST(TrainingDropout, AMaskIsKeptScaledOrDroppedAtTheRateAsked) {
   return h = h; output dropout(x, 0.3)
 })",
                                   "once.cell");
-  TensorMap none;
-  LayerRequest request;
-  request.weights = &none;
-  request.input = Tensor({8, 16, 256}, 2.0f);
-  LayerOptions options;
-  options.training = true;
-  options.engine = Engine::Jit;
-  Tensor out = runLayers(*cell, request, options).output;
+  Tensor out = trainWithoutWeights(*cell, Tensor({8, 16, 256}, 2.0f), Engine::Jit, 0);
   int64_t dropped = 0;
   for (float v : out.values()) {
     EXPECT_TRUE(v == 0.0f || std::abs(v - 2.0f / 0.7f) < 1e-5f) << v;
