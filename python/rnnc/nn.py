@@ -142,8 +142,9 @@ class Recurrent(torch.nn.Module):
     by side). ``dropout``: between layers, in training mode.
 
     ``forward(x, states=None, lengths=None, seed=None)`` returns the output and every final
-    state by name: x [T, B, input_size] ([B, T, input_size] with batch_first), each state
-    [num_layers * num_directions, B, F] (absent ones start at zero), lengths [B]. In training
+    state by name: x [T, B, input_size] ([B, T, input_size] with batch_first) or a
+    PackedSequence (the output one too), each state [num_layers * num_directions, B, F] (absent
+    ones start at zero), lengths [B] (each sequence's own, with a padded x). In training
     mode the cell's dropouts (and those between layers) draw their masks from ``seed``, or from
     torch's generator when it is None; in eval mode they are the identity. Options as
     rnnc.nn.LSTM's: threads, jit, target_cpu. Cells with one input."""
@@ -183,6 +184,11 @@ class Recurrent(torch.nn.Module):
                     self._params.append((name + suffix, attribute))
 
     def forward(self, x, states=None, lengths=None, seed=None):
+        packed_input = x if isinstance(x, PackedSequence) else None
+        if packed_input is not None:
+            if lengths is not None:
+                raise ValueError("a PackedSequence carries its lengths: give no lengths")
+            x, lengths = pad_packed_sequence(packed_input, batch_first=self.batch_first)
         if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 3:
             raise TypeError("Recurrent takes a 3-D floating-point tensor [T, B, input_size] "
                             f"([B, T, input_size] with batch_first), not {x!r:.80}")
@@ -216,5 +222,7 @@ class Recurrent(torch.nn.Module):
             training=self.training)
         state_names = list(self.state_sizes)
         y, *finals = _Recurrence.apply(program, state_names, names, x, lengths, *initial, *params)
+        if packed_input is not None:
+            y = repack(y, packed_input, self.batch_first)
         return y, dict(zip(state_names, finals))
 

@@ -212,6 +212,25 @@ def test_a_custom_cells_dropout_draws_new_masks_in_training_only():
     assert_close(model(x)[0].detach(), inference(x)[0], "eval mode against rnnc.Layer", 1e-6)
 
 
+def test_a_builtin_cell_as_recurrent_trains_as_torch_does_packed_too():
+    torch.manual_seed(6)
+    theirs = torch.nn.GRU(3, 5, bidirectional=True)
+    ours = rnnc.nn.Recurrent("gru", bidirectional=True, input_size=3, hidden_size=5)
+    ours.load_state_dict(theirs.state_dict())
+    lengths = torch.tensor([4, 2, 3])
+    padded = torch.randn(4, 3, 3)
+    weights_y = torch.randn(int(lengths.sum()), 10)
+    results = []
+    for module in (theirs, ours):
+        x = padded.clone().requires_grad_()
+        y, h = module(pack_padded_sequence(x, lengths, enforce_sorted=False))
+        h = h if isinstance(h, torch.Tensor) else h["h"]
+        ((y.data * weights_y).sum() + h.sum()).backward()
+        results.append((y.data.detach(), x.grad, module.weight_hh_l0_reverse.grad))
+    for got, want, what in zip(results[1], results[0], ["output", "input grad", "W_hh grad"]):
+        assert_close(got, want, what)
+
+
 def test_recurrent_refuses_what_it_cannot_train():
     with pytest.raises(ValueError, match="one input"):
         rnnc.nn.Recurrent("""cell two(n) {
