@@ -416,8 +416,7 @@ private:
   // dropouts, which the forward keeps (see readKeptValues).
   void keepMasks() {
     ir::Cell& c = cell();
-    std::set<const Value*> used(c.output ? std::set<const Value*>{c.output}
-                                         : std::set<const Value*>{});
+    std::set<const Value*> used{c.output};
     for (const auto& instr : c.step)
       used.insert(instr->operands.begin(), instr->operands.end());
     for (const ir::StateUpdate& update : c.updates)

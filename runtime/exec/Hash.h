@@ -39,5 +39,14 @@ inline float dropoutMaskValue(uint64_t rowHash, uint64_t column, uint64_t thresh
                               float keptValue) {
   return (splitmix64(rowHash ^ column) >> 11) < threshold ? 0.0f : keptValue;
 }
+// Mask row `row` of dropout `stream`, its `cols` columns into `out`: what the interpreter and the
+// JIT's helper (rnnc_dropout_mask) each write for the rows they map to mask rows.
+inline void fillDropoutMaskRow(uint64_t seed, uint64_t stream, uint64_t row, double p, float* out,
+                               int64_t cols) {
+  const float kept = static_cast<float>(1.0 / (1.0 - p));
+  const uint64_t threshold = dropoutThreshold(p), rowHash = dropoutRowHash(seed, stream, row);
+  for (int64_t c = 0; c < cols; ++c)
+    out[c] = dropoutMaskValue(rowHash, static_cast<uint64_t>(c), threshold, kept);
+}
 
 } // namespace rnnc

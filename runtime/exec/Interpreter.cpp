@@ -67,16 +67,10 @@ struct EvalContext {
 
 // The mask of dropout `stream` over x's rows (1 / (1 - p) kept, 0 dropped): runtime/exec/Hash.h.
 void dropoutMask(const Tensor& x, Tensor& out, double p, uint64_t stream, const EvalContext& ctx) {
-  const float kept = static_cast<float>(1.0 / (1.0 - p));
-  const uint64_t threshold = dropoutThreshold(p);
   const int64_t cols = colsOf(x);
-  for (int64_t r = 0; r < rowsOf(x); ++r) {
-    const uint64_t rowHash =
-        dropoutRowHash(ctx.options.seed, stream, static_cast<uint64_t>(ctx.firstRow + r));
-    for (int64_t c = 0; c < cols; ++c)
-      out.data()[r * cols + c] =
-          dropoutMaskValue(rowHash, static_cast<uint64_t>(c), threshold, kept);
-  }
+  for (int64_t r = 0; r < rowsOf(x); ++r)
+    fillDropoutMaskRow(ctx.options.seed, stream, static_cast<uint64_t>(ctx.firstRow + r), p,
+                       out.data() + r * cols, cols);
 }
 
 // In training, x times the mask of stream k for the cell's k-th dropout: the stream

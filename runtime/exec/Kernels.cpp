@@ -61,15 +61,11 @@ extern "C" void rnnc_layernorm(int64_t rows, int64_t cols, const float* x, int64
 extern "C" void rnnc_dropout_mask(int64_t rows, int64_t cols, float* out, int64_t ldo,
                                   int64_t firstRow, int64_t steps, int64_t batch, int64_t reverse,
                                   int64_t maskRow, uint64_t seed, int64_t stream, double p) {
-  const float kept = static_cast<float>(1.0 / (1.0 - p));
-  const uint64_t threshold = rnnc::dropoutThreshold(p);
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t s = firstRow + i, position = s / batch;
     const int64_t step = reverse ? steps - 1 - position : position;
-    const uint64_t rowHash =
-        rnnc::dropoutRowHash(seed, static_cast<uint64_t>(stream),
-                             static_cast<uint64_t>(maskRow + step * batch + s % batch));
-    for (int64_t c = 0; c < cols; ++c)
-      out[i * ldo + c] = rnnc::dropoutMaskValue(rowHash, static_cast<uint64_t>(c), threshold, kept);
+    rnnc::fillDropoutMaskRow(seed, static_cast<uint64_t>(stream),
+                             static_cast<uint64_t>(maskRow + step * batch + s % batch), p,
+                             out + i * ldo, cols);
   }
 }

@@ -221,7 +221,7 @@ GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOp
     RNNC_INTERNAL_CHECK(!ir::containsOp(*s->backward.cell, ir::Op::DropoutMask),
                         "a backward step that draws dropout masks again");
     s->forward = passes::trainingForward(*slot.bound, s->backward);
-    s->maskSeed = options.seed + static_cast<uint64_t>(slots.size());
+    s->maskSeed = options.maskSeedOf(static_cast<int64_t>(slots.size()));
     if (options.engine != Engine::Jit) {
       s->forwardInterpreter = std::make_shared<Interpreter>(
           *s->forward.cell, slot.params, ExecutionOptions{options.training, s->maskSeed});

@@ -297,7 +297,7 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
         CellInputs inputs;
         for (const auto& tensor : inputTensors)
           inputs.push_back(InputRows::of(*tensor));
-        ExecutionOptions execution{options_.training, options_.seed + static_cast<uint64_t>(index)};
+        ExecutionOptions execution{options_.training, options_.maskSeedOf(index)};
         Executor run = slot.gpu
                            ? gpuExecutor(slot.gpu, slot.params, options_.engine == Engine::Cuda)
                        : slot.compiled ? jitExecutor(slot.compiled, slot.prepared, threads_,

@@ -37,11 +37,15 @@ struct LayerOptions {
   bool batchFirst = false;           // input and output are [B, T, F]
   double dropout = 0;                // between layers, in training only
   bool training = false;
-  uint64_t seed = 0;
+  uint64_t seed = 0; // dropout masks; see maskSeedOf
   Engine engine = Engine::Jit;
   int threads = 0; // JIT threads per direction; 0: automatic, every core unless others are busy
   CompileOptions compile;
   ir::SizeMap sizes; // sizes given explicitly
+
+  // The seed of the dropout masks a cell draws in slot `slot` (layer * directions + direction):
+  // the training forward's and inference's alike.
+  uint64_t maskSeedOf(int64_t slot) const { return seed + static_cast<uint64_t>(slot); }
 };
 
 struct LayerRequest {
