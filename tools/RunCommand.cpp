@@ -1,5 +1,6 @@
 #include "frontend/BuiltinCells.h"
 #include "ir/Error.h"
+#include "ir/FileIO.h"
 #include "runtime/data/Npy.h"
 #include "runtime/data/SafeTensors.h"
 #include "runtime/data/WeightLayouts.h"
@@ -129,7 +130,9 @@ TensorMap loadWeights(const RunOptions& o, const std::string& mode) {
                         "=VALUE (and --num-layers, --bidirectional, --proj-size as they apply)");
     FlatLayout layout{mode,       sizes.at("input_size"),  sizes.at("hidden_size"),
                       o.projSize, o.numLayers.value_or(1), o.bidirectional};
-    weights = unflattenWeights(readNpyFloat32(o.flatWeights), layout, o.flatWeights);
+    FileBytes file = mapFileBytes(o.flatWeights);
+    NpyFloat32View flat = viewNpyFloat32(file.view(), o.flatWeights);
+    weights = unflattenWeights(flat.shape, flat.data, layout, o.flatWeights);
   }
   if (o.weightLayout == "miopen")
     weights = swapMIOpenGateOrder(weights, mode);

@@ -361,10 +361,15 @@ Int64Array readNpyInt64(const std::string& path) {
   return parseNpyInt64(readFileBytes(path), path);
 }
 
-Tensor parseNpyFloat32(std::string_view bytes, const std::string& path) {
+NpyFloat32View viewNpyFloat32(std::string_view bytes, const std::string& path) {
   ParsedNpy npy = parseNpy(path, bytes);
   std::string_view data = checkedData(path, npy, "<f4", sizeof(float), "x.astype(np.float32)");
-  Tensor tensor = Tensor::ofBytes(npy.header.shape, data);
+  return {std::move(npy.header.shape), data};
+}
+
+Tensor parseNpyFloat32(std::string_view bytes, const std::string& path) {
+  NpyFloat32View npy = viewNpyFloat32(bytes, path);
+  Tensor tensor = Tensor::ofBytes(std::move(npy.shape), npy.data);
   tensor.setSource(path);
   return tensor;
 }

@@ -16,6 +16,13 @@ Tensor readNpyFloat32(const std::string& path);
 Int64Array readNpyInt64(const std::string& path);
 // The same over a file's bytes in memory; `path` names it in messages.
 Tensor parseNpyFloat32(std::string_view bytes, const std::string& path);
+// A float32 file's shape and its data, checked as parseNpyFloat32 checks them but not copied:
+// `data` lies inside `bytes` (a mapped file), for a reader that copies it to where it belongs.
+struct NpyFloat32View {
+  TensorShape shape;
+  std::string_view data; // numElements(shape) little-endian floats
+};
+NpyFloat32View viewNpyFloat32(std::string_view bytes, const std::string& path);
 Int64Array parseNpyInt64(std::string_view bytes, const std::string& path);
 
 void writeNpy(const std::string& path, const Tensor& tensor);

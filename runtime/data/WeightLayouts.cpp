@@ -81,31 +81,39 @@ TensorMap swapMIOpenGateOrder(const TensorMap& weights, const std::string& mode)
   return out;
 }
 
-TensorMap unflattenWeights(const Tensor& flat, const FlatLayout& layout,
-                           const std::string& source) {
+TensorMap unflattenWeights(const TensorShape& shape, std::string_view floats,
+                           const FlatLayout& layout, const std::string& source) {
   auto entries = flatEntries(layout);
   int64_t expected = 0;
-  for (const auto& [name, shape] : entries)
-    expected += numElements(shape);
-  if (flat.rank() != 1 || flat.numel() != expected)
+  for (const auto& [name, entryShape] : entries)
+    expected += numElements(entryShape);
+  if (shape.size() != 1 || shape[0] != expected)
     throw UserError(fmt::format(
         "{}: flat weights have shape {}, expected [{}] for {} layer(s) "
         "of {}{} with input_size {}, hidden_size {}{}",
-        source, flat.shapeString(), expected, layout.numLayers, layout.mode,
+        source, shapeToString(shape), expected, layout.numLayers, layout.mode,
         layout.bidirectional ? " in both directions" : "", layout.inputSize, layout.hiddenSize,
         layout.projSize > 0 ? fmt::format(", proj_size {}", layout.projSize) : ""));
+  RNNC_INTERNAL_CHECK(floats.size() == static_cast<size_t>(expected) * sizeof(float),
+                      "flat weights' bytes do not match their shape");
   TensorMap weights;
-  const float* at = flat.data();
-  for (const auto& [name, shape] : entries) {
-    // Straight into the tensor's own memory: a temporary vector in between was a megabyte of
-    // fresh pages per weight matrix to fault in and copy (a warm `rnnc run` at I=H=256).
-    const int64_t n = numElements(shape);
-    Tensor t = Tensor::uninitialized(shape);
-    std::copy(at, at + n, t.data());
-    weights[name] = std::move(t);
-    at += n;
+  size_t at = 0;
+  for (const auto& [name, entryShape] : entries) {
+    // Straight from the file's mapping into each tensor's own memory: a flat tensor in between
+    // was megabytes of fresh memory to fault in (on huge pages, zeroed whole) and copy twice (a
+    // warm `rnnc run` at I=H=256), and so was a temporary vector per matrix before that.
+    const size_t bytes = static_cast<size_t>(numElements(entryShape)) * sizeof(float);
+    weights[name] = Tensor::ofBytes(entryShape, floats.substr(at, bytes));
+    at += bytes;
   }
   return weights;
+}
+
+TensorMap unflattenWeights(const Tensor& flat, const FlatLayout& layout,
+                           const std::string& source) {
+  const std::string_view floats(reinterpret_cast<const char*>(flat.data()),
+                                static_cast<size_t>(flat.numel()) * sizeof(float));
+  return unflattenWeights(flat.shape(), floats, layout, source);
 }
 
 Tensor flattenWeights(const TensorMap& weights, const FlatLayout& layout) {

@@ -9,6 +9,7 @@
 #include "runtime/data/SafeTensors.h"
 
 #include <string>
+#include <string_view>
 
 namespace rnnc {
 
@@ -31,6 +32,10 @@ struct FlatLayout {
 
 // The state_dict a flat buffer holds; a UserError when its size does not match the layout.
 TensorMap unflattenWeights(const Tensor& flat, const FlatLayout& layout, const std::string& source);
+// The same from a buffer's shape and little-endian floats (a mapped .npy file's data:
+// viewNpyFloat32), each tensor copied straight out of it.
+TensorMap unflattenWeights(const TensorShape& shape, std::string_view floats,
+                           const FlatLayout& layout, const std::string& source);
 // The flat buffer of a state_dict (the inverse, for tests and for exporting).
 Tensor flattenWeights(const TensorMap& weights, const FlatLayout& layout);
 
