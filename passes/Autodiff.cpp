@@ -56,7 +56,7 @@ private:
     c.sizeNames = forward_.sizeNames;
     c.sizes = forward_.sizes;
     auto checkName = [&](const std::string& name) {
-      for (const char* prefix : {kGradPrefix, kKeptPrefix})
+      for (const char* prefix : {kGradPrefix, kKeptPrefix, kDerivedPrefix})
         if (name.rfind(prefix, 0) == 0)
           throw UserError(fmt::format("cell '{}': the argument name '{}' is reserved for "
                                       "training (names starting with '{}')",
@@ -177,6 +177,38 @@ private:
                                 ir::opName(instr.op), why));
   }
 
+  // The name the segments give a product's weight: a parameter's own, or, for a matrix made of
+  // parameters alone through operations the runner differentiates, kDerivedPrefix and its
+  // number (one per value, however many products read it).
+  std::string weightName(const ir::Instr& product, const Value* w) {
+    if (param(const_cast<Value*>(w)))
+      return w->name;
+    if (w->isBatched() || !madeOfParameters(w, product))
+      unsupported(product, "its weight is neither a parameter nor made of parameters alone");
+    const auto at = std::find(recomputed_.begin(), recomputed_.end(), w->def);
+    RNNC_INTERNAL_CHECK(at != recomputed_.end(), "a weight the forward does not make");
+    const size_t position = static_cast<size_t>(at - recomputed_.begin());
+    for (const DerivedWeight& derived : out_.derivedWeights)
+      if (derived.position == position)
+        return derived.name;
+    out_.derivedWeights.push_back(
+        {fmt::format("{}{}", kDerivedPrefix, out_.derivedWeights.size()), position});
+    return out_.derivedWeights.back().name;
+  }
+
+  // Whether v is computed from parameters and constants alone, through operations the runner
+  // differentiates on whole matrices; a UserError naming the first that it does not.
+  bool madeOfParameters(const Value* v, const ir::Instr& product) {
+    if (v->isArgument())
+      return v->argKind == ir::ArgKind::Param;
+    if (!differentiableInWeights(v->def->op))
+      unsupported(product, fmt::format("its weight is made of parameters through '{}', which "
+                                       "training does not differentiate",
+                                       ir::opName(v->def->op)));
+    return std::all_of(v->def->operands.begin(), v->def->operands.end(),
+                       [&](const Value* operand) { return madeOfParameters(operand, product); });
+  }
+
   Value* param(Value* v) const {
     return v->isArgument() && v->argKind == ir::ArgKind::Param ? v : nullptr;
   }
@@ -204,19 +236,17 @@ private:
     }
     case Op::Linear:
     case Op::MatMul: {
-      Value* w = param(x[1]);
-      if (!w)
-        unsupported(instr, "its weight is not a parameter");
+      const std::string weight = weightName(instr, x[1]);
       if (!x[0]->isBatched())
         unsupported(instr, "its operand has no batch dimension");
       // da = g W (linear: W is [N, K]) or g W^T (matmul: W is [K, N]). For an input of the
       // forward the runner does it, one product over every step after the loop: in the loop
       // it would cost a per-step product, and nothing in the loop reads it.
       if (forwardInputs_.count(x[0]))
-        inputFactors_.push_back({instr.op, w, x[0], g});
+        inputFactors_.push_back({instr.op, weight, x[0], g});
       else
-        accumulate(x[0], b_.create(instr.op == Op::Linear ? Op::MatMul : Op::Linear, {g, w}));
-      weightFactors_.push_back({instr.op, w, x[0], g});
+        accumulate(x[0], b_.create(instr.op == Op::Linear ? Op::MatMul : Op::Linear, {g, x[1]}));
+      weightFactors_.push_back({instr.op, weight, x[0], g});
       return;
     }
     case Op::Add:
@@ -330,14 +360,14 @@ private:
       GradientSegment segment{f.op == Op::Linear ? GradientSegment::Kind::InputByLinear
                                                  : GradientSegment::Kind::InputByMatMul,
                               f.operand->name, place(f.gradient), widthOf(f.gradient)};
-      segment.weight = f.weight->name;
+      segment.weight = f.weight;
       segment.operandWidth = widthOf(f.operand);
       out_.segments.push_back(segment);
     }
     for (const WeightFactor& f : weightFactors_) {
       GradientSegment segment{f.op == Op::Linear ? GradientSegment::Kind::LinearWeight
                                                  : GradientSegment::Kind::MatMulWeight,
-                              f.weight->name, place(f.gradient), widthOf(f.gradient)};
+                              f.weight, place(f.gradient), widthOf(f.gradient)};
       if (f.operand->isArgument())
         segment.operandInput = f.operand->name;
       else
@@ -440,7 +470,7 @@ private:
 
   struct WeightFactor {
     Op op;
-    Value* weight;
+    std::string weight; // a parameter's name, or a derived weight's (kDerivedPrefix)
     Value* operand;
     Value* gradient;
   };
@@ -497,6 +527,31 @@ TrainingForward trainingForward(const ir::Cell& forward, const BackwardCell& bac
   out.width = width;
   ir::verify(cell);
   return out;
+}
+
+bool differentiableInWeights(ir::Op op) {
+  switch (op) {
+  case Op::Const:
+  case Op::Slice:
+  case Op::Concat:
+  case Op::Add:
+  case Op::Sub:
+  case Op::Mul:
+  case Op::Div:
+  case Op::Min:
+  case Op::Max:
+  case Op::Neg:
+  case Op::Sigmoid:
+  case Op::Tanh:
+  case Op::Relu:
+  case Op::Exp:
+  case Op::Log:
+  case Op::Sqrt:
+  case Op::Clamp:
+    return true;
+  default:
+    return false;
+  }
 }
 
 BackwardCell deriveBackward(const ir::Cell& forward, ForwardValues policy) {

@@ -53,16 +53,33 @@ struct GradientSegment {
   ir::Dim operandOffset, operandWidth;
 };
 
+// A product's weight made of parameters alone (say linear(h, w * 0.5), linear(x, w1 + w2)): a
+// matrix without the batch dimension, which every row reads. Its segments name it `name`
+// (kDerivedPrefix, then a number) where they would name a parameter: the runner takes its
+// gradient over all rows as a parameter's, then on through the elementwise operations that made
+// it to the parameters (runtime/layers/ParameterChain.h).
+struct DerivedWeight {
+  std::string name;
+  size_t position; // the value's instruction in the forward (pre block, then step block)
+};
+
 struct BackwardCell {
   std::unique_ptr<ir::Cell> cell;
   std::vector<GradientSegment> segments;
+  std::vector<DerivedWeight> derivedWeights;
   // The kept forward values, by position in the forward's instructions (pre block, then step
   // block); the backward cell's last inputs, `kept.0`, `kept.1`, ..., read them in this order.
   std::vector<size_t> kept;
 };
 
-inline constexpr const char* kGradPrefix = "grad."; // grad.output, grad.h, grad.c, ...
-inline constexpr const char* kKeptPrefix = "kept."; // the kept forward values
+inline constexpr const char* kGradPrefix = "grad.";       // grad.output, grad.h, grad.c, ...
+inline constexpr const char* kKeptPrefix = "kept.";       // the kept forward values
+inline constexpr const char* kDerivedPrefix = "derived."; // weights made of parameters
+
+// The operations a weight made of parameters may go through and still train: what the runner
+// differentiates on whole matrices (elementwise, with scalars and rows broadcast; column slices
+// and concatenations), checked when the backward is derived.
+bool differentiableInWeights(ir::Op op);
 
 enum class ForwardValues { Keep, Recompute };
 

@@ -14,6 +14,7 @@
 #include "tests/TestSupport.h"
 #include "tests/ToolRunner.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -525,6 +526,68 @@ TEST(Gradients, ALayerNormOfParametersAloneMatchesCentralDifferences) {
   request.gradOutput = test::randomTensor({steps, batch, hidden}, rng, 1.0f);
   request.gradFinalStates["h"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
   expectCentralDifferences(*cell, request, {});
+}
+
+// Weights made of parameters alone: a product's weight scaled, summed, squashed, and a row
+// broadcast over it (x's side, whose input gradient the runner forms with the weight's value,
+// and h's, which the backward step reads), one of them read by two products. Their gradients
+// go on through what made them to the parameters; the JIT's against central differences of the
+// interpreter's loss, and the interpreter's gradients against the JIT's.
+TEST(Gradients, WeightsMadeOfParametersMatchCentralDifferences) {
+  auto cell = frontend::parseCell(R"(cell derived(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w_ih[hidden_size, input_size], s[input_size], w_hh[hidden_size, hidden_size]
+  param v_hh[hidden_size, hidden_size], b[hidden_size]
+  u = 0.5 * w_hh + tanh(v_hh)
+  h2 = tanh(linear(x, w_ih * s, b) + linear(h, u) + 0.1 * linear(h, u - v_hh / 2))
+  return h = h2; output h2
+})",
+                                  "derived.cell");
+  std::mt19937 rng(23);
+  const int64_t steps = 3, batch = 2, input = 4, hidden = 5;
+  TensorMap weights =
+      test::randomWeights(*cell, {{"input_size", input}, {"hidden_size", hidden}}, rng);
+  GradientRequest request;
+  request.weights = &weights;
+  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
+  request.initialStates["h"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
+  request.gradOutput = test::randomTensor({steps, batch, hidden}, rng, 1.0f);
+  request.gradFinalStates["h"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
+  expectCentralDifferences(*cell, request, {});
+
+  LayerOptions jit, interpret;
+  jit.engine = Engine::Jit;
+  interpret.engine = Engine::Interpreter;
+  const GradientResult a = runGradients(*cell, request, jit);
+  const GradientResult b = runGradients(*cell, request, interpret);
+  for (const char* name : {"w_ih", "s", "w_hh", "v_hh", "b", "input"}) {
+    SCOPED_TRACE(name);
+    const Tensor& x = a.gradients.at(name);
+    const Tensor& y = b.gradients.at(name);
+    ASSERT_EQ(x.shape(), y.shape());
+    for (int64_t i = 0; i < x.numel(); ++i)
+      EXPECT_NEAR(x.data()[i], y.data()[i], 1e-4 * (1 + std::abs(y.data()[i])));
+  }
+}
+
+// A weight made of parameters through an operation training does not differentiate on whole
+// matrices is refused, naming the operation.
+TEST(Gradients, AWeightMadeThroughALayerNormIsAClearError) {
+  auto cell = frontend::parseCell(R"(cell normed(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w_ih[hidden_size, input_size], w_hh[hidden_size, hidden_size], s[hidden_size]
+  h2 = tanh(linear(x, w_ih) + linear(h, layernorm(w_hh, s, s)))
+  return h = h2; output h2
+})",
+                                  "normed.cell");
+  try {
+    passes::deriveBackward(*cell);
+    FAIL() << "expected an error";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), testing::HasSubstr("'layernorm'"));
+  }
 }
 
 // A cell whose output is none of its states: the training forward then keeps each state's next

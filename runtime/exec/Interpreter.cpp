@@ -142,23 +142,25 @@ void evaluate(const ir::Instr& instr, const std::vector<const Tensor*>& in, Tens
   }
   case Op::Linear:
   case Op::MatMul: {
-    if (ctx.options.int8Products && instr.operands[1]->isArgument() &&
-        instr.operands[1]->argKind == ir::ArgKind::Param) {
+    if (ctx.options.int8Products) {
       int8ReferenceProduct(in[0]->data(), rowsOf(*in[0]), colsOf(*in[0]), in[1]->data(),
                            colsOf(out), instr.op == Op::Linear, out.data());
       return;
     }
     Eigen::Map<const MatrixR> given(in[0]->data(), rowsOf(*in[0]), colsOf(*in[0]));
     Eigen::Map<const MatrixR> givenWeights(in[1]->data(), in[1]->dim(0), in[1]->dim(1));
-    MatrixR rounded, roundedWeights; // the operands rounded to bf16, with bf16Products
-    if (ctx.options.bf16Products) {
+    MatrixR rounded, roundedWeights; // the operands rounded to bf16, or the weights to fp16
+    const bool bf16 = ctx.options.bf16Products, f16 = ctx.options.f16Weights && !bf16;
+    if (bf16) {
       auto toBf16 = [](float v) { return static_cast<float>(Eigen::bfloat16(v)); };
       rounded = given.unaryExpr(toBf16);
       roundedWeights = givenWeights.unaryExpr(toBf16);
+    } else if (f16) {
+      roundedWeights =
+          givenWeights.unaryExpr([](float v) { return static_cast<float>(Eigen::half(v)); });
     }
-    const bool bf16 = ctx.options.bf16Products;
     Eigen::Map<const MatrixR> x(bf16 ? rounded.data() : given.data(), given.rows(), given.cols());
-    Eigen::Map<const MatrixR> w(bf16 ? roundedWeights.data() : givenWeights.data(),
+    Eigen::Map<const MatrixR> w(bf16 || f16 ? roundedWeights.data() : givenWeights.data(),
                                 givenWeights.rows(), givenWeights.cols());
     Eigen::Map<MatrixR> y(out.data(), rowsOf(out), colsOf(out));
     if (instr.op == Op::Linear)
@@ -257,6 +259,15 @@ Tensor stepRows(const Tensor& sequence, int64_t step, int64_t batch) {
 }
 
 } // namespace
+
+Tensor evaluateUnbatched(const ir::Instr& instr, const std::vector<const Tensor*>& operands,
+                         const ir::SizeMap& sizes) {
+  RNNC_INTERNAL_CHECK(!instr.result.isBatched(), "evaluateUnbatched of a per-row value");
+  const ExecutionOptions inference;
+  Tensor out(concreteShape(instr.result.shape, sizes));
+  evaluate(instr, operands, out, EvalContext{inference, 0, 0});
+  return out;
+}
 
 Interpreter::Interpreter(const ir::Cell& cell, std::vector<Tensor> params, ExecutionOptions options)
     : cell_(cell), params_(std::move(params)), options_(options) {

@@ -17,11 +17,20 @@ struct ExecutionOptions {
   // Matrix products multiply their operands rounded to bf16 (to nearest even, by Eigen), and sum
   // in fp32: what the generated code computes with bf16 weights (codegen/Bf16Products.cpp).
   bool bf16Products = false;
-  // Matrix products whose weights are parameters quantized as int8 weights are, their inputs
-  // per row, summed exactly: what the generated code computes with int8 weights
-  // (runtime/exec/Int8Reference.h).
+  // Matrix products multiply by their weights rounded to fp16 (to nearest even, by Eigen): what
+  // the generated code computes with fp16 weights. The weight a product reads, a parameter or
+  // one made of parameters (which the JIT packs, and so rounds, as made).
+  bool f16Weights = false;
+  // Matrix products with their weights (parameters, or made of parameters) quantized as int8
+  // weights are, their inputs per row, summed exactly: what the generated code computes with
+  // int8 weights (runtime/exec/Int8Reference.h).
   bool int8Products = false;
 };
+
+// One instruction whose operands have no batch dimension (values made of a cell's parameters
+// alone), evaluated as the interpreter evaluates it in inference; `sizes` binds the cell's.
+Tensor evaluateUnbatched(const ir::Instr& instr, const std::vector<const Tensor*>& operands,
+                         const ir::SizeMap& sizes);
 
 class Interpreter {
 public:

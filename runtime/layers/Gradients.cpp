@@ -1,4 +1,5 @@
 #include "runtime/layers/Gradients.h"
+#include "runtime/layers/ParameterChain.h"
 
 #include "codegen/WeightType.h"
 #include "ir/Error.h"
@@ -404,6 +405,19 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
         std::vector<float*> sums; // vector weights: += G's column sums
       };
       std::map<std::pair<int64_t, int64_t>, SharedColumns> byColumns;
+      // Weights made of parameters alone: their values, and their gradients until they go on to
+      // the parameters, after the products.
+      std::optional<ParameterChain> chain;
+      std::map<std::string, Tensor> derivedGradients;
+      auto derivedPosition = [&](const std::string& name) -> std::optional<size_t> {
+        for (const passes::DerivedWeight& derived : s.backward.derivedWeights)
+          if (derived.name == name) {
+            if (!chain)
+              chain.emplace(*slot.bound, slot.params);
+            return derived.position;
+          }
+        return std::nullopt;
+      };
       for (const passes::GradientSegment& seg : s.backward.segments) {
         const int64_t at = constantOf(seg.offset), width = constantOf(seg.width);
         using Kind = passes::GradientSegment::Kind;
@@ -413,7 +427,9 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
         }
         if (seg.kind == Kind::InputByLinear || seg.kind == Kind::InputByMatMul) {
           // dx += g W (or g W^T) for every row at once.
-          const Tensor& weight = slot.params[paramIndex(slot, seg.weight)];
+          const std::optional<size_t> derived = derivedPosition(seg.weight);
+          const Tensor& weight =
+              derived ? chain->value(*derived) : slot.params[paramIndex(slot, seg.weight)];
           ConstRows w(weight.data(), weight.shape()[0], weight.shape()[1]);
           Tensor& dx = inputGradient(seg.name, constantOf(seg.operandWidth));
           Eigen::Map<RowMajor> dX(dx.data(), steps * batch, dx.dim(2));
@@ -424,15 +440,21 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
             accumulateRowProduct(dX, g, w, /*transposeB=*/true, gemmThreads);
           continue;
         }
-        // The parameter's name in the weights; none for a bias a bias-free file lacks.
-        const size_t p = paramIndex(slot, seg.name);
-        if (!slot.inWeights[p])
-          continue;
-        const std::string& name = slot.paramNames[p];
-        const Tensor& weight = slot.params[p];
-        auto [it, fresh] = grads.emplace(name, Tensor(weight.shape()));
-        Eigen::Map<RowMajor> dW(it->second.data(), weight.shape()[0],
-                                weight.rank() == 2 ? weight.shape()[1] : 1);
+        Tensor* gradient = nullptr;
+        const Tensor* weight = nullptr;
+        if (const std::optional<size_t> derived = derivedPosition(seg.name)) {
+          weight = &chain->value(*derived);
+          gradient = &derivedGradients.try_emplace(seg.name, weight->shape()).first->second;
+        } else {
+          // The parameter's name in the weights; none for a bias a bias-free file lacks.
+          const size_t p = paramIndex(slot, seg.name);
+          if (!slot.inWeights[p])
+            continue;
+          weight = &slot.params[p];
+          gradient = &grads.emplace(slot.paramNames[p], Tensor(weight->shape())).first->second;
+        }
+        Eigen::Map<RowMajor> dW(gradient->data(), weight->shape()[0],
+                                weight->rank() == 2 ? weight->shape()[1] : 1);
         auto g = rows.middleCols(at, width);
         if (seg.kind == Kind::VectorWeight) { // G's column sums
           byColumns[{at, width}].sums.push_back(dW.data());
@@ -461,6 +483,21 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
         for (float* sum : shared.sums)
           for (int64_t c = 0; c < width; ++c)
             sum[c] += sums[static_cast<size_t>(c)];
+      }
+      // On through what made each derived weight, to the parameters it is made of.
+      for (const auto& [name, gradient] : derivedGradients) {
+        std::vector<Tensor> paramGradients;
+        for (const Tensor& param : slot.params)
+          paramGradients.emplace_back(param.shape());
+        chain->backpropagate(*derivedPosition(name), gradient, paramGradients);
+        for (size_t p = 0; p < slot.params.size(); ++p) {
+          if (!slot.inWeights[p])
+            continue;
+          Tensor& total =
+              grads.emplace(slot.paramNames[p], Tensor(slot.params[p].shape())).first->second;
+          for (int64_t i = 0; i < total.numel(); ++i)
+            total.data()[i] += paramGradients[p].data()[i];
+        }
       }
     }
     // Inputs no path of the cell reaches (whatever reads them is dead) have zero gradients.

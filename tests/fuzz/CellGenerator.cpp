@@ -27,7 +27,7 @@ struct Expr {
 
 class Generator {
 public:
-  explicit Generator(uint64_t seed) : rng_(seed) {}
+  Generator(uint64_t seed, bool derivedWeights) : rng_(seed), derivedWeights_(derivedWeights) {}
 
   GeneratedCell run() {
     declareArguments();
@@ -110,16 +110,31 @@ private:
     return dims;
   }
 
+  // A product's weight of `shape` ("rows, columns"): a parameter, or now and then one made of
+  // parameters alone (scaled, summed, squashed, a row broadcast over it), no larger.
+  std::string weight(const std::string& shape, const std::string& columns) {
+    std::string w = param("w", shape);
+    switch (derivedWeights_ && chance(0.15) ? uniform(0, 2) : -1) {
+    case 0:
+      return fmt::format("(0.5 * {} + 0.5 * tanh({}))", w, param("w", shape));
+    case 1:
+      return fmt::format("({} * sigmoid({}))", w, param("s", columns));
+    case 2:
+      return fmt::format("({} - {} / 4)", w, param("w", shape));
+    }
+    return w;
+  }
+
   // A projection of `source` to k*dim features, in one of the language's spellings.
   Expr projection(const Value& source, const std::string& dim, int k, bool bias) {
     std::string out = times(k, dim);
     double bound = 3.0 * source.bound + (bias ? 0.4 : 0.0);
     int style = uniform(0, 3);
     if (style == 3 && !bias) { // x @ W: the weight stored transposed
-      std::string w = param("w", fmt::format("{}, {}", source.dim, out));
+      std::string w = weight(fmt::format("{}, {}", source.dim, out), out);
       return {fmt::format("{} @ {}", source.name, w), bound};
     }
-    std::string w = param("w", fmt::format("{}, {}", out, source.dim));
+    std::string w = weight(fmt::format("{}, {}", out, source.dim), source.dim);
     if (style == 2 && !bias)
       return {fmt::format("{} @ {}^T", source.name, w), bound};
     if (bias) {
@@ -490,6 +505,7 @@ private:
   }
 
   std::mt19937_64 rng_;
+  bool derivedWeights_;
   int counter_ = 0;
   std::map<std::string, int64_t> sizes_;
   std::vector<std::string> sizeOrder_;
@@ -501,8 +517,8 @@ private:
 
 } // namespace
 
-GeneratedCell generateCell(uint64_t seed) {
-  return Generator(seed).run();
+GeneratedCell generateCell(uint64_t seed, bool derivedWeights) {
+  return Generator(seed, derivedWeights).run();
 }
 
 } // namespace rnnc::fuzz

@@ -4,8 +4,8 @@
 // host, the AVX2 code too; every JIT result must match the interpreter's within 1e-5 relative
 // (1e-3 where activations are rounded or quantized: see tolerance()).
 // With --weights-dtype fp16, bf16 or int8 the JIT stores every linear's weights that way and the
-// interpreter computes its products alike: on the weights rounded (Eigen's rounding), for bf16
-// with the products' inputs rounded too (ExecutionOptions::bf16Products), for int8 quantized
+// interpreter computes its products alike: on each product's weight rounded (Eigen's rounding), for
+// bf16 with the products' inputs rounded too (ExecutionOptions::bf16Products), for int8 quantized
 // (ExecutionOptions::int8Products): what a custom cell computes with reduced weights, checked
 // against an oracle that is not the generated code. With --device cuda-emulated the runs are
 // the GPU's kernels (codegen/GpuEmitter.h) emulated on this CPU, under every pass setting. With
@@ -71,26 +71,14 @@ uint64_t cellSeed(uint64_t seed, uint64_t index) {
   return splitmix64((seed - 1) * 0x9E3779B97F4A7C15ull + index + 1);
 }
 
-// The weights the JIT stores as `type` (every matrix a linear reads), rounded to it to nearest
-// even as Eigen rounds them (int8 weights are quantized by the interpreter itself).
-TensorMap roundedMatrices(TensorMap weights, codegen::WeightType type) {
-  if (type == codegen::WeightType::I8)
-    return weights;
-  for (auto& [name, tensor] : weights)
-    if (tensor.rank() == 2)
-      for (float& v : tensor.values())
-        v = type == codegen::WeightType::F16 ? static_cast<float>(Eigen::half(v))
-                                             : static_cast<float>(Eigen::bfloat16(v));
-  return weights;
-}
-
-// The interpreter on `request`'s sequence with the weights rounded to `type` and, for bf16, the
-// products' inputs rounded as vdpbf16ps takes them: the reference for reduced weights.
+// The interpreter on `request`'s sequence with each product's weight rounded to `type` (a
+// parameter, or one made of parameters, as the JIT packs it) and, for bf16, the products' inputs
+// rounded as vdpbf16ps takes them: the reference for reduced weights.
 SequenceResult interpretReduced(const ir::Cell& cell, const SequenceRequest& request,
                                 codegen::WeightType type) {
   std::shared_ptr<ir::Cell> bound = cell.clone();
   bound->bindSizes(request.sizes);
-  const TensorMap weights = roundedMatrices(*request.weights, type);
+  const TensorMap& weights = *request.weights;
   std::vector<Tensor> params, inputs, states;
   for (const auto& p : bound->params)
     params.push_back(weights.at(p->name));
@@ -102,6 +90,7 @@ SequenceResult interpretReduced(const ir::Cell& cell, const SequenceRequest& req
   }
   ExecutionOptions options;
   options.bf16Products = type == codegen::WeightType::BF16;
+  options.f16Weights = type == codegen::WeightType::F16;
   options.int8Products = type == codegen::WeightType::I8;
   SequenceResult result;
   result.output = Interpreter(*bound, std::move(params), options).run(inputs, states);
@@ -140,7 +129,8 @@ public:
   // Runs one cell every way; returns the number of failed runs.
   int runCell(int64_t index) {
     uint64_t seed = cellSeed(options_.seed, static_cast<uint64_t>(index));
-    fuzz::GeneratedCell generated = fuzz::generateCell(seed);
+    fuzz::GeneratedCell generated =
+        fuzz::generateCell(seed, options_.weights == codegen::WeightType::F32);
     if (options_.print)
       fmt::print("# cell {} (seed {})\n{}", index, options_.seed, generated.source);
     std::shared_ptr<ir::Cell> cell;
