@@ -548,6 +548,7 @@ bool differentiableInWeights(ir::Op op) {
   case Op::Log:
   case Op::Sqrt:
   case Op::Clamp:
+  case Op::Dropout: // in inference, the identity (training gives it a mask parameter first)
     return true;
   default:
     return false;

@@ -40,4 +40,30 @@ bool lowerTrainingDropout(ir::Cell& cell) {
   return changed;
 }
 
+std::vector<ParameterDropout> lowerParameterDropout(ir::Cell& cell) {
+  std::vector<ParameterDropout> lowered;
+  int stream = 0; // dropouts and the masks lowerTrainingDropout left in their place, in order
+  for (ir::Block* block : {&cell.pre, &cell.step}) {
+    ir::Builder builder(cell, *block);
+    for (size_t i = 0; i < block->size(); ++i) {
+      ir::Instr& instr = *(*block)[i];
+      if (instr.op == ir::Op::DropoutMask)
+        ++stream;
+      if (instr.op != ir::Op::Dropout)
+        continue;
+      const int mine = stream++;
+      ir::Value* x = instr.operands[0];
+      ir::Value* mask =
+          cell.addArgument(ir::ArgKind::Param, "dropout_mask." + std::to_string(mine), x->shape);
+      ir::Value* dropped = builder.insert(i + 1, ir::Op::Mul, {x, mask});
+      ir::replaceAllUses(cell, &instr.result, dropped);
+      lowered.push_back({mask, mine, instr.attrs.value});
+      block->erase(block->begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  if (!lowered.empty())
+    ir::verify(cell);
+  return lowered;
+}
+
 } // namespace rnnc::passes

@@ -8,11 +8,24 @@
 
 #include "ir/Cell.h"
 
+#include <vector>
+
 namespace rnnc::passes {
 
 // A dropout of a value without the batch dimension (of parameters alone) has no rows to draw a
-// mask for and stays: the interpreter draws its masks per step (Interpreter.cpp), and such a
-// cell trains on it, forward only. Returns whether anything changed.
+// mask for and stays (lowerParameterDropout below takes it on). Returns whether anything changed.
 bool lowerTrainingDropout(ir::Cell& cell);
+
+// After lowerTrainingDropout, in a layer's training run: each dropout of parameters alone becomes
+// x times a mask that every row and step shares, as AWD-LSTM drops a recurrent weight (a mask
+// per run, DropConnect): a new parameter `dropout_mask.<stream>` of x's shape, for the runner to
+// fill (runtime/exec/Hash.h: row r of x's rows in the dropout's stream, the seed of the run).
+// The product it feeds is then one by a weight made of parameters, which trains.
+struct ParameterDropout {
+  const ir::Value* mask; // the new parameter
+  int stream;            // the dropout's number, as lowerTrainingDropout counts them
+  double p;
+};
+std::vector<ParameterDropout> lowerParameterDropout(ir::Cell& cell);
 
 } // namespace rnnc::passes

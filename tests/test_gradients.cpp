@@ -9,6 +9,7 @@
 #include "passes/Autodiff.h"
 #include "rnnc/rnnc.h"
 #include "runtime/data/Npy.h"
+#include "runtime/exec/Hash.h"
 #include "runtime/layers/Gradients.h"
 #include "tests/DroppingCell.h"
 #include "tests/TestSupport.h"
@@ -651,6 +652,55 @@ TEST(Gradients, DropoutInsideACellMatchesCentralDifferencesWithTheForwardsMasks)
   options.training = true;
   options.seed = 9;
   expectCentralDifferences(*cell, request, options);
+}
+
+// A recurrent weight's dropout (AWD-LSTM's weight drop) trains: the product's weight is the
+// weight times the run's mask, whose gradient goes back through the mask (zero where it dropped);
+// both directions, each its own mask. JIT gradients against central differences of the
+// interpreter's training loss, drawing the same masks from the seed.
+TEST(Gradients, AWeightsDropoutMatchesCentralDifferencesWithTheRunsMask) {
+  auto cell = frontend::parseCell(R"(cell weightdrop(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size], b[hidden_size]
+  h2 = tanh(linear(x, w, b) + linear(h, dropout(u, 0.4)))
+  return h = h2; output h2
+})",
+                                  "weightdrop.cell");
+  std::mt19937 rng(31);
+  const int64_t steps = 4, batch = 2, input = 3, hidden = 4;
+  TensorMap weights;
+  for (const char* suffix : {"_l0", "_l0_reverse"}) {
+    weights[std::string("w") + suffix] = test::randomTensor({hidden, input}, rng, 0.8f);
+    weights[std::string("u") + suffix] = test::randomTensor({hidden, hidden}, rng, 0.8f);
+    weights[std::string("b") + suffix] = test::randomTensor({hidden}, rng, 0.3f);
+  }
+  GradientRequest request;
+  request.weights = &weights;
+  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
+  request.initialStates["h"] = test::randomTensor({2, batch, hidden}, rng, 0.5f);
+  request.gradOutput = test::randomTensor({steps, batch, 2 * hidden}, rng, 1.0f);
+  request.gradFinalStates["h"] = test::randomTensor({2, batch, hidden}, rng, 1.0f);
+  LayerOptions options;
+  options.bidirectional = true;
+  options.training = true;
+  options.seed = 13;
+  expectCentralDifferences(*cell, request, options);
+  // Where the mask dropped an entry of u, nothing reaches it.
+  options.engine = Engine::Jit;
+  const GradientResult result = runGradients(*cell, request, options);
+  std::vector<float> mask(static_cast<size_t>(hidden));
+  int64_t dropped = 0;
+  for (int64_t r = 0; r < hidden; ++r) {
+    fillDropoutMaskRow(options.maskSeedOf(0), 0, static_cast<uint64_t>(r), 0.4, mask.data(),
+                       hidden);
+    for (int64_t c = 0; c < hidden; ++c)
+      if (mask[static_cast<size_t>(c)] == 0.0f) {
+        ++dropped;
+        EXPECT_EQ(result.gradients.at("u_l0").data()[r * hidden + c], 0.0f) << r << ", " << c;
+      }
+  }
+  EXPECT_GT(dropped, 0);
 }
 
 // The input reaches the loss only through its dropout: its gradient is zero exactly where the

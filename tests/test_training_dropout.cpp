@@ -167,7 +167,7 @@ TEST(TrainingDropout, TheIntegerThresholdDecidesAsTheUnitInterval) {
 }
 
 // Inference leaves dropout alone (the identity); training makes each mask explicit, and a
-// dropout of parameters alone (no rows to draw a mask for) stays for the interpreter.
+// dropout of parameters alone (no rows to draw a mask for) stays for lowerParameterDropout.
 TEST(TrainingDropout, OnlyDropoutsOfPerStepValuesBecomeMasks) {
   auto cell = frontend::parseCell(R"(cell mixed(n) {
   input x[n]
@@ -181,6 +181,84 @@ TEST(TrainingDropout, OnlyDropoutsOfPerStepValuesBecomeMasks) {
   EXPECT_NE(text.find("dropout_mask %x {p = 0.25, stream = 1}"), std::string::npos) << text;
   EXPECT_NE(text.find("dropout %v {p = 0.5}"), std::string::npos) << text;
   EXPECT_FALSE(passes::lowerTrainingDropout(*cell)) << "nothing left to make explicit";
+}
+
+// A dropout of parameters alone becomes a mask parameter, numbered as the dropouts are.
+TEST(TrainingDropout, ADropoutOfParametersAloneBecomesAMaskParameter) {
+  auto cell = frontend::parseCell(R"(cell mixed(n) {
+  input x[n]
+  state h[n]
+  param v[n]
+  return h = h + dropout(v, 0.5); output dropout(x, 0.25)
+})",
+                                  "mixed.cell");
+  passes::lowerTrainingDropout(*cell);
+  const std::vector<passes::ParameterDropout> lowered = passes::lowerParameterDropout(*cell);
+  ASSERT_EQ(lowered.size(), 1u);
+  EXPECT_EQ(lowered[0].stream, 0);
+  EXPECT_EQ(lowered[0].p, 0.5);
+  EXPECT_EQ(lowered[0].mask->name, "dropout_mask.0");
+  const std::string text = ir::toString(*cell);
+  EXPECT_NE(text.find("mul %v, %dropout_mask.0"), std::string::npos) << text;
+  EXPECT_EQ(text.find("dropout %"), std::string::npos) << text;
+  EXPECT_NE(text.find("dropout_mask %x {p = 0.25, stream = 1}"), std::string::npos) << text;
+}
+
+// A recurrent weight's dropout (AWD-LSTM's weight drop, DropConnect) in training: one mask for
+// the whole run, the same for every step and row. The oracle: the same cell without the dropout,
+// on the interpreter in inference, with the weight multiplied by the mask drawn here from the
+// seed (runtime/exec/Hash.h: row r of the weight, the dropout's stream 0). On the JIT and the
+// interpreter; another seed, another mask.
+TEST(TrainingDropout, AWeightsDropoutIsOneMaskForTheWholeRun) {
+  const char* dropping = R"(cell weightdrop(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size], b[hidden_size]
+  h2 = tanh(linear(x, w, b) + linear(h, dropout(u, 0.4)))
+  return h = h2; output h2
+})";
+  const char* plain = R"(cell plain(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size], b[hidden_size]
+  h2 = tanh(linear(x, w, b) + linear(h, u))
+  return h = h2; output h2
+})";
+  auto cell = frontend::parseCell(dropping, "weightdrop.cell");
+  auto reference = frontend::parseCell(plain, "plain.cell");
+  std::mt19937 rng(29);
+  const int64_t hidden = 9;
+  TensorMap weights;
+  weights["w"] = test::randomTensor({hidden, 5}, rng, 0.6f);
+  weights["u"] = test::randomTensor({hidden, hidden}, rng, 0.6f);
+  weights["b"] = test::randomTensor({hidden}, rng, 0.3f);
+  const uint64_t seed = 41;
+  TensorMap masked = weights;
+  int64_t dropped = 0;
+  for (int64_t r = 0; r < hidden; ++r) {
+    std::vector<float> mask(static_cast<size_t>(hidden));
+    fillDropoutMaskRow(seed, 0, static_cast<uint64_t>(r), 0.4, mask.data(), hidden);
+    for (int64_t c = 0; c < hidden; ++c) {
+      dropped += mask[static_cast<size_t>(c)] == 0.0f;
+      masked.at("u").data()[r * hidden + c] *= mask[static_cast<size_t>(c)];
+    }
+  }
+  EXPECT_GT(dropped, hidden * hidden / 5);
+  EXPECT_LT(dropped, hidden * hidden * 3 / 5);
+  const Tensor expected =
+      runDropping(*reference, masked, Engine::Interpreter, {}, 1, 0, /*training=*/false).output;
+  for (Engine engine : {Engine::Jit, Engine::Interpreter}) {
+    SCOPED_TRACE(engineName(engine));
+    const Tensor out = runDropping(*cell, weights, engine, {}, 1, 0, true, seed).output;
+    ASSERT_EQ(out.shape(), expected.shape());
+    for (int64_t i = 0; i < out.numel(); ++i)
+      EXPECT_NEAR(out.data()[i], expected.data()[i], 1e-5) << "entry " << i;
+    const Tensor other = runDropping(*cell, weights, engine, {}, 1, 0, true, seed + 7).output;
+    double difference = 0;
+    for (int64_t i = 0; i < out.numel(); ++i)
+      difference += std::abs(other.data()[i] - out.data()[i]);
+    EXPECT_GT(difference, 1e-3) << "another seed draws another mask";
+  }
 }
 
 } // namespace

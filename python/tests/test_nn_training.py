@@ -196,6 +196,56 @@ def test_a_custom_cell_with_dropout_trains_with_the_forwards_masks():
     assert 0.1 < float((x.grad == 0).double().mean()) < 0.4
 
 
+WEIGHT_DROP_CELL = """cell weightdrop(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size], b[hidden_size]
+  h2 = tanh(linear(x, w, b) + linear(h, dropout(u, 0.5)))
+  return h = h2; output h2
+}"""
+
+
+def test_a_weights_dropout_is_one_mask_per_call_and_trains():
+    # AWD-LSTM's weight drop: the recurrent weight times one mask for the whole call (row r of
+    # u, the dropout's stream 0, the call's seed), the same at every step and for every row.
+    torch.manual_seed(5)
+    steps, batch, inputs, hidden, seed = 4, 3, 3, 5, 777
+    model = rnnc.nn.Recurrent(WEIGHT_DROP_CELL, input_size=inputs, hidden_size=hidden)
+    x = torch.randn(steps, batch, inputs, requires_grad=True)
+    dy = torch.randn(steps, batch, hidden)
+    y, finals = model(x, seed=seed)
+    (y * dy).sum().backward()
+
+    w, u, b = (p.detach().double().requires_grad_() for p in (model.w_l0, model.u_l0, model.b_l0))
+    xd = x.detach().double().requires_grad_()
+    mask = dropout_mask(seed, 0, range(hidden), hidden, 0.5)
+    h, outputs = torch.zeros(batch, hidden, dtype=torch.float64), []
+    for t in range(steps):
+        h = torch.tanh(xd[t] @ w.T + b + h @ (u * mask).T)
+        outputs.append(h)
+    expected = torch.stack(outputs)
+    (expected * dy.double()).sum().backward()
+    assert_close(y.detach().double(), expected.detach(), "output")
+    for ours, theirs, what in [(model.w_l0.grad, w.grad, "w"), (model.u_l0.grad, u.grad, "u"),
+                               (model.b_l0.grad, b.grad, "b"), (x.grad, xd.grad, "input")]:
+        assert_close(ours.double(), theirs, what)
+    assert bool((model.u_l0.grad[mask == 0] == 0).all()), "no gradient where u was dropped"
+    assert not torch.equal(y, model(x, seed=seed + 1)[0]), "another call, another mask"
+    # In eval mode the dropout is the identity, and the weight's gradient goes straight through.
+    model.eval()
+    model.zero_grad()
+    y, _ = model(x.detach())
+    (y * dy).sum().backward()
+    h, outputs = torch.zeros(batch, hidden, dtype=torch.float64), []
+    w, u, b = (p.detach().double().requires_grad_() for p in (model.w_l0, model.u_l0, model.b_l0))
+    for t in range(steps):
+        h = torch.tanh(xd[t].detach() @ w.T + b + h @ u.T)
+        outputs.append(h)
+    (torch.stack(outputs) * dy.double()).sum().backward()
+    assert_close(y.detach().double(), torch.stack(outputs).detach(), "eval output")
+    assert_close(model.u_l0.grad.double(), u.grad, "eval u")
+
+
 def test_a_custom_cells_dropout_draws_new_masks_in_training_only():
     torch.manual_seed(4)
     model = rnnc.nn.Recurrent(DROPPING_CELL, num_layers=2, bidirectional=True, input_size=3,

@@ -75,8 +75,7 @@ void dropoutMask(const Tensor& x, Tensor& out, double p, uint64_t stream, const 
 
 // In training, x times the mask of stream k for the cell's k-th dropout: the stream
 // passes/TrainingDropout.h gives it as a dropout_mask, which replaces each dropout one for one
-// (so a dropout it leaves, of a value without the batch dimension, whose one row draws a mask
-// per step here, keeps its number too); else x.
+// (so a dropout it leaves, of a value without the batch dimension, keeps its number too); else x.
 void dropout(const Tensor& x, Tensor& out, double p, const EvalContext& ctx) {
   if (!ctx.options.training || p == 0) {
     out = x;
@@ -206,6 +205,10 @@ void evaluate(const ir::Instr& instr, const std::vector<const Tensor*>& in, Tens
     });
   }
   case Op::Dropout:
+    // A dropout of parameters alone draws one mask for the run, its rows x's own: the mask a
+    // layer's training run gives it as a parameter (passes::lowerParameterDropout).
+    if (!instr.result.isBatched())
+      return dropout(*in[0], out, a.value, EvalContext{ctx.options, 0, ctx.dropoutIndex});
     return dropout(*in[0], out, a.value, ctx);
   case Op::DropoutMask:
     return dropoutMask(*in[0], out, a.value, static_cast<uint64_t>(a.stream), ctx);

@@ -202,14 +202,12 @@ GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOp
   if (options.compile.weights != codegen::WeightType::F32)
     throw UserError(fmt::format("{} weights are for inference: training runs in fp32",
                                 codegen::weightTypeName(options.compile.weights)));
+  // In training, a layer program's cells have no dropout left (passes/TrainingDropout.h: masks
+  // drawn per row, or for parameters alone, a mask parameter per run).
   if (options.training)
     for (const LayerProgram::Slot& slot : layers->slots())
-      if (ir::containsOp(*slot.bound, ir::Op::Dropout)) // passes/TrainingDropout.h left it
-        throw UserError(fmt::format(
-            "cell '{}' has a dropout of a value without the batch dimension (of parameters "
-            "alone): its gradients in training are not supported yet (dropout of per-step "
-            "values, and between layers, trains)",
-            cell.name));
+      RNNC_INTERNAL_CHECK(!ir::containsOp(*slot.bound, ir::Op::Dropout),
+                          "a training layer with a dropout left in cell '" + cell.name + "'");
   auto program = std::shared_ptr<GradientProgram>(new GradientProgram);
   program->options_ = options;
   program->program_ = std::move(layers);

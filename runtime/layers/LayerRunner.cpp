@@ -6,6 +6,7 @@
 #include "ir/Error.h"
 #include "passes/TrainingDropout.h"
 #include "runtime/data/Weights.h"
+#include "runtime/exec/Hash.h"
 #include "runtime/layers/DirectionRun.h"
 #include "runtime/threads/ThreadTeam.h"
 
@@ -31,7 +32,8 @@ std::vector<ShapeObservation> observe(const ir::Cell& cell, const LayerProgram::
                                       const std::map<std::string, Tensor>& initialStates,
                                       int64_t slots, const SharedTensors& sideInputs = {}) {
   std::vector<ShapeObservation> observations;
-  for (size_t i = 0; i < slot.params.size(); ++i)
+  // The cell's parameters; a slot's own past them (a training run's dropout masks) are not.
+  for (size_t i = 0; i < cell.params.size(); ++i)
     if (slot.params[i].rank() > 0) // not a zero bias of a bias-free file, made later
       observations.push_back({cell.params[i].get(), slot.params[i].shape(),
                               fmt::format("{}: tensor '{}'", weightsSource, slot.paramNames[i])});
@@ -184,10 +186,24 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
       // Dropout in training: its masks explicit (passes/TrainingDropout.h), drawn alike by the
       // JIT and the interpreter; the GPU's code draws none.
       const bool trainingDropout = options.training && ir::containsOp(*slot.bound, ir::Op::Dropout);
-      if (trainingDropout)
+      if (trainingDropout) {
         passes::lowerTrainingDropout(*slot.bound);
-      // A dropout of parameters alone stays, and only the interpreter draws its masks.
-      const bool interpreterOnly = trainingDropout && ir::containsOp(*slot.bound, ir::Op::Dropout);
+        // A dropout of parameters alone: one mask for the run, a parameter of the slot's.
+        const uint64_t seed = options.maskSeedOf(static_cast<int64_t>(program->slots_.size()));
+        for (const passes::ParameterDropout& d : passes::lowerParameterDropout(*slot.bound)) {
+          TensorShape shape;
+          for (const ir::Dim& dim : d.mask->shape)
+            shape.push_back(*dim.evaluate(sizes));
+          Tensor mask(std::move(shape));
+          const int64_t columns = mask.rank() == 0 ? 1 : mask.shape().back();
+          for (int64_t row = 0; row < mask.numel() / columns; ++row)
+            fillDropoutMaskRow(seed, static_cast<uint64_t>(d.stream), static_cast<uint64_t>(row),
+                               d.p, mask.data() + row * columns, columns);
+          slot.paramNames.push_back(d.mask->name);
+          slot.params.push_back(std::move(mask));
+          slot.inWeights.push_back(false);
+        }
+      }
       if (isGpuEngine(options.engine)) {
         if (trainingDropout)
           throw UserError(fmt::format("cell '{}' has dropout, which in training mode runs on the "
@@ -197,7 +213,7 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
         gpu.pipeline = options.compile.pipeline;
         gpu.log = options.compile.log;
         slot.gpu = GpuCell::compile(*slot.bound, gpu);
-      } else if (options.engine == Engine::Jit && !interpreterOnly) {
+      } else if (options.engine == Engine::Jit) {
         jitSlots.push_back(program->slots_.size());
       }
       layerOutput += ir::columnsOf(slot.bound->output);

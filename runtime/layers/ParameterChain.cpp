@@ -156,6 +156,9 @@ void ParameterChain::backpropagate(size_t position, const Tensor& gradient,
         return gv[i] * (k == 0 ? share : 1.0f - share);
       });
       break;
+    case Op::Dropout: // in inference, the identity (a training run's is a mask parameter)
+      distribute([&](int, int64_t i) { return gv[i]; });
+      break;
     case Op::Neg:
       distribute([&](int, int64_t i) { return -gv[i]; });
       break;

@@ -227,11 +227,8 @@ public:
                "{:.0f} s\n",
                cells, options_.seed, codegen::weightTypeName(options_.weights), runs_,
                options_.engine == Engine::Jit ? "JIT" : engineName(options_.engine),
-               refused_       ? fmt::format(" ({} refused: no linear left)", refused_)
-               : untrainable_ ? fmt::format(" ({} refused training: dropout of parameters alone)",
-                                            untrainable_)
-                              : "",
-               failures, seconds);
+               refused_ ? fmt::format(" ({} refused: no linear left)", refused_) : "", failures,
+               seconds);
     return failures == 0 ? 0 : 1;
   }
 
@@ -263,12 +260,6 @@ private:
     GradientResult expected;
     try {
       expected = rnnc::runGradients(cell, request, options);
-    } catch (const UserError& e) {
-      // Refused with a reason: a dropout of parameters alone does not train yet.
-      if (std::string_view(e.what()).find("without the batch dimension") == std::string_view::npos)
-        throw;
-      ++untrainable_;
-      return 0;
     } catch (const std::exception& e) {
       report(index, generated, "interpreter's gradients (the cell must train)", e.what());
       return 1;
@@ -384,8 +375,7 @@ private:
   std::vector<test::PassSetting> settings_;
   std::string cacheDirectory_; // this run's own compile cache
   int64_t runs_ = 0;
-  int64_t refused_ = 0;     // runs of reduced weights refused: the cell's linears were all dead
-  int64_t untrainable_ = 0; // cells refused training: a dropout of parameters alone
+  int64_t refused_ = 0; // runs of reduced weights refused: the cell's linears were all dead
   int64_t reported_ = -1;
 };
 
