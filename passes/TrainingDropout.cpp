@@ -4,6 +4,7 @@
 #include "ir/Verifier.h"
 
 #include <cstddef>
+#include <string>
 
 namespace rnnc::passes {
 
@@ -53,8 +54,10 @@ std::vector<ParameterDropout> lowerParameterDropout(ir::Cell& cell) {
         continue;
       const int mine = stream++;
       ir::Value* x = instr.operands[0];
-      ir::Value* mask =
-          cell.addArgument(ir::ArgKind::Param, "dropout_mask." + std::to_string(mine), x->shape);
+      std::string name = "dropout_mask." + std::to_string(mine);
+      while (cell.findArgument(name)) // a parameter of the cell's own by that name
+        name += "_";
+      ir::Value* mask = cell.addArgument(ir::ArgKind::Param, name, x->shape);
       ir::Value* dropped = builder.insert(i + 1, ir::Op::Mul, {x, mask});
       ir::replaceAllUses(cell, &instr.result, dropped);
       lowered.push_back({mask, mine, instr.attrs.value});
