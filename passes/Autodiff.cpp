@@ -530,29 +530,9 @@ TrainingForward trainingForward(const ir::Cell& forward, const BackwardCell& bac
 }
 
 bool differentiableInWeights(ir::Op op) {
-  switch (op) {
-  case Op::Const:
-  case Op::Slice:
-  case Op::Concat:
-  case Op::Add:
-  case Op::Sub:
-  case Op::Mul:
-  case Op::Div:
-  case Op::Min:
-  case Op::Max:
-  case Op::Neg:
-  case Op::Sigmoid:
-  case Op::Tanh:
-  case Op::Relu:
-  case Op::Exp:
-  case Op::Log:
-  case Op::Sqrt:
-  case Op::Clamp:
-  case Op::Dropout: // in inference, the identity (training gives it a mask parameter first)
-    return true;
-  default:
-    return false;
-  }
+  // The elementwise ops (a dropout is the identity in inference; training gives it a mask
+  // parameter first) but `step`, which only differentiation makes; column slices and concats.
+  return (ir::isElementwise(op) && op != Op::Step) || op == Op::Slice || op == Op::Concat;
 }
 
 BackwardCell deriveBackward(const ir::Cell& forward, ForwardValues policy) {

@@ -500,6 +500,21 @@ TEST(Gradients, InputsAndParametersThatReachNothingGetZeroGradients) {
   expectCentralDifferences(*cell, request, {});
 }
 
+// A request for one layer of a cell with sizes input_size and hidden_size and one state h:
+// random weights (into `weights`), input, initial h and gradients of the output and final h.
+GradientRequest oneLayerRequest(const ir::Cell& cell, TensorMap& weights, unsigned seed,
+                                int64_t steps, int64_t batch, int64_t input, int64_t hidden) {
+  std::mt19937 rng(seed);
+  weights = test::randomWeights(cell, {{"input_size", input}, {"hidden_size", hidden}}, rng);
+  GradientRequest request;
+  request.weights = &weights;
+  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
+  request.initialStates["h"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
+  request.gradOutput = test::randomTensor({steps, batch, hidden}, rng, 1.0f);
+  request.gradFinalStates["h"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
+  return request;
+}
+
 // A layer norm of parameters alone (no batch dimension) that every row reads with its own
 // gradient: the rows' gradients go back through the same norm and add up in the parameter's.
 // The differential fuzzer found it: layernorm_grad refused the rows' gradient as wider than its
@@ -514,18 +529,10 @@ TEST(Gradients, ALayerNormOfParametersAloneMatchesCentralDifferences) {
   return h = h2; output h2
 })",
                                   "lnparams.cell");
-  std::mt19937 rng(19);
-  const int64_t steps = 3, batch = 3, input = 3, hidden = 5;
-  TensorMap weights =
-      test::randomWeights(*cell, {{"input_size", input}, {"hidden_size", hidden}}, rng);
+  TensorMap weights;
+  GradientRequest request = oneLayerRequest(*cell, weights, 19, 3, 3, 3, 5);
   for (float& v : weights.at("v").values())
     v *= 4; // a spread for the norm to act on
-  GradientRequest request;
-  request.weights = &weights;
-  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
-  request.initialStates["h"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
-  request.gradOutput = test::randomTensor({steps, batch, hidden}, rng, 1.0f);
-  request.gradFinalStates["h"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
   expectCentralDifferences(*cell, request, {});
 }
 
@@ -545,16 +552,8 @@ TEST(Gradients, WeightsMadeOfParametersMatchCentralDifferences) {
   return h = h2; output h2
 })",
                                   "derived.cell");
-  std::mt19937 rng(23);
-  const int64_t steps = 3, batch = 2, input = 4, hidden = 5;
-  TensorMap weights =
-      test::randomWeights(*cell, {{"input_size", input}, {"hidden_size", hidden}}, rng);
-  GradientRequest request;
-  request.weights = &weights;
-  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
-  request.initialStates["h"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
-  request.gradOutput = test::randomTensor({steps, batch, hidden}, rng, 1.0f);
-  request.gradFinalStates["h"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
+  TensorMap weights;
+  GradientRequest request = oneLayerRequest(*cell, weights, 23, 3, 2, 4, 5);
   expectCentralDifferences(*cell, request, {});
 
   LayerOptions jit, interpret;
@@ -625,16 +624,12 @@ TEST(Gradients, ACellWhoseOutputIsNoStateMatchesCentralDifferences) {
   expectCentralDifferences(*cell, request, {});
 }
 
-// Dropout inside a cell in training (passes/TrainingDropout.h): the backward multiplies the
-// gradient by the masks the forward drew, so the gradients are those of the function the masks
-// fixed, which central differences of the training forward measure (the interpreter drawing the
-// same masks from the seed). Dropout of the input, of the state and of the output
-// (tests/DroppingCell.h); both directions, lengths.
-TEST(Gradients, DropoutInsideACellMatchesCentralDifferencesWithTheForwardsMasks) {
-  auto cell = frontend::parseCell(test::kDroppingCell, "dropping.cell");
-  std::mt19937 rng(17);
-  const int64_t steps = 5, batch = 3, input = 3, hidden = 4;
-  TensorMap weights;
+// A request for one bidirectional layer of a cell with parameters w [hidden, input],
+// u [hidden, hidden] and b [hidden] (filled into `weights`), random inputs, initial states and
+// gradients, from `seed`.
+GradientRequest bidirectionalRequest(TensorMap& weights, unsigned seed, int64_t steps,
+                                     int64_t batch, int64_t input, int64_t hidden) {
+  std::mt19937 rng(seed);
   for (const char* suffix : {"_l0", "_l0_reverse"}) {
     weights[std::string("w") + suffix] = test::randomTensor({hidden, input}, rng, 0.8f);
     weights[std::string("u") + suffix] = test::randomTensor({hidden, hidden}, rng, 0.8f);
@@ -646,7 +641,19 @@ TEST(Gradients, DropoutInsideACellMatchesCentralDifferencesWithTheForwardsMasks)
   request.initialStates["h"] = test::randomTensor({2, batch, hidden}, rng, 0.5f);
   request.gradOutput = test::randomTensor({steps, batch, 2 * hidden}, rng, 1.0f);
   request.gradFinalStates["h"] = test::randomTensor({2, batch, hidden}, rng, 1.0f);
-  request.lengths = Int64Array{{batch}, {5, 2, 4}};
+  return request;
+}
+
+// Dropout inside a cell in training (passes/TrainingDropout.h): the backward multiplies the
+// gradient by the masks the forward drew, so the gradients are those of the function the masks
+// fixed, which central differences of the training forward measure (the interpreter drawing the
+// same masks from the seed). Dropout of the input, of the state and of the output
+// (tests/DroppingCell.h); both directions, lengths.
+TEST(Gradients, DropoutInsideACellMatchesCentralDifferencesWithTheForwardsMasks) {
+  auto cell = frontend::parseCell(test::kDroppingCell, "dropping.cell");
+  TensorMap weights;
+  GradientRequest request = bidirectionalRequest(weights, 17, 5, 3, 3, 4);
+  request.lengths = Int64Array{{3}, {5, 2, 4}};
   LayerOptions options;
   options.bidirectional = true;
   options.training = true;
@@ -667,20 +674,9 @@ TEST(Gradients, AWeightsDropoutMatchesCentralDifferencesWithTheRunsMask) {
   return h = h2; output h2
 })",
                                   "weightdrop.cell");
-  std::mt19937 rng(31);
-  const int64_t steps = 4, batch = 2, input = 3, hidden = 4;
+  const int64_t hidden = 4;
   TensorMap weights;
-  for (const char* suffix : {"_l0", "_l0_reverse"}) {
-    weights[std::string("w") + suffix] = test::randomTensor({hidden, input}, rng, 0.8f);
-    weights[std::string("u") + suffix] = test::randomTensor({hidden, hidden}, rng, 0.8f);
-    weights[std::string("b") + suffix] = test::randomTensor({hidden}, rng, 0.3f);
-  }
-  GradientRequest request;
-  request.weights = &weights;
-  request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
-  request.initialStates["h"] = test::randomTensor({2, batch, hidden}, rng, 0.5f);
-  request.gradOutput = test::randomTensor({steps, batch, 2 * hidden}, rng, 1.0f);
-  request.gradFinalStates["h"] = test::randomTensor({2, batch, hidden}, rng, 1.0f);
+  GradientRequest request = bidirectionalRequest(weights, 31, 4, 2, 3, hidden);
   LayerOptions options;
   options.bidirectional = true;
   options.training = true;

@@ -166,16 +166,18 @@ TEST(TrainingDropout, TheIntegerThresholdDecidesAsTheUnitInterval) {
   }
 }
 
-// Inference leaves dropout alone (the identity); training makes each mask explicit, and a
-// dropout of parameters alone (no rows to draw a mask for) stays for lowerParameterDropout.
-TEST(TrainingDropout, OnlyDropoutsOfPerStepValuesBecomeMasks) {
-  auto cell = frontend::parseCell(R"(cell mixed(n) {
+// A dropout of a per-step value (x) and one of parameters alone (v).
+constexpr const char* kMixedCell = R"(cell mixed(n) {
   input x[n]
   state h[n]
   param v[n]
   return h = h + dropout(v, 0.5); output dropout(x, 0.25)
-})",
-                                  "mixed.cell");
+})";
+
+// Inference leaves dropout alone (the identity); training makes each mask explicit, and a
+// dropout of parameters alone (no rows to draw a mask for) stays for lowerParameterDropout.
+TEST(TrainingDropout, OnlyDropoutsOfPerStepValuesBecomeMasks) {
+  auto cell = frontend::parseCell(kMixedCell, "mixed.cell");
   EXPECT_TRUE(passes::lowerTrainingDropout(*cell));
   const std::string text = ir::toString(*cell);
   EXPECT_NE(text.find("dropout_mask %x {p = 0.25, stream = 1}"), std::string::npos) << text;
@@ -185,13 +187,7 @@ TEST(TrainingDropout, OnlyDropoutsOfPerStepValuesBecomeMasks) {
 
 // A dropout of parameters alone becomes a mask parameter, numbered as the dropouts are.
 TEST(TrainingDropout, ADropoutOfParametersAloneBecomesAMaskParameter) {
-  auto cell = frontend::parseCell(R"(cell mixed(n) {
-  input x[n]
-  state h[n]
-  param v[n]
-  return h = h + dropout(v, 0.5); output dropout(x, 0.25)
-})",
-                                  "mixed.cell");
+  auto cell = frontend::parseCell(kMixedCell, "mixed.cell");
   passes::lowerTrainingDropout(*cell);
   const std::vector<passes::ParameterDropout> lowered = passes::lowerParameterDropout(*cell);
   ASSERT_EQ(lowered.size(), 1u);
