@@ -379,6 +379,33 @@ TEST_F(ToolTest, CompilePrintsTheIRAfterEveryPassToStderr) {
   EXPECT_THAT(r.out, HasSubstr("step {\n    fused {\n      %4 = linear %h, %weight_hh")) << r;
 }
 
+// `rnnc compile --train` shows the cell as a training run has it: a recurrent weight's dropout
+// (parameters alone) is the weight times a mask parameter, and with --grad the backward reads
+// the weight made of them; inference (no --train) leaves the dropout, the identity.
+TEST_F(ToolTest, CompileTrainShowsAWeightsDropoutAsAMaskParameter) {
+  {
+    std::ofstream file(path("weightdrop.cell"));
+    file << R"(cell weightdrop(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size]
+  h2 = tanh(linear(x, w) + linear(h, dropout(u, 0.5)))
+  return h = h2; output h2
+})";
+  }
+  ToolResult train = run({"compile", path("weightdrop.cell"), "--train", "--emit=ir"});
+  ASSERT_EQ(train.exitCode, 0) << train;
+  EXPECT_THAT(train.out, HasSubstr("param %dropout_mask.0 : [hidden_size, hidden_size]")) << train;
+  EXPECT_THAT(train.out, HasSubstr("mul %u, %dropout_mask.0")) << train;
+  EXPECT_THAT(train.out, Not(HasSubstr("dropout %u"))) << train;
+  ToolResult grad = run({"compile", path("weightdrop.cell"), "--train", "--grad", "--emit=ir"});
+  ASSERT_EQ(grad.exitCode, 0) << grad;
+  EXPECT_THAT(grad.out, HasSubstr("mul %u, %dropout_mask.0")) << grad;
+  ToolResult inference = run({"compile", path("weightdrop.cell"), "--emit=ir"});
+  ASSERT_EQ(inference.exitCode, 0) << inference;
+  EXPECT_THAT(inference.out, HasSubstr("dropout %u {p = 0.5}")) << inference;
+}
+
 // `--time-passes`: every pass and every part of LLVM's work with its milliseconds, on stderr
 // (stdout stays the stage asked for).
 TEST_F(ToolTest, CompileTimePasses) {

@@ -62,8 +62,11 @@ int compile(const CompileCommandOptions& o) {
     cell->bindSizes(sizes);
     ir::verify(*cell);
   }
-  if (o.train)
+  if (o.train) {
     passes::lowerTrainingDropout(*cell);
+    // A dropout of parameters alone: times a mask parameter, which a training run fills.
+    passes::lowerParameterDropout(*cell);
+  }
   if (o.grad)
     cell = passes::deriveBackward(*cell).cell;
   if (o.emit == "ir") {
@@ -177,8 +180,10 @@ CommandAction addCompileCommand(CLI::App& app) {
                 "by reverse-mode autodiff) instead of the cell");
   cmd->add_flag("--train", o->train,
                 "The cell as training runs it: each dropout its input times an explicit mask "
-                "(dropout_mask, drawn per row and column from the seed); with --grad, the "
-                "training backward step, which reads the masks the forward kept");
+                "(dropout_mask, drawn per row and column from the seed), a dropout of "
+                "parameters alone times a mask parameter (dropout_mask.<k>, one for the run); "
+                "with --grad, the training backward step, which reads the masks the forward "
+                "kept");
   o->pipeline.addTo(*cmd);
   return [o] { return compile(*o); };
 }
