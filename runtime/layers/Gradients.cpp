@@ -406,14 +406,13 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
       // Weights made of parameters alone: their values, and their gradients until they go on to
       // the parameters, after the products.
       std::optional<ParameterChain> chain;
+      if (!s.backward.derivedWeights.empty())
+        chain.emplace(*slot.bound, slot.params);
       std::map<std::string, Tensor> derivedGradients;
       auto derivedPosition = [&](const std::string& name) -> std::optional<size_t> {
         for (const passes::DerivedWeight& derived : s.backward.derivedWeights)
-          if (derived.name == name) {
-            if (!chain)
-              chain.emplace(*slot.bound, slot.params);
+          if (derived.name == name)
             return derived.position;
-          }
         return std::nullopt;
       };
       for (const passes::GradientSegment& seg : s.backward.segments) {
@@ -483,11 +482,12 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
             sum[c] += sums[static_cast<size_t>(c)];
       }
       // On through what made each derived weight, to the parameters it is made of.
-      for (const auto& [name, gradient] : derivedGradients) {
+      if (!derivedGradients.empty()) {
         std::vector<Tensor> paramGradients;
         for (const Tensor& param : slot.params)
           paramGradients.emplace_back(param.shape());
-        chain->backpropagate(*derivedPosition(name), gradient, paramGradients);
+        for (const auto& [name, gradient] : derivedGradients)
+          chain->backpropagate(*derivedPosition(name), gradient, paramGradients);
         for (size_t p = 0; p < slot.params.size(); ++p) {
           if (!slot.inWeights[p])
             continue;

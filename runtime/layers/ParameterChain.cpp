@@ -28,7 +28,7 @@ float broadcastAt(const Tensor& operand, int64_t i, int64_t total, int64_t colum
   return operand.data()[i % columns];
 }
 
-// `full` (a result's shape) summed down to `like`'s, undoing broadcastAt, and added to `into`.
+// `full` (a result's shape) summed down to `into`'s shape, undoing broadcastAt, and added.
 void addReduced(const Tensor& full, Tensor& into) {
   const int64_t n = into.numel(), total = full.numel(), columns = columnsOf(full);
   float* out = into.data();
@@ -71,7 +71,7 @@ const Tensor& ParameterChain::value(size_t position) {
 
 void ParameterChain::backpropagate(size_t position, const Tensor& gradient,
                                    std::vector<Tensor>& paramGradients) {
-  // Gradients of the chain's values by position, visited from the weight down: an operand's
+  // Gradients of the chain's values by position, visited from the latest down: an operand's
   // instruction comes before its reader, so each is complete when it is visited.
   std::map<size_t, Tensor> gradients;
   gradients[position] = gradient;
@@ -83,15 +83,13 @@ void ParameterChain::backpropagate(size_t position, const Tensor& gradient,
     const size_t at = positions_.at(operand);
     if (instrs_[at]->op == Op::Const)
       return;
-    auto [it, fresh] = gradients.try_emplace(at, value(at).shape());
-    addReduced(full, it->second);
+    addReduced(full, gradients.try_emplace(at, value(at).shape()).first->second);
   };
-  for (size_t p = position + 1; p-- > 0;) {
-    auto found = gradients.find(p);
-    if (found == gradients.end())
-      continue;
-    const Tensor g = std::move(found->second);
-    gradients.erase(found);
+  while (!gradients.empty()) { // the latest position first
+    const auto last = std::prev(gradients.end());
+    const size_t p = last->first;
+    const Tensor g = std::move(last->second);
+    gradients.erase(last);
     const ir::Instr& instr = *instrs_[p];
     const Tensor& r = value(p);
     const int64_t total = r.numel(), columns = columnsOf(r);
