@@ -7,6 +7,7 @@
 #include "passes/DeadCodeElimination.h"
 #include "passes/Fuse.h"
 #include "passes/FuseMatMul.h"
+#include "passes/HoistParameters.h"
 #include "passes/MergeGates.h"
 #include "passes/Premultiply.h"
 #include "passes/Simplify.h"
@@ -33,6 +34,10 @@ std::vector<Pass> allPasses() {
       {"simplify", "constant folding and algebraic identities", simplify},
       {"cse", "common subexpression elimination", eliminateCommonSubexpressions},
       {"dce", "dead code elimination", eliminateDeadCode},
+      {"hoist-parameters",
+       "compute values made of parameters alone (a weight built from parameters) once, before "
+       "the loop",
+       hoistParameters},
       {"premultiply", "hoist state-independent matrix products and their biases out of the loop",
        premultiply, PassGroup::Premultiply},
       {"premultiply-cse",

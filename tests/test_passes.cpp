@@ -339,6 +339,37 @@ TEST(PassManager, NoPremulKeepsEverythingInTheLoop) {
   EXPECT_TRUE(lstm->pre.empty());
 }
 
+// --no-premul keeps the input projection in the loop, not the arithmetic of parameters: a
+// weight made of parameters is computed once, before the loop, on every pipeline.
+TEST(PassManager, NoPremulStillComputesAWeightMadeOfParametersBeforeTheLoop) {
+  auto cell = frontend::parseCell(R"(cell d(n) {
+  input x[n]
+  state h[n]
+  param w[n, n], u[n, n], v[n, n]
+  h2 = tanh(linear(x, w) + linear(h, 0.5 * u + tanh(v)))
+  return h = h2; output h2
+})",
+                                  "derived.cell");
+  passes::PipelineOptions options;
+  options.premultiply = false;
+  std::ostringstream log;
+  passes::runPipeline(*cell, options, log);
+  ASSERT_FALSE(cell->pre.empty()) << ir::toString(*cell);
+  for (const auto& instr : cell->pre)
+    EXPECT_FALSE(instr->result.isBatched()) << ir::toString(*cell);
+  int productsInTheLoop = 0;
+  for (const auto& instr : cell->step)
+    if (instr->op == ir::Op::Linear) {
+      ++productsInTheLoop;
+      // The recurrent product's weight comes from `pre`; the input projection's is w.
+      EXPECT_TRUE(instr->operands[1]->def == nullptr ||
+                  std::any_of(cell->pre.begin(), cell->pre.end(),
+                              [&](const auto& p) { return &p->result == instr->operands[1]; }))
+          << ir::toString(*cell);
+    }
+  EXPECT_EQ(productsInTheLoop, 2) << ir::toString(*cell);
+}
+
 // ---- Numerics: the optimised cell computes what the original computes ----------------------
 
 const char* kLayerNormCell = R"(cell ln(input_size, hidden_size) {

@@ -180,6 +180,45 @@ TEST(WeightTypes, EveryBuiltinCellMatchesTheInterpreterOnRoundedOperands) {
         }
 }
 
+// A product's weight made of parameters is stored reduced as a parameter is, on every pipeline:
+// with --no-premul too, where it had stayed in the loop, computed per step and multiplied in
+// fp32 (passes/HoistParameters.h). The interpreter rounds every product's weight, made or given.
+TEST(WeightTypes, AWeightMadeOfParametersIsReducedWithAndWithoutPremultiply) {
+  auto cell = frontend::parseCell(R"(cell d(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size], v[hidden_size, hidden_size]
+  h2 = tanh(linear(x, w) + linear(h, 0.5 * u + tanh(v)))
+  return h = h2; output h2
+})",
+                                  "derived.cell");
+  cell->bindSizes({{"input_size", 9}, {"hidden_size", 13}});
+  std::mt19937 rng(17);
+  std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
+  std::vector<Tensor> inputs = {test::randomTensor({5, 3, 9}, rng, 1.0f)};
+  const std::vector<Tensor> initial = {test::randomTensor({3, 13}, rng)};
+  for (WeightType type : {WeightType::F16, WeightType::BF16})
+    for (bool premultiply : {true, false}) {
+      SCOPED_TRACE(std::string(codegen::weightTypeName(type)) +
+                   (premultiply ? "" : ", --no-premul"));
+      ExecutionOptions reference;
+      reference.f16Weights = type == WeightType::F16;
+      reference.bf16Products = type == WeightType::BF16;
+      std::vector<Tensor> expectedStates = initial, states = initial;
+      Tensor expected = Interpreter(*cell, params, reference).run(inputs, expectedStates);
+      CompileOptions options;
+      options.cache.disk = false;
+      options.weights = type;
+      options.pipeline.premultiply = premultiply;
+      Tensor actual = CompiledCell::compile(*cell, options)->run(params, inputs, states);
+      EXPECT_LT(test::maxAbsDiff(actual, expected), 2e-5f);
+      // Against fp32 weights the difference is the rounding's, far above the bound above.
+      std::vector<Tensor> fp32States = initial;
+      EXPECT_GT(test::maxAbsDiff(Interpreter(*cell, params).run(inputs, fp32States), expected),
+                1e-4f);
+    }
+}
+
 // Layers with PyTorch's weights and inputs (tests/fixtures/layers), reduced against fp32: within
 // 1e-2 of the fp32 output's largest value (the issue's bound), fp16 closer than bf16 (3 more
 // bits of mantissa). Several layers and both directions: the error compounds through them.

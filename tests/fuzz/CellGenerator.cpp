@@ -27,7 +27,7 @@ struct Expr {
 
 class Generator {
 public:
-  Generator(uint64_t seed, bool derivedWeights) : rng_(seed), derivedWeights_(derivedWeights) {}
+  explicit Generator(uint64_t seed) : rng_(seed) {}
 
   GeneratedCell run() {
     declareArguments();
@@ -114,7 +114,7 @@ private:
   // parameters alone (scaled, summed, squashed, a row broadcast over it), no larger.
   std::string weight(const std::string& shape, const std::string& columns) {
     std::string w = param("w", shape);
-    switch (derivedWeights_ && chance(0.15) ? uniform(0, 2) : -1) {
+    switch (chance(0.15) ? uniform(0, 2) : -1) {
     case 0:
       return fmt::format("(0.5 * {} + 0.5 * tanh({}))", w, param("w", shape));
     case 1:
@@ -505,7 +505,6 @@ private:
   }
 
   std::mt19937_64 rng_;
-  bool derivedWeights_;
   int counter_ = 0;
   std::map<std::string, int64_t> sizes_;
   std::vector<std::string> sizeOrder_;
@@ -517,8 +516,8 @@ private:
 
 } // namespace
 
-GeneratedCell generateCell(uint64_t seed, bool derivedWeights) {
-  return Generator(seed, derivedWeights).run();
+GeneratedCell generateCell(uint64_t seed) {
+  return Generator(seed).run();
 }
 
 } // namespace rnnc::fuzz

@@ -22,11 +22,10 @@ struct GeneratedCell {
 };
 
 // The same seed gives the same cell on every machine (no std:: distributions, which differ
-// between standard libraries). `derivedWeights`: now and then a product's weight is made of
-// parameters (0.5 * w + 0.5 * tanh(v), w * sigmoid(s), w - v / 4) rather than one. Runs with
-// reduced weights leave them out: the JIT reduces a weight made of parameters where the
-// pipeline hoists it before the loop and packs it, not with --no-premul, which keeps it per
-// step in fp32, so the interpreter's rounding of every product's weight would not model it.
-GeneratedCell generateCell(uint64_t seed, bool derivedWeights = true);
+// between standard libraries). Now and then a product's weight is made of parameters
+// (0.5 * w + 0.5 * tanh(v), w * sigmoid(s), w - v / 4) rather than one; the JIT reduces such a
+// weight (--weights-dtype) as it does a parameter, on every pipeline (passes/HoistParameters.h),
+// as the interpreter's rounding of every product's weight models.
+GeneratedCell generateCell(uint64_t seed);
 
 } // namespace rnnc::fuzz

@@ -129,8 +129,7 @@ public:
   // Runs one cell every way; returns the number of failed runs.
   int runCell(int64_t index) {
     uint64_t seed = cellSeed(options_.seed, static_cast<uint64_t>(index));
-    fuzz::GeneratedCell generated =
-        fuzz::generateCell(seed, options_.weights == codegen::WeightType::F32);
+    fuzz::GeneratedCell generated = fuzz::generateCell(seed);
     if (options_.print)
       fmt::print("# cell {} (seed {})\n{}", index, options_.seed, generated.source);
     std::shared_ptr<ir::Cell> cell;
