@@ -118,9 +118,12 @@ void CellEmitter::emitLoop() {
           llvm::Value* lastRow = b.CreateMul(b.CreateSub(steps, constant(1)), batch);
           if (reverse) // the last step run is the first of the rows
             lastRow = b.CreateSelect(reverse, constant(0), lastRow);
-          View last{b.CreateGEP(f32, output, b.CreateMul(lastRow, constant(outCols))),
+          View last{b.CreateGEP(f32, output,
+                                b.CreateAdd(b.CreateMul(lastRow, constant(outCols)),
+                                            constant(plan.readFromOutputColumn[i]))),
                     constant(outCols)};
-          copyRows({states[i], constant(outCols)}, last, share(batch), outCols);
+          const int64_t cols = columnsOf(cell.states[i].get());
+          copyRows({states[i], constant(cols)}, last, share(batch), cols);
         });
   });
 }

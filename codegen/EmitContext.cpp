@@ -125,14 +125,21 @@ View EmitContext::stepViews(llvm::Value* t) {
   const int64_t outCols = columnsOf(cell.output);
   for (size_t i = 0; i < cell.states.size(); ++i) {
     llvm::Value* base = states[i];
+    const int64_t cols = columnsOf(cell.states[i].get());
+    llvm::Value* stride = constant(cols);
     if (plan.readFromOutput[i]) { // step t > 0 reads the state from the previous step's rows
       llvm::Value* previousRow = b.CreateSub(firstRow, batch);
       if (reverse)
         previousRow = b.CreateSelect(reverse, b.CreateAdd(firstRow, batch), previousRow);
-      llvm::Value* previous = b.CreateGEP(f32, output, b.CreateMul(previousRow, constant(outCols)));
-      base = b.CreateSelect(b.CreateICmpEQ(t, constant(0)), base, previous);
+      llvm::Value* previous = b.CreateGEP(f32, output,
+                                          b.CreateAdd(b.CreateMul(previousRow, constant(outCols)),
+                                                      constant(plan.readFromOutputColumn[i])));
+      llvm::Value* first = b.CreateICmpEQ(t, constant(0));
+      base = b.CreateSelect(first, base, previous);
+      if (cols != outCols) // columns of wider output rows
+        stride = b.CreateSelect(first, stride, constant(outCols));
     }
-    views[cell.states[i].get()] = {base, constant(columnsOf(cell.states[i].get()))};
+    views[cell.states[i].get()] = {base, stride};
   }
   for (const BufferSpec& spec : plan.buffers)
     if (spec.rows == Rows::Sequence)

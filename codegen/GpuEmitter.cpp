@@ -1032,8 +1032,13 @@ void GpuEmitter::emitStepEnd(const GpuRegion& region, llvm::Value* item) {
     View last{b.CreateGEP(f32, output, b.CreateMul(lastRow, constant(outCols))), constant(outCols)};
     ifThen(b.CreateICmpSGT(steps, constant(0)), "final_state", [&] {
       for (size_t i = 0; i < cell.updates.size(); ++i)
-        if (plan.readFromOutput[i])
-          copy({states[i], constant(outCols)}, last, outCols);
+        if (plan.readFromOutput[i]) {
+          const View from{b.CreateConstGEP1_64(f32, last.base,
+                                               static_cast<uint64_t>(plan.readFromOutputColumn[i])),
+                          last.rowStride};
+          const int64_t cols = columnsOf(cell.states[i].get());
+          copy({states[i], constant(cols)}, from, cols);
+        }
     });
     return;
   }

@@ -383,9 +383,15 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
     bool readsState = source && source->argKind == ir::ArgKind::State && source != update.state;
     plan.staging.push_back(readsState ? static_cast<int>(plan.buffers.size()) : -1);
     plan.updatedInKernel.push_back(canUpdateInKernel(cell, update));
-    plan.readFromOutput.push_back(update.next == cell.output && update.next != update.state &&
-                                  !readsState && !plan.updatedInKernel.back() &&
-                                  update.state->shape == cell.output->shape);
+    const bool wholeOutput =
+        update.next == cell.output && update.state->shape == cell.output->shape;
+    const auto inColumns = plan.inOutputColumns.find(update.next);
+    const bool outputColumns =
+        inColumns != plan.inOutputColumns.end() && update.state->shape == update.next->shape;
+    const bool fromOutput = (wholeOutput || outputColumns) && update.next != update.state &&
+                            !readsState && !plan.updatedInKernel.back();
+    plan.readFromOutput.push_back(fromOutput);
+    plan.readFromOutputColumn.push_back(fromOutput && !wholeOutput ? inColumns->second : 0);
     if (readsState)
       plan.buffers.push_back({update.next, Rows::Step, 1, columnsOf(update.next)});
   }

@@ -196,10 +196,13 @@ struct StoragePlan {
   // itself, so no buffer or end-of-step copy is needed. Safe when, from that kernel on, only
   // the kernel reads the state, element by element (c in c' = f * c + i * g).
   std::vector<bool> updatedInKernel;
-  // Per state update: the next value is the step's output, so from the second step on the state
-  // is read straight from the previous step's output rows, and only the last step's rows are
-  // copied to the state, after the loop: no copy and no barrier per step (h of LSTM, GRU, RNN).
+  // Per state update: the next value is the step's output, or lies in its columns (a concat's
+  // part: the h of a training forward, whose output keeps what its backward reads beside h), so
+  // from the second step on the state is read straight from the previous step's output rows (at
+  // readFromOutputColumn, with the output's row stride), and only the last step's rows are copied
+  // to the state, after the loop: no copy and no barrier per step (h of LSTM, GRU, RNN).
   std::vector<bool> readFromOutput;
+  std::vector<int64_t> readFromOutputColumn; // the next value's first column in the output rows
   std::vector<PackedProduct> packedProducts;
 
   const PackedProduct* packedProductOf(const ir::Instr* product) const;

@@ -106,6 +106,28 @@ TEST(StoragePlan, AConcatOutputsPartsAreStoredInTheirColumns) {
   EXPECT_TRUE(codegen::planStorage(*cell, gpu).inOutputColumns.empty());
 }
 
+// A state whose next value lies in the output's columns (a training forward's h, beside what its
+// backward reads) is read from the previous step's output rows there, as one whose next value is
+// the output is: no copy per step.
+TEST(StoragePlan, AStateWhoseNextValueIsInTheOutputsColumnsIsReadFromThem) {
+  for (const auto& [output, column] :
+       {std::pair<std::string, int64_t>{"cat(b, a)", 4}, {"cat(a, b)", 0}}) {
+    SCOPED_TRACE(output);
+    auto cell = optimised(frontend::parseCell(R"(cell t(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size]
+  a = tanh(x @ w^T + h @ u^T)
+  b = sigmoid(a)
+  return h = a; output )" + output + "\n}",
+                                              "t.cell"),
+                          {{"input_size", 3}, {"hidden_size", 4}});
+    codegen::StoragePlan plan = codegen::planStorage(*cell, kPlanAvx2);
+    EXPECT_EQ(plan.readFromOutput, (std::vector<bool>{true}));
+    EXPECT_EQ(plan.readFromOutputColumn, (std::vector<int64_t>{column}));
+  }
+}
+
 TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
   auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 3}, {"hidden_size", 20}});
   codegen::StoragePlan plan = codegen::planStorage(*lstm, kPlanAvx2);
