@@ -3,6 +3,7 @@
 #include "ir/Builder.h"
 #include "ir/Printer.h"
 #include "passes/DeadCodeElimination.h"
+#include "passes/Dependence.h"
 #include "passes/SinkSlices.h"
 
 #include <algorithm>
@@ -14,35 +15,6 @@ namespace rnnc::passes {
 namespace {
 
 using ir::Op;
-
-// How far a value depends on the step: on parameters and constants only, also on the inputs, or
-// on the recurrent state. Only the last must stay in the loop.
-enum class Dependence { ParamsOnly = 0, Inputs = 1, State = 2 };
-
-class DependenceMap {
-public:
-  explicit DependenceMap(const ir::Cell& cell) {
-    for (const auto& v : cell.inputs)
-      of_[v.get()] = Dependence::Inputs;
-    for (const auto& v : cell.states)
-      of_[v.get()] = Dependence::State;
-    for (const auto& v : cell.params)
-      of_[v.get()] = Dependence::ParamsOnly;
-    for (const ir::Block* block : {&cell.pre, &cell.step})
-      for (const auto& instr : *block)
-        update(*instr);
-  }
-  void update(const ir::Instr& instr) {
-    Dependence d = Dependence::ParamsOnly;
-    for (const ir::Value* operand : instr.operands)
-      d = std::max(d, of_.at(operand));
-    of_[&instr.result] = d;
-  }
-  Dependence operator()(const ir::Value* v) const { return of_.at(v); }
-
-private:
-  std::unordered_map<const ir::Value*, Dependence> of_;
-};
 
 bool isAdd(const ir::Value* v) {
   return !v->isArgument() && v->def->op == Op::Add;
