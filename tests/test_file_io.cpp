@@ -73,6 +73,23 @@ TEST_F(FileIOTest, MappedBytesAreTheFilesForFilesAndPipes) {
   EXPECT_THROW(mapFileBytes((dir_ / "absent").string()), UserError);
 }
 
+// A file of 256 KB or more is read into huge pages rather than mapped: the same bytes, at every
+// offset (a size that is not a whole number of pages, nor of 2 MB pages), after a move, and it
+// stays readable after the file is gone (the copy is private).
+TEST_F(FileIOTest, LargeFilesAreReadWholeIntoMemoryOfTheirOwn) {
+  for (size_t size : {size_t{256} << 10, (size_t{2} << 20) + 4096 * 3 + 5}) {
+    std::string contents(size, '\0');
+    for (size_t i = 0; i < contents.size(); ++i)
+      contents[i] = static_cast<char>(i * 131 + i / 4096);
+    std::ofstream(dir_ / "large.bin", std::ios::binary) << contents;
+    FileBytes read = mapFileBytes((dir_ / "large.bin").string());
+    fs::remove(dir_ / "large.bin");
+    FileBytes moved = std::move(read);
+    ASSERT_EQ(moved.view().size(), size);
+    EXPECT_TRUE(moved.view() == contents) << size << " bytes";
+  }
+}
+
 TEST_F(FileIOTest, DevicesAndDirectoriesAreRefusedByName) {
   EXPECT_THAT(errorOf("/dev/zero"), HasSubstr("/dev/zero: cannot read file: not a regular file"));
   EXPECT_THAT(errorOf(dir_.string()), HasSubstr("cannot read file: Is a directory"));

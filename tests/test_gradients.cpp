@@ -163,8 +163,9 @@ TEST(Autodiff, DropoutMasksAreKeptNeverDrawnAgain) {
         << ir::toString(*backward.cell);
     ASSERT_FALSE(backward.kept.empty());
     EXPECT_EQ(backward.kept[0], 0u) << "the mask, %0, is the first value kept";
-    if (policy == passes::ForwardValues::Recompute)
+    if (policy == passes::ForwardValues::Recompute) {
       EXPECT_EQ(backward.kept.size(), 1u) << "only the mask";
+    }
   }
 }
 
