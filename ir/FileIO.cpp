@@ -2,11 +2,11 @@
 
 #include "ir/Environment.h"
 #include "ir/Error.h"
+#include "ir/HugePages.h"
 
 #include <fmt/format.h>
 
 #include <cerrno>
-#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -92,7 +92,6 @@ std::string readOpened(CheckedFile& opened, const std::string& path, const std::
 
 // Files from this size on are read into huge pages (mapFileBytes).
 constexpr int64_t kHugeReadBytes = int64_t{256} << 10;
-constexpr size_t kHugePage = size_t{2} << 20;
 
 } // namespace
 
@@ -110,20 +109,20 @@ FileBytes mapFileBytes(const std::string& path, const std::string& kind) {
   CheckedFile opened = openWholeFile(path, kind);
   FileBytes result;
   if (S_ISREG(opened.info.st_mode) && opened.info.st_size >= kHugeReadBytes) {
+    // Read into memory on 2 MB pages: one page fault per 2 MB, where a mapping of the file's
+    // 4 KB pages costs one per page on first touch (in a VM even with MAP_POPULATE, its shadow
+    // page tables filled lazily: a 2 MB weight file mapped and copied took 3.9 ms on a Zen 5 VM,
+    // read into huge pages 0.5 ms). The copy is private: a file truncated meanwhile cannot fault
+    // its reader. Where no memory can be mapped, the file is mapped as below.
     const size_t bytes = static_cast<size_t>(opened.info.st_size);
-    // Room for the file on whole 2 MB pages from a 2 MB boundary: one page fault per 2 MB,
-    // where a mapping of the file's 4 KB pages costs one per page on first touch (in a VM even
-    // with MAP_POPULATE, its shadow page tables filled lazily: a 2 MB weight file mapped and
-    // copied took 3.9 ms on a Zen 5 VM, read into huge pages 0.5 ms). The copy is private:
-    // a file truncated meanwhile cannot fault its reader.
-    const size_t room = (bytes + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
-    void* mapping = mmap(nullptr, room, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mapping != MAP_FAILED) {
-      result.mapping_ = mapping;
-      result.mappedBytes_ = room;
-      char* start = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(mapping) + kHugePage - 1) /
-                                            kHugePage * kHugePage);
-      (void)madvise(start, room - kHugePage, MADV_HUGEPAGE); // advice: 4 KB pages work too
+    char* start = nullptr;
+    try {
+      start = static_cast<char*>(mapHugePages(bytes));
+    } catch (const std::bad_alloc&) {
+    }
+    if (start) {
+      result.mapping_ = start;
+      result.mappedBytes_ = wholeHugePages(bytes);
       size_t done = 0;
       while (done < bytes) {
         const ssize_t n =

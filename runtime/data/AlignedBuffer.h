@@ -6,24 +6,16 @@
 // data TLB.
 #pragma once
 
+#include "ir/HugePages.h"
+
 #include <cstddef>
 #include <cstdint>
 
 namespace rnnc {
 
-// A cache line, and the huge page that large buffers (these, and tensors: runtime/data/Tensor.h)
-// are aligned to.
+// A cache line; large buffers (these, and tensors: runtime/data/Tensor.h) start on a huge page
+// (ir/HugePages.h).
 inline constexpr size_t kCacheLineBytes = 64;
-inline constexpr size_t kHugePageBytes = size_t{2} << 20;
-
-// Memory for a large buffer: `bytes` rounded up to whole huge pages, mapped on a 2 MB boundary
-// and advised onto huge pages (advice only: where they are off, 4 KB pages work too); fresh
-// mappings read as zero. Freed with unmapHugePages(data, the same bytes).
-void* mapHugePages(size_t bytes);
-inline size_t wholeHugePages(size_t bytes) {
-  return (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
-}
-void unmapHugePages(void* data, size_t bytes) noexcept;
 
 // Makes the pages of a buffer about to be written present, in one call (MADV_POPULATE_WRITE)
 // rather than a page fault per 4 KB page on first touch: in a VM a fault costs microseconds (a
