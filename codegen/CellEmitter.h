@@ -30,13 +30,16 @@ namespace rnnc::codegen {
 enum class CellPart {
   Setup, // `functionName`: the parameter and pre phases, then a call of the loop part
   Loop,  // loopFunctionName(functionName): the time loop, calling the tiles parts' functions
-  // A share of the time loop's shorter tiles (EmitContext::OutlinedTiles): the same loop
+  // A share of the time loop's outlined tiles (EmitContext::OutlinedTiles): the same loop
   // emitted, then only the tile functions of its share kept
   LoopTiles,
 };
-// The shorter tiles are shared out between this many LoopTiles parts, the n-th function emitted
-// to part n % kLoopTileParts: each a module LLVM compiles beside the others.
-constexpr int kLoopTileParts = 2;
+// The outlined tiles are shared out between this many LoopTiles parts, the n-th function emitted
+// to part n % kLoopTileParts: each a module LLVM compiles beside the others. One: since the
+// tiles of every height from half to full became one tile in the loop (emitTile's run-time
+// height), what is left outlined is a product's single-row tile (int8: none), and a second share
+// compiled an empty module or one single-row tile at no gain on two cores (LSTM, GRU, tanh RNN).
+constexpr int kLoopTileParts = 1;
 std::string loopFunctionName(const std::string& functionName); // functionName + ".loop"
 
 // `tilesPart`: which share of the tiles a LoopTiles part defines, in [0, kLoopTileParts).

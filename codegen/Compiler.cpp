@@ -87,7 +87,7 @@ std::unique_ptr<llvm::TargetMachine> makeTargetMachine(const Target& target) {
 
 // Target machines kept for the next module of the same target: building one (its subtarget,
 // the CPU's scheduling model and feature tables) cost a millisecond of each cold compile's work
-// per module, four modules a cell. A machine compiles one module at a time, so each is lent to
+// per module, three modules a cell. A machine compiles one module at a time, so each is lent to
 // one thread and comes back when that module is done; a target keeps as many as were ever in
 // use at once (a cell's parts run on at most a thread per core).
 class TargetMachinePool {
@@ -242,11 +242,11 @@ std::string generateCellPart(const ir::Cell& cell, const StoragePlan& plan, cons
 
 // The cell's parts compiled side by side, as many at once as the machine has cores: LLVM's back
 // end, most of a cold compile, runs on one thread per module. The setup part (the weights'
-// packing, the input projection over the sequence), the time loop, and the loop's shorter tiles
-// in two shares (EmitContext::OutlinedTiles; the recurrent product's tiles are most of the
-// loop's code): on two cores the loop and a share take about as long as the setup and the
-// other share. An object is the bundle of all parts, each after those it calls; text stages are
-// the modules one after the other.
+// packing, the input projection over the sequence), the time loop (with the recurrent product's
+// tile of every height from half to full), and the loop's single-row tiles
+// (EmitContext::OutlinedTiles; kLoopTileParts shares): on two cores the loop takes about as long
+// as the setup and the single rows. An object is the bundle of all parts, each after those it
+// calls; text stages are the modules one after the other.
 std::string generateCell(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
                          Stage stage, CodegenTimes* times) {
   initialiseLLVM();
@@ -305,7 +305,7 @@ std::string generateCell(const ir::Cell& cell, const StoragePlan& plan, const Ta
                      loopFunctionName(kRunFunctionName) + "), a module of its own ----\n" +
                      parts[0].result;
   for (size_t i = 2; i < parts.size(); ++i)
-    text += "\n" + comment + " ---- the time loop's shorter tiles, share " +
+    text += "\n" + comment + " ---- the time loop's outlined tiles, share " +
             std::to_string(parts[i].tilesPart) + ", a module of its own ----\n" + parts[i].result;
   return text;
 }

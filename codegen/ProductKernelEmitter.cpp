@@ -204,10 +204,11 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     e.b.SetInsertPoint(done);
   };
 
-  // The recurrent product's tiles shorter than the full one, each a function of its own in
-  // another module (EmitContext::OutlinedTiles), compiled beside the loop: they are most of the
-  // code LLVM compiles for a step (the full tile is one of five variants) and run rarely (at
-  // most a tile a block and step), a call each. Its arguments: the rows of x, the packed
+  // The recurrent product's tiles shorter than the full one (with a tile of run-time height: its
+  // single rows; else its shortened, shorter, half and single-row tiles), each a function of its
+  // own in another module (EmitContext::OutlinedTiles), compiled beside the loop: a tile is most
+  // of the code LLVM compiles for a step, and the shorter ones run rarely (at most a tile a block
+  // and step, batch 1 aside), a call each. Its arguments: the rows of x, the packed
   // weights, the block, the tile's first row, where its sums go, and the next panel's prefetch
   // (its panel and first line). int8 tiles read more of the run's buffers; they stay inline.
   const bool outlining = e.outlinedTiles != EmitContext::OutlinedTiles::Inline &&
@@ -248,9 +249,11 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     e.b.restoreIP(callerAt);
     return tile;
   };
-  // A tile of `rows` rows from row firstRow, into the stack array from its row firstSlot.
+  // A tile of `rows` rows from row firstRow, into the stack array from its row firstSlot; with a
+  // run-time height, the full tile's rows below it (emitTile).
   auto computeTile = [&](llvm::Value* blk, llvm::Value* firstRow, int64_t rows,
-                         const PanelPrefetch& panel, llvm::Value* firstSlot) {
+                         const PanelPrefetch& panel, llvm::Value* firstSlot,
+                         RunTimeHeight height = {}) {
     if (outlining && rows != tileRows && llvm::isa<llvm::ConstantInt>(x.rowStride)) {
       e.b.CreateCall(outlinedTile(rows, panel),
                      {x.base, weights, blk, firstRow, stored(firstSlot, e.constant(0)),
@@ -258,16 +261,23 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
                       panel.firstLine ? panel.firstLine : e.constant(0)});
       return;
     }
-    emitTile(x, weights, packed, blk, firstRow, rows, panel,
-             [&](int64_t m, llvm::Value* slice, llvm::Value* sum) {
-               e.b.CreateStore(sum, stored(e.b.CreateAdd(firstSlot, e.constant(m)), slice));
-             });
+    emitTile(
+        x, weights, packed, blk, firstRow, rows, panel,
+        [&](int64_t m, llvm::Value* slice, llvm::Value* sum) {
+          e.b.CreateStore(sum, stored(e.b.CreateAdd(firstSlot, e.constant(m)), slice));
+        },
+        height);
   };
   // All the rows in tiles (codegen/TileRows.h), cut where the row count is known. A
   // row-split product cuts only its last tiles short: a tile variant for rows two short would
   // cost compile time for one tile in many.
+  // Tiles of every height from half to full are one tile of run-time height (emitTile) where
+  // the tile's FMAs take one: fp32, fp16 and bf16 widened (int8 and bf16 pairs keep a variant
+  // per height). Single rows keep their tile: it splits the depth between accumulator sets.
+  const bool runTimeHeight = !packed.splitRows && packed.weights != WeightType::I8 &&
+                             !packed.depthPairs && tileRows / 2 >= 2;
   const TileShapes shapes(tileRows, /*withShorter=*/!packed.splitRows,
-                          /*padded=*/packed.splitRows);
+                          /*padded=*/packed.splitRows, runTimeHeight);
   const int64_t halfRows = shapes.half;
   IRArithmetic arithmetic{e.b};
   const TileSplit<IRArithmetic> split =
@@ -349,7 +359,16 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
           computeTile(blk, e.b.CreateAdd(r, m), 1, PanelPrefetch{}, m);
         });
       };
-      if (shapes.padded) {
+      if (shapes.anyHeight) {
+        // Heights from half a tile on in the tile of run-time height, single rows below.
+        auto* tile = llvm::BasicBlock::Create(e.llvmContext, "tile_any_height", e.fn);
+        e.b.CreateCondBr(e.b.CreateICmpSGE(height, e.constant(halfRows)), tile, lastRows);
+        e.b.SetInsertPoint(tile);
+        computeTile(blk, r, tileRows, nextPanel, e.constant(0), RunTimeHeight{height, halfRows});
+        e.b.CreateBr(computed);
+        e.b.SetInsertPoint(lastRows);
+        singleRows(e.constant(0));
+      } else if (shapes.padded) {
         // A full tile from half height on (its rows of x have room for a whole tile: the
         // chunk's copies are chunkRows long, each chunk whole tiles), single rows below.
         auto* tile = llvm::BasicBlock::Create(e.llvmContext, "tile_padded", e.fn);
@@ -568,8 +587,10 @@ int64_t ProductKernelEmitter::accumulatorSets(const PackedProduct& packed, int64
 void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                                     const PackedProduct& packed, llvm::Value* blk,
                                     llvm::Value* firstRow, int64_t rows,
-                                    const PanelPrefetch& nextPanel, const TileStore& store) {
+                                    const PanelPrefetch& nextPanel, const TileStore& store,
+                                    RunTimeHeight height) {
   if (packed.weights == WeightType::I8 || packed.depthPairs) {
+    RNNC_INTERNAL_CHECK(!height.rows, "int8 and bf16-pair tiles have no run-time height");
     const Tile sums = packed.weights == WeightType::I8
                           ? emitInt8Tile(x, weights, packed, blk, firstRow, rows)
                           : emitBf16PairTile(x, weights, packed, blk, firstRow, rows);
@@ -640,7 +661,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                                     e.constant(q * partWidth))),
                   llvm::Align(static_cast<uint64_t>(weightTypeBytes(packed.weights)))),
               packed.weights));
-      for (int64_t m = 0; m < rows; ++m) {
+      auto rowFmas = [&](int64_t m, Accumulators& acc) {
         llvm::Value* input = e.b.CreateVectorSplat(
             static_cast<unsigned>(partWidth),
             e.b.CreateAlignedLoad(e.f32, inputRows.at(m, e.f32, k), llvm::Align(4)));
@@ -650,7 +671,13 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
             a = e.b.CreateIntrinsic(llvm::Intrinsic::fma, {partVec},
                                     {input, w[static_cast<size_t>(s * parts + q)], a});
           }
-      }
+      };
+      const int64_t fixedRows = height.rows ? height.atLeast : rows;
+      for (int64_t m = 0; m < fixedRows; ++m)
+        rowFmas(m, acc);
+      if (fixedRows < rows)
+        emitRowsBelowHeight(height.rows, fixedRows, rows, static_cast<size_t>(count * parts), acc,
+                            rowFmas);
     };
     const std::vector<Accumulators> acc =
         accumulateOverDepth(chains, packed.depth, static_cast<size_t>(rows * count * parts),
@@ -673,6 +700,57 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   for (int64_t first = 0; first < slices; first += perPass)
     walk(first, std::min(perPass, slices - first), e.constant(first / perPass),
          e.b.CreateConstGEP1_64(element, blockWeights, packed.sliceStart(first)));
+}
+
+void ProductKernelEmitter::emitRowsBelowHeight(
+    llvm::Value* height, int64_t from, int64_t to, size_t perRow, Accumulators& acc,
+    const std::function<void(int64_t m, Accumulators& acc)>& rowFmas) {
+  auto* done = llvm::BasicBlock::Create(e.llvmContext, "rows_done", e.fn);
+  std::vector<llvm::BasicBlock*> rowBlocks(static_cast<size_t>(to)), enteredFrom(rowBlocks);
+  for (int64_t m = to - 1; m >= from; --m)
+    rowBlocks[static_cast<size_t>(m)] =
+        llvm::BasicBlock::Create(e.llvmContext, "row" + std::to_string(m), e.fn);
+  // Height h enters at row h - 1, found by comparisons from the full height down: the heights
+  // the split gives most (full, one or two rows short) take one to three compare-and-branches
+  // a depth step, where a jump table (a load and an indirect jump) made an LSTM's step 4%
+  // slower at 13 and 12 rows. A height of `from` computes none of them.
+  for (int64_t h = to; h > from; --h) {
+    enteredFrom[static_cast<size_t>(h - 1)] = e.b.GetInsertBlock();
+    auto* lower = h > from + 1
+                      ? llvm::BasicBlock::Create(e.llvmContext, "below" + std::to_string(h), e.fn)
+                      : done;
+    e.b.CreateCondBr(e.b.CreateICmpSGE(height, e.constant(h)),
+                     rowBlocks[static_cast<size_t>(h - 1)], lower);
+    if (lower != done)
+      e.b.SetInsertPoint(lower);
+  }
+  llvm::BasicBlock* noneFrom = e.b.GetInsertBlock(); // the last comparison: no row past `from`
+  const Accumulators before = acc;
+  // Rows above m reach row m's block (or `done`, m = from - 1) from a comparison (untouched)
+  // or from the row above.
+  auto joinRowsAbove = [&](int64_t m, llvm::BasicBlock* compared, llvm::BasicBlock* above,
+                           const Accumulators& fromAbove) {
+    for (size_t i = static_cast<size_t>(m + 1) * perRow; i < static_cast<size_t>(to) * perRow;
+         ++i) {
+      llvm::PHINode* phi = e.b.CreatePHI(before[i]->getType(), 2);
+      phi->addIncoming(before[i], compared);
+      phi->addIncoming(fromAbove[i], above);
+      acc[i] = phi;
+    }
+  };
+  llvm::BasicBlock* above = nullptr;
+  Accumulators fromAbove;
+  for (int64_t m = to - 1; m >= from; --m) {
+    e.b.SetInsertPoint(rowBlocks[static_cast<size_t>(m)]);
+    if (above)
+      joinRowsAbove(m, enteredFrom[static_cast<size_t>(m)], above, fromAbove);
+    rowFmas(m, acc);
+    above = e.b.GetInsertBlock();
+    fromAbove = acc;
+    e.b.CreateBr(m > from ? rowBlocks[static_cast<size_t>(m - 1)] : done);
+  }
+  e.b.SetInsertPoint(done);
+  joinRowsAbove(from - 1, noneFrom, above, fromAbove);
 }
 
 } // namespace rnnc::codegen

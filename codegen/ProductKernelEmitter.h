@@ -14,6 +14,12 @@
 
 namespace rnnc::codegen {
 
+// The height of a tile known only at run time (ProductKernelEmitter::emitTile).
+struct RunTimeHeight {
+  llvm::Value* rows = nullptr; // none: all the tile's rows are real
+  int64_t atLeast = 0;         // rows below this one are always computed
+};
+
 class ProductKernelEmitter {
 public:
   ProductKernelEmitter(EmitContext& e, KernelEmitter& kernels) : e(e), kernels(kernels) {}
@@ -32,6 +38,7 @@ public:
 
 private:
   using Tile = std::vector<std::vector<llvm::Value*>>; // per row, one vector per slice
+  using Accumulators = std::vector<llvm::Value*>;      // a tile's running sums
 
   // Asks for the lines of `operands` the epilogue of the tile at firstRow will read.
   void prefetchRows(const std::vector<const ir::Value*>& operands, llvm::Value* firstRow,
@@ -53,10 +60,23 @@ private:
   // in the packed weights: an LSTM's two panels of two gates) are a loop at run time, one walk
   // emitted for all of them, its slices' index a run-time value: half the code LLVM compiles for
   // an LSTM's tiles, for a loop of two trips around thousands of FMAs.
+  //
+  // A tile of run-time height (`height.rows`, from `height.atLeast` to `rows`; RunTimeHeight
+  // above) is the tile of `rows` rows whose rows from `atLeast` on are each computed only below
+  // the height: one walk for every height from half a tile to a full one, where a variant per
+  // height multiplied what LLVM compiles. Its rows at and past the height give `store` sums of
+  // no meaning.
   using TileStore = std::function<void(int64_t row, llvm::Value* slice, llvm::Value* sum)>;
   void emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed, llvm::Value* blk,
                 llvm::Value* firstRow, int64_t rows, const PanelPrefetch& nextPanel,
-                const TileStore& store);
+                const TileStore& store, RunTimeHeight height = {});
+  // One depth step's FMAs of rows [from, to) of a run-time height tile (emitTile), each row's in
+  // a block of its own entered only below the height: a switch on the height enters the chain
+  // at the tile's last real row, and each row falls through to the one above it. `rowFmas(m,
+  // acc)` emits row m's FMAs into `acc`, whose rows past `from` the chain's phis then carry.
+  void emitRowsBelowHeight(llvm::Value* height, int64_t from, int64_t to, size_t perRow,
+                           Accumulators& acc,
+                           const std::function<void(int64_t m, Accumulators& acc)>& rowFmas);
 
   // Packed weights in another type than fp32 (codegen/WeightType.h): the element type in
   // memory, and a vector of them widened back to fp32 in the tiles.
@@ -88,7 +108,6 @@ private:
   // A tile's walk over the depth: `chains` sets of `accumulators` values each, all starting at
   // `zero`; steps [0, steps / chains * chains) in a loop, step k into set k % chains (`step`
   // gets k and that set), the rest after it into set 0. Returns the sets' final values.
-  using Accumulators = std::vector<llvm::Value*>;
   std::vector<Accumulators>
   accumulateOverDepth(int64_t chains, int64_t steps, size_t accumulators, llvm::Value* zero,
                       const std::function<void(llvm::Value* k, Accumulators& acc)>& step,

@@ -11,6 +11,12 @@
 // rows short) take full tiles and leave the rest to tiles of half height, then single rows: five
 // variants of the tile, however many rows, to bound what LLVM compiles.
 //
+// Where the tile's FMAs can take a height known only at run time (`anyHeight`: the full tile's
+// rows past half its height each skipped above the height, ProductKernelEmitter::emitTile), the
+// same split is computed in two variants: every tile of at least half height at its own height
+// (so the rest of a count too small to balance is one tile, not half tiles and single rows),
+// single rows below.
+//
 // A row-split product (the input projection over T*B rows) is `padded`: it reads copies of its
 // rows with room for whole tiles, so every tile of at least half height is computed at full
 // height (the rows past its own are computed and dropped), and only a rest under half a tile
@@ -29,10 +35,12 @@ namespace rnnc::codegen {
 // short per tile are balanced.
 struct TileShapes {
   int64_t full, shortened, shorter, half;
-  bool padded; // every tile of at least half height computed at full height
-  explicit TileShapes(int64_t tileRows, bool withShorter = true, bool padded = false)
+  bool padded;    // every tile of at least half height computed at full height
+  bool anyHeight; // every tile of at least half height computed at its own, in one variant
+  explicit TileShapes(int64_t tileRows, bool withShorter = true, bool padded = false,
+                      bool anyHeight = false)
       : full(tileRows), shortened(tileRows - 1), shorter(withShorter ? tileRows - 2 : 0),
-        half(std::max<int64_t>(1, tileRows / 2)), padded(padded) {}
+        half(std::max<int64_t>(1, tileRows / 2)), padded(padded), anyHeight(anyHeight) {}
   // Whether the shortened (shorter) tile is a variant of its own, not covered by half tiles.
   bool hasShortened() const { return shortened > half; }
   bool hasShorter() const { return shorter > half; }
@@ -150,9 +158,9 @@ inline std::vector<int64_t> tileHeights(int64_t rows, const TileShapes& shapes) 
                                               : rows - r;
     // What the generated code's switch does with a height: a full, shortened or shorter tile,
     // else half tiles, then single rows; padded, a full tile from half height on.
-    if (shapes.padded) {
+    if (shapes.padded || shapes.anyHeight) {
       if (height >= shapes.half)
-        heights.push_back(shapes.full);
+        heights.push_back(shapes.padded ? shapes.full : height);
       else
         heights.insert(heights.end(), static_cast<size_t>(height), 1);
     } else if (height == shapes.full || (height == shapes.shortened && shapes.hasShortened()) ||

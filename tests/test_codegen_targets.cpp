@@ -79,16 +79,16 @@ TEST(CodegenTargets, Fp16SingleRowsWidenInHalvesOnlyOnZen4) {
   }
 }
 
-// A cell's code is four modules compiled side by side: the setup part (rnnc_run: the parameter
+// A cell's code is three modules compiled side by side: the setup part (rnnc_run: the parameter
 // and pre phases), the time loop (rnnc_run.loop), which the setup part calls, and the recurrent
-// product's shorter tiles (rnnc_run.loop.tileN) in two shares, which the loop calls. The object
-// is a bundle of all four, each part after those it calls; the full tile stays in the loop.
-TEST(CodegenTargets, ACellIsASetupPartCallingALoopPartCallingItsShorterTiles) {
+// product's single-row tile (rnnc_run.loop.tileN), which the loop calls. The object is a bundle
+// of all three, each part after those it calls; the tile of every other height stays in the loop.
+TEST(CodegenTargets, ACellIsASetupPartCallingALoopPartCallingItsSingleRowTile) {
   auto lstm = optimisedLstm(64);
   codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx2);
   const std::string object = codegen::generate(*lstm, plan, kAvx2, codegen::Stage::Object);
   ASSERT_TRUE(codegen::isObjectBundle(object));
-  EXPECT_EQ(codegen::objectsOfBundle(object).size(), 4u);
+  EXPECT_EQ(codegen::objectsOfBundle(object).size(), 3u);
   const std::string assembly = codegen::generate(*lstm, plan, kAvx2, codegen::Stage::Assembly);
   const size_t setup = assembly.find("\nrnnc_run:"), loop = assembly.find("\nrnnc_run.loop:"),
                tiles = assembly.find("\nrnnc_run.loop.tile0:");
@@ -99,28 +99,34 @@ TEST(CodegenTargets, ACellIsASetupPartCallingALoopPartCallingItsShorterTiles) {
   EXPECT_GT(tiles, loop);
   EXPECT_EQ(count(assembly.substr(0, loop), R"(call[q]?\s+rnnc_run\.loop\b)"), 1);
   // The step's barrier is in the loop part; all parts have tiles (the input projection's, the
-  // recurrent product's full one, and its shorter ones: AVX2's tiles of 5 and 4 rows
-  // (shortened, shorter), of 3 (half) and single rows, each a function the loop calls).
+  // recurrent product's of 3 to 6 rows, and its single row's: AVX2's LSTM has four gates of one
+  // vector each, two per pass for the tiles, all four for a single row).
   const std::string loopPart = assembly.substr(loop, tiles - loop);
   const std::string tilesPart = assembly.substr(tiles);
   EXPECT_GE(count(loopPart, R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
   EXPECT_GE(count(assembly.substr(0, loop), R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
-  EXPECT_GE(count(tilesPart, R"(vfmadd\d+ps\s+[^\n]*ymm)"), 12);
-  EXPECT_EQ(count(tilesPart, R"(\nrnnc_run\.loop\.tile\d+:)"), 4);
-  EXPECT_GE(count(loopPart, R"(call[q]?\s+rnnc_run\.loop\.tile\d+)"), 4);
+  EXPECT_GE(count(tilesPart, R"(vfmadd\d+ps\s+[^\n]*ymm)"), 4);
+  EXPECT_EQ(count(tilesPart, R"(\nrnnc_run\.loop\.tile\d+:)"), 1);
+  EXPECT_GE(count(loopPart, R"(call[q]?\s+rnnc_run\.loop\.tile\d+)"), 1);
   EXPECT_EQ(tilesPart.find("\nrnnc_run.loop:"), std::string::npos);
 }
 
 // An LSTM's full tiles take their four gates in two passes of two, alike: one walk over the
-// depth in a loop over the passes (emitTile), not a walk per pass. Five variants of the
-// recurrent tile and two of the input projection's: seven walks, where unrolled passes made
-// eleven.
-TEST(CodegenTargets, AlikePassesOfATileAreOneLoop) {
+// depth in a loop over the passes (emitTile), not a walk per pass. The recurrent product's
+// tiles of every height from 7 to 14 rows are one walk (each row past the 7th entered below the
+// run-time height, found by comparisons from the full height down), its single rows another,
+// and the input projection's two variants two more: four walks, where a variant per height
+// made seven.
+TEST(CodegenTargets, AlikePassesOfATileAreOneLoopAndHeightsOneWalk) {
   auto lstm = optimisedLstm(64);
   codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx512);
   const std::string ir = codegen::generate(*lstm, plan, kAvx512, codegen::Stage::LLVM);
   EXPECT_GE(count(ir, R"(\npass\.header\d*:)"), 1);
-  EXPECT_EQ(count(ir, R"(\ndepth\d*:)"), 7);
+  EXPECT_EQ(count(ir, R"(\ndepth\d*:)"), 4);
+  // Rows 8 to 14, each a block entered from a comparison with the height or from the row above
+  // it; six comparisons past the first (heights 13 down to 8).
+  EXPECT_EQ(count(ir, R"(\nrow\d+:)"), 7);
+  EXPECT_EQ(count(ir, R"(\nbelow\d+:)"), 6);
 }
 
 } // namespace

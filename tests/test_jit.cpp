@@ -100,11 +100,14 @@ TEST_P(JitMatchesInterpreter, OnOddAndTypicalSizes) {
     }
 }
 
-// Every batch from 1 to 40 through one compiled cell (the batch is a run-time size): the fused
-// product splits the rows into tiles of the full height and one row fewer where that balances,
-// otherwise full tiles, then half tiles and single rows (AVX2: LSTM 6/5/3/1, GRU 4/3/2/1, the
-// vanilla RNN's 4-vector blocks 2/1; 40 rows reach every mix of them). H=11 leaves a partial
-// column block; H=37 a full 32-column block of the RNN and a partial one.
+// Every batch from 1 to 40 through one compiled cell (the batch is a run-time size), on the AVX2
+// (haswell) and the host's code: the fused product splits the rows into tiles of the full height
+// and one or two rows fewer where that balances, otherwise full tiles and the rest; a tile from
+// half height on is the full tile's code with a run-time height (codegen/TileRows.h), smaller
+// ones single rows (AVX2 LSTM: 6 to 3 rows, then single rows; AVX-512: 14 to 7; the vanilla
+// RNN's 4-vector blocks, tiles of 2 or 3 rows, keep a variant per height; 40 rows reach every
+// mix of them). H=11 leaves a partial column block; H=37 a full 32-column block of the RNN and
+// a partial one.
 TEST(JitTileHeights, EveryBatchFromOneToFortyMatchesTheInterpreter) {
   struct Case {
     const char* cell;
@@ -117,19 +120,23 @@ TEST(JitTileHeights, EveryBatchFromOneToFortyMatchesTheInterpreter) {
     cell->bindSizes({{"input_size", 4}, {"hidden_size", hidden}});
     std::mt19937 rng(11);
     std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
-    auto compiled = CompiledCell::compile(*cell);
-    for (int64_t batch = 1; batch <= 40; ++batch) {
-      std::vector<Tensor> inputs = {test::randomTensor({3, batch, 4}, rng)};
-      std::vector<Tensor> states;
-      for (size_t s = 0; s < cell->states.size(); ++s)
-        states.push_back(test::randomTensor({batch, hidden}, rng));
-      std::vector<Tensor> expectedStates = states;
-      Tensor expected = Interpreter(*cell, params).run(inputs, expectedStates);
-      Tensor actual = compiled->run(params, inputs, states);
-      EXPECT_LT(test::maxAbsDiff(actual, expected), 1e-5) << name << " B=" << batch;
-      for (size_t i = 0; i < states.size(); ++i)
-        EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 1e-5)
-            << name << " B=" << batch << " state " << i;
+    for (const std::string& cpu : test::runnableCpus()) {
+      CompileOptions options;
+      options.targetCpu = cpu;
+      auto compiled = CompiledCell::compile(*cell, options);
+      for (int64_t batch = 1; batch <= 40; ++batch) {
+        std::vector<Tensor> inputs = {test::randomTensor({3, batch, 4}, rng)};
+        std::vector<Tensor> states;
+        for (size_t s = 0; s < cell->states.size(); ++s)
+          states.push_back(test::randomTensor({batch, hidden}, rng));
+        std::vector<Tensor> expectedStates = states;
+        Tensor expected = Interpreter(*cell, params).run(inputs, expectedStates);
+        Tensor actual = compiled->run(params, inputs, states);
+        EXPECT_LT(test::maxAbsDiff(actual, expected), 1e-5) << name << " B=" << batch << " " << cpu;
+        for (size_t i = 0; i < states.size(); ++i)
+          EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 1e-5)
+              << name << " B=" << batch << " state " << i << " " << cpu;
+      }
     }
   }
 }

@@ -87,6 +87,29 @@ TEST(TileRows, EveryCountIsCoveredByTheFiveVariants) {
   }
 }
 
+// With tiles of run-time height, the balanced split is computed as before, and what is left of a
+// count too small to balance is one tile from half a tile's rows on, single rows below it.
+TEST(TileRows, TilesOfAnyHeightTakeTheSplitAndTheRestWhole) {
+  const TileShapes any(14, /*withShorter=*/true, /*padded=*/false, /*anyHeight=*/true);
+  EXPECT_EQ(tileHeights(64, any), (std::vector<int64_t>{13, 13, 13, 13, 12}));
+  EXPECT_EQ(tileHeights(42, any), (std::vector<int64_t>{14, 14, 14}));
+  EXPECT_EQ(tileHeights(9, any), (std::vector<int64_t>{9}));
+  EXPECT_EQ(tileHeights(6, any), (std::vector<int64_t>{1, 1, 1, 1, 1, 1}));
+  EXPECT_EQ(tileHeights(7, any), (std::vector<int64_t>{7}));
+  for (int64_t tileRows = 4; tileRows <= 14; ++tileRows) {
+    const TileShapes shapes(tileRows, true, false, true);
+    for (int64_t rows = 0; rows <= 300; ++rows) {
+      const std::vector<int64_t> heights = tileHeights(rows, shapes);
+      const std::vector<int64_t> variants = tileHeights(rows, TileShapes(tileRows));
+      EXPECT_EQ(std::accumulate(heights.begin(), heights.end(), int64_t{0}), rows);
+      for (int64_t h : heights)
+        EXPECT_TRUE(h == 1 || (h >= shapes.half && h <= tileRows)) << h << " of " << tileRows;
+      // Never more tiles than the five variants' cut of the same rows.
+      EXPECT_LE(heights.size(), variants.size()) << rows << " rows in tiles of " << tileRows;
+    }
+  }
+}
+
 // Units (what threads share) start where tiles start, in order, and cover every row once: a
 // thread's rows are then whole tiles at the heights one thread would use for them.
 TEST(TileRows, UnitsStartAtTheTilesOfTheWholeSplit) {
