@@ -290,6 +290,14 @@ std::string generateCell(const ir::Cell& cell, const StoragePlan& plan, const Ta
       times->targetMachine += p.times.targetMachine;
       times->optimise += p.times.optimise;
       times->backEnd += p.times.backEnd;
+      const std::string name =
+          p.part == CellPart::Setup ? std::string(kRunFunctionName) + " (setup)"
+          : p.part == CellPart::Loop
+              ? loopFunctionName(kRunFunctionName) + " (time loop)"
+              : loopFunctionName(kRunFunctionName) + ".tile* (outlined tiles, share " +
+                    std::to_string(p.tilesPart) + ")";
+      times->modules.push_back({name, p.times.emit + p.times.verify + p.times.targetMachine +
+                                          p.times.optimise + p.times.backEnd});
     }
   }
   if (stage == Stage::Object) {

@@ -8,6 +8,7 @@
 #include "ir/Cell.h"
 
 #include <string>
+#include <vector>
 
 namespace rnnc::codegen {
 
@@ -22,9 +23,17 @@ std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target
                      Stage stage);
 
 // Milliseconds of each part of generate() (`rnnc compile --time-passes`): emitting the LLVM IR,
-// verifying it, setting up the target machine, LLVM's optimiser, its back end.
+// verifying it, setting up the target machine, LLVM's optimiser, its back end, summed over the
+// cell's modules; and each module's own work (all five parts), in the order of `modules`. The
+// modules compile side by side, a thread per core, so the longest of them bounds a cold
+// compile on enough cores, not the sum.
 struct CodegenTimes {
   double emit = 0, verify = 0, targetMachine = 0, optimise = 0, backEnd = 0;
+  struct Module {
+    std::string name; // its first function and what it holds, e.g. "rnnc_run.loop (time loop)"
+    double ms = 0;
+  };
+  std::vector<Module> modules;
 };
 std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
                      Stage stage, CodegenTimes* times);

@@ -406,15 +406,18 @@ TEST_F(ToolTest, CompileTrainShowsAWeightsDropoutAsAMaskParameter) {
   EXPECT_THAT(inference.out, HasSubstr("dropout %u {p = 0.5}")) << inference;
 }
 
-// `--time-passes`: every pass and every part of LLVM's work with its milliseconds, on stderr
-// (stdout stays the stage asked for).
+// `--time-passes`: every pass and every part of LLVM's work with its milliseconds, then each
+// module's (the setup part, the time loop, the outlined tiles), on stderr (stdout stays the
+// stage asked for).
 TEST_F(ToolTest, CompileTimePasses) {
   ToolResult r = run({"compile", "gru", "--size", "input_size=8", "--size", "hidden_size=8",
                       "--emit=asm", "--time-passes"});
   ASSERT_EQ(r.exitCode, 0) << r;
   for (const char* part :
        {"pass simplify", "pass premultiply", "pass fuse-matmul", "rnnc passes in all",
-        "storage plan", "emit LLVM IR", "LLVM optimiser", "LLVM back end", "in all"})
+        "storage plan", "emit LLVM IR", "LLVM optimiser", "LLVM back end", "in all",
+        "module rnnc_run \\(setup\\)", "module rnnc_run\\.loop \\(time loop\\)",
+        "module rnnc_run\\.loop\\.tile\\* \\(outlined tiles"})
     EXPECT_THAT(r.err, testing::ContainsRegex(std::string("[0-9]+\\.[0-9]{3}  ") + part)) << r;
   EXPECT_THAT(r.out, Not(HasSubstr("LLVM back end"))) << r;
   ToolResult ir = run({"compile", "gru", "--time-passes"});

@@ -101,6 +101,11 @@ int compile(const CompileCommandOptions& o) {
               << fmt::format("{:>9.3f}  LLVM back end\n", t.backEnd)
               << fmt::format("{:>9.3f}  in all\n", ours + planMs + t.emit + t.verify +
                                                        t.targetMachine + t.optimise + t.backEnd);
+    if (t.modules.size() > 1) {
+      std::cerr << "// each module's LLVM work, compiled side by side (a thread per core):\n";
+      for (const codegen::CodegenTimes::Module& m : t.modules)
+        std::cerr << fmt::format("{:>9.3f}  module {}\n", m.ms, m.name);
+    }
   };
   if (o.emit == "ir-opt") {
     printTimes(nullptr, 0);
