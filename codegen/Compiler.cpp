@@ -240,6 +240,20 @@ std::string generateCellPart(const ir::Cell& cell, const StoragePlan& plan, cons
   return finish(std::move(module), target, stage, times);
 }
 
+// What a part's module holds, by its first function (`rnnc compile --time-passes`).
+std::string partName(CellPart part, int tilesPart) {
+  const std::string loop = loopFunctionName(kRunFunctionName);
+  switch (part) {
+  case CellPart::Setup:
+    return std::string(kRunFunctionName) + " (setup)";
+  case CellPart::Loop:
+    return loop + " (time loop)";
+  case CellPart::LoopTiles:
+    return loop + ".tile* (outlined tiles, share " + std::to_string(tilesPart) + ")";
+  }
+  return loop;
+}
+
 // The cell's parts compiled side by side, as many at once as the machine has cores: LLVM's back
 // end, most of a cold compile, runs on one thread per module. The setup part (the weights'
 // packing, the input projection over the sequence), the time loop (with the recurrent product's
@@ -290,14 +304,9 @@ std::string generateCell(const ir::Cell& cell, const StoragePlan& plan, const Ta
       times->targetMachine += p.times.targetMachine;
       times->optimise += p.times.optimise;
       times->backEnd += p.times.backEnd;
-      const std::string name =
-          p.part == CellPart::Setup ? std::string(kRunFunctionName) + " (setup)"
-          : p.part == CellPart::Loop
-              ? loopFunctionName(kRunFunctionName) + " (time loop)"
-              : loopFunctionName(kRunFunctionName) + ".tile* (outlined tiles, share " +
-                    std::to_string(p.tilesPart) + ")";
-      times->modules.push_back({name, p.times.emit + p.times.verify + p.times.targetMachine +
-                                          p.times.optimise + p.times.backEnd});
+      times->modules.push_back(
+          {partName(p.part, p.tilesPart), p.times.emit + p.times.verify + p.times.targetMachine +
+                                              p.times.optimise + p.times.backEnd});
     }
   }
   if (stage == Stage::Object) {

@@ -359,22 +359,15 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
           computeTile(blk, e.b.CreateAdd(r, m), 1, PanelPrefetch{}, m);
         });
       };
-      if (shapes.anyHeight) {
-        // Heights from half a tile on in the tile of run-time height, single rows below.
-        auto* tile = llvm::BasicBlock::Create(e.llvmContext, "tile_any_height", e.fn);
+      if (shapes.padded || shapes.anyHeight) {
+        // From half height on, one tile: padded, the full tile (its rows of x have room for a
+        // whole tile: the chunk's copies are chunkRows long, each chunk whole tiles); else the
+        // tile of run-time height. Single rows below.
+        auto* tile = llvm::BasicBlock::Create(e.llvmContext, "tile_half_up", e.fn);
         e.b.CreateCondBr(e.b.CreateICmpSGE(height, e.constant(halfRows)), tile, lastRows);
         e.b.SetInsertPoint(tile);
-        computeTile(blk, r, tileRows, nextPanel, e.constant(0), RunTimeHeight{height, halfRows});
-        e.b.CreateBr(computed);
-        e.b.SetInsertPoint(lastRows);
-        singleRows(e.constant(0));
-      } else if (shapes.padded) {
-        // A full tile from half height on (its rows of x have room for a whole tile: the
-        // chunk's copies are chunkRows long, each chunk whole tiles), single rows below.
-        auto* tile = llvm::BasicBlock::Create(e.llvmContext, "tile_padded", e.fn);
-        e.b.CreateCondBr(e.b.CreateICmpSGE(height, e.constant(halfRows)), tile, lastRows);
-        e.b.SetInsertPoint(tile);
-        computeTile(blk, r, tileRows, nextPanel, e.constant(0));
+        computeTile(blk, r, tileRows, nextPanel, e.constant(0),
+                    shapes.anyHeight ? RunTimeHeight{height, halfRows} : RunTimeHeight{});
         e.b.CreateBr(computed);
         e.b.SetInsertPoint(lastRows);
         singleRows(e.constant(0));
@@ -735,10 +728,12 @@ void ProductKernelEmitter::emitRowsBelowHeight(
   }
   llvm::BasicBlock* noneFrom = e.b.GetInsertBlock(); // the last comparison: no row past `from`
   const Accumulators before = acc;
+  // The row block last emitted and its accumulators at its end.
+  llvm::BasicBlock* above = nullptr;
+  Accumulators fromAbove;
   // Rows above m reach row m's block (or `done`, m = from - 1) from a comparison (untouched)
   // or from the row above.
-  auto joinRowsAbove = [&](int64_t m, llvm::BasicBlock* compared, llvm::BasicBlock* above,
-                           const Accumulators& fromAbove) {
+  auto joinRowsAbove = [&](int64_t m, llvm::BasicBlock* compared) {
     for (size_t i = static_cast<size_t>(m + 1) * perRow; i < static_cast<size_t>(to) * perRow;
          ++i) {
       llvm::PHINode* phi = e.b.CreatePHI(before[i]->getType(), 2);
@@ -747,19 +742,17 @@ void ProductKernelEmitter::emitRowsBelowHeight(
       acc[i] = phi;
     }
   };
-  llvm::BasicBlock* above = nullptr;
-  Accumulators fromAbove;
   for (int64_t m = to - 1; m >= from; --m) {
     e.b.SetInsertPoint(rowBlocks[static_cast<size_t>(m)]);
     if (above)
-      joinRowsAbove(m, enteredFrom[static_cast<size_t>(m)], above, fromAbove);
+      joinRowsAbove(m, enteredFrom[static_cast<size_t>(m)]);
     rowFmas(m, acc);
     above = e.b.GetInsertBlock();
     fromAbove = acc;
     e.b.CreateBr(m > from ? rowBlocks[static_cast<size_t>(m - 1)] : done);
   }
   e.b.SetInsertPoint(done);
-  joinRowsAbove(from - 1, noneFrom, above, fromAbove);
+  joinRowsAbove(from - 1, noneFrom);
 }
 
 } // namespace rnnc::codegen

@@ -71,8 +71,8 @@ private:
                 llvm::Value* firstRow, int64_t rows, const PanelPrefetch& nextPanel,
                 const TileStore& store, RunTimeHeight height = {});
   // One depth step's FMAs of rows [from, to) of a run-time height tile (emitTile), each row's in
-  // a block of its own entered only below the height: a switch on the height enters the chain
-  // at the tile's last real row, and each row falls through to the one above it. `rowFmas(m,
+  // a block of its own entered only below the height: comparisons with the height enter the
+  // chain at the tile's last real row, and each row falls through to the one below it. `rowFmas(m,
   // acc)` emits row m's FMAs into `acc`, whose rows past `from` the chain's phis then carry.
   void emitRowsBelowHeight(llvm::Value* height, int64_t from, int64_t to, size_t perRow,
                            Accumulators& acc,
