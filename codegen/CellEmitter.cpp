@@ -19,22 +19,18 @@ namespace {
 class CellEmitter : public EmitContext {
 public:
   CellEmitter(llvm::LLVMContext& llvmContext, const ir::Cell& cell, const StoragePlan& plan,
-              const Target& target, const std::string& name, CellPart part, int tilesPart)
+              const Target& target, const std::string& name, CellPart part)
       : EmitContext(llvmContext, cell, plan, target,
-                    part == CellPart::Setup ? name : loopFunctionName(name)),
+                    part == CellPart::Setup ? setupFunctionName(name) : name),
         kernels_(*this), products_(*this, kernels_), part_(part) {
-    if (part == CellPart::Loop)
-      outlinedTiles = OutlinedTiles::Declared;
-    else if (part == CellPart::LoopTiles)
-      outlinedTiles = OutlinedTiles::Defined;
-    tileParts = kLoopTileParts;
-    this->tilesPart = tilesPart;
+    tileWalks = part == CellPart::Setup ? TileWalks::Defined : TileWalks::Declared;
   }
 
   std::unique_ptr<llvm::Module> emit();
 
 private:
   void emitSetup();
+  void defineLoopWalks();
   void emitLoop();
   void emitStep(llvm::Value* t);
 
@@ -58,15 +54,39 @@ private:
 std::unique_ptr<llvm::Module> CellEmitter::emit() {
   b.SetInsertPoint(llvm::BasicBlock::Create(llvmContext, "entry", fn));
   loadArguments(fn->getArg(0));
-  if (part_ == CellPart::Setup)
+  if (part_ == CellPart::Setup) {
     emitSetup();
-  else
+    b.CreateRetVoid();
+    defineLoopWalks();
+  } else {
+    // The setup part first, on every thread, as if its phases were inline.
+    llvm::FunctionCallee setup = module->getOrInsertFunction(
+        setupFunctionName(fn->getName().str()),
+        llvm::FunctionType::get(llvm::Type::getVoidTy(llvmContext), {ptr}, false));
+    b.CreateCall(setup, {fn->getArg(0)});
     emitLoop();
-  b.CreateRetVoid();
-  // The tiles part keeps only the tile functions the loop's emission defined on the way.
-  if (part_ == CellPart::LoopTiles)
-    fn->deleteBody();
+    b.CreateRetVoid();
+  }
   return std::move(module);
+}
+
+// The time loop emitted into a function of this module that is then dropped: what stays is the
+// walks it defined on the way (EmitContext::TileWalks), which the loop part calls. The same
+// emission as the loop part's, so the two agree on every walk's name.
+void CellEmitter::defineLoopWalks() {
+  llvm::Function* setup = fn;
+  fn = llvm::Function::Create(setup->getFunctionType(), llvm::Function::InternalLinkage,
+                              fn->getName() + ".loop_walks", *module);
+  fn->copyAttributesFrom(setup); // the target's CPU and features, which the walks copy
+  views.clear();
+  synced = true;
+  b.SetInsertPoint(llvm::BasicBlock::Create(llvmContext, "entry", fn));
+  loadArguments(fn->getArg(0));
+  emitLoop();
+  b.CreateRetVoid();
+  fn->eraseFromParent();
+  fn = setup;
+  views.clear();
 }
 
 void CellEmitter::emitSetup() {
@@ -89,12 +109,6 @@ void CellEmitter::emitSetup() {
     synced = false;
     barrier();
   });
-  // The loop part, defined by the other module: every thread calls it after the pre phase's
-  // barrier, as it would run the loop inline.
-  llvm::FunctionCallee loop = module->getOrInsertFunction(
-      loopFunctionName(fn->getName().str()),
-      llvm::FunctionType::get(llvm::Type::getVoidTy(llvmContext), {ptr}, false));
-  ifPhase(RNNC_PHASE_LOOP, "loop", [&] { b.CreateCall(loop, {fn->getArg(0)}); });
 }
 
 void CellEmitter::emitLoop() {
@@ -292,15 +306,14 @@ void CellEmitter::emitInstruction(const ir::Instr& instr, llvm::Value* batchRows
 
 } // namespace
 
-std::string loopFunctionName(const std::string& functionName) {
-  return functionName + ".loop";
+std::string setupFunctionName(const std::string& functionName) {
+  return functionName + ".setup";
 }
 
 std::unique_ptr<llvm::Module> emitCell(llvm::LLVMContext& context, const ir::Cell& cell,
                                        const StoragePlan& plan, const Target& target,
-                                       const std::string& functionName, CellPart part,
-                                       int tilesPart) {
-  return CellEmitter(context, cell, plan, target, functionName, part, tilesPart).emit();
+                                       const std::string& functionName, CellPart part) {
+  return CellEmitter(context, cell, plan, target, functionName, part).emit();
 }
 
 } // namespace rnnc::codegen

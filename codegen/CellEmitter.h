@@ -9,8 +9,10 @@
 //
 // The function comes in two parts, each its own module, so that LLVM compiles them side by side
 // (codegen/Compiler.cpp; the back end is most of a cold compile and runs on one thread per
-// module): the setup part defines `rnnc_run` itself (the parameter and pre phases) and calls the
-// loop part, `rnnc_run.loop`, for the time loop.
+// module): the loop part defines `rnnc_run` itself, which calls the setup part,
+// `rnnc_run.setup` (the parameter and pre phases), then runs the time loop; the setup part
+// also defines the walks over the depth of the products' full-height tiles, the recurrent
+// product's included, which the loop calls (EmitContext::TileWalks).
 #pragma once
 
 #include "codegen/StoragePlan.h"
@@ -28,24 +30,13 @@ class Module;
 namespace rnnc::codegen {
 
 enum class CellPart {
-  Setup, // `functionName`: the parameter and pre phases, then a call of the loop part
-  Loop,  // loopFunctionName(functionName): the time loop, calling the tiles parts' functions
-  // A share of the time loop's outlined tiles (EmitContext::OutlinedTiles): the same loop
-  // emitted, then only the tile functions of its share kept
-  LoopTiles,
+  Setup, // setupFunctionName(functionName): the parameter and pre phases, and the tiles' walks
+  Loop,  // `functionName`: a call of the setup part, then the time loop
 };
-// The outlined tiles are shared out between this many LoopTiles parts, the n-th function emitted
-// to part n % kLoopTileParts: each a module LLVM compiles beside the others. One: since the
-// tiles of every height from half to full became one tile in the loop (emitTile's run-time
-// height), what is left outlined is a product's single-row tile (int8: none), and a second share
-// compiled an empty module or one single-row tile at no gain on two cores (LSTM, GRU, tanh RNN).
-constexpr int kLoopTileParts = 1;
-std::string loopFunctionName(const std::string& functionName); // functionName + ".loop"
+std::string setupFunctionName(const std::string& functionName); // functionName + ".setup"
 
-// `tilesPart`: which share of the tiles a LoopTiles part defines, in [0, kLoopTileParts).
 std::unique_ptr<llvm::Module> emitCell(llvm::LLVMContext& context, const ir::Cell& cell,
                                        const StoragePlan& plan, const Target& target,
-                                       const std::string& functionName, CellPart part,
-                                       int tilesPart = 0);
+                                       const std::string& functionName, CellPart part);
 
 } // namespace rnnc::codegen

@@ -231,56 +231,51 @@ std::string finish(std::unique_ptr<llvm::Module> module, const Target& target, S
 
 // One part of a cell's code (CellEmitter.h), in a context of its own.
 std::string generateCellPart(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
-                             Stage stage, CellPart part, int tilesPart, CodegenTimes& times) {
+                             Stage stage, CellPart part, CodegenTimes& times) {
   Clock::time_point start = Clock::now();
   llvm::LLVMContext context;
   std::unique_ptr<llvm::Module> module =
-      emitCell(context, cell, plan, target, kRunFunctionName, part, tilesPart);
+      emitCell(context, cell, plan, target, kRunFunctionName, part);
   times.emit = millisecondsSince(start);
   return finish(std::move(module), target, stage, times);
 }
 
 // What a part's module holds, by its first function (`rnnc compile --time-passes`).
-std::string partName(CellPart part, int tilesPart) {
-  const std::string loop = loopFunctionName(kRunFunctionName);
+std::string partName(CellPart part) {
   switch (part) {
   case CellPart::Setup:
-    return std::string(kRunFunctionName) + " (setup)";
+    return setupFunctionName(kRunFunctionName) + " (setup and tile walks)";
   case CellPart::Loop:
-    return loop + " (time loop)";
-  case CellPart::LoopTiles:
-    return loop + ".tile* (outlined tiles, share " + std::to_string(tilesPart) + ")";
+    return std::string(kRunFunctionName) + " (time loop)";
   }
-  return loop;
+  return kRunFunctionName;
 }
 
-// The cell's parts compiled side by side, as many at once as the machine has cores: LLVM's back
-// end, most of a cold compile, runs on one thread per module. The setup part (the weights'
-// packing, the input projection over the sequence), the time loop (with the recurrent product's
-// tile of every height from half to full), and the loop's single-row tiles
-// (EmitContext::OutlinedTiles; kLoopTileParts shares): on two cores the loop takes about as long
-// as the setup and the single rows. An object is the bundle of all parts, each after those it
-// calls; text stages are the modules one after the other.
+// The cell's two parts compiled side by side, on as many threads as the machine has cores (up
+// to two): LLVM's back end, most of a cold compile, runs on one thread per module. The setup
+// part holds the weights' packing, the input projection over the sequence and the walks over
+// the depth of every product's full tiles (the recurrent product's too: one function for a
+// walk of the same shape); the loop part the time loop, which calls them. On two cores they
+// take about as long (the default LSTM's, in instructions retired under callgrind: 84M and 80M,
+// where the walks in the loop and its single-row tile in a third module made the loop part
+// alone 109M). An object is the bundle of both, the setup part first (the loop calls into it);
+// text stages are the modules one after the other, in the same order.
 std::string generateCell(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
                          Stage stage, CodegenTimes* times) {
   initialiseLLVM();
   struct Part {
     CellPart part;
-    int tilesPart;
     std::string result;
     CodegenTimes times;
     std::exception_ptr error;
   };
-  // In the order the threads take them: the longest first.
-  std::vector<Part> parts{{CellPart::Loop, 0, {}, {}, {}}, {CellPart::Setup, 0, {}, {}, {}}};
-  for (int share = 0; share < kLoopTileParts; ++share)
-    parts.push_back({CellPart::LoopTiles, share, {}, {}, {}});
+  std::vector<Part> parts{{CellPart::Setup, {}, {}, {}}, {CellPart::Loop, {}, {}, {}}};
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next++; i < parts.size(); i = next++) {
       Part& p = parts[i];
       try {
-        p.result = generateCellPart(cell, plan, target, stage, p.part, p.tilesPart, p.times);
+        p.result = generateCellPart(cell, plan, target, stage, p.part, p.times);
       } catch (...) {
         p.error = std::current_exception();
       }
@@ -304,27 +299,16 @@ std::string generateCell(const ir::Cell& cell, const StoragePlan& plan, const Ta
       times->targetMachine += p.times.targetMachine;
       times->optimise += p.times.optimise;
       times->backEnd += p.times.backEnd;
-      times->modules.push_back(
-          {partName(p.part, p.tilesPart), p.times.emit + p.times.verify + p.times.targetMachine +
-                                              p.times.optimise + p.times.backEnd});
+      times->modules.push_back({partName(p.part), p.times.emit + p.times.verify +
+                                                      p.times.targetMachine + p.times.optimise +
+                                                      p.times.backEnd});
     }
   }
-  if (stage == Stage::Object) {
-    std::vector<std::string> objects; // the tiles, the loop, then the setup part
-    for (size_t i = 2; i < parts.size(); ++i)
-      objects.push_back(std::move(parts[i].result));
-    objects.push_back(std::move(parts[0].result));
-    objects.push_back(std::move(parts[1].result));
-    return bundleObjects(objects);
-  }
+  if (stage == Stage::Object)
+    return bundleObjects({std::move(parts[0].result), std::move(parts[1].result)});
   const std::string comment = stage == Stage::Assembly ? "#" : ";";
-  std::string text = parts[1].result + "\n" + comment + " ---- the time loop (" +
-                     loopFunctionName(kRunFunctionName) + "), a module of its own ----\n" +
-                     parts[0].result;
-  for (size_t i = 2; i < parts.size(); ++i)
-    text += "\n" + comment + " ---- the time loop's outlined tiles, share " +
-            std::to_string(parts[i].tilesPart) + ", a module of its own ----\n" + parts[i].result;
-  return text;
+  return parts[0].result + "\n" + comment + " ---- the time loop (" + kRunFunctionName +
+         "), a module of its own ----\n" + parts[1].result;
 }
 
 std::string generateGpuCell(const ir::Cell& cell, const StoragePlan& plan, const Target& gpu,

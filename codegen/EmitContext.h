@@ -195,13 +195,13 @@ public:
   llvm::Value* step = nullptr; // the step being emitted; null outside the time loop
   // No work emitted since the last barrier on this path: another barrier would be a no-op.
   bool synced = true;
-  // Where the recurrent product's tiles shorter than the full one go (ProductKernelEmitter):
-  // inline, or into functions of their own that this module only declares (the loop part) or
-  // defines a share of (a tiles part: the n-th function emitted where n % tileParts ==
-  // tilesPart), so that LLVM compiles them beside the loop on other threads.
-  enum class OutlinedTiles { Inline, Declared, Defined };
-  OutlinedTiles outlinedTiles = OutlinedTiles::Inline;
-  int tileParts = 1, tilesPart = 0;
+  // Where the walks over the depth of full-height tiles go (ProductKernelEmitter::emitTile):
+  // inline, or into functions named by their shape (`walk.*`) that this module defines (the
+  // setup part: its own products' and, from an emission of the loop that is then dropped, the
+  // time loop's) or only declares (the loop part). One walk then serves the input projection
+  // and the recurrent product alike, compiled once, beside the loop.
+  enum class TileWalks { Inline, Defined, Declared };
+  TileWalks tileWalks = TileWalks::Inline;
   std::unordered_map<const ir::Value*, View> views;
 
 private:

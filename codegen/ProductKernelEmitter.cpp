@@ -204,69 +204,17 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     e.b.SetInsertPoint(done);
   };
 
-  // The recurrent product's tiles shorter than the full one (with a tile of run-time height: its
-  // single rows; else its shortened, shorter, half and single-row tiles), each a function of its
-  // own in another module (EmitContext::OutlinedTiles), compiled beside the loop: a tile is most
-  // of the code LLVM compiles for a step, and the shorter ones run rarely (at most a tile a block
-  // and step, batch 1 aside), a call each. Its arguments: the rows of x, the packed
-  // weights, the block, the tile's first row, where its sums go, and the next panel's prefetch
-  // (its panel and first line). int8 tiles read more of the run's buffers; they stay inline.
-  const bool outlining = e.outlinedTiles != EmitContext::OutlinedTiles::Inline &&
-                         !packed.splitRows && packed.weights != WeightType::I8;
-  std::map<std::pair<int64_t, bool>, llvm::Function*> outlined; // by rows and prefetch
-  auto outlinedTile = [&](int64_t rows, const PanelPrefetch& panel) {
-    const std::pair<int64_t, bool> key{rows, panel.panel != nullptr};
-    if (auto found = outlined.find(key); found != outlined.end())
-      return found->second;
-    auto* type = llvm::FunctionType::get(e.b.getVoidTy(),
-                                         {e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.ptr, e.i64}, false);
-    const int ordinal = outlinedCount++;
-    auto* tile =
-        llvm::Function::Create(type, llvm::Function::ExternalLinkage,
-                               e.fn->getName() + ".tile" + std::to_string(ordinal), *e.module);
-    tile->copyAttributesFrom(e.fn);
-    for (unsigned i : {0u, 1u, 4u})
-      tile->addParamAttr(i, llvm::Attribute::NoAlias);
-    outlined[key] = tile;
-    if (e.outlinedTiles != EmitContext::OutlinedTiles::Defined ||
-        ordinal % e.tileParts != e.tilesPart)
-      return tile;
-    llvm::Function* caller = e.fn;
-    const llvm::IRBuilderBase::InsertPoint callerAt = e.b.saveIP();
-    e.fn = tile;
-    e.b.SetInsertPoint(llvm::BasicBlock::Create(e.llvmContext, "entry", tile));
-    const PanelPrefetch tilePanel = panel.panel ? PanelPrefetch{tile->getArg(5), tile->getArg(6),
-                                                                panel.lastLine, panel.lineElements}
-                                                : PanelPrefetch{};
-    emitTile(View{tile->getArg(0), x.rowStride}, tile->getArg(1), packed, tile->getArg(2),
-             tile->getArg(3), rows, tilePanel,
-             [&](int64_t m, llvm::Value* slice, llvm::Value* sum) {
-               e.b.CreateStore(sum, e.b.CreateGEP(vec, tile->getArg(4),
-                                                  e.b.CreateAdd(e.constant(m * slices), slice)));
-             });
-    e.b.CreateRetVoid();
-    e.fn = caller;
-    e.b.restoreIP(callerAt);
-    return tile;
-  };
   // A tile of `rows` rows from row firstRow, into the stack array from its row firstSlot; with a
   // run-time height, the full tile's rows below it (emitTile).
   auto computeTile = [&](llvm::Value* blk, llvm::Value* firstRow, int64_t rows,
                          const PanelPrefetch& panel, llvm::Value* firstSlot,
                          RunTimeHeight height = {}) {
-    if (outlining && rows != tileRows && llvm::isa<llvm::ConstantInt>(x.rowStride)) {
-      e.b.CreateCall(outlinedTile(rows, panel),
-                     {x.base, weights, blk, firstRow, stored(firstSlot, e.constant(0)),
-                      panel.panel ? panel.panel : llvm::ConstantPointerNull::get(e.ptr),
-                      panel.firstLine ? panel.firstLine : e.constant(0)});
-      return;
-    }
     emitTile(
         x, weights, packed, blk, firstRow, rows, panel,
         [&](int64_t m, llvm::Value* slice, llvm::Value* sum) {
           e.b.CreateStore(sum, stored(e.b.CreateAdd(firstSlot, e.constant(m)), slice));
         },
-        height);
+        height, stored(firstSlot, e.constant(0)));
   };
   // All the rows in tiles (codegen/TileRows.h), cut where the row count is known. A
   // row-split product cuts only its last tiles short: a tile variant for rows two short would
@@ -581,7 +529,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                                     const PackedProduct& packed, llvm::Value* blk,
                                     llvm::Value* firstRow, int64_t rows,
                                     const PanelPrefetch& nextPanel, const TileStore& store,
-                                    RunTimeHeight height) {
+                                    RunTimeHeight height, llvm::Value* tileMemory) {
   if (packed.weights == WeightType::I8 || packed.depthPairs) {
     RNNC_INTERNAL_CHECK(!height.rows, "int8 and bf16-pair tiles have no run-time height");
     const Tile sums = packed.weights == WeightType::I8
@@ -630,8 +578,12 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
               packed.panelWidth(p * perPass + s) == packed.panelWidth(s);
 
   // One walk over the depth for the slices [first, first + count), pass `pass` (a constant, or
-  // the run-time pass), their weights from `passWeights`.
-  auto walk = [&](int64_t first, int64_t count, llvm::Value* pass, llvm::Value* passWeights) {
+  // the run-time pass), their weights from `passWeights`, the rows of x from `rowsOfX`, each
+  // row's sum of each slice given to `sliceSum` (the slice counted from `first`).
+  using SliceSum = std::function<void(int64_t row, int64_t slice, llvm::Value* sum)>;
+  auto walkBody = [&](int64_t first, int64_t count, llvm::Value* pass, llvm::Value* passWeights,
+                      const EmitContext::TileRows& rowsOfX, const PanelPrefetch& panel,
+                      RunTimeHeight rowsHeight, bool joinedParts, const SliceSum& sliceSum) {
     std::vector<llvm::Value*> sliceWeights;
     for (int64_t s = first; s < first + count; ++s)
       sliceWeights.push_back(e.b.CreateConstGEP1_64(
@@ -640,14 +592,15 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     // One depth step into accumulator set `acc` ([row * count + slice]): the slices' weights,
     // each row's input broadcast, their FMAs.
     auto step = [&](llvm::Value* k, Accumulators& acc) {
-      if (nextPanel.panel) {
+      if (panel.panel) {
         llvm::Value* line = e.b.CreateAdd(
-            nextPanel.firstLine, e.b.CreateAdd(k, e.b.CreateMul(pass, e.constant(packed.depth))));
-        line = e.b.CreateSelect(e.b.CreateICmpSLT(line, e.constant(nextPanel.lastLine)), line,
-                                e.constant(nextPanel.lastLine));
+            panel.firstLine, e.b.CreateAdd(k, e.b.CreateMul(pass, e.constant(packed.depth))));
+        llvm::Value* lastLine =
+            panel.lastLineValue ? panel.lastLineValue : e.constant(panel.lastLine);
+        line = e.b.CreateSelect(e.b.CreateICmpSLT(line, lastLine), line, lastLine);
         e.b.CreateIntrinsic(llvm::Intrinsic::prefetch, {e.ptr},
-                            {e.b.CreateGEP(element, nextPanel.panel,
-                                           e.b.CreateMul(line, e.constant(nextPanel.lineElements))),
+                            {e.b.CreateGEP(element, panel.panel,
+                                           e.b.CreateMul(line, e.constant(panel.lineElements))),
                              e.b.getInt32(0), e.b.getInt32(2), e.b.getInt32(1)});
       }
       // Each slice's weights in `parts` vectors of `partWidth` lanes (halfWidths, parts above).
@@ -666,7 +619,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
       auto rowFmas = [&](int64_t m, Accumulators& acc) {
         llvm::Value* input = e.b.CreateVectorSplat(
             static_cast<unsigned>(partWidth),
-            e.b.CreateAlignedLoad(e.f32, inputRows.at(m, e.f32, k), llvm::Align(4)));
+            e.b.CreateAlignedLoad(e.f32, rowsOfX.at(m, e.f32, k), llvm::Align(4)));
         for (int64_t s = 0; s < count; ++s)
           for (int64_t q = 0; q < parts; ++q) {
             llvm::Value*& a = acc[static_cast<size_t>((m * count + s) * parts + q)];
@@ -674,21 +627,100 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                                     {input, w[static_cast<size_t>(s * parts + q)], a});
           }
       };
-      const int64_t fixedRows = height.rows ? height.atLeast : rows;
+      const int64_t fixedRows = rowsHeight.rows ? rowsHeight.atLeast : rows;
       for (int64_t m = 0; m < fixedRows; ++m)
         rowFmas(m, acc);
       if (fixedRows < rows)
-        emitRowsBelowHeight(height.rows, fixedRows, rows, static_cast<size_t>(count * parts), acc,
-                            rowFmas);
+        emitRowsBelowHeight(rowsHeight.rows, fixedRows, rows, static_cast<size_t>(count * parts),
+                            acc, rowFmas);
     };
     const std::vector<Accumulators> acc =
         accumulateOverDepth(chains, packed.depth, static_cast<size_t>(rows * count * parts),
                             llvm::ConstantFP::get(partVec, 0.0), step, "depth");
-    llvm::Value* firstSlice = e.b.CreateMul(pass, e.constant(perPass)); // = first
+    // Each slice's parts joined (`sliceSum` gets slice s), or each part on its own (vector v
+    // = s * parts + q).
+    const int64_t joined = joinedParts ? parts : 1;
     for (int64_t m = 0; m < rows; ++m)
-      for (int64_t s = 0; s < count; ++s)
-        store(m, e.b.CreateAdd(firstSlice, e.constant(s)),
-              sumOfSets(acc, static_cast<size_t>((m * count + s) * parts), parts));
+      for (int64_t v = 0; v < count * parts / joined; ++v)
+        sliceSum(m, v, sumOfSets(acc, static_cast<size_t>(m * count * parts + v * joined), joined));
+  };
+  // A full tile's walks are functions of their own where the part emitted calls for them
+  // (EmitContext::TileWalks): the setup part defines them and the loop calls them, and a walk
+  // of the same shape (the input projection's and the recurrent product's of an LSTM with
+  // I = H) is one function. Its name says its shape, so the two parts agree on it. Its
+  // arguments: the tile's first row of x, the pass's weights, where its sums go (the pass's
+  // slices side by side, then the next row that many floats on), the tile's height, and the next
+  // panel's prefetch (its panel, first line and last line). Tiles of a fixed height (a padded
+  // input projection's) call it with their full height.
+  llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
+  const bool outlined = tileMemory && e.tileWalks != EmitContext::TileWalks::Inline &&
+                        rows == packed.tileRows && rows / 2 >= 2 && !halfWidths &&
+                        llvm::isa<llvm::ConstantInt>(x.rowStride);
+  const int64_t walkAtLeast = std::max<int64_t>(1, rows / 2);
+  auto walkFunction = [&](int64_t first, int64_t count) {
+    // By what the code does: rows, depth, accumulator sets, the row stride of x, and each
+    // register-wide vector of weights by its offset in the pass's weights and its stride per
+    // depth step. An LSTM's input projection (one slice two registers wide) and its recurrent
+    // product (two slices a pass, a register each) walk alike.
+    const int64_t chains = accumulatorSets(packed, rows, count, /*spare=*/1, packed.depth);
+    std::string name =
+        "rnnc_walk." + std::to_string(rows) + "r" + std::to_string(walkAtLeast) + "." +
+        std::string(weightTypeName(packed.weights)) + "x" + std::to_string(partWidth) + ".k" +
+        std::to_string(packed.depth) + "c" + std::to_string(chains) + ".x" +
+        std::to_string(llvm::cast<llvm::ConstantInt>(x.rowStride)->getSExtValue()) + ".w";
+    for (int64_t s = first; s < first + count; ++s)
+      for (int64_t q = 0; q < parts; ++q)
+        name += std::to_string(packed.sliceStart(s) - packed.sliceStart(first) + q * partWidth) +
+                "_" + std::to_string(packed.panelWidth(s)) + "_";
+    name += nextPanel.panel ? "p" + std::to_string(nextPanel.lineElements) : "np";
+    if (llvm::Function* known = e.module->getFunction(name))
+      return known;
+    auto* type = llvm::FunctionType::get(
+        e.b.getVoidTy(), {e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.i64, e.i64}, false);
+    auto* walk = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, *e.module);
+    walk->copyAttributesFrom(e.fn);
+    for (unsigned i : {0u, 1u, 2u})
+      walk->addParamAttr(i, llvm::Attribute::NoAlias);
+    if (e.tileWalks != EmitContext::TileWalks::Defined)
+      return walk;
+    llvm::Function* caller = e.fn;
+    const llvm::IRBuilderBase::InsertPoint callerAt = e.b.saveIP();
+    e.fn = walk;
+    e.b.SetInsertPoint(llvm::BasicBlock::Create(e.llvmContext, "entry", walk));
+    const EmitContext::TileRows walkRows(e, View{walk->getArg(0), x.rowStride}, e.constant(0),
+                                         rows);
+    PanelPrefetch walkPanel;
+    if (nextPanel.panel)
+      walkPanel = {walk->getArg(5), walk->getArg(6), 0, nextPanel.lineElements, walk->getArg(7)};
+    walkBody(first, count, e.constant(0), walk->getArg(1), walkRows, walkPanel,
+             RunTimeHeight{walk->getArg(4), walkAtLeast}, /*joinedParts=*/false,
+             [&](int64_t m, int64_t v, llvm::Value* sum) {
+               e.b.CreateStore(
+                   sum, e.b.CreateGEP(e.f32, walk->getArg(2),
+                                      e.b.CreateAdd(e.b.CreateMul(e.constant(m), walk->getArg(3)),
+                                                    e.constant(v * partWidth))));
+             });
+    e.b.CreateRetVoid();
+    e.fn = caller;
+    e.b.restoreIP(callerAt);
+    return walk;
+  };
+  auto walk = [&](int64_t first, int64_t count, llvm::Value* pass, llvm::Value* passWeights) {
+    llvm::Value* firstSlice = e.b.CreateMul(pass, e.constant(perPass)); // = first
+    if (!outlined)
+      return walkBody(first, count, pass, passWeights, inputRows, nextPanel, height,
+                      /*joinedParts=*/true, [&](int64_t m, int64_t s, llvm::Value* sum) {
+                        store(m, e.b.CreateAdd(firstSlice, e.constant(s)), sum);
+                      });
+    llvm::Value* noPointer = llvm::ConstantPointerNull::get(e.ptr);
+    e.b.CreateCall(walkFunction(first, count),
+                   {inputRows.start(0), passWeights, e.b.CreateGEP(vec, tileMemory, firstSlice),
+                    e.constant(slices * packed.width), height.rows ? height.rows : e.constant(rows),
+                    nextPanel.panel ? nextPanel.panel : noPointer,
+                    nextPanel.panel ? e.b.CreateAdd(nextPanel.firstLine,
+                                                    e.b.CreateMul(pass, e.constant(packed.depth)))
+                                    : e.constant(0),
+                    e.constant(nextPanel.panel ? nextPanel.lastLine : 0)});
   };
   if (alike) {
     e.forLoop(e.constant(0), e.constant(passes), e.constant(1), "pass", [&](llvm::Value* p) {

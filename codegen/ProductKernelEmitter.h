@@ -52,6 +52,7 @@ private:
     llvm::Value* firstLine = nullptr;
     int64_t lastLine = 0;
     int64_t lineElements = 0;
+    llvm::Value* lastLineValue = nullptr; // lastLine, or (a walk's function) its argument
   };
   // Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights, each row's
   // sum of each slice given to `store`. The slices are accumulated in passes of as many as the
@@ -66,10 +67,16 @@ private:
   // the height: one walk for every height from half a tile to a full one, where a variant per
   // height multiplied what LLVM compiles. Its rows at and past the height give `store` sums of
   // no meaning.
+  //
+  // `tileMemory`: where `store` puts the sums, as an array of vectors of the block's width,
+  // `slices` of them a row. Given, a full tile's walks may be calls of a function of their
+  // shape instead (EmitContext::TileWalks), which write there themselves; else `store` gets
+  // every sum.
   using TileStore = std::function<void(int64_t row, llvm::Value* slice, llvm::Value* sum)>;
   void emitTile(const View& x, llvm::Value* weights, const PackedProduct& packed, llvm::Value* blk,
                 llvm::Value* firstRow, int64_t rows, const PanelPrefetch& nextPanel,
-                const TileStore& store, RunTimeHeight height = {});
+                const TileStore& store, RunTimeHeight height = {},
+                llvm::Value* tileMemory = nullptr);
   // One depth step's FMAs of rows [from, to) of a run-time height tile (emitTile), each row's in
   // a block of its own entered only below the height: comparisons with the height enter the
   // chain at the tile's last real row, and each row falls through to the one below it. `rowFmas(m,
@@ -132,7 +139,6 @@ private:
 
   EmitContext& e;
   KernelEmitter& kernels;
-  int outlinedCount = 0; // tile functions named so far (EmitContext::OutlinedTiles)
 };
 
 } // namespace rnnc::codegen
