@@ -24,6 +24,14 @@ std::unique_ptr<ir::Cell> optimisedLstm(int64_t hidden, int64_t input = 32) {
   return cell;
 }
 
+// An LSTM's code at `stage` for `target`, both parts.
+std::string lstmCode(int64_t hidden, int64_t input, const codegen::Target& target,
+                     codegen::Stage stage) {
+  auto lstm = optimisedLstm(hidden, input);
+  codegen::StoragePlan plan = codegen::planStorage(*lstm, target);
+  return codegen::generate(*lstm, plan, target, stage);
+}
+
 int count(const std::string& text, const std::string& pattern) {
   std::regex re(pattern);
   return static_cast<int>(
@@ -114,9 +122,7 @@ TEST(CodegenTargets, ACellIsALoopPartCallingASetupPartThatHoldsTheTileWalks) {
 // walk the same weights' layout over the same depth, so the setup part defines one walk that
 // both call, and the loop part only declares it.
 TEST(CodegenTargets, WalksOfTheSameShapeAreOneFunction) {
-  auto lstm = optimisedLstm(64, 64);
-  codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx512);
-  const std::string ir = codegen::generate(*lstm, plan, kAvx512, codegen::Stage::LLVM);
+  const std::string ir = lstmCode(64, 64, kAvx512, codegen::Stage::LLVM);
   EXPECT_EQ(count(ir, R"(\ndefine [^\n]*@rnnc_walk\.)"), 1);
   EXPECT_EQ(count(ir, R"(\ndeclare [^\n]*@rnnc_walk\.)"), 1);
   const size_t loop = ir.find("\ndefine void @rnnc_run(");
@@ -132,9 +138,7 @@ TEST(CodegenTargets, WalksOfTheSameShapeAreOneFunction) {
 // at full height), shared by the two products at I = H, and each part's single rows one more:
 // three walks, where a variant per height made seven.
 TEST(CodegenTargets, AlikePassesOfATileAreOneLoopAndHeightsOneWalk) {
-  auto lstm = optimisedLstm(64, 64);
-  codegen::StoragePlan plan = codegen::planStorage(*lstm, kAvx512);
-  const std::string ir = codegen::generate(*lstm, plan, kAvx512, codegen::Stage::LLVM);
+  const std::string ir = lstmCode(64, 64, kAvx512, codegen::Stage::LLVM);
   EXPECT_GE(count(ir, R"(\npass\.header\d*:)"), 1);
   EXPECT_EQ(count(ir, R"(\ndepth\d*:)"), 3);
   // Rows 8 to 14, each a block entered from a comparison with the height or from the row above
