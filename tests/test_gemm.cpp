@@ -183,5 +183,30 @@ TEST(GemmTile, Avx512TileMatchesTheReference) {
   checkTileFor("skylake-avx512");
 }
 
+// The products take the tile of the target they are asked for, as a layer built for another
+// CPU does for its weight gradients: AVX2's (6 x 16) for haswell on any host that runs it, with
+// the same sums as the reference past every edge.
+TEST(Gemm, ProductsForANamedCpuUseItsTile) {
+  try {
+    codegen::runnableTarget("haswell");
+  } catch (const UserError& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const codegen::GemmTileShape shape = gemmTileShapeFor("haswell");
+  EXPECT_EQ(shape.rows, 6);
+  EXPECT_EQ(shape.columns, 16);
+  for (const Shape& s : kShapes) {
+    std::vector<float> a = randomValues(s.m * s.k, 4), b = randomValues(s.k * s.n, 5);
+    std::vector<float> c = randomValues(s.m * s.n, 6);
+    MatrixView va = MatrixView::rowMajor(a.data(), s.m, s.k, s.k);
+    MatrixView vb = MatrixView::rowMajor(b.data(), s.k, s.n, s.n);
+    std::vector<double> want = reference(va, vb, c, s.n);
+    gemmAccumulate(va, vb, c.data(), s.n, 2, "haswell");
+    expectNear(c, want, s.k,
+               "haswell M=" + std::to_string(s.m) + " N=" + std::to_string(s.n) +
+                   " K=" + std::to_string(s.k));
+  }
+}
+
 } // namespace
 } // namespace rnnc

@@ -291,6 +291,14 @@ TEST_P(PyTorchGradients, MatchAutogradInFloat64) {
       options.batchFirst = meta["batch_first"].get<bool>();
       expectGradientsMatch(runGradients(*cell, request, options).gradients, expected);
     }
+  // AVX2 code throughout (as every host of ours runs), the weight gradients' GEMMs included
+  // (runtime/exec/Gemm.h), on a host with AVX-512 too.
+  SCOPED_TRACE("jit for haswell, 2 threads");
+  LayerOptions options;
+  options.threads = 2;
+  options.batchFirst = meta["batch_first"].get<bool>();
+  options.compile.targetCpu = "haswell";
+  expectGradientsMatch(runGradients(*cell, request, options).gradients, expected);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchGradients, testing::ValuesIn(gradCases()),

@@ -10,8 +10,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -28,8 +31,8 @@ struct Tile {
   int64_t columnBlock = 0; // nc: a panel of B (kc x nc)
 };
 
-Tile compileTile() {
-  const codegen::Target target = runnableTarget("", CacheOptions::fromEnvironment());
+Tile compileTile(const std::string& targetCpu) {
+  const codegen::Target target = runnableTarget(targetCpu, CacheOptions::fromEnvironment());
   Tile tile;
   tile.shape = codegen::gemmTileShape(target);
   // 512 depths per block, at any vector width: a strip of B of 32 KB at AVX2's 16 columns, 64 KB
@@ -54,9 +57,17 @@ Tile compileTile() {
   return tile;
 }
 
-const Tile& processTile() {
-  static const Tile tile = compileTile();
-  return tile;
+// The tile for `targetCpu` ("": this machine), compiled once per process and target: a layer
+// built for another CPU (`--target-cpu haswell` on an AVX-512 host) takes its weight gradients
+// in that CPU's code too, as its kernels are.
+const Tile& processTile(const std::string& targetCpu) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<Tile>> tiles;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::unique_ptr<Tile>& tile = tiles[targetCpu];
+  if (!tile)
+    tile = std::make_unique<Tile>(compileTile(targetCpu));
+  return *tile;
 }
 
 // Per depth k, the contiguous run of `strips * Width` values at first + k * depthStride dealt to
@@ -280,12 +291,17 @@ void multiplyRows(const Tile& tile, const MatrixView& a, const std::vector<GemmP
 
 } // namespace
 
-void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc, int threads) {
-  gemmAccumulate(a, {GemmProduct{b, c, ldc}}, threads);
+void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc, int threads,
+                    const std::string& targetCpu) {
+  gemmAccumulate(a, {GemmProduct{b, c, ldc}}, threads, nullptr, targetCpu);
+}
+
+codegen::GemmTileShape gemmTileShapeFor(const std::string& targetCpu) {
+  return processTile(targetCpu).shape;
 }
 
 void gemmAccumulate(const MatrixView& a, const std::vector<GemmProduct>& products, int threads,
-                    float* rowSums) {
+                    float* rowSums, const std::string& targetCpu) {
   RNNC_INTERNAL_CHECK(threads >= 1, "a GEMM's thread count is resolved by its caller");
   std::vector<GemmProduct> work;
   for (const GemmProduct& product : products) {
@@ -296,7 +312,7 @@ void gemmAccumulate(const MatrixView& a, const std::vector<GemmProduct>& product
   const int64_t rows = a.rows;
   if (rows <= 0 || a.columns <= 0 || (work.empty() && !rowSums))
     return;
-  const Tile& tile = processTile();
+  const Tile& tile = processTile(targetCpu);
   // At least a few of the tile's rows per thread: fewer would pack B for little work.
   threads = static_cast<int>(std::clamp<int64_t>(rows / (4 * tile.shape.rows), 1, threads));
   auto part = [&](int index) {

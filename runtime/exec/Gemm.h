@@ -9,7 +9,10 @@
 // so transposes cost nothing but their packing.
 #pragma once
 
+#include "codegen/GemmTile.h"
+
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace rnnc {
@@ -30,9 +33,11 @@ struct MatrixView {
 
 // C[M, N] += A[M, K] B[K, N], C row-major with `ldc` floats per row, on up to `threads` threads
 // (C's rows split between them; a count already resolved, at least 1: the caller's automatic
-// count (0) is its ThreadGovernor's to choose, not this product's). The tile is compiled for this
-// machine once per process (the disk cache keeps it, as it does cells).
-void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc, int threads);
+// count (0) is its ThreadGovernor's to choose, not this product's). The tile is compiled for
+// `targetCpu` (CompileOptions::targetCpu: "" for this machine) once per process and target (the
+// disk cache keeps it, as it does cells).
+void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc, int threads,
+                    const std::string& targetCpu = "");
 
 // One A times several B: C_i += A B_i for every product, each block of A packed once for all of
 // them, and, with `rowSums` (A's rows of floats), rowSums[i] += the sum of A's row i, taken from
@@ -45,6 +50,10 @@ struct GemmProduct {
   int64_t ldc = 0;
 };
 void gemmAccumulate(const MatrixView& a, const std::vector<GemmProduct>& products, int threads,
-                    float* rowSums = nullptr);
+                    float* rowSums = nullptr, const std::string& targetCpu = "");
+
+// The register tile the products above use for `targetCpu` (as CompileOptions::targetCpu: ""
+// for this machine, or a CPU's name), compiled on first use.
+codegen::GemmTileShape gemmTileShapeFor(const std::string& targetCpu);
 
 } // namespace rnnc

@@ -138,9 +138,10 @@ void addColumns(Tensor& to, const Tensor& from, int64_t offset, int64_t width) {
 // C += A B (or A B^T).
 template <class A, class B>
 void accumulateRowProduct(Eigen::Map<RowMajor>& c, const A& a, const B& b, bool transposeB,
-                          int threads) {
+                          int threads, const std::string& targetCpu) {
   const MatrixView vb = viewOf(b);
-  gemmAccumulate(viewOf(a), transposeB ? vb.transposed() : vb, c.data(), c.outerStride(), threads);
+  gemmAccumulate(viewOf(a), transposeB ? vb.transposed() : vb, c.data(), c.outerStride(), threads,
+                 targetCpu);
 }
 
 // The index of the parameter called `name` in a slot's cell.
@@ -290,6 +291,8 @@ TrainingTape GradientProgram::forward(const Tensor& input,
 }
 
 TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInputs& given) const {
+  // The weight gradients' GEMMs in the layer's target's code, as its kernels.
+  const std::string& targetCpu = options_.compile.targetCpu;
   const ir::Cell& cell = program_->cell();
   const int directions = program_->numDirections(), layers = program_->numLayers();
   const int threads = options_.threads;
@@ -432,9 +435,9 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
           Eigen::Map<RowMajor> dX(dx.data(), steps * batch, dx.dim(2));
           auto g = rows.middleCols(at, width);
           if (seg.kind == Kind::InputByLinear)
-            accumulateRowProduct(dX, g, w, /*transposeB=*/false, gemmThreads);
+            accumulateRowProduct(dX, g, w, /*transposeB=*/false, gemmThreads, targetCpu);
           else
-            accumulateRowProduct(dX, g, w, /*transposeB=*/true, gemmThreads);
+            accumulateRowProduct(dX, g, w, /*transposeB=*/true, gemmThreads, targetCpu);
           continue;
         }
         Tensor* gradient = nullptr;
@@ -469,14 +472,15 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
         if (seg.kind == Kind::LinearWeight) // dW [N, K] += G^T A: with the others on G
           byColumns[{at, width}].products.push_back({a, dW.data(), dW.outerStride()});
         else // dW [K, N] += A^T G
-          gemmAccumulate(a.transposed(), viewOf(g), dW.data(), dW.outerStride(), gemmThreads);
+          gemmAccumulate(a.transposed(), viewOf(g), dW.data(), dW.outerStride(), gemmThreads,
+                         targetCpu);
       }
       for (const auto& [columns, shared] : byColumns) {
         const auto [at, width] = columns;
         const MatrixView g = viewOf(rows.middleCols(at, width));
         std::vector<float> sums(shared.sums.empty() ? 0 : static_cast<size_t>(width), 0.0f);
         gemmAccumulate(g.transposed(), shared.products, gemmThreads,
-                       sums.empty() ? nullptr : sums.data());
+                       sums.empty() ? nullptr : sums.data(), targetCpu);
         for (float* sum : shared.sums)
           for (int64_t c = 0; c < width; ++c)
             sum[c] += sums[static_cast<size_t>(c)];
