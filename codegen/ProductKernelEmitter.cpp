@@ -264,7 +264,7 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     llvm::Value* tileIndex = e.b.CreateSDiv(e.b.CreateSub(r, chunkBegin), e.constant(tileRows));
     return {e.b.CreateGEP(element, weights, e.b.CreateMul(next, e.constant(panelElements))),
             e.b.CreateMul(tileIndex, e.constant(passes * packed.depth)),
-            panelElements / lineElements - 1, lineElements};
+            e.constant(panelElements / lineElements - 1), lineElements};
   };
   // Rows [chunkBegin, chunkEnd), whole tiles of `split`, times the blocks [blocks.begin,
   // blocks.end).
@@ -595,9 +595,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
       if (panel.panel) {
         llvm::Value* line = e.b.CreateAdd(
             panel.firstLine, e.b.CreateAdd(k, e.b.CreateMul(pass, e.constant(packed.depth))));
-        llvm::Value* lastLine =
-            panel.lastLineValue ? panel.lastLineValue : e.constant(panel.lastLine);
-        line = e.b.CreateSelect(e.b.CreateICmpSLT(line, lastLine), line, lastLine);
+        line = e.b.CreateSelect(e.b.CreateICmpSLT(line, panel.lastLine), line, panel.lastLine);
         e.b.CreateIntrinsic(llvm::Intrinsic::prefetch, {e.ptr},
                             {e.b.CreateGEP(element, panel.panel,
                                            e.b.CreateMul(line, e.constant(panel.lineElements))),
@@ -691,7 +689,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                                          rows);
     PanelPrefetch walkPanel;
     if (nextPanel.panel)
-      walkPanel = {walk->getArg(5), walk->getArg(6), 0, nextPanel.lineElements, walk->getArg(7)};
+      walkPanel = {walk->getArg(5), walk->getArg(6), walk->getArg(7), nextPanel.lineElements};
     walkBody(first, count, e.constant(0), walk->getArg(1), walkRows, walkPanel,
              RunTimeHeight{walk->getArg(4), walkAtLeast}, /*joinedParts=*/false,
              [&](int64_t m, int64_t v, llvm::Value* sum) {
@@ -720,7 +718,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                     nextPanel.panel ? e.b.CreateAdd(nextPanel.firstLine,
                                                     e.b.CreateMul(pass, e.constant(packed.depth)))
                                     : e.constant(0),
-                    e.constant(nextPanel.panel ? nextPanel.lastLine : 0)});
+                    nextPanel.panel ? nextPanel.lastLine : e.constant(0)});
   };
   if (alike) {
     e.forLoop(e.constant(0), e.constant(passes), e.constant(1), "pass", [&](llvm::Value* p) {

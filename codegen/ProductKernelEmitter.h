@@ -50,9 +50,8 @@ private:
   struct PanelPrefetch {
     llvm::Value* panel = nullptr;
     llvm::Value* firstLine = nullptr;
-    int64_t lastLine = 0;
+    llvm::Value* lastLine = nullptr; // a constant, or (a walk's function) its argument
     int64_t lineElements = 0;
-    llvm::Value* lastLineValue = nullptr; // lastLine, or (a walk's function) its argument
   };
   // Rows [firstRow, firstRow + rows) of x times block `blk` of the packed weights, each row's
   // sum of each slice given to `store`. The slices are accumulated in passes of as many as the
