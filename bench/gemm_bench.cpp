@@ -2,7 +2,8 @@
 // the training's products at the fastrnns LSTM (T*B = 6400 rows, 4H = 2048, I = H = 512), in one
 // binary so that both see the same machine:
 //   build/bench/rnnc_bench --benchmark_filter='gemm' --benchmark_repetitions=5
-// Arguments: which product (0: dW += G^T X, 1: dX += G W), then the thread count. GFLOP/s is in
+// Arguments: which product (0: dW += G^T X, 1: dX += G W), then the thread count (then, for
+// gemmWeightGradients, the tile's target: 0 the host, 1 haswell, AVX2's). GFLOP/s is in
 // the "FLOPS" counter. gemmTileInL1 times the generated register tile alone.
 #include "codegen/Compiler.h"
 #include "codegen/GemmTile.h"
@@ -12,6 +13,7 @@
 #include <Eigen/Core>
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -108,6 +110,7 @@ void gemmWeightGradients(benchmark::State& state) {
   static Eigen::RowVectorXf dBias = Eigen::RowVectorXf::Zero(kGates);
   const bool shared = state.range(0) == 1;
   const int threads = static_cast<int>(state.range(1));
+  const std::string target = state.range(2) == 1 ? "haswell" : ""; // AVX2's tile, or the host's
   const rnnc::MatrixView g = rnnc::MatrixView::rowMajor(o.g.data(), kRows, kGates, kGates);
   const rnnc::MatrixView x = rnnc::MatrixView::rowMajor(o.x.data(), kRows, kFeatures, kFeatures);
   const rnnc::MatrixView hv = rnnc::MatrixView::rowMajor(h.data(), kRows, kFeatures, kFeatures);
@@ -115,10 +118,10 @@ void gemmWeightGradients(benchmark::State& state) {
     if (shared) {
       rnnc::gemmAccumulate(g.transposed(),
                            {{x, o.dW.data(), kFeatures}, {hv, dWh.data(), kFeatures}}, threads,
-                           dBias.data());
+                           dBias.data(), target);
     } else {
-      rnnc::gemmAccumulate(g.transposed(), x, o.dW.data(), kFeatures, threads);
-      rnnc::gemmAccumulate(g.transposed(), hv, dWh.data(), kFeatures, threads);
+      rnnc::gemmAccumulate(g.transposed(), x, o.dW.data(), kFeatures, threads, target);
+      rnnc::gemmAccumulate(g.transposed(), hv, dWh.data(), kFeatures, threads, target);
       dBias.noalias() += Eigen::RowVectorXf::Ones(kRows) * o.g;
     }
   }
@@ -131,7 +134,7 @@ void gemmWeightGradients(benchmark::State& state) {
 BENCHMARK(gemmRnnc)->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(gemmEigen)->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(gemmWeightGradients)
-    ->ArgsProduct({{0, 1}, {1, 2}})
+    ->ArgsProduct({{0, 1}, {1, 2}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(gemmTileInL1)->Arg(64)->Arg(256);

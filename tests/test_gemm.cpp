@@ -78,42 +78,56 @@ TEST(Gemm, RowMajorOperandsMatchTheReference) {
     }
 }
 
+// The CPUs whose tiles the products can run here: this machine's, and AVX2's (6 x 16) where it
+// runs.
+std::vector<std::string> tileTargets() {
+  std::vector<std::string> targets{""};
+  try {
+    codegen::runnableTarget("haswell");
+    targets.push_back("haswell");
+  } catch (const UserError&) {
+  }
+  return targets;
+}
+
 // One A against several B (a layer's dW_ih and dW_hh from the same G^T), one of them wider than
 // the 4096-column panel, with A's row sums (its bias gradient): each C and the sums as the
-// reference gives them, at depths past the depth block, on 1-3 threads.
+// reference gives them, at depths past the depth block, on 1-3 threads, with this machine's
+// tile and AVX2's (whose strips of A, 6 rows, are dealt from G's rows at another width).
 TEST(Gemm, SharedOperandProductsAndRowSumsMatchTheReference) {
   const int64_t wide = 41, gWidth = 29;
-  for (int64_t depth : {1, 37, 700}) {
-    std::vector<float> o = randomValues(depth * wide, 21);
-    MatrixView g{o.data() + 3, depth, gWidth, wide, 1}; // G: [depth, gWidth], a column slice
-    const MatrixView a = g.transposed();                // A = G^T: [gWidth, depth]
-    const int64_t columns[] = {19, 4100, 1};
-    for (int threads : {1, 2, 3}) {
-      std::vector<std::vector<float>> bs, cs;
-      std::vector<GemmProduct> products;
-      std::vector<std::vector<double>> want;
-      for (size_t p = 0; p < 3; ++p) {
-        bs.push_back(randomValues(depth * columns[p], 22 + p));
-        cs.push_back(randomValues(gWidth * (columns[p] + 2), 25 + p));
-        const MatrixView b = MatrixView::rowMajor(bs[p].data(), depth, columns[p], columns[p]);
-        want.push_back(reference(a, b, cs[p], columns[p] + 2));
-        products.push_back({b, nullptr, columns[p] + 2});
+  for (const std::string& target : tileTargets())
+    for (int64_t depth : {1, 37, 700}) {
+      std::vector<float> o = randomValues(depth * wide, 21);
+      MatrixView g{o.data() + 3, depth, gWidth, wide, 1}; // G: [depth, gWidth], a column slice
+      const MatrixView a = g.transposed();                // A = G^T: [gWidth, depth]
+      const int64_t columns[] = {19, 4100, 1};
+      for (int threads : {1, 2, 3}) {
+        std::vector<std::vector<float>> bs, cs;
+        std::vector<GemmProduct> products;
+        std::vector<std::vector<double>> want;
+        for (size_t p = 0; p < 3; ++p) {
+          bs.push_back(randomValues(depth * columns[p], 22 + p));
+          cs.push_back(randomValues(gWidth * (columns[p] + 2), 25 + p));
+          const MatrixView b = MatrixView::rowMajor(bs[p].data(), depth, columns[p], columns[p]);
+          want.push_back(reference(a, b, cs[p], columns[p] + 2));
+          products.push_back({b, nullptr, columns[p] + 2});
+        }
+        for (size_t p = 0; p < 3; ++p)
+          products[p].c = cs[p].data();
+        std::vector<float> sums = randomValues(gWidth, 28);
+        std::vector<double> wantSums(sums.begin(), sums.end());
+        for (int64_t i = 0; i < gWidth; ++i)
+          for (int64_t k = 0; k < depth; ++k)
+            wantSums[i] += a.at(i, k);
+        gemmAccumulate(a, products, threads, sums.data(), target);
+        const std::string what = "target '" + target + "', depth " + std::to_string(depth) +
+                                 ", threads " + std::to_string(threads);
+        for (size_t p = 0; p < 3; ++p)
+          expectNear(cs[p], want[p], depth, what + ", product " + std::to_string(p));
+        expectNear(sums, wantSums, depth, what + ", row sums");
       }
-      for (size_t p = 0; p < 3; ++p)
-        products[p].c = cs[p].data();
-      std::vector<float> sums = randomValues(gWidth, 28);
-      std::vector<double> wantSums(sums.begin(), sums.end());
-      for (int64_t i = 0; i < gWidth; ++i)
-        for (int64_t k = 0; k < depth; ++k)
-          wantSums[i] += a.at(i, k);
-      gemmAccumulate(a, products, threads, sums.data());
-      const std::string what =
-          "depth " + std::to_string(depth) + ", threads " + std::to_string(threads);
-      for (size_t p = 0; p < 3; ++p)
-        expectNear(cs[p], want[p], depth, what + ", product " + std::to_string(p));
-      expectNear(sums, wantSums, depth, what + ", row sums");
     }
-  }
 }
 
 TEST(Gemm, TransposedAndStridedOperandsAndPaddedOutput) {

@@ -70,37 +70,48 @@ const Tile& processTile(const std::string& targetCpu) {
   return *tile;
 }
 
+// Floats from one packed strip (`floats` long) to the next: whole cache lines, an odd number
+// of them. Packing writes a piece of every strip at each depth; strips a multiple of 4 KB apart
+// (AVX2's 6-row strips of A over 512 depths are 12 KB apart, AVX-512's 14-row ones 28 KB, the
+// strips of B 32 and 64 KB) all fall in one set of the L1, which then evicted lines before
+// they were full, and packing A took 4.3% of an AVX2 GRU's training step (Zen 5, 1 thread).
+int64_t stripStride(int64_t floats) {
+  constexpr int64_t kLine = 16;
+  const int64_t lines = (floats + kLine - 1) / kLine;
+  return (lines | 1) * kLine;
+}
+
 // Per depth k, the contiguous run of `strips * Width` values at first + k * depthStride dealt to
-// `strips` strips of `Width` values per depth (strip s at out + s * Width * depths): each run read
+// `strips` strips of `Width` values per depth (strip s at out + s * stride): each run read
 // whole, one stream of lines that the prefetcher follows. The width is a constant, so that each
 // piece is a vector or two moved inline (with a copy function called per piece, packing took
 // 11% of dW = G^T X; a memcpy of a size known only at run time, 7%).
 template <int64_t Width>
 void dealToStripsOf(const float* first, int64_t depthStride, int64_t depths, int64_t strips,
-                    float* out) {
+                    int64_t stride, float* out) {
   for (int64_t k = 0; k < depths; ++k) {
     const float* from = first + k * depthStride;
     float* to = out + k * Width;
     for (int64_t strip = 0; strip < strips; ++strip)
-      std::memcpy(to + strip * Width * depths, from + strip * Width, Width * sizeof(float));
+      std::memcpy(to + strip * stride, from + strip * Width, Width * sizeof(float));
   }
 }
 
 void dealToStrips(const float* first, int64_t depthStride, int64_t depths, int64_t strips,
-                  int64_t width, float* out) {
+                  int64_t width, int64_t stride, float* out) {
   switch (width) { // the tiles' sizes: AVX2 6 x 16, AVX-512 14 x 32
   case 6:
-    return dealToStripsOf<6>(first, depthStride, depths, strips, out);
+    return dealToStripsOf<6>(first, depthStride, depths, strips, stride, out);
   case 14:
-    return dealToStripsOf<14>(first, depthStride, depths, strips, out);
+    return dealToStripsOf<14>(first, depthStride, depths, strips, stride, out);
   case 16:
-    return dealToStripsOf<16>(first, depthStride, depths, strips, out);
+    return dealToStripsOf<16>(first, depthStride, depths, strips, stride, out);
   case 32:
-    return dealToStripsOf<32>(first, depthStride, depths, strips, out);
+    return dealToStripsOf<32>(first, depthStride, depths, strips, stride, out);
   }
   for (int64_t k = 0; k < depths; ++k)
     for (int64_t strip = 0; strip < strips; ++strip)
-      std::memcpy(out + strip * width * depths + k * width, first + k * depthStride + strip * width,
+      std::memcpy(out + strip * stride + k * width, first + k * depthStride + strip * width,
                   static_cast<size_t>(width) * sizeof(float));
 }
 
@@ -176,25 +187,26 @@ void addStripSums(const float* strip, int64_t depths, int64_t rows, int64_t coun
 }
 
 // Rows [row, row + rows) and depths [depth, depth + depths) of A into strips of the tile's
-// rows, k-major: strip s holds, per depth, its `tileRows` values (zero past A's rows).
+// rows, k-major, `stride` floats apart: strip s holds, per depth, its `tileRows` values (zero
+// past A's rows).
 void packA(const MatrixView& a, int64_t row, int64_t rows, int64_t depth, int64_t depths,
-           int64_t tileRows, float* out) {
+           int64_t tileRows, int64_t stride, float* out) {
   const int64_t fullStrips = rows / tileRows;
   if (a.rowStride == 1) {
     // A transposed row-major matrix (dW = G^T X): each depth is a contiguous run of A's rows.
     dealToStrips(a.data + row + depth * a.columnStride, a.columnStride, depths, fullStrips,
-                 tileRows, out);
+                 tileRows, stride, out);
   } else if (a.columnStride == 1) {
     // Row-major A (dX = G W): each strip's rows transposed.
     for (int64_t strip = 0; strip < fullStrips; ++strip)
       transposeIntoStrip(a.data + (row + strip * tileRows) * a.rowStride + depth, a.rowStride,
-                         depths, tileRows, out + strip * tileRows * depths);
+                         depths, tileRows, out + strip * stride);
   }
   // Any other strides, and the last strip when it is short (zero past A's rows).
   const int64_t firstStrip = (a.rowStride == 1 || a.columnStride == 1) ? fullStrips : 0;
   for (int64_t strip = firstStrip * tileRows; strip < rows; strip += tileRows) {
     const int64_t count = std::min(tileRows, rows - strip);
-    float* stripOut = out + strip * depths;
+    float* stripOut = out + strip / tileRows * stride;
     for (int64_t k = 0; k < depths; ++k) {
       float* to = stripOut + k * tileRows;
       const float* from = a.data + (row + strip) * a.rowStride + (depth + k) * a.columnStride;
@@ -208,17 +220,17 @@ void packA(const MatrixView& a, int64_t row, int64_t rows, int64_t depth, int64_
 }
 
 // Depths [depth, depth + depths) and columns [column, column + columns) of B into strips of
-// the tile's columns, k-major (zero past B's columns).
+// the tile's columns, k-major, `stride` floats apart (zero past B's columns).
 void packB(const MatrixView& b, int64_t depth, int64_t depths, int64_t column, int64_t columns,
-           int64_t tileColumns, float* out) {
+           int64_t tileColumns, int64_t stride, float* out) {
   const int64_t fullStrips = b.columnStride == 1 ? columns / tileColumns : 0;
   if (fullStrips > 0) // row-major B: each depth is a contiguous run of B's columns
     dealToStrips(b.data + depth * b.rowStride + column, b.rowStride, depths, fullStrips,
-                 tileColumns, out);
+                 tileColumns, stride, out);
   for (int64_t strip = fullStrips * tileColumns; strip < columns; strip += tileColumns) {
     const int64_t count = std::min(tileColumns, columns - strip);
     for (int64_t k = 0; k < depths; ++k) {
-      float* to = out + strip * depths + k * tileColumns;
+      float* to = out + strip / tileColumns * stride + k * tileColumns;
       const float* from = b.data + (depth + k) * b.rowStride + (column + strip) * b.columnStride;
       int64_t j = 0;
       for (; j < count; ++j)
@@ -238,39 +250,41 @@ void multiplyRows(const Tile& tile, const MatrixView& a, const std::vector<GemmP
   const int64_t depth = a.columns;
   const int64_t kc = std::min(tile.depthBlock, depth);
   const int64_t mc = std::min(tile.rowBlock, (rowEnd - rowBegin + mr - 1) / mr * mr);
+  // Every depth block's strips as far apart as the first's (the longest).
+  const int64_t aStride = stripStride(mr * kc), bStride = stripStride(nr * kc);
   struct Panel {
     const GemmProduct* product;
     int64_t column, columns; // of the product's B and C
     int64_t offset;          // in the packed panels, per depth block
   };
   std::vector<Panel> panels;
-  int64_t packedColumns = 0;
+  int64_t packedStrips = 0;
   for (const GemmProduct& product : products)
     for (int64_t jc = 0; jc < product.b.columns; jc += tile.columnBlock) {
       const int64_t columns = std::min(tile.columnBlock, product.b.columns - jc);
-      panels.push_back({&product, jc, columns, packedColumns * kc});
-      packedColumns += (columns + nr - 1) / nr * nr;
+      panels.push_back({&product, jc, columns, packedStrips * bStride});
+      packedStrips += (columns + nr - 1) / nr;
     }
-  AlignedBuffer packedA(mc * kc), packedB(packedColumns * kc), scratch(mr * nr);
+  AlignedBuffer packedA(mc / mr * aStride), packedB(packedStrips * bStride), scratch(mr * nr);
   for (int64_t pc = 0; pc < depth; pc += kc) {
     const int64_t depths = std::min(kc, depth - pc);
     for (const Panel& panel : panels)
-      packB(panel.product->b, pc, depths, panel.column, panel.columns, nr,
+      packB(panel.product->b, pc, depths, panel.column, panel.columns, nr, bStride,
             packedB.data() + panel.offset);
     for (int64_t ic = rowBegin; ic < rowEnd; ic += mc) {
       const int64_t blockRows = std::min(mc, rowEnd - ic);
-      packA(a, ic, blockRows, pc, depths, mr, packedA.data());
+      packA(a, ic, blockRows, pc, depths, mr, aStride, packedA.data());
       if (rowSums)
         for (int64_t ir = 0; ir < blockRows; ir += mr)
-          addStripSums(packedA.data() + ir * depths, depths, mr, std::min(mr, blockRows - ir),
+          addStripSums(packedA.data() + ir / mr * aStride, depths, mr, std::min(mr, blockRows - ir),
                        rowSums + ic + ir);
       for (const Panel& panel : panels) {
         const GemmProduct& product = *panel.product;
         for (int64_t jr = 0; jr < panel.columns; jr += nr) {
-          const float* bStrip = packedB.data() + panel.offset + jr * depths;
+          const float* bStrip = packedB.data() + panel.offset + jr / nr * bStride;
           const int64_t tileColumns = std::min(nr, panel.columns - jr);
           for (int64_t ir = 0; ir < blockRows; ir += mr) {
-            const float* aStrip = packedA.data() + ir * depths;
+            const float* aStrip = packedA.data() + ir / mr * aStride;
             const int64_t tileRows = std::min(mr, blockRows - ir);
             float* cTile = product.c + (ic + ir) * product.ldc + panel.column + jr;
             if (tileRows == mr && tileColumns == nr) {
