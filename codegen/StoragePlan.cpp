@@ -251,11 +251,22 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
     // One slice over many rows (the input projection over T*B rows, an unfused product): the
     // classic SGEMM tile, 2 vectors wide and as many rows as the accumulators allow (AVX2 6x16,
     // AVX-512 14x32): 2 weight loads and one broadcast per row for every 2 FMAs of a row.
-    // One slice of the recurrent product (a vanilla RNN): blocks of 4 vectors (a power of two:
-    // LLVM scalarises parts of the elementwise code on 3-vector types), so that a row has 4
-    // accumulator chains (batch 1 included), in tiles of as many rows as the registers hold
-    // beside the 4 weight vectors and the broadcast input (AVX2: 2 rows, 8 accumulators).
-    const int64_t vectors = packed.splitRows ? 2 : 4;
+    // One slice of the recurrent product (a vanilla RNN, a backward's dgates W_hh): blocks of 4
+    // vectors (a power of two: LLVM scalarises parts of the elementwise code on 3-vector types),
+    // in tiles of as many rows as the registers hold beside the 4 weight vectors and the
+    // broadcast input: with 32 registers 6 rows (24 accumulators), with AVX2's 16 only 2, each
+    // weight vector then feeding 2 FMAs. That is fine where L1 holds the block (each pair of
+    // rows reads it from there), and at batch 1, where a broadcast per 4 FMAs rather than per 2
+    // keeps the loads down (2 vectors took 11% longer, AVX2 on Zen 5, H = 256). Where L1 does not
+    // hold it (32 KB, every x86-64 core we run on has at least that), every pair of rows streamed
+    // it from L2 at a vector per 2 FMAs, and a GRU's backward step ran at 73% of the FMA peak:
+    // there AVX2 takes 2 vectors and 6 rows, the SGEMM tile. int8 tiles keep their own shape.
+    constexpr int64_t kL1Bytes = 32 * 1024;
+    const bool blockInL1 = packed.depth * 4 * vectorWidth * weightTypeBytes(weights) <= kL1Bytes;
+    const int64_t vectors = packed.splitRows || (target.vectorRegisters <= 16 && !blockInL1 &&
+                                                 weights != WeightType::I8)
+                                ? 2
+                                : 4;
     packed.width = vectors * vectorWidth;
     packed.blocks = (packed.columns + packed.width - 1) / packed.width;
     packed.tileRows = std::max<int64_t>(
