@@ -1,7 +1,11 @@
-"""Weights files: rnnc reads safetensors (F32, or I8 with per-row scales), and writes int8 ones.
+"""Weights files: rnnc reads safetensors (F32, or I8 with per-row scales) and writes them.
 
+    rnnc.save_safetensors(torch.nn.LSTM(512, 512).state_dict(), "lstm.safetensors")
     rnnc.save_int8(torch.nn.LSTM(512, 512).state_dict(), "lstm-int8.safetensors")
     weights = rnnc.load_safetensors("lstm-int8.safetensors")   # {name: float32 array}
+
+save_safetensors is what `rnnc run --weights` and `rnnc grad` need from a PyTorch module without
+the safetensors package (Debian does not ship it).
 
 An int8 file holds each weight matrix NAME as I8 with NAME.scale (F32, one scale per row: the
 output channel) beside it, the weight being q * scale; other tensors (biases) stay F32. rnnc
@@ -36,31 +40,47 @@ def quantize_rows(weight):
     return q, scale
 
 
-def save_int8(state_dict, path):
-    """Writes a state_dict (torch tensors or numpy arrays) with every matrix quantized to int8
-    per row (quantize_rows) and every other tensor as float32."""
-    tensors = {}
-    for name, value in state_dict.items():
-        if hasattr(value, "detach"):
-            value = value.detach().cpu().numpy()
-        value = np.asarray(value, dtype=np.float32)
-        if value.ndim == 2:
-            q, scale = quantize_rows(value)
-            tensors[name] = q
-            tensors[name + ".scale"] = scale
-        else:
-            tensors[name] = value
+def _as_array(value):
+    if hasattr(value, "detach"):  # a torch tensor
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def save_safetensors(tensors, path):
+    """Writes {name: tensor} (torch tensors or numpy arrays) as a safetensors file: int8 arrays
+    as I8, everything else as float32 (F32), little-endian, in C order."""
+    arrays = {}
+    for name, value in tensors.items():
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a tensor's name must be a non-empty string, not {name!r}")
+        value = _as_array(value)
+        arrays[name] = value if value.dtype == np.int8 else value.astype("<f4")
     header, chunks, offset = {}, [], 0
-    for name in sorted(tensors):
-        data = np.ascontiguousarray(tensors[name]).tobytes()
+    for name in sorted(arrays):
+        data = np.ascontiguousarray(arrays[name]).tobytes()
         padding = (-offset) % 8
         chunks.append(b"\0" * padding + data)
         offset += padding
-        header[name] = {"dtype": "I8" if tensors[name].dtype == np.int8 else "F32",
-                        "shape": list(tensors[name].shape),
+        header[name] = {"dtype": "I8" if arrays[name].dtype == np.int8 else "F32",
+                        "shape": list(arrays[name].shape),
                         "data_offsets": [offset, offset + len(data)]}
         offset += len(data)
     text = json.dumps(header).encode()
     text += b" " * ((-len(text)) % 8)
     with open(path, "wb") as f:
         f.write(len(text).to_bytes(8, "little") + text + b"".join(chunks))
+
+
+def save_int8(state_dict, path):
+    """Writes a state_dict (torch tensors or numpy arrays) with every matrix quantized to int8
+    per row (quantize_rows) and every other tensor as float32."""
+    tensors = {}
+    for name, value in state_dict.items():
+        value = _as_array(value).astype(np.float32)
+        if value.ndim == 2:
+            q, scale = quantize_rows(value)
+            tensors[name] = q
+            tensors[name + ".scale"] = scale
+        else:
+            tensors[name] = value
+    save_safetensors(tensors, path)

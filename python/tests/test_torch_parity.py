@@ -328,3 +328,48 @@ def test_device_option(mode):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="CUDA|GPU"):
             rnnc.from_torch(module, device="cuda")(padded)
+
+
+def test_a_state_dict_saved_as_safetensors_runs_as_torch_in_the_module_and_the_tool(tmp_path):
+    """save_safetensors writes a PyTorch state_dict the way `rnnc run --weights` reads it (Debian
+    has no safetensors package): every tensor back bit for bit through rnnc's reader, and the
+    layer on it, in the module and in the rnnc tool where the build has one, torch's."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    module = torch_module("GRU", 8, 16, num_layers=2, bidirectional=True)
+    path = tmp_path / "gru.safetensors"
+    rnnc.save_safetensors(module.state_dict(), path)
+    raw = path.read_bytes()
+    length = int.from_bytes(raw[:8], "little")
+    assert length % 8 == 0
+    header = json.loads(raw[8:8 + length])
+    assert {header[name]["dtype"] for name in header} == {"F32"}
+    loaded = rnnc.load_safetensors(path)
+    assert sorted(loaded) == sorted(module.state_dict())
+    for name, value in module.state_dict().items():
+        assert header[name]["shape"] == list(value.shape)
+        np.testing.assert_array_equal(loaded[name], value.numpy())
+    x = torch.randn(5, 3, 8)
+    with torch.no_grad():
+        expected = module(x)[0].numpy()
+    layer = rnnc.GRU(8, 16, num_layers=2, bidirectional=True)
+    layer.load_state_dict(loaded)
+    np.testing.assert_allclose(layer(x)[0].numpy(), expected, atol=1e-5)
+    # The tool of the build this module comes from (build/python/rnnc -> build/tools/rnnc).
+    tool = pathlib.Path(rnnc.__file__).resolve().parents[2] / "tools" / "rnnc"
+    if not tool.exists():
+        pytest.skip(f"no rnnc tool at {tool}")
+    np.save(tmp_path / "x.npy", x.numpy())
+    done = subprocess.run([str(tool), "run", "--cell", "gru", "--weights", str(path), "--input",
+                           str(tmp_path / "x.npy"), "--num-layers", "2", "--bidirectional",
+                           "--output", str(tmp_path / "y.npy")],
+                          env=dict(os.environ), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), expected, atol=1e-5)
+
+
+def test_save_safetensors_refuses_a_name_that_is_not_a_string(tmp_path):
+    with pytest.raises(ValueError, match="name"):
+        rnnc.save_safetensors({3: np.zeros(2, np.float32)}, tmp_path / "bad.safetensors")
