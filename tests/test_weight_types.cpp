@@ -133,6 +133,44 @@ struct CellShape {
   int64_t input, hidden, steps, batch;
 };
 
+// Built-in cell `name` of this shape, compiled for `cpu` with `type` weights, against the
+// interpreter on the same rounded operands.
+void expectBuiltinCellMatchesTheInterpreter(const std::string& name, const CellShape& shape,
+                                            const std::string& cpu, WeightType type) {
+  SCOPED_TRACE(name + " I=" + std::to_string(shape.input) + " H=" + std::to_string(shape.hidden) +
+               " B=" + std::to_string(shape.batch) + " on " + cpu + ", " +
+               std::string(codegen::weightTypeName(type)));
+  auto cell = frontend::loadCell(name);
+  ir::SizeMap sizes;
+  for (const std::string& size : cell->sizeNames)
+    sizes[size] = size == "input_size"    ? shape.input
+                  : size == "hidden_size" ? shape.hidden
+                                          : shape.hidden - 3; // proj_size
+  cell->bindSizes(sizes);
+  std::mt19937 rng(static_cast<unsigned>(shape.input * 131 + shape.batch));
+  std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
+  std::vector<Tensor> inputs = {
+      test::randomTensor({shape.steps, shape.batch, shape.input}, rng, 1.0f)};
+  std::vector<Tensor> states;
+  for (const auto& state : cell->states)
+    states.push_back(
+        test::randomTensor({shape.batch, *state->shape[1].evaluate(cell->sizes)}, rng));
+  std::vector<Tensor> expectedStates = states;
+  // bf16 products multiply bf16 inputs too (codegen/Bf16Products.cpp).
+  ExecutionOptions reference;
+  reference.bf16Products = type == WeightType::BF16;
+  Tensor expected =
+      Interpreter(*cell, withRoundedMatrices(params, type), reference).run(inputs, expectedStates);
+  CompileOptions options;
+  options.targetCpu = cpu;
+  options.cache.disk = false;
+  options.weights = type;
+  Tensor actual = CompiledCell::compile(*cell, options)->run(params, inputs, states);
+  EXPECT_LT(test::maxAbsDiff(actual, expected), 2e-5f);
+  for (size_t i = 0; i < states.size(); ++i)
+    EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 2e-5f) << "state " << i;
+}
+
 TEST(WeightTypes, EveryBuiltinCellMatchesTheInterpreterOnRoundedOperands) {
   // Sizes no tile or vector divides, an odd depth, batch 1 (single-row tiles with the depth
   // split between accumulator sets) and T = 1.
@@ -144,40 +182,19 @@ TEST(WeightTypes, EveryBuiltinCellMatchesTheInterpreterOnRoundedOperands) {
   for (const std::string& name : frontend::builtinCellNames())
     for (const CellShape& shape : shapes)
       for (const std::string& cpu : cpus)
-        for (WeightType type : {WeightType::F16, WeightType::BF16}) {
-          SCOPED_TRACE(name + " I=" + std::to_string(shape.input) +
-                       " H=" + std::to_string(shape.hidden) + " B=" + std::to_string(shape.batch) +
-                       " on " + cpu + ", " + std::string(codegen::weightTypeName(type)));
-          auto cell = frontend::loadCell(name);
-          ir::SizeMap sizes;
-          for (const std::string& size : cell->sizeNames)
-            sizes[size] = size == "input_size"    ? shape.input
-                          : size == "hidden_size" ? shape.hidden
-                                                  : shape.hidden - 3; // proj_size
-          cell->bindSizes(sizes);
-          std::mt19937 rng(static_cast<unsigned>(shape.input * 131 + shape.batch));
-          std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
-          std::vector<Tensor> inputs = {
-              test::randomTensor({shape.steps, shape.batch, shape.input}, rng, 1.0f)};
-          std::vector<Tensor> states;
-          for (const auto& state : cell->states)
-            states.push_back(
-                test::randomTensor({shape.batch, *state->shape[1].evaluate(cell->sizes)}, rng));
-          std::vector<Tensor> expectedStates = states;
-          // bf16 products multiply bf16 inputs too (codegen/Bf16Products.cpp).
-          ExecutionOptions reference;
-          reference.bf16Products = type == WeightType::BF16;
-          Tensor expected = Interpreter(*cell, withRoundedMatrices(params, type), reference)
-                                .run(inputs, expectedStates);
-          CompileOptions options;
-          options.targetCpu = cpu;
-          options.cache.disk = false;
-          options.weights = type;
-          Tensor actual = CompiledCell::compile(*cell, options)->run(params, inputs, states);
-          EXPECT_LT(test::maxAbsDiff(actual, expected), 2e-5f);
-          for (size_t i = 0; i < states.size(); ++i)
-            EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 2e-5f) << "state " << i;
-        }
+        for (WeightType type : {WeightType::F16, WeightType::BF16})
+          expectBuiltinCellMatchesTheInterpreter(name, shape, cpu, type);
+}
+
+// A vanilla RNN's recurrent product at H = 530: with 2-byte weights AVX2's block of 4 vectors
+// over the depth (530 x 32 x 2 bytes) outgrows L1, so its blocks are 2 vectors wide in 6-row
+// tiles (codegen/StoragePlan.cpp); 9 rows are a full tile and a run-time-height one, 1 row a
+// single-row tile, and 530 columns 33 blocks and 2 columns.
+TEST(WeightTypes, AvxTwoRecurrentBlocksOfTwoVectorsMatchTheInterpreter) {
+  for (int64_t batch : {1, 9})
+    for (WeightType type : {WeightType::F16, WeightType::BF16})
+      expectBuiltinCellMatchesTheInterpreter("rnn_tanh", CellShape{5, 530, 2, batch}, "haswell",
+                                             type);
 }
 
 // A product's weight made of parameters is stored reduced as a parameter is, on every pipeline:
