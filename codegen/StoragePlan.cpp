@@ -1,5 +1,6 @@
 #include "codegen/StoragePlan.h"
 
+#include "codegen/CacheLines.h"
 #include "ir/Error.h"
 #include "ir/ShapeInference.h"
 
@@ -348,13 +349,8 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
         }
         // A GPU tile reads its rows of x where they are; a CPU tile from a copy:
         if (!target.isGpu()) {
-          // An odd number of 64-byte lines per row: consecutive rows then start in different
-          // sets of L1 (64 sets of 64 bytes on every x86-64 core we know), as many as a tile
-          // has.
-          const int64_t lineFloats = 16;
-          int64_t lines = (packed.depth + lineFloats - 1) / lineFloats;
-          lines += 1 - lines % 2;
-          packed.xStride = lines * lineFloats;
+          // Consecutive rows, as many as a tile has, start in different sets of L1.
+          packed.xStride = oddLinesApart(packed.depth);
           packed.xBuffer = plan.buffers.size();
           plan.buffers.push_back({value, packed.splitRows ? Rows::PerThread : Rows::PerThreadStep,
                                   packed.splitRows ? packed.chunkRows : 0, packed.xStride});
