@@ -313,6 +313,20 @@ TEST_F(ToolTest, AWarmCacheNeedsNoCompilerLibrary) {
 #endif
 }
 
+#ifdef RNNC_COMPILER_SHARED
+// What the dynamic loader maps before the tool's main (LD_TRACE_LOADED_OBJECTS, as ldd asks it):
+// the C library's objects and libgcc's unwinder, nothing of C++. libstdc++, fmt and nettle are
+// linked in (tools/CMakeLists.txt, ir/FmtLibrary.cpp), since loading the shared libstdc++ alone
+// was a quarter of a warm process; LLVM comes with the compiler library, only when it compiles.
+TEST_F(ToolTest, TheToolMapsNoSharedCxxLibraryAtStart) {
+  ToolResult r = run({"version"}, "export LD_TRACE_LOADED_OBJECTS=1; ");
+  ASSERT_EQ(r.exitCode, 0) << r;
+  EXPECT_THAT(r.out, HasSubstr("libc.so")) << r;
+  for (const char* library : {"libstdc++", "libfmt", "libnettle", "libLLVM", "librnnc_compiler"})
+    EXPECT_THAT(r.out, Not(HasSubstr(library))) << r;
+}
+#endif
+
 TEST_F(ToolTest, HelpListsTheSubcommands) {
   ToolResult r = run({"--help"});
   ASSERT_EQ(r.exitCode, 0) << r;
