@@ -3,11 +3,14 @@
 #include "ir/HugePages.h"
 #include "tools/Commands.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 #include <malloc.h>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -42,23 +45,33 @@ int main(int argc, char** argv) {
     reserveHeapOnHugePages();
   CLI::App app{"rnnc: a JIT compiler for recurrent neural network cells"};
   app.require_subcommand(1);
-  std::map<std::string, rnnc::tools::CommandAction> actions = {
-      {"run", rnnc::tools::addRunCommand(app)},
-      {"grad", rnnc::tools::addGradCommand(app)},
-      {"dump", rnnc::tools::addDumpCommand(app)},
-      {"compile", rnnc::tools::addCompileCommand(app)},
-      {"bench", rnnc::tools::addBenchCommand(app)},
-      {"version", rnnc::tools::addVersionCommand(app)},
-      {"cache", rnnc::tools::addCacheCommand(app)},
+  using AddCommand = rnnc::tools::CommandAction (*)(CLI::App&);
+  // In the order `rnnc --help` lists them.
+  const std::vector<std::pair<std::string, AddCommand>> commands = {
+      {"run", rnnc::tools::addRunCommand},     {"grad", rnnc::tools::addGradCommand},
+      {"dump", rnnc::tools::addDumpCommand},   {"compile", rnnc::tools::addCompileCommand},
+      {"bench", rnnc::tools::addBenchCommand}, {"version", rnnc::tools::addVersionCommand},
+      {"cache", rnnc::tools::addCacheCommand},
   };
   // CLI11 would only say "A subcommand is required" for a mistyped command.
-  if (argc > 1 && argv[1][0] != '-' && !actions.count(argv[1])) {
+  auto isCommand = [&](const std::string& word) {
+    return std::any_of(commands.begin(), commands.end(),
+                       [&](const auto& entry) { return entry.first == word; });
+  };
+  if (argc > 1 && argv[1][0] != '-' && !isCommand(argv[1])) {
     std::cerr << "rnnc: unknown command '" << argv[1] << "' (commands:";
-    for (const auto& entry : actions)
+    for (const auto& entry : commands)
       std::cerr << " " << entry.first;
     std::cerr << "); see rnnc --help\n";
     return 2;
   }
+  // Only the named command's options are built (with all of them, `rnnc version` spent longer
+  // building and destroying the parser than doing its work); `rnnc --help` and anything that
+  // does not start with a command get every command.
+  std::map<std::string, rnnc::tools::CommandAction> actions;
+  for (const auto& [name, add] : commands)
+    if (argc < 2 || name == argv[1] || !isCommand(argv[1]))
+      actions[name] = add(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

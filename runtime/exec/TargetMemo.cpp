@@ -16,20 +16,27 @@ namespace rnnc {
 
 std::string cpuSignature() {
   std::string text;
-  // The highest basic and extended leaves, asked once: __get_cpuid_count asks again for every
-  // leaf, and in a VM each CPUID is an exit to the hypervisor (7 us on a Zen 5 VM, where the
-  // signature took 28 of them, 0.2 ms of every rnnc process).
-  const unsigned highestBasic = __get_cpuid_max(0, nullptr);
-  const unsigned highestExtended = __get_cpuid_max(0x80000000u, nullptr);
-  auto leaf = [&](unsigned number, unsigned sub, unsigned keepB = ~0u) {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (number > (number & 0x80000000u ? highestExtended : highestBasic))
-      return std::array<unsigned, 4>{0, 0, 0, 0};
-    __cpuid_count(number, sub, a, b, c, d);
-    text += fmt::format("{:x}.{:x}:{:x},{:x},{:x},{:x};", number, sub, a, b & keepB, c, d);
-    return std::array<unsigned, 4>{a, b, c, d};
+  // Every leaf asked once: __get_cpuid_count asks the highest leaf again for every leaf, and in
+  // a VM each CPUID is an exit to the hypervisor (7 us on a Zen 5 VM, where the signature took
+  // 28 of them, 0.2 ms of every rnnc process; now 12 to 15).
+  std::array<unsigned, 4> highest{}, highestExtendedLeaf{};
+  __cpuid(0, highest[0], highest[1], highest[2], highest[3]);
+  __cpuid(0x80000000u, highestExtendedLeaf[0], highestExtendedLeaf[1], highestExtendedLeaf[2],
+          highestExtendedLeaf[3]);
+  const unsigned highestBasic = highest[0], highestExtended = highestExtendedLeaf[0];
+  auto record = [&](unsigned number, unsigned sub, std::array<unsigned, 4> r, unsigned keepB) {
+    text +=
+        fmt::format("{:x}.{:x}:{:x},{:x},{:x},{:x};", number, sub, r[0], r[1] & keepB, r[2], r[3]);
+    return r;
   };
-  leaf(0, 0);                              // vendor, highest leaf
+  auto leaf = [&](unsigned number, unsigned sub, unsigned keepB = ~0u) {
+    std::array<unsigned, 4> r{};
+    if (number > (number & 0x80000000u ? highestExtended : highestBasic))
+      return r;
+    __cpuid_count(number, sub, r[0], r[1], r[2], r[3]);
+    return record(number, sub, r, keepB);
+  };
+  record(0, 0, highest, ~0u);              // vendor, highest leaf
   const auto basic = leaf(1, 0, 0xffffff); // family, model, stepping, features; no APIC ID
   for (unsigned sub : {0u, 1u})
     leaf(7, sub); // AVX2, AVX-512, AMX, AVX-VNNI...
@@ -37,8 +44,8 @@ std::string cpuSignature() {
   leaf(0x14, 0);
   leaf(0x19, 0);
   leaf(0x24, 0); // AVX10
-  for (unsigned number :
-       {0x80000000u, 0x80000001u, 0x80000002u, 0x80000003u, 0x80000004u, 0x80000008u})
+  record(0x80000000u, 0, highestExtendedLeaf, ~0u);
+  for (unsigned number : {0x80000001u, 0x80000002u, 0x80000003u, 0x80000004u, 0x80000008u})
     leaf(number, 0);
   if (basic[2] & (1u << 27)) { // OSXSAVE: which register states the OS saves (AVX, AVX-512)
     unsigned low = 0, high = 0;

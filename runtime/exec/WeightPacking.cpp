@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cpuid.h>
 #include <immintrin.h>
 #include <limits>
 
@@ -94,6 +95,21 @@ void readTile(const Layout& p, const Weights& w, int64_t k0, int64_t at, int64_t
 }
 
 // halfBits of kGroup floats by vcvtps2ph itself, eight at a time.
+// F16C and the AVX state it needs, asked of CPUID when fp16 weights are first packed. Not
+// __builtin_cpu_supports: that links libgcc's CPU model, whose constructor asks a dozen CPUID
+// leaves at the start of every process, each an exit to the hypervisor in a VM (7 us on Zen 5).
+bool hostHasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d))
+    return false;
+  const bool f16c = c & (1u << 29), osxsave = c & (1u << 27);
+  if (!f16c || !osxsave)
+    return false;
+  unsigned low = 0, high = 0;
+  __asm__ volatile("xgetbv" : "=a"(low), "=d"(high) : "c"(0));
+  return (low & 0x6u) == 0x6u; // the OS saves the SSE and AVX registers
+}
+
 __attribute__((target("f16c"))) void halvesByF16c(const float* from, uint16_t* to) {
   for (int64_t i = 0; i < kGroup; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i),
@@ -125,7 +141,7 @@ template <class Element>
 void packFloats(const Layout& p, const Weights& w, Element* packed, int64_t firstBlock,
                 int64_t lastBlock) {
   const int64_t values = p.pairs ? 2 * p.packedDepth : p.depth;
-  static const bool f16c = __builtin_cpu_supports("f16c");
+  static const bool f16c = hostHasF16c();
   alignas(64) float byDepth[kGroup][kGroup]; // [depth][column]
   // `group` of a depth's kGroup values to `to`, narrowed. Copies of a size known here, inline
   // vector moves: through one narrowing buffer for every type, or at a run-time size, fp32
