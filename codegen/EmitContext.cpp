@@ -25,6 +25,22 @@ EmitContext::EmitContext(llvm::LLVMContext& llvmContext, const ir::Cell& cell,
       llvm::FunctionType::get(none, {i64, i64, i64, i64, ptr, i64, ptr, i64, ptr, i64}, false));
   barrierFn =
       module->getOrInsertFunction(kBarrierSymbol, llvm::FunctionType::get(none, {ptr}, false));
+  shareStartFn = module->getOrInsertFunction(kShareStartSymbol,
+                                             llvm::FunctionType::get(i64, {ptr, i64, i64}, false));
+  // It only reads the shares, which change inside barriers (calls LLVM knows nothing of).
+  if (auto* shareStart = llvm::dyn_cast<llvm::Function>(shareStartFn.getCallee())) {
+    shareStart->setOnlyReadsMemory();
+    shareStart->setDoesNotThrow();
+    shareStart->setWillReturn();
+  }
+  shareClockFn = module->getOrInsertFunction(kShareClockSymbol,
+                                             llvm::FunctionType::get(none, {ptr, i64, i64}, false));
+  // Its clocks are nothing the generated code reads.
+  if (auto* shareClock = llvm::dyn_cast<llvm::Function>(shareClockFn.getCallee())) {
+    shareClock->setOnlyAccessesInaccessibleMemory();
+    shareClock->setDoesNotThrow();
+    shareClock->setWillReturn();
+  }
   packWeightsFn = module->getOrInsertFunction(
       kPackWeightsSymbol,
       llvm::FunctionType::get(none, {ptr, ptr, i64, ptr, ptr, i64, i64}, false));

@@ -147,6 +147,17 @@ public:
     return {bound(thread), bound(b.CreateAdd(thread, constant(1)))};
   }
 
+  // This thread's part of [0, total) blocks of work that may move between threads from one
+  // barrier to the next: contiguous, sized by each thread's measured speed (RunArgs.h,
+  // rnnc_share_start). For work whose split nothing else depends on: the recurrent products'
+  // column blocks, each step's work complete at the next barrier.
+  RowRange balancedShare(llvm::Value* total) {
+    return {b.CreateCall(shareStartFn, {team, thread, total}),
+            b.CreateCall(shareStartFn, {team, b.CreateAdd(thread, constant(1)), total})};
+  }
+  // Times this thread's work on its balanced share (emitted around it): its speed.
+  void shareClock(bool stop) { b.CreateCall(shareClockFn, {team, thread, constant(stop ? 1 : 0)}); }
+
   RowRange firstThreadOnly(llvm::Value* total) {
     return {constant(0), b.CreateSelect(b.CreateICmpEQ(thread, constant(0)), total, constant(0))};
   }
@@ -174,8 +185,8 @@ public:
   llvm::Type* i64 = nullptr;
   llvm::PointerType* ptr = nullptr;
   // The runtime's helpers (RunArgs.h).
-  llvm::FunctionCallee gemmFn, layerNormFn, layerNormGradFn, barrierFn, packWeightsFn,
-      dropoutMaskFn;
+  llvm::FunctionCallee gemmFn, layerNormFn, layerNormGradFn, barrierFn, shareStartFn, shareClockFn,
+      packWeightsFn, dropoutMaskFn;
   // The run's arguments, loaded on entry.
   llvm::Value* steps = nullptr;
   llvm::Value* batch = nullptr;

@@ -365,7 +365,11 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   if (!packed.splitRows) { // the recurrent product: this thread's columns of every row
     x = View{copies, e.constant(packed.xStride)};
     copyRows(x, source, {e.constant(0), batchRows});
-    return chunk(e.constant(0), batchRows, e.share(e.constant(packed.blocks)));
+    const RowRange mine = e.balancedShare(e.constant(packed.blocks));
+    e.shareClock(/*stop=*/false);
+    chunk(e.constant(0), batchRows, mine);
+    e.shareClock(/*stop=*/true);
+    return;
   }
   // Each thread its share of the tiles, in chunks of chunkRows / tileRows tiles.
   llvm::Value* zero = e.constant(0);

@@ -56,6 +56,12 @@ using RnncGemmFunction = void (*)(int64_t transposeB, int64_t m, int64_t n, int6
                                   float* c, int64_t ldc);
 // Returns when every thread of the team has called it (for this step's phase of the work).
 using RnncBarrierFunction = void (*)(void* team);
+// Where `thread`'s part of `total` blocks of work that may move between threads starts
+// (thread == threads: total): the recurrent products' column blocks, divided by each thread's
+// measured speed (runtime/threads/WorkBalance.h). The same for every thread between barriers.
+using RnncShareStartFunction = int64_t (*)(void* team, int64_t thread, int64_t total);
+// Called as `thread` starts (stop = 0) and stops (1) its share of that work: its speed.
+using RnncShareClockFunction = void (*)(void* team, int64_t thread, int64_t stop);
 // Per row: y = (x - mean) / sqrt(var + eps).
 using RnncLayerNormFunction = void (*)(int64_t rows, int64_t cols, const float* x, int64_t ldx,
                                        float* y, int64_t ldy, float eps);
@@ -105,5 +111,7 @@ inline constexpr const char* kLayerNormSymbol = "rnnc_layernorm";
 inline constexpr const char* kLayerNormGradSymbol = "rnnc_layernorm_grad";
 inline constexpr const char* kDropoutMaskSymbol = "rnnc_dropout_mask";
 inline constexpr const char* kBarrierSymbol = "rnnc_barrier";
+inline constexpr const char* kShareStartSymbol = "rnnc_share_start";
+inline constexpr const char* kShareClockSymbol = "rnnc_share_clock";
 inline constexpr const char* kPackWeightsSymbol = "rnnc_pack_weights";
 } // namespace rnnc::codegen

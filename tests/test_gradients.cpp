@@ -342,6 +342,47 @@ TEST_F(GradTool, WritesEveryGradientAsPyTorchNamesIt) {
   }
 }
 
+// The backward's recurrent product (dgates W_hh) divided unevenly between two threads
+// (RNNC_THREAD_SHARES; runtime/threads/WorkBalance.h moves the blocks at every barrier) gives
+// PyTorch's gradients.
+TEST_F(GradTool, UnevenThreadSharesGiveTheSameGradients) {
+  for (const std::string name : {"lstm_l2_bi_len", "gru_l1_uni"}) {
+    nlohmann::json meta = nlohmann::json::parse(std::ifstream(fixture(name, "meta.json")));
+    std::vector<std::string> args = {"grad",
+                                     "--cell",
+                                     meta["cell"].get<std::string>(),
+                                     "--weights",
+                                     fixture(name, "weights.safetensors"),
+                                     "--input",
+                                     fixture(name, "input.npy"),
+                                     "--h0",
+                                     fixture(name, "h0.npy"),
+                                     "--grad-output",
+                                     fixture(name, "grad_output.npy"),
+                                     "--grad-hn",
+                                     fixture(name, "grad_hn.npy"),
+                                     "--threads",
+                                     "2",
+                                     "--grads",
+                                     path("g.safetensors")};
+    if (fs::exists(fixture(name, "c0.npy")))
+      args.insert(args.end(),
+                  {"--c0", fixture(name, "c0.npy"), "--grad-cn", fixture(name, "grad_cn.npy")});
+    if (fs::exists(fixture(name, "lengths.npy")))
+      args.insert(args.end(), {"--lengths", fixture(name, "lengths.npy")});
+    if (meta["batch_first"].get<bool>())
+      args.push_back("--batch-first");
+    for (const std::string shares : {"0.3,0.7", "0.7,0.3"}) {
+      SCOPED_TRACE(name + " with shares " + shares);
+      test::ToolResult r =
+          test::ToolRunner(dir_).run(args, "export RNNC_THREAD_SHARES=" + shares + "; ");
+      ASSERT_EQ(r.exitCode, 0) << r;
+      expectGradientsMatch(readSafeTensors(path("g.safetensors")),
+                           readSafeTensors(fixture(name, "grads.safetensors")));
+    }
+  }
+}
+
 TEST_F(GradTool, AbsentGradientsAreZerosAndBadShapesAreErrors) {
   const std::string name = "gru_l1_uni";
   std::vector<std::string> args = {"grad",

@@ -227,6 +227,46 @@ TEST_F(ToolTest, ThreadCountsTheSystemCannotGiveAreErrorsNotAborts) {
 #endif
 }
 
+// Two threads dividing the recurrent products' column blocks unevenly (RNNC_THREAD_SHARES fixes
+// what runtime/threads/WorkBalance.h would measure), either way round, give PyTorch's output:
+// the blocks a thread computes may change at every barrier. A share list that does not fit
+// the run is an error naming the variable.
+TEST_F(ToolTest, UnevenThreadSharesMatchPyTorch) {
+  for (const std::string name : {"lstm_mid", "gru_mid", "lnlstm_mid", "rnn_tanh_mid"}) {
+    nlohmann::json meta = nlohmann::json::parse(std::ifstream(fixtureFile(name, "meta.json")));
+    std::vector<std::string> args = {"run",
+                                     "--cell",
+                                     meta.at("cell").get<std::string>(),
+                                     "--weights",
+                                     fixtureFile(name, "weights.safetensors"),
+                                     "--input",
+                                     fixtureFile(name, "input.npy"),
+                                     "--h0",
+                                     fixtureFile(name, "h0.npy"),
+                                     "--threads",
+                                     "2",
+                                     "--output",
+                                     path(name + ".npy")};
+    if (meta.at("has_c").get<bool>())
+      args.insert(args.end(), {"--c0", fixtureFile(name, "c0.npy")});
+    for (const std::string shares : {"0.2,0.8", "0.8,0.2"}) {
+      SCOPED_TRACE(name + " with shares " + shares);
+      ToolResult r = run(args, "export RNNC_THREAD_SHARES=" + shares + "; ");
+      ASSERT_EQ(r.exitCode, 0) << r;
+      expectClose(path(name + ".npy"), fixtureFile(name, "output.npy"));
+    }
+  }
+  const std::string fixtureDir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/lstm_small/";
+  for (const std::string bad : {"0.5", "0.5,x", "0,1"}) {
+    ToolResult r =
+        run({"run", "--cell", "lstm", "--weights", fixtureDir + "weights.safetensors", "--input",
+             fixtureDir + "input.npy", "--threads", "2", "--output", path("bad.npy")},
+            "export RNNC_THREAD_SHARES=" + bad + "; ");
+    EXPECT_EQ(r.exitCode, 1) << r;
+    EXPECT_THAT(r.err, HasSubstr("RNNC_THREAD_SHARES='" + bad + "'")) << r;
+  }
+}
+
 // Several processes filling one fresh cache at once (each compiles, writes a temporary file and
 // renames it into place) all succeed with the same result, and leave one entry per kernel and
 // no temporary files; the next process runs from the cache.

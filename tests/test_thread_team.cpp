@@ -215,4 +215,76 @@ TEST(ThreadTeam, ThreadCountsAreBoundedUnlessTheEnvironmentAllowsMore) {
   unsetenv("RNNC_MAX_THREADS");
 }
 
+// ---- Dividing movable work by each thread's speed (runtime/threads/WorkBalance.h) -----------
+
+// One measurement moves the shares halfway to where the measured times would have been equal:
+// thread 1 did its half in half the time, so it is twice as fast, and shares of 1/3 and 2/3
+// would have balanced them.
+TEST(WorkBalance, SharesMoveHalfwayToWhereTheTimesWouldBeEqual) {
+  std::vector<double> next = rebalancedShares({0.5, 0.5}, {100, 50});
+  EXPECT_NEAR(next[0], 0.5 + 0.5 * (1.0 / 3 - 0.5), 1e-12);
+  EXPECT_NEAR(next[1], 0.5 + 0.5 * (2.0 / 3 - 0.5), 1e-12);
+  // Repeated measurements of the same speeds converge there, until the times are within 5% of
+  // each other, where the shares stay.
+  std::vector<double> shares = {0.5, 0.5};
+  for (int i = 0; i < 40; ++i)
+    shares = rebalancedShares(shares, {shares[0] / 1.0, shares[1] / 2.0});
+  EXPECT_NEAR(shares[0], 1.0 / 3, 0.02);
+  EXPECT_NEAR(shares[1], 2.0 / 3, 0.02);
+  EXPECT_EQ(rebalancedShares(shares, {shares[0] / 1.0, shares[1] / 2.0}), shares);
+  EXPECT_EQ(rebalancedShares({0.5, 0.5}, {100, 96}), (std::vector<double>{0.5, 0.5}));
+  // Three threads, the middle one slow: each gets a share near its speed's.
+  shares = {1.0 / 3, 1.0 / 3, 1.0 / 3};
+  for (int i = 0; i < 60; ++i)
+    shares = rebalancedShares(shares, {shares[0], shares[1] / 0.8, shares[2]});
+  EXPECT_NEAR(shares[1] / shares[0], 0.8, 0.05);
+  EXPECT_NEAR(shares[0], shares[2], 1e-12);
+  EXPECT_NEAR(shares[0] + shares[1] + shares[2], 1.0, 1e-12);
+}
+
+// No share falls below half an equal one or rises above one and a half (a thread whose share
+// vanished would never be measured again), and a thread that reported no time changes nothing.
+TEST(WorkBalance, SharesStayWithinBoundsAndNeedEveryThreadsTime) {
+  std::vector<double> shares = {0.5, 0.5};
+  for (int i = 0; i < 40; ++i)
+    shares = rebalancedShares(shares, {shares[0] * 10, shares[1]}); // thread 0 ten times slower
+  EXPECT_NEAR(shares[0], 0.25, 1e-9);
+  EXPECT_NEAR(shares[1], 0.75, 1e-9);
+  EXPECT_EQ(rebalancedShares({0.4, 0.6}, {0, 50}), (std::vector<double>{0.4, 0.6}));
+  EXPECT_EQ(rebalancedShares({1.0}, {50}), (std::vector<double>{1.0}));
+}
+
+// A team whose thread 1 takes longer over its share than thread 0 gives thread 0 the larger
+// share; the blocks each thread starts at split [0, total) without gap or overlap.
+TEST(WorkBalance, ABarrierGivesTheFasterThreadMoreOfTheWork) {
+  ThreadTeam team(2);
+  Barrier& barrier = team.barrier();
+  ASSERT_TRUE(barrier.balance().adaptive()) << "RNNC_THREAD_SHARES is set";
+  team.run([&](int thread) {
+    for (int interval = 0; interval < 300; ++interval) {
+      rnnc_share_clock(&barrier, thread, 0);
+      if (thread == 1) { // some 100 us of work where thread 0 has almost none
+        auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+        while (std::chrono::steady_clock::now() < until) {
+        }
+      }
+      rnnc_share_clock(&barrier, thread, 1);
+      rnnc_barrier(&barrier);
+    }
+  });
+  const std::vector<double> shares = barrier.balance().shares();
+  EXPECT_GT(shares[0], 0.6);
+  EXPECT_NEAR(shares[0] + shares[1], 1.0, 1e-12);
+  for (int64_t total : {1, 7, 128}) {
+    EXPECT_EQ(barrier.balance().start(0, total), 0);
+    EXPECT_LE(barrier.balance().start(1, total), total);
+    EXPECT_EQ(barrier.balance().start(2, total), total);
+  }
+  EXPECT_GT(barrier.balance().start(1, 128), 64);
+  // The generated code's entry points: with no team (one thread), all of it on thread 0.
+  EXPECT_EQ(rnnc_share_start(nullptr, 0, 9), 0);
+  EXPECT_EQ(rnnc_share_start(nullptr, 1, 9), 9);
+  EXPECT_EQ(rnnc_share_start(&barrier, 1, 128), barrier.balance().start(1, 128));
+}
+
 } // namespace

@@ -492,6 +492,8 @@ LoadedFunction loadGeneratedCode(std::string_view object, const std::string& fun
       {codegen::kLayerNormGradSymbol, reinterpret_cast<void*>(&rnnc_layernorm_grad)},
       {codegen::kDropoutMaskSymbol, reinterpret_cast<void*>(&rnnc_dropout_mask)},
       {codegen::kBarrierSymbol, reinterpret_cast<void*>(&rnnc_barrier)},
+      {codegen::kShareStartSymbol, reinterpret_cast<void*>(&rnnc_share_start)},
+      {codegen::kShareClockSymbol, reinterpret_cast<void*>(&rnnc_share_clock)},
       {codegen::kPackWeightsSymbol, reinterpret_cast<void*>(&rnnc_pack_weights)}};
   return loadObject(object, function, helpers);
 }

@@ -48,17 +48,26 @@ void awaitChange(const std::atomic<T>& word, T seen, std::atomic<int64_t>* slept
 
 } // namespace
 
-void Barrier::arriveAndWait() {
-  if (threads_ == 1)
-    return;
+template <class LastArrived> void Barrier::arrive(LastArrived&& lastArrived) {
   uint32_t generation = generation_.load(std::memory_order_acquire);
   if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
+    lastArrived(); // alone: the others wait for the generation to change
     arrived_.store(0, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_acq_rel);
     generation_.notify_all();
     return;
   }
   awaitChange(generation_, generation, &sleptNs_);
+}
+
+void Barrier::arriveAndWait() {
+  if (threads_ > 1)
+    arrive([] {});
+}
+
+void Barrier::arriveAndWaitBalancing() {
+  if (threads_ > 1)
+    arrive([&] { balance_.allArrived(); });
 }
 
 std::chrono::nanoseconds Barrier::takeSlept() {
@@ -180,5 +189,21 @@ void checkThreadCount(int threads) {
 } // namespace rnnc
 
 extern "C" void rnnc_barrier(void* team) {
-  static_cast<rnnc::Barrier*>(team)->arriveAndWait();
+  static_cast<rnnc::Barrier*>(team)->arriveAndWaitBalancing();
+}
+
+extern "C" int64_t rnnc_share_start(void* team, int64_t thread, int64_t total) {
+  if (!team)
+    return thread <= 0 ? 0 : total;
+  return static_cast<const rnnc::Barrier*>(team)->balance().start(static_cast<int>(thread), total);
+}
+
+extern "C" void rnnc_share_clock(void* team, int64_t thread, int64_t stop) {
+  if (!team)
+    return;
+  rnnc::WorkBalance& balance = static_cast<rnnc::Barrier*>(team)->balance();
+  if (stop)
+    balance.workStopped(static_cast<int>(thread));
+  else
+    balance.workStarted(static_cast<int>(thread));
 }

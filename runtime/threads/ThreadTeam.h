@@ -20,19 +20,29 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/threads/WorkBalance.h"
+
 namespace rnnc {
 
-// A reusable barrier for a fixed number of threads.
+// A reusable barrier for a fixed number of threads, which also measures how long each thread
+// works between barriers to divide the movable work between them (WorkBalance.h).
 class Barrier {
 public:
-  explicit Barrier(int threads) : threads_(threads) {}
+  explicit Barrier(int threads) : threads_(threads), balance_(threads) {}
   void arriveAndWait();
+  // The same, and the last thread to arrive rebalances the movable work (WorkBalance).
+  void arriveAndWaitBalancing();
+  WorkBalance& balance() { return balance_; }
+  const WorkBalance& balance() const { return balance_; }
   // The time its threads have slept in it (after spinning) since the last call, all added up:
   // what tells ThreadGovernor that a run was oversubscribed.
   std::chrono::nanoseconds takeSlept();
 
 private:
+  // Arrives; true for the last thread, which releases the others after `lastArrived`.
+  template <class LastArrived> void arrive(LastArrived&& lastArrived);
   const int threads_;
+  WorkBalance balance_;
   std::atomic<int> arrived_{0};
   std::atomic<uint32_t> generation_{0};
   std::atomic<int64_t> sleptNs_{0};
@@ -104,3 +114,8 @@ void checkThreadCount(int threads);
 
 // The generated code's barrier: `team` is the ThreadTeam's Barrier.
 extern "C" void rnnc_barrier(void* team);
+// Where `thread`'s part of [0, total) movable blocks starts (thread == threads: total), as the
+// team's WorkBalance divides it; with no team (one thread), 0 for thread 0, else total.
+extern "C" int64_t rnnc_share_start(void* team, int64_t thread, int64_t total);
+// `thread` starts (stop = 0) or stops (1) work on its share; nothing without a team.
+extern "C" void rnnc_share_clock(void* team, int64_t thread, int64_t stop);
