@@ -23,6 +23,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -255,6 +256,32 @@ TEST_F(ToolTest, UnevenThreadSharesMatchPyTorch) {
       ASSERT_EQ(r.exitCode, 0) << r;
       expectClose(path(name + ".npy"), fixtureFile(name, "output.npy"));
     }
+  }
+  // Reduced-precision weights: every column is computed the same way whichever thread has it,
+  // so uneven shares give the equal split's bits.
+  for (const std::string dtype : {"int8", "bf16", "fp16"}) {
+    std::vector<std::string> args = {"run",
+                                     "--cell",
+                                     "gru",
+                                     "--weights",
+                                     fixtureFile("gru_mid", "weights.safetensors"),
+                                     "--input",
+                                     fixtureFile("gru_mid", "input.npy"),
+                                     "--weights-dtype",
+                                     dtype,
+                                     "--threads",
+                                     "2",
+                                     "--output"};
+    std::map<std::string, std::string> outputs;
+    for (const std::string shares : {"equal", "0.2,0.8", "0.75,0.25"}) {
+      std::vector<std::string> withOutput = args;
+      withOutput.push_back(path(dtype + shares + ".npy"));
+      ToolResult r = run(withOutput, "export RNNC_THREAD_SHARES=" + shares + "; ");
+      ASSERT_EQ(r.exitCode, 0) << r;
+      outputs[shares] = readFileBytes(path(dtype + shares + ".npy"));
+    }
+    EXPECT_EQ(outputs["0.2,0.8"], outputs["equal"]) << dtype;
+    EXPECT_EQ(outputs["0.75,0.25"], outputs["equal"]) << dtype;
   }
   const std::string fixtureDir = std::string(RNNC_SOURCE_DIR) + "/tests/fixtures/lstm_small/";
   for (const std::string bad : {"0.5", "0.5,x", "0,1"}) {
