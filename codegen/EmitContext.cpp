@@ -25,22 +25,23 @@ EmitContext::EmitContext(llvm::LLVMContext& llvmContext, const ir::Cell& cell,
       llvm::FunctionType::get(none, {i64, i64, i64, i64, ptr, i64, ptr, i64, ptr, i64}, false));
   barrierFn =
       module->getOrInsertFunction(kBarrierSymbol, llvm::FunctionType::get(none, {ptr}, false));
-  shareStartFn = module->getOrInsertFunction(kShareStartSymbol,
-                                             llvm::FunctionType::get(i64, {ptr, i64, i64}, false));
-  // It only reads the shares, which change inside barriers (calls LLVM knows nothing of).
-  if (auto* shareStart = llvm::dyn_cast<llvm::Function>(shareStartFn.getCallee())) {
-    shareStart->setOnlyReadsMemory();
-    shareStart->setDoesNotThrow();
-    shareStart->setWillReturn();
-  }
-  shareClockFn = module->getOrInsertFunction(kShareClockSymbol,
-                                             llvm::FunctionType::get(none, {ptr, i64, i64}, false));
-  // Its clocks are nothing the generated code reads.
-  if (auto* shareClock = llvm::dyn_cast<llvm::Function>(shareClockFn.getCallee())) {
-    shareClock->setOnlyAccessesInaccessibleMemory();
-    shareClock->setDoesNotThrow();
-    shareClock->setWillReturn();
-  }
+  // The work balance's helpers touch no memory the generated code writes (their shares change
+  // inside barriers, calls LLVM knows nothing of), so loads may move past them.
+  auto balanceHelper = [&](const char* symbol, llvm::Type* result, bool readsShares) {
+    llvm::FunctionCallee callee = module->getOrInsertFunction(
+        symbol, llvm::FunctionType::get(result, {ptr, i64, i64}, false));
+    if (auto* helper = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
+      if (readsShares)
+        helper->setOnlyReadsMemory();
+      else
+        helper->setOnlyAccessesInaccessibleMemory(); // its clocks
+      helper->setDoesNotThrow();
+      helper->setWillReturn();
+    }
+    return callee;
+  };
+  shareStartFn = balanceHelper(kShareStartSymbol, i64, /*readsShares=*/true);
+  shareClockFn = balanceHelper(kShareClockSymbol, none, /*readsShares=*/false);
   packWeightsFn = module->getOrInsertFunction(
       kPackWeightsSymbol,
       llvm::FunctionType::get(none, {ptr, ptr, i64, ptr, ptr, i64, i64}, false));

@@ -306,35 +306,42 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, PyTorchGradients, testing::ValuesIn(gradCases
                            return info.param;
                          });
 
+// `rnnc grad` of a gradient fixture: its cell, weights, input, initial states, lengths and
+// output gradients, writing the gradients to `grads`.
+std::vector<std::string> gradToolArgs(const std::string& name, const std::string& grads) {
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(fixture(name, "meta.json")));
+  std::vector<std::string> args = {"grad",
+                                   "--cell",
+                                   meta["cell"].get<std::string>(),
+                                   "--weights",
+                                   fixture(name, "weights.safetensors"),
+                                   "--input",
+                                   fixture(name, "input.npy"),
+                                   "--h0",
+                                   fixture(name, "h0.npy"),
+                                   "--grad-output",
+                                   fixture(name, "grad_output.npy"),
+                                   "--grad-hn",
+                                   fixture(name, "grad_hn.npy"),
+                                   "--grads",
+                                   grads};
+  if (fs::exists(fixture(name, "c0.npy")))
+    args.insert(args.end(),
+                {"--c0", fixture(name, "c0.npy"), "--grad-cn", fixture(name, "grad_cn.npy")});
+  if (fs::exists(fixture(name, "lengths.npy")))
+    args.insert(args.end(), {"--lengths", fixture(name, "lengths.npy")});
+  if (meta["batch_first"].get<bool>())
+    args.push_back("--batch-first");
+  return args;
+}
+
 // `rnnc grad` writes the same gradients, under the contract's names, into a safetensors file.
 class GradTool : public test::ScratchDirTest {};
 
 TEST_F(GradTool, WritesEveryGradientAsPyTorchNamesIt) {
   for (const std::string name : {"lstm_l2_bi_len", "gru_l2_bi_bf_len", "lstm_proj_l2_bi"}) {
     SCOPED_TRACE(name);
-    nlohmann::json meta = nlohmann::json::parse(std::ifstream(fixture(name, "meta.json")));
-    std::vector<std::string> args = {"grad",
-                                     "--cell",
-                                     meta["cell"].get<std::string>(),
-                                     "--weights",
-                                     fixture(name, "weights.safetensors"),
-                                     "--input",
-                                     fixture(name, "input.npy"),
-                                     "--h0",
-                                     fixture(name, "h0.npy"),
-                                     "--grad-output",
-                                     fixture(name, "grad_output.npy"),
-                                     "--grad-hn",
-                                     fixture(name, "grad_hn.npy"),
-                                     "--grads",
-                                     path("g.safetensors")};
-    if (fs::exists(fixture(name, "c0.npy")))
-      args.insert(args.end(),
-                  {"--c0", fixture(name, "c0.npy"), "--grad-cn", fixture(name, "grad_cn.npy")});
-    if (fs::exists(fixture(name, "lengths.npy")))
-      args.insert(args.end(), {"--lengths", fixture(name, "lengths.npy")});
-    if (meta["batch_first"].get<bool>())
-      args.push_back("--batch-first");
+    std::vector<std::string> args = gradToolArgs(name, path("g.safetensors"));
     test::ToolResult r = test::ToolRunner(dir_).run(args);
     ASSERT_EQ(r.exitCode, 0) << r;
     expectGradientsMatch(readSafeTensors(path("g.safetensors")),
@@ -347,31 +354,8 @@ TEST_F(GradTool, WritesEveryGradientAsPyTorchNamesIt) {
 // PyTorch's gradients.
 TEST_F(GradTool, UnevenThreadSharesGiveTheSameGradients) {
   for (const std::string name : {"lstm_l2_bi_len", "gru_l1_uni"}) {
-    nlohmann::json meta = nlohmann::json::parse(std::ifstream(fixture(name, "meta.json")));
-    std::vector<std::string> args = {"grad",
-                                     "--cell",
-                                     meta["cell"].get<std::string>(),
-                                     "--weights",
-                                     fixture(name, "weights.safetensors"),
-                                     "--input",
-                                     fixture(name, "input.npy"),
-                                     "--h0",
-                                     fixture(name, "h0.npy"),
-                                     "--grad-output",
-                                     fixture(name, "grad_output.npy"),
-                                     "--grad-hn",
-                                     fixture(name, "grad_hn.npy"),
-                                     "--threads",
-                                     "2",
-                                     "--grads",
-                                     path("g.safetensors")};
-    if (fs::exists(fixture(name, "c0.npy")))
-      args.insert(args.end(),
-                  {"--c0", fixture(name, "c0.npy"), "--grad-cn", fixture(name, "grad_cn.npy")});
-    if (fs::exists(fixture(name, "lengths.npy")))
-      args.insert(args.end(), {"--lengths", fixture(name, "lengths.npy")});
-    if (meta["batch_first"].get<bool>())
-      args.push_back("--batch-first");
+    std::vector<std::string> args = gradToolArgs(name, path("g.safetensors"));
+    args.insert(args.end(), {"--threads", "2"});
     for (const std::string shares : {"0.3,0.7", "0.7,0.3"}) {
       SCOPED_TRACE(name + " with shares " + shares);
       test::ToolResult r =

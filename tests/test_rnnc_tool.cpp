@@ -111,14 +111,10 @@ void expectClose(const std::string& actualPath, const std::string& expectedPath)
   EXPECT_LE(maxAbsDiff(actual, expected), 1e-5f);
 }
 
-// ---- Every PyTorch fixture through `rnnc run` ------------------------------------------------
-
-class ToolFixtureRun : public ToolTest, public ::testing::WithParamInterface<std::string> {};
-
-TEST_P(ToolFixtureRun, MatchesPyTorchWithin1e5) {
-  const std::string name = GetParam();
+// `rnnc run` of a PyTorch fixture: its cell, weights, input and initial states, writing the
+// output to `output`.
+std::vector<std::string> fixtureRunArgs(const std::string& name, const std::string& output) {
   nlohmann::json meta = nlohmann::json::parse(std::ifstream(fixtureFile(name, "meta.json")));
-  const bool hasC = meta.at("has_c").get<bool>();
   std::vector<std::string> args = {"run",
                                    "--cell",
                                    meta.at("cell").get<std::string>(),
@@ -129,11 +125,24 @@ TEST_P(ToolFixtureRun, MatchesPyTorchWithin1e5) {
                                    "--h0",
                                    fixtureFile(name, "h0.npy"),
                                    "--output",
-                                   path("out.npy"),
-                                   "--hn",
-                                   path("hn.npy")};
+                                   output};
+  if (meta.at("has_c").get<bool>())
+    args.insert(args.end(), {"--c0", fixtureFile(name, "c0.npy")});
+  return args;
+}
+
+// ---- Every PyTorch fixture through `rnnc run` ------------------------------------------------
+
+class ToolFixtureRun : public ToolTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(ToolFixtureRun, MatchesPyTorchWithin1e5) {
+  const std::string name = GetParam();
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(fixtureFile(name, "meta.json")));
+  const bool hasC = meta.at("has_c").get<bool>();
+  std::vector<std::string> args = fixtureRunArgs(name, path("out.npy"));
+  args.insert(args.end(), {"--hn", path("hn.npy")});
   if (hasC)
-    args.insert(args.end(), {"--c0", fixtureFile(name, "c0.npy"), "--cn", path("cn.npy")});
+    args.insert(args.end(), {"--cn", path("cn.npy")});
 
   ToolResult r = run(args);
   ASSERT_EQ(r.exitCode, 0) << r;
@@ -234,22 +243,8 @@ TEST_F(ToolTest, ThreadCountsTheSystemCannotGiveAreErrorsNotAborts) {
 // the run is an error naming the variable.
 TEST_F(ToolTest, UnevenThreadSharesMatchPyTorch) {
   for (const std::string name : {"lstm_mid", "gru_mid", "lnlstm_mid", "rnn_tanh_mid"}) {
-    nlohmann::json meta = nlohmann::json::parse(std::ifstream(fixtureFile(name, "meta.json")));
-    std::vector<std::string> args = {"run",
-                                     "--cell",
-                                     meta.at("cell").get<std::string>(),
-                                     "--weights",
-                                     fixtureFile(name, "weights.safetensors"),
-                                     "--input",
-                                     fixtureFile(name, "input.npy"),
-                                     "--h0",
-                                     fixtureFile(name, "h0.npy"),
-                                     "--threads",
-                                     "2",
-                                     "--output",
-                                     path(name + ".npy")};
-    if (meta.at("has_c").get<bool>())
-      args.insert(args.end(), {"--c0", fixtureFile(name, "c0.npy")});
+    std::vector<std::string> args = fixtureRunArgs(name, path(name + ".npy"));
+    args.insert(args.end(), {"--threads", "2"});
     for (const std::string shares : {"0.2,0.8", "0.8,0.2"}) {
       SCOPED_TRACE(name + " with shares " + shares);
       ToolResult r = run(args, "export RNNC_THREAD_SHARES=" + shares + "; ");
@@ -260,23 +255,11 @@ TEST_F(ToolTest, UnevenThreadSharesMatchPyTorch) {
   // Reduced-precision weights: every column is computed the same way whichever thread has it,
   // so uneven shares give the equal split's bits.
   for (const std::string dtype : {"int8", "bf16", "fp16"}) {
-    std::vector<std::string> args = {"run",
-                                     "--cell",
-                                     "gru",
-                                     "--weights",
-                                     fixtureFile("gru_mid", "weights.safetensors"),
-                                     "--input",
-                                     fixtureFile("gru_mid", "input.npy"),
-                                     "--weights-dtype",
-                                     dtype,
-                                     "--threads",
-                                     "2",
-                                     "--output"};
     std::map<std::string, std::string> outputs;
     for (const std::string shares : {"equal", "0.2,0.8", "0.75,0.25"}) {
-      std::vector<std::string> withOutput = args;
-      withOutput.push_back(path(dtype + shares + ".npy"));
-      ToolResult r = run(withOutput, "export RNNC_THREAD_SHARES=" + shares + "; ");
+      std::vector<std::string> args = fixtureRunArgs("gru_mid", path(dtype + shares + ".npy"));
+      args.insert(args.end(), {"--weights-dtype", dtype, "--threads", "2"});
+      ToolResult r = run(args, "export RNNC_THREAD_SHARES=" + shares + "; ");
       ASSERT_EQ(r.exitCode, 0) << r;
       outputs[shares] = readFileBytes(path(dtype + shares + ".npy"));
     }
