@@ -94,7 +94,6 @@ void readTile(const Layout& p, const Weights& w, int64_t k0, int64_t at, int64_t
       byDepth[d][g] = d < depths && g < count ? w.at(k0 + d, at + g) : 0.0f;
 }
 
-// halfBits of kGroup floats by vcvtps2ph itself, eight at a time.
 // F16C and the AVX state it needs, asked of CPUID when fp16 weights are first packed. Not
 // __builtin_cpu_supports: that links libgcc's CPU model, whose constructor asks a dozen CPUID
 // leaves at the start of every process, each an exit to the hypervisor in a VM (7 us on Zen 5).
@@ -110,6 +109,7 @@ bool hostHasF16c() {
   return (low & 0x6u) == 0x6u; // the OS saves the SSE and AVX registers
 }
 
+// halfBits of kGroup floats by vcvtps2ph itself, eight at a time.
 __attribute__((target("f16c"))) void halvesByF16c(const float* from, uint16_t* to) {
   for (int64_t i = 0; i < kGroup; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(to + i),

@@ -48,26 +48,18 @@ void awaitChange(const std::atomic<T>& word, T seen, std::atomic<int64_t>* slept
 
 } // namespace
 
-template <class LastArrived> void Barrier::arrive(LastArrived&& lastArrived) {
+void Barrier::arriveAndWait() {
+  if (threads_ == 1)
+    return;
   uint32_t generation = generation_.load(std::memory_order_acquire);
   if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
-    lastArrived(); // alone: the others wait for the generation to change
+    balance_.allArrived(); // alone: the others wait for the generation to change
     arrived_.store(0, std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_acq_rel);
     generation_.notify_all();
     return;
   }
   awaitChange(generation_, generation, &sleptNs_);
-}
-
-void Barrier::arriveAndWait() {
-  if (threads_ > 1)
-    arrive([] {});
-}
-
-void Barrier::arriveAndWaitBalancing() {
-  if (threads_ > 1)
-    arrive([&] { balance_.allArrived(); });
 }
 
 std::chrono::nanoseconds Barrier::takeSlept() {
@@ -189,7 +181,7 @@ void checkThreadCount(int threads) {
 } // namespace rnnc
 
 extern "C" void rnnc_barrier(void* team) {
-  static_cast<rnnc::Barrier*>(team)->arriveAndWaitBalancing();
+  static_cast<rnnc::Barrier*>(team)->arriveAndWait();
 }
 
 extern "C" int64_t rnnc_share_start(void* team, int64_t thread, int64_t total) {

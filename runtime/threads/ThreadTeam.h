@@ -24,14 +24,12 @@
 
 namespace rnnc {
 
-// A reusable barrier for a fixed number of threads, which also measures how long each thread
-// works between barriers to divide the movable work between them (WorkBalance.h).
+// A reusable barrier for a fixed number of threads. The last thread to arrive, alone, lets the
+// team's WorkBalance divide the movable work anew from what its threads timed.
 class Barrier {
 public:
   explicit Barrier(int threads) : threads_(threads), balance_(threads) {}
   void arriveAndWait();
-  // The same, and the last thread to arrive rebalances the movable work (WorkBalance).
-  void arriveAndWaitBalancing();
   WorkBalance& balance() { return balance_; }
   const WorkBalance& balance() const { return balance_; }
   // The time its threads have slept in it (after spinning) since the last call, all added up:
@@ -39,8 +37,6 @@ public:
   std::chrono::nanoseconds takeSlept();
 
 private:
-  // Arrives; true for the last thread, which releases the others after `lastArrived`.
-  template <class LastArrived> void arrive(LastArrived&& lastArrived);
   const int threads_;
   WorkBalance balance_;
   std::atomic<int> arrived_{0};

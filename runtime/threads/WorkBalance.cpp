@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <sstream>
+#include <string>
 
 #if defined(__x86_64__)
 #include <x86intrin.h>
@@ -99,10 +100,14 @@ WorkBalance::WorkBalance(int threads)
     shares = fixedShares(text, threads);
     adaptive_ = false;
   }
-  for (int t = 0; t < threads; ++t)
+  setShares(shares);
+}
+
+void WorkBalance::setShares(const std::vector<double>& shares) {
+  for (int t = 0; t < threads_; ++t)
     boundaries_[static_cast<size_t>(t) + 1] =
         boundaries_[static_cast<size_t>(t)] + shares[static_cast<size_t>(t)];
-  boundaries_.back() = 1.0;
+  boundaries_.back() = 1.0; // not a sum's rounding
 }
 
 void WorkBalance::workStarted(int thread) {
@@ -125,11 +130,7 @@ void WorkBalance::allArrived() {
     busy[static_cast<size_t>(t)] = static_cast<double>(clocks_[static_cast<size_t>(t)].busy);
     clocks_[static_cast<size_t>(t)].busy = 0;
   }
-  const std::vector<double> next = rebalancedShares(shares(), busy);
-  for (int t = 0; t < threads_; ++t)
-    boundaries_[static_cast<size_t>(t) + 1] =
-        boundaries_[static_cast<size_t>(t)] + next[static_cast<size_t>(t)];
-  boundaries_.back() = 1.0;
+  setShares(rebalancedShares(shares(), busy));
 }
 
 int64_t WorkBalance::start(int thread, int64_t total) const {

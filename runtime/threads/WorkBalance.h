@@ -15,8 +15,6 @@
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <string>
 #include <vector>
 
 namespace rnnc {
@@ -47,6 +45,7 @@ public:
   bool adaptive() const { return adaptive_; }
 
 private:
+  void setShares(const std::vector<double>& shares);
   struct alignas(64) Clock {
     uint64_t startedAt = 0;
     uint64_t busy = 0;
