@@ -42,6 +42,21 @@ EmitContext::EmitContext(llvm::LLVMContext& llvmContext, const ir::Cell& cell,
   };
   shareStartFn = balanceHelper(kShareStartSymbol, i64, /*readsShares=*/true);
   shareClockFn = balanceHelper(kShareClockSymbol, none, /*readsShares=*/false);
+  // The tile split (RunArgs.h) is a pure function of its arguments: calls with the same ones
+  // merge, and leave loops that do not change them.
+  auto pureHelper = [&](const char* symbol) {
+    llvm::FunctionCallee callee =
+        module->getOrInsertFunction(symbol, llvm::FunctionType::get(i64, {i64, i64, i64}, false));
+    if (auto* helper = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
+      helper->setDoesNotAccessMemory();
+      helper->setDoesNotThrow();
+      helper->setWillReturn();
+      helper->addFnAttr(llvm::Attribute::Speculatable);
+    }
+    return callee;
+  };
+  tileSplitFn = pureHelper(kTileSplitSymbol);
+  tileUnitStartFn = pureHelper(kTileUnitStartSymbol);
   packWeightsFn = module->getOrInsertFunction(
       kPackWeightsSymbol,
       llvm::FunctionType::get(none, {ptr, ptr, i64, ptr, ptr, i64, i64}, false));

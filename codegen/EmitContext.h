@@ -186,7 +186,7 @@ public:
   llvm::PointerType* ptr = nullptr;
   // The runtime's helpers (RunArgs.h).
   llvm::FunctionCallee gemmFn, layerNormFn, layerNormGradFn, barrierFn, shareStartFn, shareClockFn,
-      packWeightsFn, dropoutMaskFn;
+      packWeightsFn, dropoutMaskFn, tileSplitFn, tileUnitStartFn;
   // The run's arguments, loaded on entry.
   llvm::Value* steps = nullptr;
   llvm::Value* batch = nullptr;

@@ -11,22 +11,6 @@
 #include <map>
 
 namespace rnnc::codegen {
-namespace {
-
-// TileRows.h's arithmetic on run-time values: the policy emitted as IR.
-struct IRArithmetic {
-  using Int = llvm::Value*;
-  Builder& b;
-  Int constant(int64_t v) const { return b.getInt64(static_cast<uint64_t>(v)); }
-  Int add(Int x, Int y) const { return b.CreateAdd(x, y); }
-  Int sub(Int x, Int y) const { return b.CreateSub(x, y); }
-  Int mul(Int x, Int y) const { return b.CreateMul(x, y); }
-  Int div(Int x, Int y) const { return b.CreateSDiv(x, y); }
-  Int lessEqual(Int x, Int y) const { return b.CreateICmpSLE(x, y); }
-  Int select(Int c, Int x, Int y) const { return b.CreateSelect(c, x, y); }
-};
-
-} // namespace
 
 using ir::Op;
 
@@ -227,9 +211,15 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   const TileShapes shapes(tileRows, /*withShorter=*/!packed.splitRows,
                           /*padded=*/packed.splitRows, runTimeHeight);
   const int64_t halfRows = shapes.half;
-  IRArithmetic arithmetic{e.b};
-  const TileSplit<IRArithmetic> split =
-      splitIntoTiles(arithmetic, e.constant(0), batchRows, shapes);
+  // The split of the rows, from the runtime (RunArgs.h, rnnc_tile_split).
+  llvm::Value* shapesCode = e.constant(shapes.code());
+  auto splitField = [&](RnncTileSplitField field) -> llvm::Value* {
+    return e.b.CreateCall(e.tileSplitFn, {batchRows, shapesCode, e.constant(field)});
+  };
+  const struct {
+    llvm::Value *fullEnd, *shortenedEnd, *shorterEnd;
+  } split{splitField(RNNC_TILES_FULL_END), splitField(RNNC_TILES_SHORTENED_END),
+          splitField(RNNC_TILES_SHORTER_END)};
   // The next block's panel, for the tile at row r of the chunk from chunkBegin: the tiles of a
   // block each ask for a share of it, a line per depth step, tile i for lines from
   // i * passes * depth on (the first tiles of the block cover it). Weights past L2 come from L3
@@ -373,14 +363,14 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   }
   // Each thread its share of the tiles, in chunks of chunkRows / tileRows tiles.
   llvm::Value* zero = e.constant(0);
-  RowRange mine = e.share(tileUnits(arithmetic, zero, batchRows, split, shapes));
+  RowRange mine = e.share(splitField(RNNC_TILES_UNITS));
   RowRange allBlocks{zero, e.constant(packed.blocks)};
   const int64_t chunkTiles = packed.chunkRows / tileRows;
   e.forLoop(mine.begin, mine.end, e.constant(chunkTiles), "chunk", [&](llvm::Value* unit) {
     llvm::Value* last = e.b.CreateAdd(unit, e.constant(chunkTiles));
     last = e.b.CreateSelect(e.b.CreateICmpSLT(last, mine.end), last, mine.end);
-    llvm::Value* begin = tileUnitStart(arithmetic, zero, batchRows, split, shapes, unit);
-    llvm::Value* end = tileUnitStart(arithmetic, zero, batchRows, split, shapes, last);
+    llvm::Value* begin = e.b.CreateCall(e.tileUnitStartFn, {batchRows, shapesCode, unit});
+    llvm::Value* end = e.b.CreateCall(e.tileUnitStartFn, {batchRows, shapesCode, last});
     // The chunk's rows, addressed by their row numbers.
     x = View{e.b.CreateGEP(e.f32, copies,
                            e.b.CreateNeg(e.b.CreateMul(begin, e.constant(packed.xStride)))),

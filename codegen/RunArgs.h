@@ -62,6 +62,23 @@ using RnncBarrierFunction = void (*)(void* team);
 using RnncShareStartFunction = int64_t (*)(void* team, int64_t thread, int64_t total);
 // Called as `thread` starts (stop = 0) and stops (1) its share of that work: its speed.
 using RnncShareClockFunction = void (*)(void* team, int64_t thread, int64_t stop);
+// How a product's rows [0, rows) are cut into register tiles (codegen/TileRows.h, for the
+// shapes whose TileShapes::code() is `shapes`), computed by the runtime rather than emitted as
+// IR: the split's integer arithmetic (divisions by the tile heights, a dozen selects) was an
+// eighth of LLVM's back-end work on a product's function, most of it the DAG combiner asking
+// known bits of every multiply. Pure functions of their arguments: the generated code hoists
+// the calls out of the time loop where the rows do not change.
+// `field`: RnncTileSplitField.
+enum RnncTileSplitField : int64_t {
+  RNNC_TILES_FULL_END,      // where the full tiles end (TileSplit::fullEnd)
+  RNNC_TILES_SHORTENED_END, // TileSplit::shortenedEnd
+  RNNC_TILES_SHORTER_END,   // TileSplit::shorterEnd
+  RNNC_TILES_UNITS,         // the units threads and chunks take (tileUnits)
+};
+using RnncTileSplitFunction = int64_t (*)(int64_t rows, int64_t shapes, int64_t field);
+// The first row of unit `unit` of that split (tileUnitStart; unit == units: rows).
+using RnncTileUnitStartFunction = int64_t (*)(int64_t rows, int64_t shapes, int64_t unit);
+
 // Per row: y = (x - mean) / sqrt(var + eps).
 using RnncLayerNormFunction = void (*)(int64_t rows, int64_t cols, const float* x, int64_t ldx,
                                        float* y, int64_t ldy, float eps);
@@ -114,4 +131,6 @@ inline constexpr const char* kBarrierSymbol = "rnnc_barrier";
 inline constexpr const char* kShareStartSymbol = "rnnc_share_start";
 inline constexpr const char* kShareClockSymbol = "rnnc_share_clock";
 inline constexpr const char* kPackWeightsSymbol = "rnnc_pack_weights";
+inline constexpr const char* kTileSplitSymbol = "rnnc_tile_split";
+inline constexpr const char* kTileUnitStartSymbol = "rnnc_tile_unit_start";
 } // namespace rnnc::codegen

@@ -1,7 +1,7 @@
 // How a product's rows are cut into register tiles: the policy written once, over an arithmetic
-// that is plain int64_t for tests and planning (tileHeights) and the IR builder for the
-// generated code, which applies it to a row count known only at run time (the batch, a chunk).
-// No LLVM here.
+// (plain int64_t here). The generated code applies it to a row count known only at run time (the
+// batch, a chunk) by calling the runtime's copy (codegen/RunArgs.h, rnnc_tile_split), which
+// costs LLVM less than the same arithmetic emitted as IR. No LLVM here.
 //
 // Rows come in tiles of `tileRows`, `tileRows - 1` and `tileRows - 2` rows, balanced so that no
 // short tail is left: 64 rows of an AVX2 LSTM are 9 tiles of 6 and 2 of 5, where 10 tiles of 6
@@ -46,6 +46,14 @@ struct TileShapes {
   bool hasShorter() const { return shorter > half; }
   // Whether tiles two rows short are used at all: as a variant, or as one half tile.
   bool balancesTwoShort() const { return shorter >= 1 && shorter >= half; }
+  // The shapes as one number and back: what generated code passes to the runtime's
+  // rnnc_tile_split and rnnc_tile_unit_start (codegen/RunArgs.h).
+  int64_t code() const {
+    return full | int64_t{shorter != 0} << 32 | int64_t{padded} << 33 | int64_t{anyHeight} << 34;
+  }
+  static TileShapes fromCode(int64_t code) {
+    return TileShapes(code & 0xffffffff, (code >> 32) & 1, (code >> 33) & 1, (code >> 34) & 1);
+  }
 };
 
 // Where the full tiles of rows [begin, end) end, where the shortened ones do and where the

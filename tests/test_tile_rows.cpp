@@ -3,9 +3,13 @@
 // EveryBatchFromOneToForty, test_jit_gemm.cpp).
 #include "codegen/TileRows.h"
 
+#include "codegen/RunArgs.h"
+#include "runtime/exec/Kernels.h"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <tuple>
 
 using namespace rnnc::codegen;
 
@@ -138,6 +142,49 @@ TEST(TileRows, UnitsStartAtTheTilesOfTheWholeSplit) {
               << "unit " << u << " of " << rows << " rows in tiles of " << tileRows;
       }
     }
+}
+
+// The generated code asks the runtime for the split (rnnc_tile_split, rnnc_tile_unit_start),
+// passing the shapes as one number: every shape the emitter makes survives the round trip, and
+// the runtime's answers are the tiles a walk from row 0 takes.
+TEST(TileRows, TheRuntimeSplitsRowsAsTheTilesAreWalked) {
+  for (int64_t tileRows = 1; tileRows <= 14; ++tileRows)
+    for (bool withShorter : {true, false})
+      for (bool padded : {false, true})
+        for (bool anyHeight : {false, true}) {
+          const TileShapes shapes(tileRows, withShorter, padded, anyHeight);
+          const TileShapes back = TileShapes::fromCode(shapes.code());
+          ASSERT_EQ(std::tie(back.full, back.shortened, back.shorter, back.half, back.padded,
+                             back.anyHeight),
+                    std::tie(shapes.full, shapes.shortened, shapes.shorter, shapes.half,
+                             shapes.padded, shapes.anyHeight))
+              << tileRows << " rows " << withShorter << padded << anyHeight;
+          for (int64_t rows : {0, 1, 2, 7, 13, 14, 27, 64, 100, 641}) {
+            const int64_t code = shapes.code();
+            const int64_t ends[3] = {rnnc_tile_split(rows, code, RNNC_TILES_FULL_END),
+                                     rnnc_tile_split(rows, code, RNNC_TILES_SHORTENED_END),
+                                     rnnc_tile_split(rows, code, RNNC_TILES_SHORTER_END)};
+            EXPECT_TRUE(0 <= ends[0] && ends[0] <= ends[1] && ends[1] <= ends[2] && ends[2] <= rows)
+                << rows << " rows in tiles of " << tileRows;
+            // Tiles of full height up to the first end, shortened to the second, shorter to the
+            // third, then the rest as one unit.
+            std::vector<int64_t> starts;
+            for (int64_t r = 0; r < rows;) {
+              starts.push_back(r);
+              r += r < ends[0]   ? shapes.full
+                   : r < ends[1] ? shapes.shortened
+                   : r < ends[2] ? shapes.shorter
+                                 : rows - r;
+            }
+            starts.push_back(rows);
+            const int64_t units = rnnc_tile_split(rows, code, RNNC_TILES_UNITS);
+            ASSERT_EQ(units + 1, static_cast<int64_t>(starts.size()))
+                << rows << " rows in tiles of " << tileRows;
+            for (int64_t u = 0; u <= units; ++u)
+              EXPECT_EQ(rnnc_tile_unit_start(rows, code, u), starts[u])
+                  << "unit " << u << " of " << rows << " rows in tiles of " << tileRows;
+          }
+        }
 }
 
 } // namespace

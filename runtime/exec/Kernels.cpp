@@ -2,6 +2,9 @@
 
 #include "runtime/exec/Hash.h"
 
+#include "codegen/RunArgs.h"
+#include "codegen/TileRows.h"
+
 #include <Eigen/Core>
 
 #include <cmath>
@@ -68,4 +71,30 @@ extern "C" void rnnc_dropout_mask(int64_t rows, int64_t cols, float* out, int64_
                              static_cast<uint64_t>(maskRow + step * batch + s % batch), p,
                              out + i * ldo, cols);
   }
+}
+
+// TileRows.h's policy on plain integers: the same template the tests check (test_tile_rows.cpp).
+extern "C" int64_t rnnc_tile_split(int64_t rows, int64_t shapes, int64_t field) {
+  using namespace rnnc::codegen;
+  const TileShapes tileShapes = TileShapes::fromCode(shapes);
+  IntArithmetic a;
+  const TileSplit<IntArithmetic> split = splitIntoTiles(a, int64_t{0}, rows, tileShapes);
+  switch (field) {
+  case RNNC_TILES_FULL_END:
+    return split.fullEnd;
+  case RNNC_TILES_SHORTENED_END:
+    return split.shortenedEnd;
+  case RNNC_TILES_SHORTER_END:
+    return split.shorterEnd;
+  default:
+    return tileUnits(a, int64_t{0}, rows, split, tileShapes);
+  }
+}
+
+extern "C" int64_t rnnc_tile_unit_start(int64_t rows, int64_t shapes, int64_t unit) {
+  using namespace rnnc::codegen;
+  const TileShapes tileShapes = TileShapes::fromCode(shapes);
+  IntArithmetic a;
+  const TileSplit<IntArithmetic> split = splitIntoTiles(a, int64_t{0}, rows, tileShapes);
+  return tileUnitStart(a, int64_t{0}, rows, split, tileShapes, unit);
 }

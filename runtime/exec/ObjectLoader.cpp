@@ -494,7 +494,9 @@ LoadedFunction loadGeneratedCode(std::string_view object, const std::string& fun
       {codegen::kBarrierSymbol, reinterpret_cast<void*>(&rnnc_barrier)},
       {codegen::kShareStartSymbol, reinterpret_cast<void*>(&rnnc_share_start)},
       {codegen::kShareClockSymbol, reinterpret_cast<void*>(&rnnc_share_clock)},
-      {codegen::kPackWeightsSymbol, reinterpret_cast<void*>(&rnnc_pack_weights)}};
+      {codegen::kPackWeightsSymbol, reinterpret_cast<void*>(&rnnc_pack_weights)},
+      {codegen::kTileSplitSymbol, reinterpret_cast<void*>(&rnnc_tile_split)},
+      {codegen::kTileUnitStartSymbol, reinterpret_cast<void*>(&rnnc_tile_unit_start)}};
   return loadObject(object, function, helpers);
 }
 
