@@ -1,7 +1,7 @@
-// How a product's rows are cut into register tiles: the policy written once, over an arithmetic
-// (plain int64_t here). The generated code applies it to a row count known only at run time (the
-// batch, a chunk) by calling the runtime's copy (codegen/RunArgs.h, rnnc_tile_split), which
-// costs LLVM less than the same arithmetic emitted as IR. No LLVM here.
+// How a product's rows are cut into register tiles: the policy, written once. The generated code
+// applies it to a row count known only at run time (the batch, a chunk) by calling the runtime
+// (codegen/RunArgs.h, rnnc_tile_split), which costs LLVM less than the same arithmetic emitted
+// as IR; tests and planning call it directly (tileHeights). No LLVM here.
 //
 // Rows come in tiles of `tileRows`, `tileRows - 1` and `tileRows - 2` rows, balanced so that no
 // short tail is left: 64 rows of an AVX2 LSTM are 9 tiles of 6 and 2 of 5, where 10 tiles of 6
@@ -56,54 +56,30 @@ struct TileShapes {
   }
 };
 
-// Where the full tiles of rows [begin, end) end, where the shortened ones do and where the
-// shorter ones do; the rows from `shorterEnd` on are left to half tiles and single rows. `A`
-// provides Int, constant(v), add, sub, mul, div (rounding toward zero, on non-negative values),
-// lessEqual and select.
-template <class A> struct TileSplit {
-  typename A::Int fullEnd, shortenedEnd, shorterEnd;
+// Where the full tiles of rows [0, rows) end, where the shortened ones do and where the
+// shorter ones do; the rows from `shorterEnd` on are left to half tiles and single rows.
+struct TileSplit {
+  int64_t fullEnd, shortenedEnd, shorterEnd;
 };
 
-template <class A>
-TileSplit<A> splitIntoTiles(A& a, typename A::Int begin, typename A::Int end,
-                            const TileShapes& shapes) {
+inline TileSplit splitIntoTiles(int64_t rows, const TileShapes& shapes) {
   const int64_t tileRows = shapes.full;
-  auto count = a.sub(end, begin);
-  auto tiles = a.div(a.add(count, a.constant(tileRows - 1)), a.constant(tileRows));
-  auto missing = a.sub(a.mul(tiles, a.constant(tileRows)), count);
+  const int64_t tiles = (rows + tileRows - 1) / tileRows;
+  const int64_t missing = tiles * tileRows - rows;
   // Each tile one row short (tiles - missing full ones), else each one or two rows short (none
   // full, a + b = tiles and a + 2b = missing), else as many full tiles as fit.
-  auto oneShort = a.lessEqual(missing, tiles);
-  auto twoShort = shapes.balancesTwoShort() ? a.lessEqual(missing, a.add(tiles, tiles))
-                                            : a.lessEqual(a.constant(1), a.constant(0));
-  auto zero = a.constant(0);
-  auto fullTiles = a.select(oneShort, a.sub(tiles, missing),
-                            a.select(twoShort, zero, a.div(count, a.constant(tileRows))));
-  auto shortenedTiles =
-      a.select(oneShort, missing, a.select(twoShort, a.sub(a.add(tiles, tiles), missing), zero));
-  auto shorterTiles = a.select(oneShort, zero, a.select(twoShort, a.sub(missing, tiles), zero));
-  auto fullEnd = a.add(begin, a.mul(fullTiles, a.constant(shapes.full)));
-  auto shortenedEnd = a.add(fullEnd, a.mul(shortenedTiles, a.constant(shapes.shortened)));
-  return {fullEnd, shortenedEnd,
-          a.add(shortenedEnd, a.mul(shorterTiles, a.constant(shapes.shorter)))};
-}
-
-// The split's tiles of full, shortened and shorter height, in that order, from row `begin`.
-template <class A> struct TileCounts {
-  typename A::Int counts[3];
-  int64_t heights[3];
-};
-
-template <class A>
-TileCounts<A> countTiles(A& a, typename A::Int begin, const TileSplit<A>& split,
-                         const TileShapes& shapes) {
-  auto tiles = [&](typename A::Int from, typename A::Int to, int64_t height) {
-    return height > 0 ? a.div(a.sub(to, from), a.constant(height)) : a.constant(0);
-  };
-  return {{tiles(begin, split.fullEnd, shapes.full),
-           tiles(split.fullEnd, split.shortenedEnd, shapes.shortened),
-           tiles(split.shortenedEnd, split.shorterEnd, shapes.shorter)},
-          {shapes.full, shapes.shortened, shapes.shorter}};
+  int64_t fullTiles = rows / tileRows, shortenedTiles = 0, shorterTiles = 0;
+  if (missing <= tiles) {
+    fullTiles = tiles - missing;
+    shortenedTiles = missing;
+  } else if (shapes.balancesTwoShort() && missing <= 2 * tiles) {
+    fullTiles = 0;
+    shortenedTiles = 2 * tiles - missing;
+    shorterTiles = missing - tiles;
+  }
+  const int64_t fullEnd = fullTiles * shapes.full;
+  const int64_t shortenedEnd = fullEnd + shortenedTiles * shapes.shortened;
+  return {fullEnd, shortenedEnd, shortenedEnd + shorterTiles * shapes.shorter};
 }
 
 // Threads (and chunks) take whole tiles of one split of all the rows, so that every row is
@@ -112,52 +88,41 @@ TileCounts<A> countTiles(A& a, typename A::Int begin, const TileSplit<A>& split,
 // must not change with the thread count (which an automatic run picks from the machine's load).
 // Units are the split's tiles of full, shortened and shorter height, then the rest (half tiles
 // and single rows, fewer than a full tile's rows) as one last unit.
-template <class A>
-typename A::Int tileUnits(A& a, typename A::Int begin, typename A::Int end,
-                          const TileSplit<A>& split, const TileShapes& shapes) {
-  const TileCounts<A> tiles = countTiles(a, begin, split, shapes);
-  auto units = a.add(a.add(tiles.counts[0], tiles.counts[1]), tiles.counts[2]);
-  auto rest = a.lessEqual(end, split.shorterEnd);
-  return a.add(units, a.select(rest, a.constant(0), a.constant(1)));
+struct TileUnits {
+  int64_t counts[3];  // the split's tiles of full, shortened and shorter height
+  int64_t heights[3]; // their heights
+  int64_t rest;       // 1 if rows are left past them, else 0
+  int64_t total() const { return counts[0] + counts[1] + counts[2] + rest; }
+};
+
+inline TileUnits tileUnits(int64_t rows, const TileSplit& split, const TileShapes& shapes) {
+  auto tiles = [](int64_t from, int64_t to, int64_t height) {
+    return height > 0 ? (to - from) / height : 0;
+  };
+  return {{tiles(0, split.fullEnd, shapes.full),
+           tiles(split.fullEnd, split.shortenedEnd, shapes.shortened),
+           tiles(split.shortenedEnd, split.shorterEnd, shapes.shorter)},
+          {shapes.full, shapes.shortened, shapes.shorter},
+          rows > split.shorterEnd ? 1 : 0};
 }
 
-// The first row of unit `unit` (in [0, tileUnits]; tileUnits gives `end`).
-template <class A>
-typename A::Int tileUnitStart(A& a, typename A::Int begin, typename A::Int end,
-                              const TileSplit<A>& split, const TileShapes& shapes,
-                              typename A::Int unit) {
-  const TileCounts<A> tiles = countTiles(a, begin, split, shapes);
-  auto zero = a.constant(0);
-  auto row = begin;
-  auto remaining = unit; // units not yet passed
+// The first row of unit `unit` (in [0, units.total()]; the last gives `rows`).
+inline int64_t tileUnitStart(int64_t rows, const TileUnits& units, int64_t unit) {
+  int64_t row = 0;
+  int64_t remaining = unit; // units not yet passed
   for (int h = 0; h < 3; ++h) {
     // This height's tiles before the unit: `remaining` clamped to [0, count].
-    auto positive = a.select(a.lessEqual(remaining, zero), zero, remaining);
-    auto taken = a.select(a.lessEqual(positive, tiles.counts[h]), positive, tiles.counts[h]);
-    row = a.add(row, a.mul(taken, a.constant(tiles.heights[h])));
-    remaining = a.sub(remaining, tiles.counts[h]);
+    row += std::clamp<int64_t>(remaining, 0, units.counts[h]) * units.heights[h];
+    remaining -= units.counts[h];
   }
   // Past the tiles: the rest, whole.
-  return a.select(a.lessEqual(remaining, zero), row, end);
+  return remaining <= 0 ? row : rows;
 }
-
-// Plain integers.
-struct IntArithmetic {
-  using Int = int64_t;
-  Int constant(int64_t v) const { return v; }
-  Int add(Int x, Int y) const { return x + y; }
-  Int sub(Int x, Int y) const { return x - y; }
-  Int mul(Int x, Int y) const { return x * y; }
-  Int div(Int x, Int y) const { return x / y; }
-  bool lessEqual(Int x, Int y) const { return x <= y; }
-  Int select(bool c, Int x, Int y) const { return c ? x : y; }
-};
 
 // The heights of the tiles rows [0, rows) are computed in, in order (a padded tile's full
 // height, though fewer of its rows are kept): what the generated code does, as plain numbers.
 inline std::vector<int64_t> tileHeights(int64_t rows, const TileShapes& shapes) {
-  IntArithmetic a;
-  const TileSplit<IntArithmetic> split = splitIntoTiles(a, 0, rows, shapes);
+  const TileSplit split = splitIntoTiles(rows, shapes);
   std::vector<int64_t> heights;
   for (int64_t r = 0; r < rows;) {
     int64_t height = r < split.fullEnd        ? shapes.full

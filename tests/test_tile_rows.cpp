@@ -117,13 +117,13 @@ TEST(TileRows, TilesOfAnyHeightTakeTheSplitAndTheRestWhole) {
 // Units (what threads share) start where tiles start, in order, and cover every row once: a
 // thread's rows are then whole tiles at the heights one thread would use for them.
 TEST(TileRows, UnitsStartAtTheTilesOfTheWholeSplit) {
-  IntArithmetic a;
   for (bool withShorter : {true, false})
     for (int64_t tileRows = 1; tileRows <= 14; ++tileRows) {
       const TileShapes shapes(tileRows, withShorter);
       for (int64_t rows = 0; rows <= 200; ++rows) {
-        const auto split = splitIntoTiles(a, int64_t{0}, rows, shapes);
-        const int64_t units = tileUnits(a, int64_t{0}, rows, split, shapes);
+        const TileSplit split = splitIntoTiles(rows, shapes);
+        const TileUnits tileUnitsOfSplit = tileUnits(rows, split, shapes);
+        const int64_t units = tileUnitsOfSplit.total();
         // The generated code's walk from row 0: each tile's height from where it starts (the
         // rest, past the balanced tiles, is one step).
         std::vector<int64_t> starts;
@@ -138,7 +138,7 @@ TEST(TileRows, UnitsStartAtTheTilesOfTheWholeSplit) {
         ASSERT_EQ(units + 1, static_cast<int64_t>(starts.size()))
             << rows << " rows in tiles of " << tileRows;
         for (int64_t u = 0; u <= units; ++u)
-          EXPECT_EQ(tileUnitStart(a, int64_t{0}, rows, split, shapes, u), starts[u])
+          EXPECT_EQ(tileUnitStart(rows, tileUnitsOfSplit, u), starts[u])
               << "unit " << u << " of " << rows << " rows in tiles of " << tileRows;
       }
     }

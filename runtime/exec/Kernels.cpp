@@ -73,12 +73,11 @@ extern "C" void rnnc_dropout_mask(int64_t rows, int64_t cols, float* out, int64_
   }
 }
 
-// TileRows.h's policy on plain integers: the same template the tests check (test_tile_rows.cpp).
+// TileRows.h's policy, which the tests check (test_tile_rows.cpp).
 extern "C" int64_t rnnc_tile_split(int64_t rows, int64_t shapes, int64_t field) {
   using namespace rnnc::codegen;
   const TileShapes tileShapes = TileShapes::fromCode(shapes);
-  IntArithmetic a;
-  const TileSplit<IntArithmetic> split = splitIntoTiles(a, int64_t{0}, rows, tileShapes);
+  const TileSplit split = splitIntoTiles(rows, tileShapes);
   switch (field) {
   case RNNC_TILES_FULL_END:
     return split.fullEnd;
@@ -87,14 +86,12 @@ extern "C" int64_t rnnc_tile_split(int64_t rows, int64_t shapes, int64_t field) 
   case RNNC_TILES_SHORTER_END:
     return split.shorterEnd;
   default:
-    return tileUnits(a, int64_t{0}, rows, split, tileShapes);
+    return tileUnits(rows, split, tileShapes).total();
   }
 }
 
 extern "C" int64_t rnnc_tile_unit_start(int64_t rows, int64_t shapes, int64_t unit) {
   using namespace rnnc::codegen;
   const TileShapes tileShapes = TileShapes::fromCode(shapes);
-  IntArithmetic a;
-  const TileSplit<IntArithmetic> split = splitIntoTiles(a, int64_t{0}, rows, tileShapes);
-  return tileUnitStart(a, int64_t{0}, rows, split, tileShapes, unit);
+  return tileUnitStart(rows, tileUnits(rows, splitIntoTiles(rows, tileShapes), tileShapes), unit);
 }
