@@ -25,38 +25,36 @@ EmitContext::EmitContext(llvm::LLVMContext& llvmContext, const ir::Cell& cell,
       llvm::FunctionType::get(none, {i64, i64, i64, i64, ptr, i64, ptr, i64, ptr, i64}, false));
   barrierFn =
       module->getOrInsertFunction(kBarrierSymbol, llvm::FunctionType::get(none, {ptr}, false));
-  // The work balance's helpers touch no memory the generated code writes (their shares change
-  // inside barriers, calls LLVM knows nothing of), so loads may move past them.
-  auto balanceHelper = [&](const char* symbol, llvm::Type* result, bool readsShares) {
-    llvm::FunctionCallee callee = module->getOrInsertFunction(
-        symbol, llvm::FunctionType::get(result, {ptr, i64, i64}, false));
+  // Helpers whose memory effects LLVM is told, so that loads may move past their calls (and
+  // pure ones leave loops): they never throw and always return.
+  auto declareHelper = [&](const char* symbol, llvm::FunctionType* type,
+                           llvm::MemoryEffects effects, bool speculatable) {
+    llvm::FunctionCallee callee = module->getOrInsertFunction(symbol, type);
     if (auto* helper = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
-      if (readsShares)
-        helper->setOnlyReadsMemory();
-      else
-        helper->setOnlyAccessesInaccessibleMemory(); // its clocks
+      helper->setMemoryEffects(effects);
       helper->setDoesNotThrow();
       helper->setWillReturn();
+      if (speculatable)
+        helper->addFnAttr(llvm::Attribute::Speculatable);
     }
     return callee;
   };
-  shareStartFn = balanceHelper(kShareStartSymbol, i64, /*readsShares=*/true);
-  shareClockFn = balanceHelper(kShareClockSymbol, none, /*readsShares=*/false);
+  // The work balance's helpers touch no memory the generated code writes (their shares change
+  // inside barriers, calls LLVM knows nothing of): rnnc_share_start reads the shares,
+  // rnnc_share_clock only its clocks.
+  llvm::FunctionType* balanceType = llvm::FunctionType::get(i64, {ptr, i64, i64}, false);
+  shareStartFn = declareHelper(kShareStartSymbol, balanceType, llvm::MemoryEffects::readOnly(),
+                               /*speculatable=*/false);
+  shareClockFn =
+      declareHelper(kShareClockSymbol, llvm::FunctionType::get(none, {ptr, i64, i64}, false),
+                    llvm::MemoryEffects::inaccessibleMemOnly(), /*speculatable=*/false);
   // The tile split (RunArgs.h) is a pure function of its arguments: calls with the same ones
   // merge, and leave loops that do not change them.
-  auto pureHelper = [&](const char* symbol) {
-    llvm::FunctionCallee callee =
-        module->getOrInsertFunction(symbol, llvm::FunctionType::get(i64, {i64, i64, i64}, false));
-    if (auto* helper = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
-      helper->setDoesNotAccessMemory();
-      helper->setDoesNotThrow();
-      helper->setWillReturn();
-      helper->addFnAttr(llvm::Attribute::Speculatable);
-    }
-    return callee;
-  };
-  tileSplitFn = pureHelper(kTileSplitSymbol);
-  tileUnitStartFn = pureHelper(kTileUnitStartSymbol);
+  llvm::FunctionType* splitType = llvm::FunctionType::get(i64, {i64, i64, i64}, false);
+  tileSplitFn = declareHelper(kTileSplitSymbol, splitType, llvm::MemoryEffects::none(),
+                              /*speculatable=*/true);
+  tileUnitStartFn = declareHelper(kTileUnitStartSymbol, splitType, llvm::MemoryEffects::none(),
+                                  /*speculatable=*/true);
   packWeightsFn = module->getOrInsertFunction(
       kPackWeightsSymbol,
       llvm::FunctionType::get(none, {ptr, ptr, i64, ptr, ptr, i64, i64}, false));

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -82,38 +83,38 @@ inline TileSplit splitIntoTiles(int64_t rows, const TileShapes& shapes) {
   return {fullEnd, shortenedEnd, shortenedEnd + shorterTiles * shapes.shorter};
 }
 
+// The split's tiles of full, shortened and shorter height, in that order.
+inline std::array<int64_t, 3> tileCounts(const TileSplit& split, const TileShapes& shapes) {
+  auto tiles = [](int64_t from, int64_t to, int64_t height) {
+    return height > 0 ? (to - from) / height : 0;
+  };
+  return {tiles(0, split.fullEnd, shapes.full),
+          tiles(split.fullEnd, split.shortenedEnd, shapes.shortened),
+          tiles(split.shortenedEnd, split.shorterEnd, shapes.shorter)};
+}
+
 // Threads (and chunks) take whole tiles of one split of all the rows, so that every row is
 // computed in the same tile, at the same height, however many threads run: a tile's height
 // decides how its depth is summed (ProductKernelEmitter::accumulatorSets), and a row's result
 // must not change with the thread count (which an automatic run picks from the machine's load).
 // Units are the split's tiles of full, shortened and shorter height, then the rest (half tiles
 // and single rows, fewer than a full tile's rows) as one last unit.
-struct TileUnits {
-  int64_t counts[3];  // the split's tiles of full, shortened and shorter height
-  int64_t heights[3]; // their heights
-  int64_t rest;       // 1 if rows are left past them, else 0
-  int64_t total() const { return counts[0] + counts[1] + counts[2] + rest; }
-};
-
-inline TileUnits tileUnits(int64_t rows, const TileSplit& split, const TileShapes& shapes) {
-  auto tiles = [](int64_t from, int64_t to, int64_t height) {
-    return height > 0 ? (to - from) / height : 0;
-  };
-  return {{tiles(0, split.fullEnd, shapes.full),
-           tiles(split.fullEnd, split.shortenedEnd, shapes.shortened),
-           tiles(split.shortenedEnd, split.shorterEnd, shapes.shorter)},
-          {shapes.full, shapes.shortened, shapes.shorter},
-          rows > split.shorterEnd ? 1 : 0};
+inline int64_t tileUnits(int64_t rows, const TileSplit& split, const TileShapes& shapes) {
+  const std::array<int64_t, 3> counts = tileCounts(split, shapes);
+  return counts[0] + counts[1] + counts[2] + (rows > split.shorterEnd ? 1 : 0);
 }
 
-// The first row of unit `unit` (in [0, units.total()]; the last gives `rows`).
-inline int64_t tileUnitStart(int64_t rows, const TileUnits& units, int64_t unit) {
+// The first row of unit `unit` (in [0, tileUnits]; tileUnits gives `rows`).
+inline int64_t tileUnitStart(int64_t rows, const TileSplit& split, const TileShapes& shapes,
+                             int64_t unit) {
+  const std::array<int64_t, 3> counts = tileCounts(split, shapes);
+  const int64_t heights[3] = {shapes.full, shapes.shortened, shapes.shorter};
   int64_t row = 0;
   int64_t remaining = unit; // units not yet passed
   for (int h = 0; h < 3; ++h) {
     // This height's tiles before the unit: `remaining` clamped to [0, count].
-    row += std::clamp<int64_t>(remaining, 0, units.counts[h]) * units.heights[h];
-    remaining -= units.counts[h];
+    row += std::clamp<int64_t>(remaining, 0, counts[h]) * heights[h];
+    remaining -= counts[h];
   }
   // Past the tiles: the rest, whole.
   return remaining <= 0 ? row : rows;

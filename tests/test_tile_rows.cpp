@@ -114,6 +114,23 @@ TEST(TileRows, TilesOfAnyHeightTakeTheSplitAndTheRestWhole) {
   }
 }
 
+// The generated code's walk from row 0 over the split's tiles: each tile's height from where it
+// starts (full up to fullEnd, shortened to shortenedEnd, shorter to shorterEnd; the rest, past
+// the balanced tiles, is one step). The tiles' first rows, then `rows`.
+std::vector<int64_t> walkedTileStarts(int64_t rows, const TileSplit& split,
+                                      const TileShapes& shapes) {
+  std::vector<int64_t> starts;
+  for (int64_t r = 0; r < rows;) {
+    starts.push_back(r);
+    r += r < split.fullEnd        ? shapes.full
+         : r < split.shortenedEnd ? shapes.shortened
+         : r < split.shorterEnd   ? shapes.shorter
+                                  : rows - r;
+  }
+  starts.push_back(rows);
+  return starts;
+}
+
 // Units (what threads share) start where tiles start, in order, and cover every row once: a
 // thread's rows are then whole tiles at the heights one thread would use for them.
 TEST(TileRows, UnitsStartAtTheTilesOfTheWholeSplit) {
@@ -122,23 +139,12 @@ TEST(TileRows, UnitsStartAtTheTilesOfTheWholeSplit) {
       const TileShapes shapes(tileRows, withShorter);
       for (int64_t rows = 0; rows <= 200; ++rows) {
         const TileSplit split = splitIntoTiles(rows, shapes);
-        const TileUnits tileUnitsOfSplit = tileUnits(rows, split, shapes);
-        const int64_t units = tileUnitsOfSplit.total();
-        // The generated code's walk from row 0: each tile's height from where it starts (the
-        // rest, past the balanced tiles, is one step).
-        std::vector<int64_t> starts;
-        for (int64_t r = 0; r < rows;) {
-          starts.push_back(r);
-          r += r < split.fullEnd        ? shapes.full
-               : r < split.shortenedEnd ? shapes.shortened
-               : r < split.shorterEnd   ? shapes.shorter
-                                        : rows - r;
-        }
-        starts.push_back(rows);
+        const int64_t units = tileUnits(rows, split, shapes);
+        const std::vector<int64_t> starts = walkedTileStarts(rows, split, shapes);
         ASSERT_EQ(units + 1, static_cast<int64_t>(starts.size()))
             << rows << " rows in tiles of " << tileRows;
         for (int64_t u = 0; u <= units; ++u)
-          EXPECT_EQ(tileUnitStart(rows, tileUnitsOfSplit, u), starts[u])
+          EXPECT_EQ(tileUnitStart(rows, split, shapes, u), starts[u])
               << "unit " << u << " of " << rows << " rows in tiles of " << tileRows;
       }
     }
@@ -161,22 +167,13 @@ TEST(TileRows, TheRuntimeSplitsRowsAsTheTilesAreWalked) {
               << tileRows << " rows " << withShorter << padded << anyHeight;
           for (int64_t rows : {0, 1, 2, 7, 13, 14, 27, 64, 100, 641}) {
             const int64_t code = shapes.code();
-            const int64_t ends[3] = {rnnc_tile_split(rows, code, RNNC_TILES_FULL_END),
-                                     rnnc_tile_split(rows, code, RNNC_TILES_SHORTENED_END),
-                                     rnnc_tile_split(rows, code, RNNC_TILES_SHORTER_END)};
-            EXPECT_TRUE(0 <= ends[0] && ends[0] <= ends[1] && ends[1] <= ends[2] && ends[2] <= rows)
+            const TileSplit ends{rnnc_tile_split(rows, code, RNNC_TILES_FULL_END),
+                                 rnnc_tile_split(rows, code, RNNC_TILES_SHORTENED_END),
+                                 rnnc_tile_split(rows, code, RNNC_TILES_SHORTER_END)};
+            EXPECT_TRUE(0 <= ends.fullEnd && ends.fullEnd <= ends.shortenedEnd &&
+                        ends.shortenedEnd <= ends.shorterEnd && ends.shorterEnd <= rows)
                 << rows << " rows in tiles of " << tileRows;
-            // Tiles of full height up to the first end, shortened to the second, shorter to the
-            // third, then the rest as one unit.
-            std::vector<int64_t> starts;
-            for (int64_t r = 0; r < rows;) {
-              starts.push_back(r);
-              r += r < ends[0]   ? shapes.full
-                   : r < ends[1] ? shapes.shortened
-                   : r < ends[2] ? shapes.shorter
-                                 : rows - r;
-            }
-            starts.push_back(rows);
+            const std::vector<int64_t> starts = walkedTileStarts(rows, ends, shapes);
             const int64_t units = rnnc_tile_split(rows, code, RNNC_TILES_UNITS);
             ASSERT_EQ(units + 1, static_cast<int64_t>(starts.size()))
                 << rows << " rows in tiles of " << tileRows;

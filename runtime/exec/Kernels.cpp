@@ -86,12 +86,12 @@ extern "C" int64_t rnnc_tile_split(int64_t rows, int64_t shapes, int64_t field) 
   case RNNC_TILES_SHORTER_END:
     return split.shorterEnd;
   default:
-    return tileUnits(rows, split, tileShapes).total();
+    return tileUnits(rows, split, tileShapes);
   }
 }
 
 extern "C" int64_t rnnc_tile_unit_start(int64_t rows, int64_t shapes, int64_t unit) {
   using namespace rnnc::codegen;
   const TileShapes tileShapes = TileShapes::fromCode(shapes);
-  return tileUnitStart(rows, tileUnits(rows, splitIntoTiles(rows, tileShapes), tileShapes), unit);
+  return tileUnitStart(rows, splitIntoTiles(rows, tileShapes), tileShapes, unit);
 }
