@@ -133,6 +133,33 @@ TEST_F(ToolLayers, ANumberOfLayersBelowOneIsAnError) {
   }
 }
 
+TEST_F(ToolLayers, ANegativeThreadCountIsAnError) {
+  const std::string dir = test::kLayerFixtures + "lstm_l2_bi_bf/";
+  for (const char* command : {"run", "grad"}) {
+    std::vector<std::string> args = {command,
+                                     "--cell",
+                                     "lstm",
+                                     "--weights",
+                                     dir + "weights.safetensors",
+                                     "--input",
+                                     dir + "input.npy",
+                                     "--batch-first",
+                                     "--num-layers",
+                                     "2",
+                                     "--bidirectional",
+                                     "--threads",
+                                     "-1"};
+    if (std::string(command) == "run")
+      args.insert(args.end(), {"--output", path("out.npy")});
+    else
+      args.insert(args.end(), {"--grads", path("grads.safetensors")});
+    test::ToolResult r = test::ToolRunner(dir_).run(args);
+    EXPECT_EQ(r.exitCode, 1) << r;
+    EXPECT_NE(r.err.find("--threads must be 0 (automatic) or positive, got -1"), std::string::npos)
+        << r;
+  }
+}
+
 TEST_F(ToolLayers, BadLayerInputIsACleanError) {
   const std::string dir = test::kLayerFixtures + "lstm_l2_bi_bf/";
   test::ToolRunner tool(dir_);

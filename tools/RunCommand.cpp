@@ -204,6 +204,9 @@ LayerJob prepareJob(const RunOptions& o) {
   options.dropout = o.dropout;
   options.training = o.train;
   options.seed = o.seed;
+  // Checked here rather than by a CLI11 validator, whose message spells out the largest double.
+  if (o.threads < 0)
+    throw UserError(fmt::format("--threads must be 0 (automatic) or positive, got {}", o.threads));
   options.threads = o.threads;
   options.sizes = parseSizes(o.sizes);
   if (!o.flatWeights.empty()) {
@@ -305,8 +308,7 @@ CLI::App* addLayerCommand(CLI::App& app, const std::string& name, const std::str
                   "Threads for the JIT (each step split between them); 0: automatic, every core "
                   "but fewer while other processes keep cores busy, and one for a call too short "
                   "to pay for starting threads")
-      ->default_val(0)
-      ->check(CLI::NonNegativeNumber);
+      ->default_val(0);
   if (!grad)
     cmd->add_option("--weights-dtype", o->weightsDtype,
                     "How the JIT stores the weights of every linear/matmul: fp32; fp16 (half "
