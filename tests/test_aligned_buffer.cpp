@@ -1,9 +1,11 @@
 // runtime/data/AlignedBuffer.h: the generated code's scratch memory starts on a cache line (large
-// buffers on a 2 MB boundary, where huge pages can back them), reads as zero and moves.
+// buffers on a 2 MB boundary, where huge pages can back them), reads as zero and moves; large
+// buffers freed are given to the next of their size, cleared unless asked for uninitialized.
 #include "runtime/data/AlignedBuffer.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -54,6 +56,59 @@ TEST(AlignedBuffer, MovesOwnership) {
   EXPECT_EQ(c.data()[5], 3.0f);
   EXPECT_EQ(c.size(), 1 << 20);
   EXPECT_EQ(AlignedBuffer().data(), nullptr);
+}
+
+// A size no other test allocates, so that the cache holds no buffer of it when this starts.
+constexpr int64_t kOddLargeFloats = (int64_t{5} << 20) / 4 + 12345;
+
+TEST(AlignedBuffer, ALargeBufferFreedIsReusedAndReadsZeroAgain) {
+  float* first = nullptr;
+  {
+    AlignedBuffer buffer(kOddLargeFloats);
+    first = buffer.data();
+    for (int64_t i = 0; i < kOddLargeFloats; i += 1000)
+      buffer.data()[i] = 7.0f;
+  }
+  AlignedBuffer again(kOddLargeFloats);
+  EXPECT_EQ(again.data(), first) << "the freed buffer of the same size was not reused";
+  for (int64_t i = 0; i < kOddLargeFloats; i += 1000)
+    ASSERT_EQ(again.data()[i], 0.0f) << i;
+}
+
+TEST(AlignedBuffer, AnUninitializedLargeBufferReusesMemoryWithoutClearingIt) {
+  const int64_t floats = kOddLargeFloats + 1; // the same huge pages as the test above
+  float* first = nullptr;
+  {
+    AlignedBuffer buffer = AlignedBuffer::uninitialized(floats);
+    first = buffer.data();
+    buffer.data()[floats - 1] = 5.0f;
+  }
+  AlignedBuffer again = AlignedBuffer::uninitialized(floats);
+  EXPECT_EQ(again.data(), first);
+  if (AlignedBuffer::kPoisonsUninitialized) // the sanitizer build
+    EXPECT_TRUE(std::isnan(again.data()[floats - 1]));
+  else
+    EXPECT_EQ(again.data()[floats - 1], 5.0f) << "reused memory was cleared (it need not be)";
+  AlignedBuffer third = AlignedBuffer::uninitialized(floats); // the cache has none left: fresh
+  EXPECT_NE(third.data(), first);
+  EXPECT_EQ(address(third) % (2 << 20), 0u);
+}
+
+TEST(AlignedBuffer, LargeBuffersAreFreshUntilOneOfTheirSizeIsGivenBack) {
+  // Rounded up to 58 MB (29 huge pages), a size nothing else here allocates: none is cached.
+  const size_t bytes = (size_t{57} << 20) + 3, whole = size_t{58} << 20;
+  LargeBuffer a = takeLargeBuffer(bytes);
+  LargeBuffer b = takeLargeBuffer(bytes);
+  EXPECT_TRUE(a.fresh);
+  EXPECT_TRUE(b.fresh);
+  EXPECT_NE(a.data, b.data);
+  static_cast<char*>(a.data)[whole - 1] = 1; // the whole huge pages are usable
+  giveLargeBuffer(a.data, bytes);
+  LargeBuffer c = takeLargeBuffer(whole); // the same whole pages
+  EXPECT_FALSE(c.fresh);
+  EXPECT_EQ(c.data, a.data);
+  giveLargeBuffer(b.data, bytes);
+  giveLargeBuffer(c.data, bytes);
 }
 
 } // namespace

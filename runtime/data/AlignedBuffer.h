@@ -24,11 +24,35 @@ inline constexpr size_t kCacheLineBytes = 64;
 // walk. Buffers under 64 KB, and kernels without the call, fault as before.
 void populateForWriting(void* data, size_t bytes) noexcept;
 
+// Memory of `bytes` rounded up to whole huge pages (ir/HugePages.h), from the buffers of that
+// size given back before (`fresh` false: it holds what was written there) or freshly mapped
+// (`fresh`: it reads as zero). Tensors' large data and AlignedBuffer's come from here, so
+// that a training step that allocates and frees the same sizes at every call meets no page
+// faults after its first. Given back with giveLargeBuffer(data, the same bytes), which keeps
+// it for the next taker (up to a gigabyte in all, the oldest unmapped first).
+struct LargeBuffer {
+  void* data;
+  bool fresh;
+};
+LargeBuffer takeLargeBuffer(size_t bytes);
+void giveLargeBuffer(void* data, size_t bytes) noexcept;
+
 class AlignedBuffer {
 public:
   AlignedBuffer() = default;
   // `floats` floats, zero.
   explicit AlignedBuffer(int64_t floats);
+  // `floats` floats of unspecified value, for a buffer written before it is read (a GEMM's
+  // packed panels, the generated code's workspace): reused memory is not cleared.
+  static AlignedBuffer uninitialized(int64_t floats);
+  // Under AddressSanitizer (the sanitizer test run) they are NaN instead: code that reads a
+  // float it did not write first then shows as a wrong result in every test, where fresh
+  // memory's zeros or the last run's values could pass.
+#if defined(__SANITIZE_ADDRESS__) || defined(RNNC_POISON_UNINITIALIZED)
+  static constexpr bool kPoisonsUninitialized = true;
+#else
+  static constexpr bool kPoisonsUninitialized = false;
+#endif
   ~AlignedBuffer();
   AlignedBuffer(AlignedBuffer&& other) noexcept;
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
@@ -39,6 +63,7 @@ public:
   int64_t size() const { return floats_; }
 
 private:
+  AlignedBuffer(int64_t floats, bool zero);
   void release();
   float* data_ = nullptr;
   int64_t floats_ = 0;

@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
@@ -56,67 +55,11 @@ TensorData allocate(const TensorShape& shape, std::optional<float> fill) {
   }
 }
 
-// Large buffers freed, kept for the next tensor of the same size: a training step allocates
-// the same tensors of tens of megabytes every call, and fresh memory costs its page faults
-// again (LSTM T=100 B=64 H=512, forward and backward on one thread: 512 ms with glibc's
-// malloc, 546 ms freshly mapped on huge pages, 2200 ms on 4 KB pages, in a VM where a fault
-// costs microseconds). At most kCachedBytes are kept; the oldest go first.
-class LargeBufferCache {
-public:
-  static constexpr size_t kCachedBytes = size_t{1} << 30;
-
-  void* take(size_t used) {
-    std::lock_guard lock(mutex_);
-    for (auto it = buffers_.rbegin(); it != buffers_.rend(); ++it)
-      if (it->bytes == used) {
-        void* data = it->data;
-        cached_ -= used;
-        buffers_.erase(std::next(it).base());
-        return data;
-      }
-    return nullptr;
-  }
-
-  void give(void* data, size_t used) {
-    std::vector<Buffer> evicted;
-    {
-      std::lock_guard lock(mutex_);
-      buffers_.push_back({data, used});
-      cached_ += used;
-      while (cached_ > kCachedBytes) {
-        evicted.push_back(buffers_.front());
-        cached_ -= buffers_.front().bytes;
-        buffers_.erase(buffers_.begin());
-      }
-    }
-    for (const Buffer& b : evicted)
-      unmapHugePages(b.data, b.bytes);
-  }
-
-private:
-  struct Buffer {
-    void* data;
-    size_t bytes;
-  };
-  std::mutex mutex_;
-  std::vector<Buffer> buffers_; // oldest first
-  size_t cached_ = 0;
-};
-
-LargeBufferCache& largeBuffers() {
-  static auto* cache = new LargeBufferCache; // never destroyed: tensors may outlive statics
-  return *cache;
-}
-
 } // namespace
 
 void* allocateTensorBytes(size_t bytes) {
-  if (bytes >= kHugePageBytes) {
-    const size_t used = wholeHugePages(bytes);
-    if (void* reused = largeBuffers().take(used))
-      return reused;
-    return mapHugePages(used);
-  }
+  if (bytes >= kHugePageBytes)
+    return takeLargeBuffer(bytes).data;
   void* memory = std::aligned_alloc(
       kCacheLineBytes,
       std::max<size_t>(1, (bytes + kCacheLineBytes - 1) / kCacheLineBytes) * kCacheLineBytes);
@@ -130,7 +73,7 @@ void freeTensorBytes(void* data, size_t bytes) noexcept {
   if (!data)
     return;
   if (bytes >= kHugePageBytes)
-    largeBuffers().give(data, wholeHugePages(bytes));
+    giveLargeBuffer(data, bytes);
   else
     std::free(data);
 }

@@ -322,7 +322,7 @@ std::vector<float*> CompiledCell::bufferPointers(const Prepared& prepared, Works
                    : spec.rows == codegen::Rows::PerThreadStep ? threads * stepRows
                                                                : threads * spec.fixedRows;
     if (workspace.buffers[i].size() != rows * spec.cols)
-      workspace.buffers[i] = AlignedBuffer(rows * spec.cols);
+      workspace.buffers[i] = AlignedBuffer::uninitialized(rows * spec.cols);
     result.push_back(workspace.buffers[i].data());
   }
   return result;

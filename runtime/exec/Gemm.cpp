@@ -259,7 +259,11 @@ void multiplyRows(const Tile& tile, const MatrixView& a, const std::vector<GemmP
       panels.push_back({&product, jc, columns, packedStrips * bStride});
       packedStrips += (columns + nr - 1) / nr;
     }
-  AlignedBuffer packedA(mc / mr * aStride), packedB(packedStrips * bStride), scratch(mr * nr);
+  // Packing writes every float a tile reads (zero past A's rows and B's columns), so the panels
+  // need no clearing; B's are megabytes, reused from the last call's (AlignedBuffer.h).
+  AlignedBuffer packedA = AlignedBuffer::uninitialized(mc / mr * aStride),
+                packedB = AlignedBuffer::uninitialized(packedStrips * bStride),
+                scratch = AlignedBuffer::uninitialized(mr * nr); // cleared before each use
   for (int64_t pc = 0; pc < depth; pc += kc) {
     const int64_t depths = std::min(kc, depth - pc);
     for (const Panel& panel : panels)
