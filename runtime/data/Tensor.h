@@ -18,7 +18,9 @@ using TensorShape = std::vector<int64_t>;
 // onto huge pages (MADV_HUGEPAGE; Linux's transparent huge pages are often "madvise" only): a
 // training step's tensors of tens of megabytes, freshly allocated, then cost tens of page faults
 // instead of thousands (malloc maps anything past 32 MB on 4 KB pages, and in a VM each fault
-// costs microseconds: a quarter of an LSTM training step went to them). Contents unspecified.
+// costs microseconds: a quarter of an LSTM training step went to them); freed, they are kept
+// for the next buffer of their size (runtime/data/AlignedBuffer.h, takeLargeBuffer). Contents
+// unspecified.
 void* allocateTensorBytes(size_t bytes);
 void freeTensorBytes(void* data, size_t bytes) noexcept;
 
