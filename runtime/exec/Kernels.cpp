@@ -85,6 +85,7 @@ extern "C" int64_t rnnc_tile_split(int64_t rows, int64_t shapes, int64_t field) 
     return split.shortenedEnd;
   case RNNC_TILES_SHORTER_END:
     return split.shorterEnd;
+  case RNNC_TILES_UNITS:
   default:
     return tileUnits(rows, split, tileShapes);
   }
