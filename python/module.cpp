@@ -8,6 +8,7 @@
 #include "ir/Error.h"
 #include "ir/Printer.h"
 #include "passes/PassManager.h"
+#include "runtime/data/AlignedBuffer.h"
 #include "runtime/data/SafeTensors.h"
 #include "runtime/data/WeightLayouts.h"
 #include "runtime/exec/CellBuild.h"
@@ -292,6 +293,20 @@ PYBIND11_MODULE(_rnnc, m) {
   });
   m.attr("__version__") = RNNC_VERSION;
   m.def("builtin_cells", &frontend::builtinCellNames);
+  // The memory kept for reuse (runtime/data/AlignedBuffer.h; rnnc.empty_cache and the rest).
+  m.def("memory_cached", &cachedLargeBufferBytes);
+  m.def("empty_cache", &releaseCachedLargeBuffers);
+  m.def("memory_cache_limit", &cachedLargeBufferLimit);
+  m.def(
+      "set_memory_cache_limit",
+      [](int64_t bytes) {
+        if (bytes < 0)
+          throw UserError("set_memory_cache_limit: the limit must be 0 (keep none) or more bytes, "
+                          "got " +
+                          std::to_string(bytes));
+        return setCachedLargeBufferLimit(static_cast<size_t>(bytes));
+      },
+      py::arg("bytes"));
   m.def(
       "read_safetensors", [](const std::string& path) { return toDict(readSafeTensors(path)); },
       py::arg("path"));

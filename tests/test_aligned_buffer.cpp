@@ -111,5 +111,56 @@ TEST(AlignedBuffer, LargeBuffersAreFreshUntilOneOfTheirSizeIsGivenBack) {
   giveLargeBuffer(c.data, bytes);
 }
 
+// Restores the cache's limit however a test ends.
+struct LimitRestorer {
+  size_t limit = cachedLargeBufferLimit();
+  ~LimitRestorer() { setCachedLargeBufferLimit(limit); }
+};
+
+TEST(AlignedBuffer, ReleasingTheCacheUnmapsWhatItKeptAndTheNextBufferIsFresh) {
+  const size_t bytes = (size_t{61} << 20) + 5, whole = size_t{62} << 20; // only this test's
+  LargeBuffer a = takeLargeBuffer(bytes);
+  static_cast<char*>(a.data)[0] = 1;
+  const size_t before = cachedLargeBufferBytes();
+  giveLargeBuffer(a.data, bytes);
+  EXPECT_EQ(cachedLargeBufferBytes(), before + whole);
+  EXPECT_GE(releaseCachedLargeBuffers(), whole);
+  EXPECT_EQ(cachedLargeBufferBytes(), 0u);
+  LargeBuffer b = takeLargeBuffer(bytes);
+  EXPECT_TRUE(b.fresh) << "a buffer was handed out of the cache after it was released";
+  EXPECT_EQ(static_cast<char*>(b.data)[0], 0);
+  giveLargeBuffer(b.data, bytes);
+}
+
+TEST(AlignedBuffer, TheCacheKeepsTheNewestBuffersWithinItsLimitAndNoneAtZero) {
+  LimitRestorer restorer;
+  releaseCachedLargeBuffers();
+  const size_t page = kHugePageBytes;
+  // Three buffers of different sizes given back oldest first; a limit of the two newest.
+  std::vector<LargeBuffer> taken;
+  for (size_t pages : {3, 4, 5})
+    taken.push_back(takeLargeBuffer(pages * page));
+  EXPECT_EQ(setCachedLargeBufferLimit(9 * page), 0u);
+  EXPECT_EQ(cachedLargeBufferLimit(), 9 * page);
+  for (size_t i = 0; i < taken.size(); ++i)
+    giveLargeBuffer(taken[i].data, (3 + i) * page);
+  EXPECT_EQ(cachedLargeBufferBytes(), 9 * page) << "the oldest (3 pages) should have gone";
+  LargeBuffer oldest = takeLargeBuffer(3 * page);
+  EXPECT_TRUE(oldest.fresh);
+  LargeBuffer newest = takeLargeBuffer(5 * page);
+  EXPECT_FALSE(newest.fresh);
+  EXPECT_EQ(newest.data, taken[2].data);
+  giveLargeBuffer(newest.data, 5 * page);
+  // A lower limit lets the oldest go at once; zero keeps nothing given back from then on.
+  EXPECT_EQ(setCachedLargeBufferLimit(5 * page), 4 * page);
+  EXPECT_EQ(cachedLargeBufferBytes(), 5 * page);
+  EXPECT_EQ(setCachedLargeBufferLimit(0), 5 * page);
+  giveLargeBuffer(oldest.data, 3 * page);
+  EXPECT_EQ(cachedLargeBufferBytes(), 0u);
+  LargeBuffer again = takeLargeBuffer(3 * page);
+  EXPECT_TRUE(again.fresh);
+  giveLargeBuffer(again.data, 3 * page);
+}
+
 } // namespace
 } // namespace rnnc

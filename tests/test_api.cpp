@@ -312,4 +312,33 @@ TEST(Api, PackedSequencesMatchPyTorch) {
                std::runtime_error);
 }
 
+// The memory kept for reuse: a layer's packed weights (8 MB for an LSTM of 512) are kept when it
+// goes; releasing returns them, and a limit of zero keeps none.
+TEST(Api, CachedMemoryIsKeptWithinItsLimitAndReleasedOnRequest) {
+  const size_t limit = rnnc::cachedMemoryLimit();
+  rnnc::releaseCachedMemory();
+  auto buildAndRun = [] {
+    std::map<std::string, rnnc::WeightTensor> weights;
+    for (const char* name : {"weight_ih_l0", "weight_hh_l0"})
+      weights[name] = {{2048, 512}, std::vector<float>(2048 * 512, 0.01f)};
+    for (const char* name : {"bias_ih_l0", "bias_hh_l0"})
+      weights[name] = {{2048}, std::vector<float>(2048, 0.0f)};
+    rnnc::Layer layer = rnnc::Layer::fromWeights(spec("lstm"), weights);
+    std::vector<float> x(2 * 512, 1.0f), y(2 * 512), hn(512), cn(512);
+    layer.forward(x.data(), 2, 1, nullptr, nullptr, nullptr, y.data(), hn.data(), cn.data());
+    return y[0];
+  };
+  const float y = buildAndRun();
+  const size_t kept = rnnc::cachedMemoryBytes();
+  EXPECT_GE(kept, size_t{8} << 20) << "the layer's packed weights were not kept";
+  EXPECT_EQ(rnnc::releaseCachedMemory(), kept);
+  EXPECT_EQ(rnnc::cachedMemoryBytes(), 0u);
+  rnnc::setCachedMemoryLimit(0);
+  EXPECT_EQ(buildAndRun(), y);
+  EXPECT_EQ(rnnc::cachedMemoryBytes(), 0u);
+  EXPECT_EQ(rnnc::cachedMemoryLimit(), 0u);
+  rnnc::setCachedMemoryLimit(limit);
+  EXPECT_EQ(rnnc::cachedMemoryLimit(), limit);
+}
+
 } // namespace

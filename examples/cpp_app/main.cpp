@@ -56,6 +56,12 @@ int main() {
     std::printf("cpp_app: FAILED\n");
     return 1;
   }
+  // Done with rnnc for now: the memory it kept for reuse goes back to the system.
+  rnnc::releaseCachedMemory();
+  if (rnnc::cachedMemoryBytes() != 0) {
+    std::printf("cpp_app: FAILED: memory is still kept after releaseCachedMemory()\n");
+    return 1;
+  }
   std::printf("cpp_app: OK\n");
   return 0;
 }

@@ -4,6 +4,7 @@
 // for a bug in rnnc) with a message naming the tensor and its expected and actual shapes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -143,5 +144,16 @@ private:
   explicit CellStep(Layer layer) : layer_(std::move(layer)) {}
   Layer layer_;
 };
+
+// Memory rnnc keeps for reuse. Buffers of 2 MB and more (tensors, packed weights, a run's
+// workspace, a training step's records and gradients) are not returned to the system when
+// freed but kept for the next buffer of their size, so that a layer called again, or the next
+// training step, meets no page faults (the kernel's zeroing of fresh memory costs milliseconds
+// a call in a VM). At most cachedMemoryLimit() bytes are kept, a gigabyte unless set; the
+// oldest go first. An application done with rnnc for a while can have the memory back.
+size_t cachedMemoryBytes();                // what is kept now
+size_t releaseCachedMemory();              // returns it all to the system: its bytes
+size_t cachedMemoryLimit();                // the most kept
+size_t setCachedMemoryLimit(size_t bytes); // 0: keep none; returns the bytes it let go
 
 } // namespace rnnc

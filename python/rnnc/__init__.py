@@ -17,6 +17,7 @@ from . import _rnnc
 from ._rnnc import __version__, builtin_cells
 from .benchmark import bench
 from .layers import GRU, LSTM, RNN, Layer, from_torch
+from .memory import empty_cache, memory_cache_limit, memory_cached, set_memory_cache_limit
 from .safetensors import load_safetensors, quantize_rows, save_int8, save_safetensors
 
 
@@ -30,4 +31,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'rnnc' has no attribute {name!r}")
 
 __all__ = ["LSTM", "GRU", "RNN", "Layer", "from_torch", "bench", "builtin_cells", "__version__",
-           "load_safetensors", "save_int8", "save_safetensors", "quantize_rows"]
+           "load_safetensors", "save_int8", "save_safetensors", "quantize_rows", "empty_cache",
+           "memory_cached", "memory_cache_limit", "set_memory_cache_limit"]

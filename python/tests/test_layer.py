@@ -179,3 +179,34 @@ assert issubclass(rnnc.nn.LSTM, torch.nn.Module)
     done = subprocess.run([sys.executable, "-c", code], env=dict(os.environ), capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_memory_kept_for_reuse_is_reported_released_and_limited():
+    """Freed buffers of 2 MB and more are kept for reuse (a layer's 8 MB of packed weights when it
+    goes); rnnc.empty_cache returns them, and a limit of 0 keeps none."""
+    import gc
+
+    def run_and_drop():
+        lstm = rnnc.LSTM(512, 512)
+        y, _ = lstm(np.ones((2, 1, 512), np.float32))
+        del lstm
+        gc.collect()
+        return y
+
+    limit = rnnc.memory_cache_limit()
+    try:
+        rnnc.empty_cache()
+        run_and_drop()
+        kept = rnnc.memory_cached()
+        assert kept >= 8 << 20
+        assert rnnc.empty_cache() == kept
+        assert rnnc.memory_cached() == 0
+        rnnc.set_memory_cache_limit(0)
+        assert rnnc.memory_cache_limit() == 0
+        run_and_drop()
+        assert rnnc.memory_cached() == 0
+        with pytest.raises(ValueError, match="limit must be 0"):
+            rnnc.set_memory_cache_limit(-1)
+    finally:
+        rnnc.set_memory_cache_limit(limit)
+    assert rnnc.memory_cache_limit() == limit

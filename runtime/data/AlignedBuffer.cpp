@@ -25,10 +25,11 @@ bool mapped(size_t bytes) {
 // packed panels, and fresh memory costs its page faults and the kernel's zeroing again (LSTM
 // T=100 B=64 H=512, forward and backward on one thread: 512 ms with glibc's malloc, 546 ms
 // freshly mapped on huge pages, 2200 ms on 4 KB pages, in a VM where a fault costs
-// microseconds). At most kCachedBytes are kept; the oldest go first.
+// microseconds). At most limit() bytes are kept (kDefaultLimit unless changed); the oldest go
+// first.
 class LargeBufferCache {
 public:
-  static constexpr size_t kCachedBytes = size_t{1} << 30;
+  static constexpr size_t kDefaultLimit = size_t{1} << 30;
 
   void* take(size_t used) {
     std::lock_guard lock(mutex_);
@@ -48,14 +49,40 @@ public:
       std::lock_guard lock(mutex_);
       buffers_.push_back({data, used});
       cached_ += used;
-      while (cached_ > kCachedBytes) {
-        evicted.push_back(buffers_.front());
-        cached_ -= buffers_.front().bytes;
-        buffers_.erase(buffers_.begin());
-      }
+      evicted = evictDownTo(limit_);
     }
-    for (const Buffer& b : evicted)
-      unmapHugePages(b.data, b.bytes);
+    unmap(evicted);
+  }
+
+  // Unmaps the oldest buffers until at most `bytes` are kept, and keeps no more from now on.
+  size_t setLimit(size_t bytes) {
+    std::vector<Buffer> evicted;
+    {
+      std::lock_guard lock(mutex_);
+      limit_ = bytes;
+      evicted = evictDownTo(limit_);
+    }
+    return unmap(evicted);
+  }
+
+  // Unmaps every buffer kept; the limit stays.
+  size_t release() {
+    std::vector<Buffer> evicted;
+    {
+      std::lock_guard lock(mutex_);
+      evicted = evictDownTo(0);
+    }
+    return unmap(evicted);
+  }
+
+  size_t bytes() {
+    std::lock_guard lock(mutex_);
+    return cached_;
+  }
+
+  size_t limit() {
+    std::lock_guard lock(mutex_);
+    return limit_;
   }
 
 private:
@@ -63,9 +90,31 @@ private:
     void* data;
     size_t bytes;
   };
+
+  std::vector<Buffer> evictDownTo(size_t bytes) { // with mutex_ held
+    std::vector<Buffer> evicted;
+    while (cached_ > bytes) {
+      evicted.push_back(buffers_.front());
+      cached_ -= buffers_.front().bytes;
+      buffers_.erase(buffers_.begin());
+    }
+    return evicted;
+  }
+
+  // Outside the lock: munmap can take a while, and other threads may be taking buffers.
+  static size_t unmap(const std::vector<Buffer>& buffers) {
+    size_t bytes = 0;
+    for (const Buffer& b : buffers) {
+      unmapHugePages(b.data, b.bytes);
+      bytes += b.bytes;
+    }
+    return bytes;
+  }
+
   std::mutex mutex_;
   std::vector<Buffer> buffers_; // oldest first
   size_t cached_ = 0;
+  size_t limit_ = kDefaultLimit;
 };
 
 LargeBufferCache& largeBuffers() {
@@ -84,6 +133,22 @@ LargeBuffer takeLargeBuffer(size_t bytes) {
 
 void giveLargeBuffer(void* data, size_t bytes) noexcept {
   largeBuffers().give(data, wholeHugePages(bytes));
+}
+
+size_t cachedLargeBufferBytes() {
+  return largeBuffers().bytes();
+}
+
+size_t releaseCachedLargeBuffers() {
+  return largeBuffers().release();
+}
+
+size_t setCachedLargeBufferLimit(size_t bytes) {
+  return largeBuffers().setLimit(bytes);
+}
+
+size_t cachedLargeBufferLimit() {
+  return largeBuffers().limit();
 }
 
 void populateForWriting(void* data, size_t bytes) noexcept {

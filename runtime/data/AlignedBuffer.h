@@ -29,13 +29,22 @@ void populateForWriting(void* data, size_t bytes) noexcept;
 // (`fresh`: it reads as zero). Tensors' large data and AlignedBuffer's come from here, so
 // that a training step that allocates and frees the same sizes at every call meets no page
 // faults after its first. Given back with giveLargeBuffer(data, the same bytes), which keeps
-// it for the next taker (up to a gigabyte in all, the oldest unmapped first).
+// it for the next taker (up to a limit, a gigabyte unless set below; the oldest unmapped first).
 struct LargeBuffer {
   void* data;
   bool fresh;
 };
 LargeBuffer takeLargeBuffer(size_t bytes);
 void giveLargeBuffer(void* data, size_t bytes) noexcept;
+
+// The buffers given back and kept: their bytes; unmapping them all now (the bytes returned to
+// the system); the most kept (a gigabyte unless set; setting it unmaps the oldest beyond it,
+// returning their bytes, and 0 keeps none). The public API's cachedMemoryBytes() and the
+// rest (include/rnnc/rnnc.h), for an application that wants the memory back.
+size_t cachedLargeBufferBytes();
+size_t releaseCachedLargeBuffers();
+size_t setCachedLargeBufferLimit(size_t bytes);
+size_t cachedLargeBufferLimit();
 
 class AlignedBuffer {
 public:
