@@ -6,7 +6,7 @@
 // tiles). Internal to codegen/.
 #pragma once
 
-#include "codegen/LLVMHeaders.h"
+#include "codegen/LLVMIRHeaders.h"
 #include "codegen/RunArgs.h"
 #include "codegen/StoragePlan.h"
 #include "codegen/Target.h"

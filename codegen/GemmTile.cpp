@@ -1,6 +1,6 @@
 #include "codegen/GemmTile.h"
 
-#include "codegen/LLVMHeaders.h"
+#include "codegen/LLVMIRHeaders.h"
 
 #include <vector>
 

@@ -1,6 +1,6 @@
 #include "codegen/VectorMath.h"
 
-#include "codegen/LLVMHeaders.h"
+#include "codegen/LLVMIRHeaders.h"
 
 #include <limits>
 

@@ -5,9 +5,9 @@
 #include "frontend/CellParser.h"
 #include "passes/Autodiff.h"
 #include "passes/PassManager.h"
-#include "tests/RunSequence.h"
 #include "tests/PassSettings.h"
 #include "tests/RegressionCells.h"
+#include "tests/RunSequence.h"
 #include "tests/TestSupport.h"
 
 #include <gtest/gtest.h>
