@@ -4,7 +4,7 @@
 //     and the entry points (the kernels and the persistent one's grid barrier for a GPU, the
 //     emulation for the host);
 //   - GpuBlockTile.cpp: a product's item on a block of threads staging chunks in shared memory.
-// Two files rather than one per part: each that includes LLVM's IRBuilder costs 13 s of build.
+// Two files rather than one per part: each that includes LLVM's IR headers costs 3 s of build.
 // Internal to codegen/.
 #pragma once
 
