@@ -182,8 +182,7 @@ int bench(const BenchOptions& o) {
                     "--warmup not negative");
   if (o.eltwise)
     return benchEltwise(o.batch, o.hidden, o.repeat, o.json);
-  if (o.threads < 0)
-    throw UserError("--threads must be 0 (automatic) or positive");
+  checkThreadsOption(o.threads);
   // Checked before any work: an unknown CPU, or one whose code this host cannot run.
   const codegen::Target target = runnableTarget(o.targetCpu, CacheOptions::fromEnvironment());
   const codegen::WeightType reduced = codegen::parseWeightType(o.weightsDtype);

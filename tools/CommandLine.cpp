@@ -5,6 +5,8 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include <fmt/format.h>
+
 namespace rnnc::tools {
 
 std::pair<std::string, std::string> splitAssignment(const std::string& text,
@@ -29,6 +31,11 @@ ir::SizeMap parseSizes(const std::vector<std::string>& assignments) {
     sizes[name] = v;
   }
   return sizes;
+}
+
+void checkThreadsOption(int threads) {
+  if (threads < 0)
+    throw UserError(fmt::format("--threads must be 0 (automatic) or positive, got {}", threads));
 }
 
 } // namespace rnnc::tools

@@ -1,4 +1,4 @@
-// Small helpers shared by the subcommands for options of the form NAME=VALUE.
+// Small helpers shared by the subcommands: options of the form NAME=VALUE, and --threads.
 #pragma once
 
 #include "ir/Dim.h"
@@ -15,5 +15,9 @@ std::pair<std::string, std::string> splitAssignment(const std::string& text,
 
 // Parses repeated `--size NAME=VALUE` options.
 ir::SizeMap parseSizes(const std::vector<std::string>& assignments);
+
+// Throws UserError unless `threads` (a --threads option) is 0 (automatic) or positive. Checked
+// here rather than by a CLI11 validator, whose message spells out the largest double.
+void checkThreadsOption(int threads);
 
 } // namespace rnnc::tools

@@ -204,9 +204,7 @@ LayerJob prepareJob(const RunOptions& o) {
   options.dropout = o.dropout;
   options.training = o.train;
   options.seed = o.seed;
-  // Checked here rather than by a CLI11 validator, whose message spells out the largest double.
-  if (o.threads < 0)
-    throw UserError(fmt::format("--threads must be 0 (automatic) or positive, got {}", o.threads));
+  checkThreadsOption(o.threads);
   options.threads = o.threads;
   options.sizes = parseSizes(o.sizes);
   if (!o.flatWeights.empty()) {

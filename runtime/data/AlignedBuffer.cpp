@@ -16,10 +16,6 @@
 namespace rnnc {
 namespace {
 
-bool mapped(size_t bytes) {
-  return bytes >= kHugePageBytes;
-}
-
 // Large buffers freed, kept for the next buffer of the same size: a training step allocates
 // the same tensors of tens of megabytes every call, and the weight gradients' GEMMs their
 // packed panels, and fresh memory costs its page faults and the kernel's zeroing again (LSTM
@@ -181,7 +177,7 @@ AlignedBuffer::AlignedBuffer(int64_t floats, bool zero) : floats_(floats) {
   const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
   if (bytes == 0)
     return;
-  if (mapped(bytes)) {
+  if (isLargeBuffer(bytes)) {
     const LargeBuffer buffer = takeLargeBuffer(bytes);
     if (zero && !buffer.fresh) // fresh anonymous memory reads as zero
       std::memset(buffer.data, 0, bytes);
@@ -216,7 +212,7 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& other) noexcept {
 
 void AlignedBuffer::release() {
   const size_t bytes = static_cast<size_t>(floats_) * sizeof(float);
-  if (data_ && mapped(bytes))
+  if (data_ && isLargeBuffer(bytes))
     giveLargeBuffer(data_, bytes);
   else
     std::free(data_);

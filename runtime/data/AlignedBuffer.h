@@ -24,6 +24,12 @@ inline constexpr size_t kCacheLineBytes = 64;
 // walk. Buffers under 64 KB, and kernels without the call, fault as before.
 void populateForWriting(void* data, size_t bytes) noexcept;
 
+// Buffers of a huge page and more (AlignedBuffer's, tensors') come from the large buffers below;
+// smaller ones from malloc.
+inline bool isLargeBuffer(size_t bytes) {
+  return bytes >= kHugePageBytes;
+}
+
 // Memory of `bytes` rounded up to whole huge pages (ir/HugePages.h), from the buffers of that
 // size given back before (`fresh` false: it holds what was written there) or freshly mapped
 // (`fresh`: it reads as zero). Tensors' large data and AlignedBuffer's come from here, so

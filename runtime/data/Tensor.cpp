@@ -58,7 +58,7 @@ TensorData allocate(const TensorShape& shape, std::optional<float> fill) {
 } // namespace
 
 void* allocateTensorBytes(size_t bytes) {
-  if (bytes >= kHugePageBytes)
+  if (isLargeBuffer(bytes))
     return takeLargeBuffer(bytes).data;
   void* memory = std::aligned_alloc(
       kCacheLineBytes,
@@ -72,7 +72,7 @@ void* allocateTensorBytes(size_t bytes) {
 void freeTensorBytes(void* data, size_t bytes) noexcept {
   if (!data)
     return;
-  if (bytes >= kHugePageBytes)
+  if (isLargeBuffer(bytes))
     giveLargeBuffer(data, bytes);
   else
     std::free(data);
