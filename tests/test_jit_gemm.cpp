@@ -95,10 +95,10 @@ TEST(JitGemm, AwkwardSizesMatchTheInterpreterOnEveryTargetAndSetting) {
 }
 
 TEST(JitGemm, TheInputProjectionCrossesItsRowChunks) {
-  // I = 1000: 4000-byte rows, so a chunk (half an L2 of 512 KB to 2 MB) is 60 to 258 rows, and
-  // T*B = 23 * 13 = 299 rows cross at least one chunk boundary, with a short last chunk; on two
-  // threads each thread's half (149 and 150 rows) is chunked on its own.
-  const Shape shapes[] = {{"lstm", 1000, 9, 23, 13}, {"gru", 1000, 6, 23, 13}};
+  // I = 1000: 4000-byte rows, so a chunk (half of L2, at most 256 rows) is 60 to 256 rows on any
+  // L2 of 512 KB or more, and T*B = 23 * 29 = 667 rows cross at least one chunk boundary, with a
+  // short last chunk; on two threads each thread's half (333 and 334 rows) is chunked on its own.
+  const Shape shapes[] = {{"lstm", 1000, 9, 23, 29}, {"gru", 1000, 6, 23, 29}};
   for (const std::string& cpu : runnableCpus()) {
     for (const Shape& shape : shapes) {
       auto cell = frontend::loadCell(shape.cell);
