@@ -236,7 +236,7 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
     packed.blocks = (packed.columns + packed.width - 1) / packed.width;
     return packed;
   }
-  packed.depthPairs = weights == WeightType::BF16 && vectorWidth == 16 && target.has("avx512bf16");
+  packed.depthPairs = weights == WeightType::BF16 && target.pairsBf16Products();
   packed.width = vectorWidth;
   packed.blocks = (packed.columns + vectorWidth - 1) / vectorWidth;
   // Accumulators: every vector register but one for the broadcast input and a few for the

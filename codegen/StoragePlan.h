@@ -67,9 +67,10 @@ struct PackedProduct {
   // int8: per block, each slice's `width` dequantization scales then its `width` column sums
   // of the quantized weights (fp32; the sums correct for the input's zero point).
   size_t scaleBuffer = 0;
-  // bf16 on a CPU with AVX512_BF16: the weights of two consecutive depths in one 32-bit element
-  // (the lower depth in the low half, zero past the depth), what vdpbf16ps multiplies with the
-  // row's pair of inputs, themselves rounded to bf16 as they are copied for the tiles.
+  // bf16 where vdpbf16ps is the faster (Target::pairsBf16Products): the weights of two consecutive
+  // depths in one 32-bit element (the lower depth in the low half, zero past the depth), what
+  // vdpbf16ps multiplies with the row's pair of inputs, themselves rounded to bf16 as they are
+  // copied for the tiles.
   bool depthPairs = false;
   bool splitRows = false; // threads split rows (in chunks), not column blocks
   int64_t chunkRows = 0;  // with splitRows: rows per chunk, a multiple of tileRows

@@ -247,10 +247,11 @@ TEST(StoragePlan, SwappedStatesAreStagedBeforeBeingOverwritten) {
 
 } // namespace
 
-// bf16 weights are packed in depth pairs for vdpbf16ps where the CPU has AVX512_BF16 (half the
-// packed depth, 4-byte elements, an odd depth padded), and as 2-byte weights widened in registers
-// elsewhere; other types never pair.
-TEST(StoragePlan, Bf16WeightsPairDepthsOnlyWithAvx512Bf16) {
+// bf16 weights are packed in depth pairs for vdpbf16ps where the CPU has AVX512_BF16 and runs it
+// as fast as an FMA (AMD's; half the packed depth, 4-byte elements, an odd depth padded), and as
+// 2-byte weights widened in registers elsewhere, Intel's AVX512_BF16 included; other types never
+// pair.
+TEST(StoragePlan, Bf16WeightsPairDepthsOnlyWhereVdpbf16psIsFast) {
   const codegen::Target bf16Cpu{"x86_64-unknown-linux-gnu", "znver4", "+avx512f,+avx512bf16,+f16c",
                                 16, 32};
   auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 7}, {"hidden_size", 9}});
@@ -262,11 +263,14 @@ TEST(StoragePlan, Bf16WeightsPairDepthsOnlyWithAvx512Bf16) {
     EXPECT_EQ(packed.packedDepth(), (packed.depth + 1) / 2);
     EXPECT_EQ(packed.packedElementBytes(), 4);
   }
-  for (const codegen::PackedProduct& packed : productsOf(kPlanAvx512, codegen::WeightType::BF16)) {
-    EXPECT_FALSE(packed.depthPairs);
-    EXPECT_EQ(packed.packedDepth(), packed.depth);
-    EXPECT_EQ(packed.packedElementBytes(), 2);
-  }
+  codegen::Target intelBf16Cpu = bf16Cpu;
+  intelBf16Cpu.cpu = "sapphirerapids";
+  for (const codegen::Target& target : {kPlanAvx512, intelBf16Cpu})
+    for (const codegen::PackedProduct& packed : productsOf(target, codegen::WeightType::BF16)) {
+      EXPECT_FALSE(packed.depthPairs) << target.cpu;
+      EXPECT_EQ(packed.packedDepth(), packed.depth);
+      EXPECT_EQ(packed.packedElementBytes(), 2);
+    }
   for (auto weights : {codegen::WeightType::F32, codegen::WeightType::F16})
     for (const codegen::PackedProduct& packed : productsOf(bf16Cpu, weights))
       EXPECT_FALSE(packed.depthPairs);
