@@ -38,7 +38,7 @@ llvm::Value* ProductKernelEmitter::bf16Bits(llvm::Value* v) {
 }
 
 void ProductKernelEmitter::bf16Rows(const View& to, const View& from, RowRange rows, int64_t depth,
-                                    bool pairs) {
+                                    bool pairs, int64_t values) {
   e.synced = false;
   const int64_t width = e.target.vectorWidth, vectorDepth = depth / width * width;
   auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(width));
@@ -61,9 +61,9 @@ void ProductKernelEmitter::bf16Rows(const View& to, const View& from, RowRange r
               [&](llvm::Value* k) { put(k, static_cast<unsigned>(width)); });
     e.forLoop(e.constant(vectorDepth), e.constant(depth), e.constant(1), "bf16one",
               [&](llvm::Value* k) { put(k, 1); });
-    if (pairs && depth % 2 == 1) // the last pair's upper half: its weight is zero too
-      e.b.CreateAlignedStore(e.b.getInt16(0), e.b.CreateConstGEP1_64(e.b.getInt16Ty(), row, depth),
-                             llvm::Align(2));
+    if (pairs && values > depth) // zero inputs where the weights are zero too (no NaN * 0)
+      e.b.CreateMemSet(e.b.CreateConstGEP1_64(e.b.getInt16Ty(), row, depth), e.b.getInt8(0),
+                       static_cast<uint64_t>(2 * (values - depth)), llvm::MaybeAlign(2));
   });
 }
 

@@ -117,7 +117,8 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     if (packed.weights == WeightType::I8)
       quantizeRows(to, from, rows, packed.depth, packed.xStride);
     else if (packed.weights == WeightType::BF16)
-      bf16Rows(to, from, rows, packed.depth, packed.depthPairs);
+      bf16Rows(to, from, rows, packed.depth, packed.depthPairs,
+               packed.depthPairs ? 2 * packed.packedDepth() : packed.depth);
     else
       e.copyRows(to, from, rows, packed.depth);
   };
@@ -528,7 +529,8 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     RNNC_INTERNAL_CHECK(!height.rows, "int8 and bf16-pair tiles have no run-time height");
     const Tile sums = packed.weights == WeightType::I8
                           ? emitInt8Tile(x, weights, packed, blk, firstRow, rows)
-                          : emitBf16PairTile(x, weights, packed, blk, firstRow, rows);
+                      : packed.amxTiles ? emitAmxTile(x, weights, packed, blk, firstRow, rows)
+                                        : emitBf16PairTile(x, weights, packed, blk, firstRow, rows);
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t s = 0; s < packed.slices(); ++s)
         store(m, e.constant(s), sums[static_cast<size_t>(m)][static_cast<size_t>(s)]);
@@ -574,7 +576,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   // One walk over the depth for the slices [first, first + count), pass `pass` (a constant, or
   // the run-time pass), their weights from `passWeights`, the rows of x from `rowsOfX`, each
   // row's sum of each slice given to `sliceSum` (the slice counted from `first`).
-  using SliceSum = std::function<void(int64_t row, int64_t slice, llvm::Value* sum)>;
+  using SliceSum = std::function<void(int64_t row, int64_t slice, llvm::Value * sum)>;
   auto walkBody = [&](int64_t first, int64_t count, llvm::Value* pass, llvm::Value* passWeights,
                       const EmitContext::TileRows& rowsOfX, const PanelPrefetch& panel,
                       RunTimeHeight rowsHeight, bool joinedParts, const SliceSum& sliceSum) {

@@ -108,9 +108,17 @@ private:
   // rounded to bf16, as bf16 (`pairs`: 2 bytes each, zero past an odd depth) or as fp32; a tile
   // of vdpbf16ps over depth pairs (PackedProduct::depthPairs).
   llvm::Value* bf16Bits(llvm::Value* v);
-  void bf16Rows(const View& to, const View& from, RowRange rows, int64_t depth, bool pairs);
+  // Each row's bf16 copy is `values` long: zero past the depth (a pair's upper half, AMX's
+  // padding to whole tiles).
+  void bf16Rows(const View& to, const View& from, RowRange rows, int64_t depth, bool pairs,
+                int64_t values);
   Tile emitBf16PairTile(const View& x, llvm::Value* words, const PackedProduct& packed,
                         llvm::Value* blk, llvm::Value* firstRow, int64_t rows);
+  // The same product on AMX tiles (PackedProduct::amxTiles, codegen/AmxTiles.cpp).
+  Tile emitAmxTile(const View& x, llvm::Value* words, const PackedProduct& packed, llvm::Value* blk,
+                   llvm::Value* firstRow, int64_t rows);
+  void emitAmxTileBody(const PackedProduct& packed, int64_t rows, llvm::Value* rowsBase,
+                       llvm::Value* rowStride, llvm::Value* block, llvm::Value* sums);
   // A tile's walk over the depth: `chains` sets of `accumulators` values each, all starting at
   // `zero`; steps [0, steps / chains * chains) in a loop, step k into set k % chains (`step`
   // gets k and that set), the rest after it into set 0. Returns the sets' final values.

@@ -236,7 +236,9 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
     packed.blocks = (packed.columns + packed.width - 1) / packed.width;
     return packed;
   }
-  packed.depthPairs = weights == WeightType::BF16 && target.pairsBf16Products();
+  packed.amxTiles = weights == WeightType::BF16 && target.has("amx-bf16") && target.has("amx-tile");
+  packed.depthPairs =
+      weights == WeightType::BF16 && (packed.amxTiles || target.pairsBf16Products());
   packed.width = vectorWidth;
   packed.blocks = (packed.columns + vectorWidth - 1) / vectorWidth;
   // Accumulators: every vector register but one for the broadcast input and a few for the
@@ -273,6 +275,8 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
     packed.tileRows = std::max<int64_t>(
         1, std::min(accumulators, target.vectorRegisters - 1 - vectors) / vectors);
   }
+  if (packed.amxTiles) // a tile's rows are an AMX tile's (codegen/AmxTiles.cpp)
+    packed.tileRows = kAmxTileRows;
   if (packed.splitRows) {
     // Half of L2 for the chunk's rows of x (K floats each), the rest for the block of weights
     // passing over them and the rows written.

@@ -19,6 +19,11 @@
 
 namespace rnnc::codegen {
 
+// An AMX tile's rows (16 at most), and the depth pairs of a bf16 product's A tile's row (64
+// bytes): one tdpbf16ps multiplies 16 rows by 32 depths by 16 columns.
+constexpr int64_t kAmxTileRows = 16;
+constexpr int64_t kAmxTilePairs = 16;
+
 // T*B, B, a fixed count; or, for each thread, a fixed count or B (thread t's part starts at row
 // t * fixedRows, or t * B).
 enum class Rows { Sequence, Step, Fixed, PerThread, PerThreadStep };
@@ -72,6 +77,10 @@ struct PackedProduct {
   // vdpbf16ps multiplies with the row's pair of inputs, themselves rounded to bf16 as they are
   // copied for the tiles.
   bool depthPairs = false;
+  // bf16 on a CPU with AMX-BF16: the products on its tiles (tdpbf16ps: 16 rows x 16 columns x
+  // 32 depths an instruction), in pairs as above, the packed depth padded to whole tiles of 16
+  // pairs (zero weights, and zero inputs in the rows' copies); tiles of kAmxTileRows rows.
+  bool amxTiles = false;
   bool splitRows = false; // threads split rows (in chunks), not column blocks
   int64_t chunkRows = 0;  // with splitRows: rows per chunk, a multiple of tileRows
   // The rows of x are first copied into this thread's part of buffer `xBuffer` (each chunk's
@@ -129,6 +138,8 @@ struct PackedProduct {
   int64_t packedDepth() const {
     if (blockTiled)
       return (depth + depthChunk - 1) / depthChunk * depthChunk;
+    if (amxTiles)
+      return (depth + 2 * kAmxTilePairs - 1) / (2 * kAmxTilePairs) * kAmxTilePairs;
     return weights == WeightType::I8 ? (depth + 3) / 4 : depthPairs ? (depth + 1) / 2 : depth;
   }
   // A block-tiled product's shared memory, in floats: the chunk's rows of x, transposed, each

@@ -275,3 +275,33 @@ TEST(StoragePlan, Bf16WeightsPairDepthsOnlyWhereVdpbf16psIsFast) {
     for (const codegen::PackedProduct& packed : productsOf(bf16Cpu, weights))
       EXPECT_FALSE(packed.depthPairs);
 }
+
+// bf16 weights on a CPU with AMX-BF16 go to its tiles: in depth pairs, the packed depth padded to
+// whole tiles of 16 pairs (32 depths), tiles of 16 rows; never on a CPU without AMX, nor for
+// other weight types.
+TEST(StoragePlan, Bf16WeightsGoToAmxTilesWhereTheCpuHasThem) {
+  const codegen::Target amxCpu{"x86_64-unknown-linux-gnu", "sapphirerapids",
+                               "+avx2,+avx512f,+avx512bf16,+f16c,+amx-tile,+amx-bf16,+amx-int8", 16,
+                               32};
+  for (int64_t input : {7, 33, 64}) {
+    auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", input}, {"hidden_size", 9}});
+    for (const codegen::PackedProduct& packed :
+         codegen::planStorage(*lstm, amxCpu, codegen::WeightType::BF16).packedProducts) {
+      EXPECT_TRUE(packed.amxTiles);
+      EXPECT_TRUE(packed.depthPairs);
+      EXPECT_EQ(packed.packedDepth(), (packed.depth + 31) / 32 * 16) << packed.depth;
+      EXPECT_EQ(packed.tileRows, 16);
+      EXPECT_EQ(packed.width % 16, 0);
+    }
+    for (auto weights :
+         {codegen::WeightType::F32, codegen::WeightType::F16, codegen::WeightType::I8})
+      for (const codegen::PackedProduct& packed :
+           codegen::planStorage(*lstm, amxCpu, weights).packedProducts)
+        EXPECT_FALSE(packed.amxTiles);
+    codegen::Target noAmx = amxCpu;
+    noAmx.features = "+avx2,+avx512f,+avx512bf16,+f16c";
+    for (const codegen::PackedProduct& packed :
+         codegen::planStorage(*lstm, noAmx, codegen::WeightType::BF16).packedProducts)
+      EXPECT_FALSE(packed.amxTiles);
+  }
+}

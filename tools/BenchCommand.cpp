@@ -502,7 +502,8 @@ CommandAction addBenchCommand(CLI::App& app) {
                   "code on an AVX-512 host); default: the host");
   cmd->add_option("--weights-dtype", o->weightsDtype,
                   "Also time the JIT with its weights stored as fp16 (widened to fp32 in "
-                  "registers), bf16 (bf16 products summed in fp32: vdpbf16ps with AVX512_BF16) or "
+                  "registers), bf16 (bf16 products summed in fp32: AMX tiles where the CPU has "
+                  "them, vdpbf16ps on AMD's AVX512_BF16) or "
                   "int8 (dynamic quantization), and report its error against fp32")
       ->default_val("fp32");
   return [o] { return bench(*o); };

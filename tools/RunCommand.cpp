@@ -311,7 +311,8 @@ CLI::App* addLayerCommand(CLI::App& app, const std::string& name, const std::str
     cmd->add_option("--weights-dtype", o->weightsDtype,
                     "How the JIT stores the weights of every linear/matmul: fp32; fp16 (half "
                     "the bytes, widened to fp32 in registers); bf16 (half the bytes; products of "
-                    "bf16 inputs and weights summed in fp32, by vdpbf16ps with AVX512_BF16); or "
+                    "bf16 inputs and weights summed in fp32: on AMX tiles where the CPU has them, "
+                    "by vdpbf16ps on AMD's AVX512_BF16); or "
                     "int8 (dynamic quantization)")
         ->default_val("fp32");
   cmd->add_option("--device", o->device,

@@ -113,7 +113,8 @@ class Layer:
     arguments (``Layer(src, attention_size=32)``); num_layers and bidirectional are checked
     against the weights, or inferred from them when None. ``weights_dtype="fp16"`` stores the
     weights of every matrix product in half the bytes (the math stays fp32); ``"bf16"`` too, and
-    its products multiply bf16-rounded inputs (summed in fp32; vdpbf16ps with AVX512_BF16);
+    its products multiply bf16-rounded inputs (summed in fp32; on AMX tiles where the CPU has
+    them, vdpbf16ps on AMD's AVX512_BF16);
     ``"int8"`` quantizes dynamically.
 
         layer = rnnc.Layer("gru", input_size=8, hidden_size=16)

@@ -1,5 +1,7 @@
 #include "runtime/exec/CompiledCell.h"
 
+#include "runtime/exec/AmxPermission.h"
+
 #include "codegen/Compiler.h"
 #include "codegen/RunArgs.h"
 #include "ir/Error.h"
@@ -89,6 +91,11 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
                              runnableTarget(options.targetCpu, options.cache), options.weights);
   compiled->cell_ = build.cell;
   compiled->plan_ = build.plan;
+  for (const codegen::PackedProduct& product : build.plan.packedProducts)
+    if (product.amxTiles) {
+      requestAmxTiles();
+      break;
+    }
   compiled->sequenceBufferBytes_ =
       chunkBytesFor(build.plan, build.target, options.sequenceBufferBytes);
   compiled->flopsPerRow_ = ir::matrixProductFlopsPerStep(*build.cell, 1);

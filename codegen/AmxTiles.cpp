@@ -1,0 +1,172 @@
+// bf16 matrix products on AMX tiles (PackedProduct::amxTiles: --weights-dtype bf16 on a CPU
+// with AMX-BF16, Intel's Sapphire Rapids and later), the ProductKernelEmitter's part for them.
+// One tdpbf16ps multiplies a tile of 16 rows x 32 depths of bf16 inputs (A: each row 64 bytes
+// of the rows' bf16 copy) by 16 depth pairs x 16 columns of packed weights (B: a panel's pair
+// layout as vdpbf16ps reads it, a row of the tile per depth pair) into 16 x 16 fp32 sums (C):
+// 16 times the products of an FMA per instruction. Where Intel's vdpbf16ps runs at half the
+// FMAs' rate (Target::pairsBf16Products), these are the fast bf16 path.
+//
+// The tiles are LLVM's AMX intrinsics on x86_amx values; the accumulators cross the depth loop
+// as <256 x i32> vectors cast to and from tiles (as clang's __tile1024i does), which LLVM's AMX
+// lowering keeps in tile registers, and it configures the tiles (ldtilecfg) in each function
+// that uses them. The OS must have granted the process the tiles' state first
+// (runtime/exec/AmxPermission.h).
+#include "codegen/ProductKernelEmitter.h"
+
+#include "ir/Error.h"
+
+#include <llvm/IR/IntrinsicsX86.h>
+
+#include <algorithm>
+
+namespace rnnc::codegen {
+namespace {
+
+constexpr int64_t kTileBytes = 64;   // a tile row's bytes: 16 fp32 sums, 32 bf16 inputs, 16 pairs
+constexpr int64_t kTileColumns = 16; // fp32 sums per C tile row
+// Tile registers: one for the rows (A), one for the weights in turn (B), six for sums (C).
+constexpr int64_t kSumTiles = 6;
+
+} // namespace
+
+// Rows [0, rows) of A at `rowsBase` (`rowStride` bytes apart) times the block's weights at
+// `block`, into `sums` (row m's slices side by side). In passes of as many slices as six sum
+// tiles hold; each pass one walk over the depth, 16 pairs a step.
+void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t rows,
+                                           llvm::Value* rowsBase, llvm::Value* rowStride,
+                                           llvm::Value* block, llvm::Value* sums) {
+  const int64_t slices = packed.slices(), pairs = packed.packedDepth();
+  const int64_t parts = packed.width / kTileColumns; // C tiles per slice
+  llvm::Type* i8 = e.b.getInt8Ty();
+  llvm::Type* i32 = e.b.getInt32Ty();
+  auto* sumVector = llvm::FixedVectorType::get(i32, 256); // a tile as LLVM's casts see it
+  llvm::Module* module = e.module.get();
+  using llvm::Intrinsic::getDeclaration;
+  llvm::Function* load = getDeclaration(module, llvm::Intrinsic::x86_tileloadd64_internal);
+  llvm::Function* dot = getDeclaration(module, llvm::Intrinsic::x86_tdpbf16ps_internal);
+  llvm::Function* zero = getDeclaration(module, llvm::Intrinsic::x86_tilezero_internal);
+  llvm::Function* store = getDeclaration(module, llvm::Intrinsic::x86_tilestored64_internal);
+  llvm::Function* toVector =
+      getDeclaration(module, llvm::Intrinsic::x86_cast_tile_to_vector, {sumVector});
+  llvm::Function* toTile =
+      getDeclaration(module, llvm::Intrinsic::x86_cast_vector_to_tile, {sumVector});
+  llvm::Value* tileRows = e.b.getInt16(static_cast<uint16_t>(rows));
+  llvm::Value* rowBytes = e.b.getInt16(kTileBytes);
+  llvm::Value* pairRows = e.b.getInt16(kAmxTilePairs);
+
+  const int64_t perPass = std::max<int64_t>(1, std::min(slices, kSumTiles / parts));
+  for (int64_t first = 0; first < slices; first += perPass) {
+    const int64_t count = std::min(perPass, slices - first);
+    // The depth loop, its accumulators phis of their own zero tiles (AMX has no tile move).
+    const size_t accumulators = static_cast<size_t>(count * parts);
+    llvm::BasicBlock* before = e.b.GetInsertBlock();
+    Accumulators zeros;
+    for (size_t i = 0; i < accumulators; ++i)
+      zeros.push_back(e.b.CreateCall(toVector, {e.b.CreateCall(zero, {tileRows, rowBytes})}));
+    auto [group, header, exit] = e.openLoop(e.constant(0), "amxdepth");
+    Accumulators acc;
+    std::vector<llvm::PHINode*> phis;
+    for (size_t i = 0; i < accumulators; ++i) {
+      phis.push_back(e.b.CreatePHI(sumVector, 2));
+      phis.back()->addIncoming(zeros[i], before);
+      acc.push_back(phis.back());
+    }
+    llvm::Value* pair = e.b.CreateMul(group, e.constant(kAmxTilePairs));
+    llvm::Value* a = e.b.CreateCall(
+        load, {tileRows, rowBytes, e.b.CreateGEP(i8, rowsBase, e.b.CreateMul(pair, e.constant(4))),
+               rowStride});
+    for (int64_t s = 0; s < count; ++s) {
+      const int64_t panelWidth = packed.panelWidth(first + s);
+      llvm::Value* sliceWords = e.b.CreateConstGEP1_64(i32, block, packed.sliceStart(first + s));
+      for (int64_t part = 0; part < parts; ++part) {
+        llvm::Value* at = e.b.CreateAdd(e.b.CreateMul(pair, e.constant(panelWidth)),
+                                        e.constant(part * kTileColumns));
+        llvm::Value* b =
+            e.b.CreateCall(load, {pairRows, rowBytes, e.b.CreateGEP(i32, sliceWords, at),
+                                  e.constant(panelWidth * 4)});
+        llvm::Value*& sum = acc[static_cast<size_t>(s * parts + part)];
+        sum =
+            e.b.CreateCall(toVector, {e.b.CreateCall(dot, {tileRows, rowBytes, rowBytes,
+                                                           e.b.CreateCall(toTile, {sum}), a, b})});
+      }
+    }
+    llvm::Value* next = e.b.CreateAdd(group, e.constant(1));
+    llvm::BasicBlock* latch = e.b.GetInsertBlock();
+    for (size_t i = 0; i < accumulators; ++i)
+      phis[i]->addIncoming(acc[i], latch);
+    group->addIncoming(next, latch);
+    e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(pairs / kAmxTilePairs)), header, exit);
+    e.b.SetInsertPoint(exit);
+    // C tile (s, part) to row m's slice s, columns [16 part, 16 part + 16).
+    const int64_t sumStride = slices * packed.width; // floats from one row's sums to the next
+    for (int64_t s = 0; s < count; ++s)
+      for (int64_t part = 0; part < parts; ++part)
+        e.b.CreateCall(
+            store,
+            {tileRows, rowBytes,
+             e.b.CreateConstGEP1_64(e.f32, sums, (first + s) * packed.width + part * kTileColumns),
+             e.constant(sumStride * 4),
+             e.b.CreateCall(toTile, {acc[static_cast<size_t>(s * parts + part)]})});
+  }
+}
+
+ProductKernelEmitter::Tile ProductKernelEmitter::emitAmxTile(const View& x, llvm::Value* words,
+                                                             const PackedProduct& packed,
+                                                             llvm::Value* blk,
+                                                             llvm::Value* firstRow, int64_t rows) {
+  const int64_t slices = packed.slices(), pairs = packed.packedDepth();
+  const int64_t parts = packed.width / kTileColumns; // C tiles per slice
+  RNNC_INTERNAL_CHECK(parts * kTileColumns == packed.width && parts <= kSumTiles,
+                      "AMX blocks of 16 to 96 columns");
+  RNNC_INTERNAL_CHECK(pairs % kAmxTilePairs == 0, "AMX depth padded to whole tiles");
+  RNNC_INTERNAL_CHECK(rows >= 1 && rows <= kAmxTileRows, "AMX tiles of 1 to 16 rows");
+  llvm::Type* i32 = e.b.getInt32Ty();
+  auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
+  llvm::Module* module = e.module.get();
+  // A: the rows' bf16 copies (PackedProduct::xBuffer), a row's depth zero past the product's.
+  llvm::Value* rowsBase = e.elementPointer(x, firstRow, e.constant(0));
+  llvm::Value* rowStride = e.b.CreateMul(x.rowStride, e.constant(sizeof(float)));
+  llvm::Value* block =
+      e.b.CreateGEP(i32, words, e.b.CreateMul(blk, e.constant(pairs * slices * packed.width)));
+  // The sums, as the epilogue reads them: row m's slices side by side (`width` floats each).
+  llvm::IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
+  llvm::AllocaInst* sums =
+      entry.CreateAlloca(e.f32, e.constant(rows * slices * packed.width), "amx_sums");
+  sums->setAlignment(llvm::Align(64));
+
+  // The tiles' work is a function of its own, one per shape: in the run function, with its
+  // many tile heights, LLVM's allocation of the 8 tile registers ran out of them.
+  std::string name = "rnnc_amx." + std::to_string(rows) + "r." + std::to_string(pairs) + "p." +
+                     std::to_string(packed.width) + "w";
+  for (int64_t s = 0; s < slices; ++s)
+    name += "." + std::to_string(packed.sliceStart(s)) + "_" + std::to_string(packed.panelWidth(s));
+  llvm::Function* tiles = module->getFunction(name);
+  if (!tiles) {
+    auto* type = llvm::FunctionType::get(e.b.getVoidTy(), {e.ptr, e.i64, e.ptr, e.ptr}, false);
+    tiles = llvm::Function::Create(type, llvm::Function::InternalLinkage, name, module);
+    for (const char* attribute : {"target-cpu", "target-features"})
+      tiles->addFnAttr(e.fn->getFnAttribute(attribute));
+    tiles->addFnAttr(llvm::Attribute::NoUnwind);
+    tiles->addFnAttr(llvm::Attribute::NoInline);
+    const llvm::IRBuilderBase::InsertPoint caller = e.b.saveIP();
+    llvm::Function* callerFn = e.fn;
+    e.fn = tiles;
+    e.b.SetInsertPoint(llvm::BasicBlock::Create(e.llvmContext, "entry", tiles));
+    emitAmxTileBody(packed, rows, tiles->getArg(0), tiles->getArg(1), tiles->getArg(2),
+                    tiles->getArg(3));
+    e.b.CreateRetVoid();
+    e.fn = callerFn;
+    e.b.restoreIP(caller);
+  }
+  e.b.CreateCall(tiles, {rowsBase, rowStride, block, sums});
+
+  Tile tile(static_cast<size_t>(rows), std::vector<llvm::Value*>(static_cast<size_t>(slices)));
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t s = 0; s < slices; ++s)
+      tile[m][s] = e.b.CreateAlignedLoad(
+          floats, e.b.CreateConstGEP1_64(e.f32, sums, (m * slices + s) * packed.width),
+          llvm::Align(64));
+  return tile;
+}
+
+} // namespace rnnc::codegen
