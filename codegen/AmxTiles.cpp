@@ -24,8 +24,7 @@ namespace {
 
 constexpr int64_t kTileBytes = 64;   // a tile row's bytes: 16 fp32 sums, 32 bf16 inputs, 16 pairs
 constexpr int64_t kTileColumns = 16; // fp32 sums per C tile row
-// Tile registers: one for the rows (A), one for the weights in turn (B), six for sums (C).
-constexpr int64_t kSumTiles = 6;
+constexpr int64_t kTileRegisters = 8;
 
 } // namespace
 
@@ -50,19 +49,30 @@ void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t 
       getDeclaration(module, llvm::Intrinsic::x86_cast_tile_to_vector, {sumVector});
   llvm::Function* toTile =
       getDeclaration(module, llvm::Intrinsic::x86_cast_vector_to_tile, {sumVector});
-  llvm::Value* tileRows = e.b.getInt16(static_cast<uint16_t>(rows));
   llvm::Value* rowBytes = e.b.getInt16(kTileBytes);
   llvm::Value* pairRows = e.b.getInt16(kAmxTilePairs);
-
-  const int64_t perPass = std::max<int64_t>(1, std::min(slices, kSumTiles / parts));
+  // Rows in A tiles of 16 (the last shorter), each weight tile multiplied with all of them: the
+  // tile registers hold the A tiles, one weight tile (B) and the pass's sums (C).
+  const int64_t rowTiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
+  auto rowsOf = [&](int64_t t) { return std::min(kAmxTileRows, rows - t * kAmxTileRows); };
+  const int64_t sumTiles = kTileRegisters - rowTiles - 1;
+  RNNC_INTERNAL_CHECK(parts * rowTiles <= sumTiles, "AMX sums past the tile registers");
+  const int64_t perPass = std::max<int64_t>(1, std::min(slices, sumTiles / (parts * rowTiles)));
   for (int64_t first = 0; first < slices; first += perPass) {
     const int64_t count = std::min(perPass, slices - first);
     // The depth loop, its accumulators phis of their own zero tiles (AMX has no tile move).
-    const size_t accumulators = static_cast<size_t>(count * parts);
+    // Accumulator (t * count + s) * parts + part: row tile t, slice first + s, its part.
+    const size_t accumulators = static_cast<size_t>(rowTiles * count * parts);
+    auto slot = [&](int64_t t, int64_t s, int64_t part) {
+      return static_cast<size_t>((t * count + s) * parts + part);
+    };
     llvm::BasicBlock* before = e.b.GetInsertBlock();
-    Accumulators zeros;
-    for (size_t i = 0; i < accumulators; ++i)
-      zeros.push_back(e.b.CreateCall(toVector, {e.b.CreateCall(zero, {tileRows, rowBytes})}));
+    Accumulators zeros(accumulators);
+    for (int64_t t = 0; t < rowTiles; ++t)
+      for (int64_t i = 0; i < count * parts; ++i)
+        zeros[slot(t, 0, 0) + static_cast<size_t>(i)] = e.b.CreateCall(
+            toVector,
+            {e.b.CreateCall(zero, {e.b.getInt16(static_cast<uint16_t>(rowsOf(t))), rowBytes})});
     auto [group, header, exit] = e.openLoop(e.constant(0), "amxdepth");
     Accumulators acc;
     std::vector<llvm::PHINode*> phis;
@@ -72,9 +82,15 @@ void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t 
       acc.push_back(phis.back());
     }
     llvm::Value* pair = e.b.CreateMul(group, e.constant(kAmxTilePairs));
-    llvm::Value* a = e.b.CreateCall(
-        load, {tileRows, rowBytes, e.b.CreateGEP(i8, rowsBase, e.b.CreateMul(pair, e.constant(4))),
-               rowStride});
+    std::vector<llvm::Value*> a;
+    for (int64_t t = 0; t < rowTiles; ++t)
+      a.push_back(e.b.CreateCall(
+          load,
+          {e.b.getInt16(static_cast<uint16_t>(rowsOf(t))), rowBytes,
+           e.b.CreateGEP(i8, rowsBase,
+                         e.b.CreateAdd(e.b.CreateMul(pair, e.constant(4)),
+                                       e.b.CreateMul(rowStride, e.constant(t * kAmxTileRows)))),
+           rowStride}));
     for (int64_t s = 0; s < count; ++s) {
       const int64_t panelWidth = packed.panelWidth(first + s);
       llvm::Value* sliceWords = e.b.CreateConstGEP1_64(i32, block, packed.sliceStart(first + s));
@@ -84,10 +100,13 @@ void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t 
         llvm::Value* b =
             e.b.CreateCall(load, {pairRows, rowBytes, e.b.CreateGEP(i32, sliceWords, at),
                                   e.constant(panelWidth * 4)});
-        llvm::Value*& sum = acc[static_cast<size_t>(s * parts + part)];
-        sum =
-            e.b.CreateCall(toVector, {e.b.CreateCall(dot, {tileRows, rowBytes, rowBytes,
-                                                           e.b.CreateCall(toTile, {sum}), a, b})});
+        for (int64_t t = 0; t < rowTiles; ++t) {
+          llvm::Value*& sum = acc[slot(t, s, part)];
+          sum = e.b.CreateCall(
+              toVector,
+              {e.b.CreateCall(dot, {e.b.getInt16(static_cast<uint16_t>(rowsOf(t))), rowBytes,
+                                    rowBytes, e.b.CreateCall(toTile, {sum}), a[t], b})});
+        }
       }
     }
     llvm::Value* next = e.b.CreateAdd(group, e.constant(1));
@@ -97,16 +116,17 @@ void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t 
     group->addIncoming(next, latch);
     e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(pairs / kAmxTilePairs)), header, exit);
     e.b.SetInsertPoint(exit);
-    // C tile (s, part) to row m's slice s, columns [16 part, 16 part + 16).
+    // C tile (t, s, part) to rows [16 t, 16 t + 16)'s slice s, columns [16 part, 16 part + 16).
     const int64_t sumStride = slices * packed.width; // floats from one row's sums to the next
-    for (int64_t s = 0; s < count; ++s)
-      for (int64_t part = 0; part < parts; ++part)
-        e.b.CreateCall(
-            store,
-            {tileRows, rowBytes,
-             e.b.CreateConstGEP1_64(e.f32, sums, (first + s) * packed.width + part * kTileColumns),
-             e.constant(sumStride * 4),
-             e.b.CreateCall(toTile, {acc[static_cast<size_t>(s * parts + part)]})});
+    for (int64_t t = 0; t < rowTiles; ++t)
+      for (int64_t s = 0; s < count; ++s)
+        for (int64_t part = 0; part < parts; ++part)
+          e.b.CreateCall(
+              store, {e.b.getInt16(static_cast<uint16_t>(rowsOf(t))), rowBytes,
+                      e.b.CreateConstGEP1_64(e.f32, sums,
+                                             t * kAmxTileRows * sumStride +
+                                                 (first + s) * packed.width + part * kTileColumns),
+                      e.constant(sumStride * 4), e.b.CreateCall(toTile, {acc[slot(t, s, part)]})});
   }
 }
 
@@ -116,10 +136,9 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitAmxTile(const View& x, llvm
                                                              llvm::Value* firstRow, int64_t rows) {
   const int64_t slices = packed.slices(), pairs = packed.packedDepth();
   const int64_t parts = packed.width / kTileColumns; // C tiles per slice
-  RNNC_INTERNAL_CHECK(parts * kTileColumns == packed.width && parts <= kSumTiles,
-                      "AMX blocks of 16 to 96 columns");
+  RNNC_INTERNAL_CHECK(parts * kTileColumns == packed.width, "AMX blocks of whole tiles");
   RNNC_INTERNAL_CHECK(pairs % kAmxTilePairs == 0, "AMX depth padded to whole tiles");
-  RNNC_INTERNAL_CHECK(rows >= 1 && rows <= kAmxTileRows, "AMX tiles of 1 to 16 rows");
+  RNNC_INTERNAL_CHECK(rows >= 1 && rows <= 2 * kAmxTileRows, "AMX tiles of 1 to 32 rows");
   llvm::Type* i32 = e.b.getInt32Ty();
   auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   llvm::Module* module = e.module.get();

@@ -236,7 +236,8 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
     packed.blocks = (packed.columns + packed.width - 1) / packed.width;
     return packed;
   }
-  packed.amxTiles = weights == WeightType::BF16 && target.has("amx-bf16") && target.has("amx-tile");
+  packed.amxTiles = weights == WeightType::BF16 && vectorWidth == 16 && target.has("amx-bf16") &&
+                    target.has("amx-tile");
   packed.depthPairs =
       weights == WeightType::BF16 && (packed.amxTiles || target.pairsBf16Products());
   packed.width = vectorWidth;
@@ -275,8 +276,12 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
     packed.tileRows = std::max<int64_t>(
         1, std::min(accumulators, target.vectorRegisters - 1 - vectors) / vectors);
   }
-  if (packed.amxTiles) // a tile's rows are an AMX tile's (codegen/AmxTiles.cpp)
-    packed.tileRows = kAmxTileRows;
+  if (packed.amxTiles) { // two A tiles of rows per weight tile (codegen/AmxTiles.cpp), and
+    // blocks of at most two sum tiles, so that 2 x 2 of them fit the 8 tile registers
+    packed.tileRows = 2 * kAmxTileRows;
+    packed.width = std::min<int64_t>(packed.width, 2 * vectorWidth);
+    packed.blocks = (packed.columns + packed.width - 1) / packed.width;
+  }
   if (packed.splitRows) {
     // Half of L2 for the chunk's rows of x (K floats each), the rest for the block of weights
     // passing over them and the rows written.
