@@ -1,5 +1,8 @@
-// bf16 matrix products on AMX tiles (PackedProduct::amxTiles: --weights-dtype bf16 on a CPU
-// with AMX-BF16, Intel's Sapphire Rapids and later), the ProductKernelEmitter's part for them.
+// bf16 and int8 matrix products on AMX tiles (PackedProduct::amxTiles: --weights-dtype bf16 on
+// a CPU with AMX-BF16, int8 with AMX-INT8: Intel's Sapphire Rapids and later), the
+// ProductKernelEmitter's part for them. int8 tiles (tdpbusd) multiply the rows quantized as
+// codegen/QuantizedProducts.cpp does by the weights in its groups of 4 depths: the same int32
+// sums as vpdpbusd's, dequantized the same way. bf16:
 // One tdpbf16ps multiplies a tile of 16 rows x 32 depths of bf16 inputs (A: each row 64 bytes
 // of the rows' bf16 copy) by 16 depth pairs x 16 columns of packed weights (B: a panel's pair
 // layout as vdpbf16ps reads it, a row of the tile per depth pair) into 16 x 16 fp32 sums (C):
@@ -42,7 +45,11 @@ void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t 
   llvm::Module* module = e.module.get();
   using llvm::Intrinsic::getDeclaration;
   llvm::Function* load = getDeclaration(module, llvm::Intrinsic::x86_tileloadd64_internal);
-  llvm::Function* dot = getDeclaration(module, llvm::Intrinsic::x86_tdpbf16ps_internal);
+  // bf16 pairs into fp32 sums; int8 groups of 4 (unsigned 7-bit inputs, signed weights) into
+  // int32 sums, exact: the same as vpdpbusd's (codegen/QuantizedProducts.cpp).
+  llvm::Function* dot = getDeclaration(module, packed.weights == WeightType::I8
+                                                   ? llvm::Intrinsic::x86_tdpbusd_internal
+                                                   : llvm::Intrinsic::x86_tdpbf16ps_internal);
   llvm::Function* zero = getDeclaration(module, llvm::Intrinsic::x86_tilezero_internal);
   llvm::Function* store = getDeclaration(module, llvm::Intrinsic::x86_tilestored64_internal);
   llvm::Function* toVector =
@@ -50,7 +57,7 @@ void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t 
   llvm::Function* toTile =
       getDeclaration(module, llvm::Intrinsic::x86_cast_vector_to_tile, {sumVector});
   llvm::Value* rowBytes = e.b.getInt16(kTileBytes);
-  llvm::Value* pairRows = e.b.getInt16(kAmxTilePairs);
+  llvm::Value* pairRows = e.b.getInt16(kAmxTileWords);
   // Rows in A tiles of 16 (the last shorter), each weight tile multiplied with all of them: the
   // tile registers hold the A tiles, one weight tile (B) and the pass's sums (C).
   const int64_t rowTiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
@@ -81,7 +88,7 @@ void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t 
       phis.back()->addIncoming(zeros[i], before);
       acc.push_back(phis.back());
     }
-    llvm::Value* pair = e.b.CreateMul(group, e.constant(kAmxTilePairs));
+    llvm::Value* pair = e.b.CreateMul(group, e.constant(kAmxTileWords));
     std::vector<llvm::Value*> a;
     for (int64_t t = 0; t < rowTiles; ++t)
       a.push_back(e.b.CreateCall(
@@ -114,7 +121,7 @@ void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t 
     for (size_t i = 0; i < accumulators; ++i)
       phis[i]->addIncoming(acc[i], latch);
     group->addIncoming(next, latch);
-    e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(pairs / kAmxTilePairs)), header, exit);
+    e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(pairs / kAmxTileWords)), header, exit);
     e.b.SetInsertPoint(exit);
     // C tile (t, s, part) to rows [16 t, 16 t + 16)'s slice s, columns [16 part, 16 part + 16).
     const int64_t sumStride = slices * packed.width; // floats from one row's sums to the next
@@ -137,12 +144,13 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitAmxTile(const View& x, llvm
   const int64_t slices = packed.slices(), pairs = packed.packedDepth();
   const int64_t parts = packed.width / kTileColumns; // C tiles per slice
   RNNC_INTERNAL_CHECK(parts * kTileColumns == packed.width, "AMX blocks of whole tiles");
-  RNNC_INTERNAL_CHECK(pairs % kAmxTilePairs == 0, "AMX depth padded to whole tiles");
+  RNNC_INTERNAL_CHECK(pairs % kAmxTileWords == 0, "AMX depth padded to whole tiles");
   RNNC_INTERNAL_CHECK(rows >= 1 && rows <= 2 * kAmxTileRows, "AMX tiles of 1 to 32 rows");
   llvm::Type* i32 = e.b.getInt32Ty();
   auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   llvm::Module* module = e.module.get();
-  // A: the rows' bf16 copies (PackedProduct::xBuffer), a row's depth zero past the product's.
+  // A: the rows' copies (PackedProduct::xBuffer): bf16, zero past the product's depth; or int8,
+  // quantized (what follows the depth is multiplied by zero weights).
   llvm::Value* rowsBase = e.elementPointer(x, firstRow, e.constant(0));
   llvm::Value* rowStride = e.b.CreateMul(x.rowStride, e.constant(sizeof(float)));
   llvm::Value* block =
@@ -155,7 +163,8 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitAmxTile(const View& x, llvm
 
   // The tiles' work is a function of its own, one per shape: in the run function, with its
   // many tile heights, LLVM's allocation of the 8 tile registers ran out of them.
-  std::string name = "rnnc_amx." + std::to_string(rows) + "r." + std::to_string(pairs) + "p." +
+  std::string name = "rnnc_amx." + std::string(weightTypeName(packed.weights)) + "." +
+                     std::to_string(rows) + "r." + std::to_string(pairs) + "p." +
                      std::to_string(packed.width) + "w";
   for (int64_t s = 0; s < slices; ++s)
     name += "." + std::to_string(packed.sliceStart(s)) + "_" + std::to_string(packed.panelWidth(s));
@@ -180,11 +189,48 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitAmxTile(const View& x, llvm
   e.b.CreateCall(tiles, {rowsBase, rowStride, block, sums});
 
   Tile tile(static_cast<size_t>(rows), std::vector<llvm::Value*>(static_cast<size_t>(slices)));
-  for (int64_t m = 0; m < rows; ++m)
-    for (int64_t s = 0; s < slices; ++s)
-      tile[m][s] = e.b.CreateAlignedLoad(
-          floats, e.b.CreateConstGEP1_64(e.f32, sums, (m * slices + s) * packed.width),
-          llvm::Align(64));
+  auto sumsAt = [&](int64_t m, int64_t s, llvm::Type* type) {
+    return e.b.CreateAlignedLoad(
+        type, e.b.CreateConstGEP1_64(e.f32, sums, (m * slices + s) * packed.width),
+        llvm::Align(64));
+  };
+  if (packed.weights != WeightType::I8) {
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t s = 0; s < slices; ++s)
+        tile[m][s] = sumsAt(m, s, floats);
+    return tile;
+  }
+  // int8: dequantized as emitInt8Tile does, (sum - zero * colsum) * (x_scale * w_scale), with
+  // each row's scale and zero point in the last two floats of its copy's stride.
+  auto* ints = llvm::FixedVectorType::get(i32, static_cast<unsigned>(packed.width));
+  llvm::Value* blockScales =
+      e.b.CreateGEP(e.f32, e.buffers[packed.scaleBuffer],
+                    e.b.CreateMul(blk, e.constant(slices * packed.width * 2)));
+  std::vector<llvm::Value*> weightScale, columnSum;
+  for (int64_t s = 0; s < slices; ++s) {
+    const int64_t at = s * 2 * packed.width;
+    weightScale.push_back(e.b.CreateAlignedLoad(
+        floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at), llvm::Align(4)));
+    columnSum.push_back(e.b.CreateAlignedLoad(
+        floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at + packed.width), llvm::Align(4)));
+  }
+  for (int64_t m = 0; m < rows; ++m) {
+    llvm::Value* row = e.elementPointer(x, e.b.CreateAdd(firstRow, e.constant(m)), e.constant(0));
+    auto rowFactor = [&](int64_t k) { // the row's scale (0) or zero point (1)
+      return e.b.CreateVectorSplat(
+          static_cast<unsigned>(packed.width),
+          e.b.CreateAlignedLoad(e.f32, e.b.CreateConstGEP1_64(e.f32, row, packed.xStride - 2 + k),
+                                llvm::Align(4)));
+    };
+    llvm::Value* rowScale = rowFactor(0);
+    llvm::Value* minusZero = e.b.CreateFNeg(rowFactor(1));
+    for (int64_t s = 0; s < slices; ++s) {
+      llvm::Value* total = e.b.CreateSIToFP(sumsAt(m, s, ints), floats);
+      llvm::Value* corrected =
+          e.b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {floats}, {minusZero, columnSum[s], total});
+      tile[m][s] = e.b.CreateFMul(corrected, e.b.CreateFMul(rowScale, weightScale[s]));
+    }
+  }
   return tile;
 }
 

@@ -527,10 +527,10 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                                     RunTimeHeight height, llvm::Value* tileMemory) {
   if (packed.weights == WeightType::I8 || packed.depthPairs) {
     RNNC_INTERNAL_CHECK(!height.rows, "int8 and bf16-pair tiles have no run-time height");
-    const Tile sums = packed.weights == WeightType::I8
+    const Tile sums = packed.amxTiles ? emitAmxTile(x, weights, packed, blk, firstRow, rows)
+                      : packed.weights == WeightType::I8
                           ? emitInt8Tile(x, weights, packed, blk, firstRow, rows)
-                      : packed.amxTiles ? emitAmxTile(x, weights, packed, blk, firstRow, rows)
-                                        : emitBf16PairTile(x, weights, packed, blk, firstRow, rows);
+                          : emitBf16PairTile(x, weights, packed, blk, firstRow, rows);
     for (int64_t m = 0; m < rows; ++m)
       for (int64_t s = 0; s < packed.slices(); ++s)
         store(m, e.constant(s), sums[static_cast<size_t>(m)][static_cast<size_t>(s)]);

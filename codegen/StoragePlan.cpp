@@ -236,8 +236,9 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
     packed.blocks = (packed.columns + packed.width - 1) / packed.width;
     return packed;
   }
-  packed.amxTiles = weights == WeightType::BF16 && vectorWidth == 16 && target.has("amx-bf16") &&
-                    target.has("amx-tile");
+  packed.amxTiles = vectorWidth == 16 && target.has("amx-tile") &&
+                    ((weights == WeightType::BF16 && target.has("amx-bf16")) ||
+                     (weights == WeightType::I8 && target.has("amx-int8")));
   packed.depthPairs =
       weights == WeightType::BF16 && (packed.amxTiles || target.pairsBf16Products());
   packed.width = vectorWidth;

@@ -19,10 +19,11 @@
 
 namespace rnnc::codegen {
 
-// An AMX tile's rows (16 at most), and the depth pairs of a bf16 product's A tile's row (64
-// bytes): one tdpbf16ps multiplies 16 rows by 32 depths by 16 columns.
+// An AMX tile's rows (16 at most), and the 32-bit words of depth in an A tile's row (64 bytes:
+// 16 bf16 pairs, or 16 groups of 4 int8): one tdpbf16ps multiplies 16 rows by 32 depths by 16
+// columns, one tdpbusd 16 rows by 64 depths by 16 columns.
 constexpr int64_t kAmxTileRows = 16;
-constexpr int64_t kAmxTilePairs = 16;
+constexpr int64_t kAmxTileWords = 16;
 
 // T*B, B, a fixed count; or, for each thread, a fixed count or B (thread t's part starts at row
 // t * fixedRows, or t * B).
@@ -77,9 +78,10 @@ struct PackedProduct {
   // vdpbf16ps multiplies with the row's pair of inputs, themselves rounded to bf16 as they are
   // copied for the tiles.
   bool depthPairs = false;
-  // bf16 on a CPU with AMX-BF16: the products on its tiles (tdpbf16ps: 16 rows x 16 columns x
-  // 32 depths an instruction), in pairs as above, the packed depth padded to whole tiles of 16
-  // pairs (zero weights, and zero inputs in the rows' copies); tiles of kAmxTileRows rows.
+  // bf16 on a CPU with AMX-BF16, int8 on one with AMX-INT8: the products on its tiles
+  // (tdpbf16ps, tdpbusd; codegen/AmxTiles.cpp), the weights packed as above (pairs, groups of 4),
+  // the packed depth padded to whole tiles of 16 words (zero weights; zero bf16 inputs in the
+  // rows' copies, whatever int8 ones); tiles of 2 x kAmxTileRows rows.
   bool amxTiles = false;
   bool splitRows = false; // threads split rows (in chunks), not column blocks
   int64_t chunkRows = 0;  // with splitRows: rows per chunk, a multiple of tileRows
@@ -138,8 +140,10 @@ struct PackedProduct {
   int64_t packedDepth() const {
     if (blockTiled)
       return (depth + depthChunk - 1) / depthChunk * depthChunk;
-    if (amxTiles)
-      return (depth + 2 * kAmxTilePairs - 1) / (2 * kAmxTilePairs) * kAmxTilePairs;
+    if (amxTiles) {
+      const int64_t perWord = weights == WeightType::I8 ? 4 : 2;
+      return (depth + perWord * kAmxTileWords - 1) / (perWord * kAmxTileWords) * kAmxTileWords;
+    }
     return weights == WeightType::I8 ? (depth + 3) / 4 : depthPairs ? (depth + 1) / 2 : depth;
   }
   // A block-tiled product's shared memory, in floats: the chunk's rows of x, transposed, each

@@ -276,32 +276,40 @@ TEST(StoragePlan, Bf16WeightsPairDepthsOnlyWhereVdpbf16psIsFast) {
       EXPECT_FALSE(packed.depthPairs);
 }
 
-// bf16 weights on a CPU with AMX-BF16 go to its tiles: in depth pairs, the packed depth padded to
-// whole tiles of 16 pairs (32 depths), tiles of 2 x 16 rows; never on a CPU without AMX, nor for
-// other weight types.
-TEST(StoragePlan, Bf16WeightsGoToAmxTilesWhereTheCpuHasThem) {
+// bf16 weights on a CPU with AMX-BF16 and int8 ones with AMX-INT8 go to its tiles: bf16 in
+// depth pairs, int8 in groups of 4 depths, the packed depth padded to whole tiles of 16 words
+// (32 bf16 depths, 64 int8 ones), tiles of 2 x 16 rows; never without the AMX feature of the
+// type, nor for fp32 and fp16.
+TEST(StoragePlan, Bf16AndInt8WeightsGoToAmxTilesWhereTheCpuHasThem) {
   const codegen::Target amxCpu{"x86_64-unknown-linux-gnu", "sapphirerapids",
                                "+avx2,+avx512f,+avx512bf16,+f16c,+amx-tile,+amx-bf16,+amx-int8", 16,
                                32};
-  for (int64_t input : {7, 33, 64}) {
+  using codegen::WeightType;
+  for (int64_t input : {7, 33, 64, 65}) {
     auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", input}, {"hidden_size", 9}});
-    for (const codegen::PackedProduct& packed :
-         codegen::planStorage(*lstm, amxCpu, codegen::WeightType::BF16).packedProducts) {
-      EXPECT_TRUE(packed.amxTiles);
-      EXPECT_TRUE(packed.depthPairs);
-      EXPECT_EQ(packed.packedDepth(), (packed.depth + 31) / 32 * 16) << packed.depth;
-      EXPECT_EQ(packed.tileRows, 32); // two tiles of 16 rows
-      EXPECT_TRUE(packed.width == 16 || packed.width == 32) << packed.width;
-    }
-    for (auto weights :
-         {codegen::WeightType::F32, codegen::WeightType::F16, codegen::WeightType::I8})
-      for (const codegen::PackedProduct& packed :
-           codegen::planStorage(*lstm, amxCpu, weights).packedProducts)
+    auto productsOf = [&](const codegen::Target& target, WeightType weights) {
+      return codegen::planStorage(*lstm, target, weights).packedProducts;
+    };
+    for (WeightType weights : {WeightType::BF16, WeightType::I8})
+      for (const codegen::PackedProduct& packed : productsOf(amxCpu, weights)) {
+        const int64_t perWord = weights == WeightType::I8 ? 4 : 2;
+        EXPECT_TRUE(packed.amxTiles);
+        EXPECT_EQ(packed.depthPairs, weights == WeightType::BF16);
+        EXPECT_EQ(packed.packedDepth(), (packed.depth + 16 * perWord - 1) / (16 * perWord) * 16)
+            << packed.depth;
+        EXPECT_EQ(packed.packedElementBytes(), 4);
+        EXPECT_EQ(packed.tileRows, 32); // two tiles of 16 rows
+        EXPECT_TRUE(packed.width == 16 || packed.width == 32) << packed.width;
+      }
+    for (WeightType weights : {WeightType::F32, WeightType::F16})
+      for (const codegen::PackedProduct& packed : productsOf(amxCpu, weights))
         EXPECT_FALSE(packed.amxTiles);
-    codegen::Target noAmx = amxCpu;
-    noAmx.features = "+avx2,+avx512f,+avx512bf16,+f16c";
-    for (const codegen::PackedProduct& packed :
-         codegen::planStorage(*lstm, noAmx, codegen::WeightType::BF16).packedProducts)
+    codegen::Target int8Only = amxCpu, bf16Only = amxCpu;
+    int8Only.features = "+avx2,+avx512f,+avx512bf16,+f16c,+amx-tile,+amx-int8";
+    bf16Only.features = "+avx2,+avx512f,+avx512bf16,+f16c,+amx-tile,+amx-bf16";
+    for (const codegen::PackedProduct& packed : productsOf(int8Only, WeightType::BF16))
+      EXPECT_FALSE(packed.amxTiles);
+    for (const codegen::PackedProduct& packed : productsOf(bf16Only, WeightType::I8))
       EXPECT_FALSE(packed.amxTiles);
   }
 }
