@@ -1,13 +1,16 @@
 // bf16 and int8 matrix products on AMX tiles (PackedProduct::amxTiles: --weights-dtype bf16 on
 // a CPU with AMX-BF16, int8 with AMX-INT8: Intel's Sapphire Rapids and later), the
-// ProductKernelEmitter's part for them. int8 tiles (tdpbusd) multiply the rows quantized as
-// codegen/QuantizedProducts.cpp does by the weights in its groups of 4 depths: the same int32
-// sums as vpdpbusd's, dequantized the same way. bf16:
-// One tdpbf16ps multiplies a tile of 16 rows x 32 depths of bf16 inputs (A: each row 64 bytes
-// of the rows' bf16 copy) by 16 depth pairs x 16 columns of packed weights (B: a panel's pair
-// layout as vdpbf16ps reads it, a row of the tile per depth pair) into 16 x 16 fp32 sums (C):
-// 16 times the products of an FMA per instruction. Where Intel's vdpbf16ps runs at half the
-// FMAs' rate (Target::pairsBf16Products), these are the fast bf16 path.
+// ProductKernelEmitter's part for them. An A tile holds 16 rows of the rows' copies, 64 bytes
+// of depth each; a B tile 16 words of depth of 16 columns of the packed weights, in the layout
+// the vector tiles read (a panel's row per word); a C tile 16 x 16 sums:
+//   - bf16: one tdpbf16ps multiplies 16 rows x 32 depths (bf16 pairs) x 16 columns into fp32
+//     sums, 16 times an FMA's products. Where Intel's vdpbf16ps runs at half the FMAs' rate
+//     (Target::pairsBf16Products), this is the fast bf16 path.
+//   - int8: one tdpbusd multiplies 16 rows x 64 depths (the rows quantized to 7 bits as
+//     codegen/QuantizedProducts.cpp does, the weights in its groups of 4) x 16 columns into the
+//     same exact int32 sums as vpdpbusd's, dequantized the same way.
+// Each weight tile multiplies up to two row tiles (a tile of 32 rows), so the registers hold
+// 2 A tiles, 1 B and up to 5 C.
 //
 // The tiles are LLVM's AMX intrinsics on x86_amx values; the accumulators cross the depth loop
 // as <256 x i32> vectors cast to and from tiles (as clang's __tile1024i does), which LLVM's AMX
@@ -21,23 +24,25 @@
 #include <llvm/IR/IntrinsicsX86.h>
 
 #include <algorithm>
+#include <sstream>
 
 namespace rnnc::codegen {
 namespace {
 
-constexpr int64_t kTileBytes = 64;   // a tile row's bytes: 16 fp32 sums, 32 bf16 inputs, 16 pairs
-constexpr int64_t kTileColumns = 16; // fp32 sums per C tile row
+constexpr int64_t kTileBytes = 64;   // a tile row's bytes: 16 sums, or 16 words of depth
+constexpr int64_t kTileColumns = 16; // sums per C tile row
 constexpr int64_t kTileRegisters = 8;
 
 } // namespace
 
 // Rows [0, rows) of A at `rowsBase` (`rowStride` bytes apart) times the block's weights at
-// `block`, into `sums` (row m's slices side by side). In passes of as many slices as six sum
-// tiles hold; each pass one walk over the depth, 16 pairs a step.
+// `block`, into `sums` (row m's slices side by side). In passes of as many slices as the sum
+// tiles left beside the A and B tiles hold; each pass one walk over the depth, a tile (16 words)
+// a step.
 void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t rows,
                                            llvm::Value* rowsBase, llvm::Value* rowStride,
                                            llvm::Value* block, llvm::Value* sums) {
-  const int64_t slices = packed.slices(), pairs = packed.packedDepth();
+  const int64_t slices = packed.slices(), words = packed.packedDepth();
   const int64_t parts = packed.width / kTileColumns; // C tiles per slice
   llvm::Type* i8 = e.b.getInt8Ty();
   llvm::Type* i32 = e.b.getInt32Ty();
@@ -57,7 +62,7 @@ void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t 
   llvm::Function* toTile =
       getDeclaration(module, llvm::Intrinsic::x86_cast_vector_to_tile, {sumVector});
   llvm::Value* rowBytes = e.b.getInt16(kTileBytes);
-  llvm::Value* pairRows = e.b.getInt16(kAmxTileWords);
+  llvm::Value* wordRows = e.b.getInt16(kAmxTileWords);
   // Rows in A tiles of 16 (the last shorter), each weight tile multiplied with all of them: the
   // tile registers hold the A tiles, one weight tile (B) and the pass's sums (C).
   const int64_t rowTiles = (rows + kAmxTileRows - 1) / kAmxTileRows;
@@ -88,24 +93,24 @@ void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t 
       phis.back()->addIncoming(zeros[i], before);
       acc.push_back(phis.back());
     }
-    llvm::Value* pair = e.b.CreateMul(group, e.constant(kAmxTileWords));
+    llvm::Value* word = e.b.CreateMul(group, e.constant(kAmxTileWords));
     std::vector<llvm::Value*> a;
     for (int64_t t = 0; t < rowTiles; ++t)
       a.push_back(e.b.CreateCall(
           load,
           {e.b.getInt16(static_cast<uint16_t>(rowsOf(t))), rowBytes,
            e.b.CreateGEP(i8, rowsBase,
-                         e.b.CreateAdd(e.b.CreateMul(pair, e.constant(4)),
+                         e.b.CreateAdd(e.b.CreateMul(word, e.constant(4)),
                                        e.b.CreateMul(rowStride, e.constant(t * kAmxTileRows)))),
            rowStride}));
     for (int64_t s = 0; s < count; ++s) {
       const int64_t panelWidth = packed.panelWidth(first + s);
       llvm::Value* sliceWords = e.b.CreateConstGEP1_64(i32, block, packed.sliceStart(first + s));
       for (int64_t part = 0; part < parts; ++part) {
-        llvm::Value* at = e.b.CreateAdd(e.b.CreateMul(pair, e.constant(panelWidth)),
+        llvm::Value* at = e.b.CreateAdd(e.b.CreateMul(word, e.constant(panelWidth)),
                                         e.constant(part * kTileColumns));
         llvm::Value* b =
-            e.b.CreateCall(load, {pairRows, rowBytes, e.b.CreateGEP(i32, sliceWords, at),
+            e.b.CreateCall(load, {wordRows, rowBytes, e.b.CreateGEP(i32, sliceWords, at),
                                   e.constant(panelWidth * 4)});
         for (int64_t t = 0; t < rowTiles; ++t) {
           llvm::Value*& sum = acc[slot(t, s, part)];
@@ -121,7 +126,7 @@ void ProductKernelEmitter::emitAmxTileBody(const PackedProduct& packed, int64_t 
     for (size_t i = 0; i < accumulators; ++i)
       phis[i]->addIncoming(acc[i], latch);
     group->addIncoming(next, latch);
-    e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(pairs / kAmxTileWords)), header, exit);
+    e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(words / kAmxTileWords)), header, exit);
     e.b.SetInsertPoint(exit);
     // C tile (t, s, part) to rows [16 t, 16 t + 16)'s slice s, columns [16 part, 16 part + 16).
     const int64_t sumStride = slices * packed.width; // floats from one row's sums to the next
@@ -141,10 +146,10 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitAmxTile(const View& x, llvm
                                                              const PackedProduct& packed,
                                                              llvm::Value* blk,
                                                              llvm::Value* firstRow, int64_t rows) {
-  const int64_t slices = packed.slices(), pairs = packed.packedDepth();
+  const int64_t slices = packed.slices(), depthWords = packed.packedDepth();
   const int64_t parts = packed.width / kTileColumns; // C tiles per slice
   RNNC_INTERNAL_CHECK(parts * kTileColumns == packed.width, "AMX blocks of whole tiles");
-  RNNC_INTERNAL_CHECK(pairs % kAmxTileWords == 0, "AMX depth padded to whole tiles");
+  RNNC_INTERNAL_CHECK(depthWords % kAmxTileWords == 0, "AMX depth padded to whole tiles");
   RNNC_INTERNAL_CHECK(rows >= 1 && rows <= 2 * kAmxTileRows, "AMX tiles of 1 to 32 rows");
   llvm::Type* i32 = e.b.getInt32Ty();
   auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
@@ -154,7 +159,7 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitAmxTile(const View& x, llvm
   llvm::Value* rowsBase = e.elementPointer(x, firstRow, e.constant(0));
   llvm::Value* rowStride = e.b.CreateMul(x.rowStride, e.constant(sizeof(float)));
   llvm::Value* block =
-      e.b.CreateGEP(i32, words, e.b.CreateMul(blk, e.constant(pairs * slices * packed.width)));
+      e.b.CreateGEP(i32, words, e.b.CreateMul(blk, e.constant(depthWords * slices * packed.width)));
   // The sums, as the epilogue reads them: row m's slices side by side (`width` floats each).
   llvm::IRBuilder<> entry(&e.fn->getEntryBlock(), e.fn->getEntryBlock().begin());
   llvm::AllocaInst* sums =
@@ -163,15 +168,15 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitAmxTile(const View& x, llvm
 
   // The tiles' work is a function of its own, one per shape: in the run function, with its
   // many tile heights, LLVM's allocation of the 8 tile registers ran out of them.
-  std::string name = "rnnc_amx." + std::string(weightTypeName(packed.weights)) + "." +
-                     std::to_string(rows) + "r." + std::to_string(pairs) + "p." +
-                     std::to_string(packed.width) + "w";
+  std::ostringstream name;
+  name << "rnnc_amx." << weightTypeName(packed.weights) << "." << rows << "r." << depthWords << "k."
+       << packed.width << "w";
   for (int64_t s = 0; s < slices; ++s)
-    name += "." + std::to_string(packed.sliceStart(s)) + "_" + std::to_string(packed.panelWidth(s));
-  llvm::Function* tiles = module->getFunction(name);
+    name << "." << packed.sliceStart(s) << "_" << packed.panelWidth(s);
+  llvm::Function* tiles = module->getFunction(name.str());
   if (!tiles) {
     auto* type = llvm::FunctionType::get(e.b.getVoidTy(), {e.ptr, e.i64, e.ptr, e.ptr}, false);
-    tiles = llvm::Function::Create(type, llvm::Function::InternalLinkage, name, module);
+    tiles = llvm::Function::Create(type, llvm::Function::InternalLinkage, name.str(), module);
     for (const char* attribute : {"target-cpu", "target-features"})
       tiles->addFnAttr(e.fn->getFnAttribute(attribute));
     tiles->addFnAttr(llvm::Attribute::NoUnwind);
