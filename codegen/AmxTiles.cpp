@@ -205,36 +205,16 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitAmxTile(const View& x, llvm
         tile[m][s] = sumsAt(m, s, floats);
     return tile;
   }
-  // int8: dequantized as emitInt8Tile does, (sum - zero * colsum) * (x_scale * w_scale), with
-  // each row's scale and zero point in the last two floats of its copy's stride.
+  // int8: dequantized as emitInt8Tile's sums are.
   auto* ints = llvm::FixedVectorType::get(i32, static_cast<unsigned>(packed.width));
-  llvm::Value* blockScales =
-      e.b.CreateGEP(e.f32, e.buffers[packed.scaleBuffer],
-                    e.b.CreateMul(blk, e.constant(slices * packed.width * 2)));
-  std::vector<llvm::Value*> weightScale, columnSum;
-  for (int64_t s = 0; s < slices; ++s) {
-    const int64_t at = s * 2 * packed.width;
-    weightScale.push_back(e.b.CreateAlignedLoad(
-        floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at), llvm::Align(4)));
-    columnSum.push_back(e.b.CreateAlignedLoad(
-        floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at + packed.width), llvm::Align(4)));
-  }
+  const Int8Columns columns = int8Columns(packed, blk, 0, slices);
   for (int64_t m = 0; m < rows; ++m) {
-    llvm::Value* row = e.elementPointer(x, e.b.CreateAdd(firstRow, e.constant(m)), e.constant(0));
-    auto rowFactor = [&](int64_t k) { // the row's scale (0) or zero point (1)
-      return e.b.CreateVectorSplat(
-          static_cast<unsigned>(packed.width),
-          e.b.CreateAlignedLoad(e.f32, e.b.CreateConstGEP1_64(e.f32, row, packed.xStride - 2 + k),
-                                llvm::Align(4)));
-    };
-    llvm::Value* rowScale = rowFactor(0);
-    llvm::Value* minusZero = e.b.CreateFNeg(rowFactor(1));
-    for (int64_t s = 0; s < slices; ++s) {
-      llvm::Value* total = e.b.CreateSIToFP(sumsAt(m, s, ints), floats);
-      llvm::Value* corrected =
-          e.b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {floats}, {minusZero, columnSum[s], total});
-      tile[m][s] = e.b.CreateFMul(corrected, e.b.CreateFMul(rowScale, weightScale[s]));
-    }
+    std::vector<llvm::Value*> rowSums;
+    for (int64_t s = 0; s < slices; ++s)
+      rowSums.push_back(sumsAt(m, s, ints));
+    tile[static_cast<size_t>(m)] = dequantizedRow(
+        packed, e.elementPointer(x, e.b.CreateAdd(firstRow, e.constant(m)), e.constant(0)), rowSums,
+        columns);
   }
   return tile;
 }

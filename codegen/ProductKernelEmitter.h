@@ -96,6 +96,18 @@ private:
   void quantizeRows(const View& to, const View& from, RowRange rows, int64_t depth, int64_t stride);
   Tile emitInt8Tile(const View& x, llvm::Value* words, const PackedProduct& packed,
                     llvm::Value* blk, llvm::Value* firstRow, int64_t rows);
+  // Dequantizing an int8 tile's sums (the vector tiles' and the AMX tiles'): the weight scales
+  // and column sums of slices [first, first + count) of block `blk`, then a row's int32 sums of
+  // those slices as (sum - zero * colsum) * (x_scale * w_scale), the row's scale and zero point
+  // read from the last two floats of its copy's stride (quantizeRows).
+  struct Int8Columns {
+    std::vector<llvm::Value*> weightScale, columnSum;
+  };
+  Int8Columns int8Columns(const PackedProduct& packed, llvm::Value* blk, int64_t first,
+                          int64_t count);
+  std::vector<llvm::Value*> dequantizedRow(const PackedProduct& packed, llvm::Value* rowStart,
+                                           const std::vector<llvm::Value*>& sums,
+                                           const Int8Columns& columns);
   // The register budget of a tile of `rows` rows, with `spare` registers kept beside the
   // accumulators and weights (the broadcast input; int8's temporaries): how many slices one pass
   // over the depth accumulates, and between how many accumulator sets a pass of `count` slices

@@ -179,28 +179,13 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
   auto* lanes = llvm::FixedVectorType::get(i32, kLanesPerMultiply);
   auto* bytes = llvm::FixedVectorType::get(i8, kLanesPerMultiply * 4);
   auto* pairs = llvm::FixedVectorType::get(e.b.getInt16Ty(), kLanesPerMultiply * 2);
-  auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   llvm::Value* ones = llvm::ConstantInt::get(pairs, 1);
-  const int64_t stride = packed.xStride;
   const bool vnni = vnni512 || e.target.has("avxvnni") ||
                     (e.target.has("avx512vnni") && e.target.has("avx512vl"));
 
   const EmitContext::TileRows rowBytes(e, x, firstRow, rows);
-  // Row m's scale (k = 0) or zero point (k = 1), read where the sums are dequantized: loaded
-  // before the depth loop, the tile's rows' pairs had no registers left there and went to the
-  // stack and back.
-  auto rowFactor = [&](int64_t m, int64_t k) {
-    return e.b.CreateVectorSplat(
-        static_cast<unsigned>(packed.width),
-        e.b.CreateAlignedLoad(e.f32,
-                              e.b.CreateConstGEP1_64(e.f32, rowBytes.start(m), stride - 2 + k),
-                              llvm::Align(4)));
-  };
   llvm::Value* block =
       e.b.CreateGEP(i32, words, e.b.CreateMul(blk, e.constant(groups * slices * packed.width)));
-  llvm::Value* blockScales =
-      e.b.CreateGEP(e.f32, e.buffers[packed.scaleBuffer],
-                    e.b.CreateMul(blk, e.constant(slices * packed.width * 2)));
 
   Tile sums(static_cast<size_t>(rows), std::vector<llvm::Value*>(static_cast<size_t>(slices)));
   for (int64_t first = 0; first < slices; first += perPass) {
@@ -243,28 +228,63 @@ ProductKernelEmitter::Tile ProductKernelEmitter::emitInt8Tile(const View& x, llv
         accumulateOverDepth(chains, groups, static_cast<size_t>(rows * count * parts),
                             llvm::ConstantInt::get(lanes, 0), step, "qdepth");
 
-    // Dequantized: (sum - zero * colsum) * (x_scale * w_scale), per column. The correction is
-    // exact in floats (integers under 2^24), so one fused multiply-add gives it.
-    std::vector<llvm::Value*> weightScale, columnSum;
-    for (int64_t s = 0; s < count; ++s) {
-      const int64_t at = (first + s) * 2 * packed.width;
-      weightScale.push_back(e.b.CreateAlignedLoad(
-          floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at), llvm::Align(4)));
-      columnSum.push_back(e.b.CreateAlignedLoad(
-          floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at + packed.width), llvm::Align(4)));
-    }
+    // Dequantized where the sums are final: loading the rows' scales before the depth loop, the
+    // tile's rows' pairs had no registers left there and went to the stack and back.
+    const Int8Columns columns = int8Columns(packed, blk, first, count);
     for (int64_t m = 0; m < rows; ++m) {
-      llvm::Value* rowScale = rowFactor(m, 0);
-      llvm::Value* minusZero = e.b.CreateFNeg(rowFactor(m, 1));
-      for (int64_t s = 0; s < count; ++s) {
-        llvm::Value* total = e.b.CreateSIToFP(sumOfSets(acc, slot(m, s, 0), parts), floats);
-        llvm::Value* corrected = e.b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {floats},
-                                                     {minusZero, columnSum[s], total});
-        sums[m][first + s] = e.b.CreateFMul(corrected, e.b.CreateFMul(rowScale, weightScale[s]));
-      }
+      std::vector<llvm::Value*> rowSums;
+      for (int64_t s = 0; s < count; ++s)
+        rowSums.push_back(sumOfSets(acc, slot(m, s, 0), parts));
+      const std::vector<llvm::Value*> row =
+          dequantizedRow(packed, rowBytes.start(m), rowSums, columns);
+      for (int64_t s = 0; s < count; ++s)
+        sums[m][first + s] = row[static_cast<size_t>(s)];
     }
   }
   return sums;
+}
+
+ProductKernelEmitter::Int8Columns ProductKernelEmitter::int8Columns(const PackedProduct& packed,
+                                                                    llvm::Value* blk, int64_t first,
+                                                                    int64_t count) {
+  auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
+  llvm::Value* blockScales =
+      e.b.CreateGEP(e.f32, e.buffers[packed.scaleBuffer],
+                    e.b.CreateMul(blk, e.constant(packed.slices() * packed.width * 2)));
+  Int8Columns columns;
+  for (int64_t s = first; s < first + count; ++s) {
+    const int64_t at = s * 2 * packed.width;
+    columns.weightScale.push_back(e.b.CreateAlignedLoad(
+        floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at), llvm::Align(4)));
+    columns.columnSum.push_back(e.b.CreateAlignedLoad(
+        floats, e.b.CreateConstGEP1_64(e.f32, blockScales, at + packed.width), llvm::Align(4)));
+  }
+  return columns;
+}
+
+std::vector<llvm::Value*>
+ProductKernelEmitter::dequantizedRow(const PackedProduct& packed, llvm::Value* rowStart,
+                                     const std::vector<llvm::Value*>& sums,
+                                     const Int8Columns& columns) {
+  auto* floats = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
+  auto rowFactor = [&](int64_t k) { // the row's scale (0) or zero point (1)
+    return e.b.CreateVectorSplat(
+        static_cast<unsigned>(packed.width),
+        e.b.CreateAlignedLoad(e.f32,
+                              e.b.CreateConstGEP1_64(e.f32, rowStart, packed.xStride - 2 + k),
+                              llvm::Align(4)));
+  };
+  llvm::Value* rowScale = rowFactor(0);
+  llvm::Value* minusZero = e.b.CreateFNeg(rowFactor(1));
+  // The correction is exact in floats (integers under 2^24), so one fused multiply-add gives it.
+  std::vector<llvm::Value*> row;
+  for (size_t s = 0; s < sums.size(); ++s) {
+    llvm::Value* total = e.b.CreateSIToFP(sums[s], floats);
+    llvm::Value* corrected = e.b.CreateIntrinsic(llvm::Intrinsic::fmuladd, {floats},
+                                                 {minusZero, columns.columnSum[s], total});
+    row.push_back(e.b.CreateFMul(corrected, e.b.CreateFMul(rowScale, columns.weightScale[s])));
+  }
+  return row;
 }
 
 } // namespace rnnc::codegen

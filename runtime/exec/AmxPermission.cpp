@@ -4,7 +4,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 #include <string>
 
 #include <sys/syscall.h>
@@ -25,9 +24,10 @@ void requestAmxTiles() {
     return std::string(std::strerror(errno));
   }();
   if (!refusal.empty())
-    throw UserError("this code multiplies on AMX tiles (bf16 weights on a CPU with AMX), whose "
-                    "state the OS did not grant this process (arch_prctl ARCH_REQ_XCOMP_PERM: " +
-                    refusal + "; Linux 5.16 or later grants it)");
+    throw UserError(
+        "this code multiplies on AMX tiles (bf16 or int8 weights on a CPU with AMX), whose "
+        "state the OS did not grant this process (arch_prctl ARCH_REQ_XCOMP_PERM: " +
+        refusal + "; Linux 5.16 or later grants it)");
 }
 
 } // namespace rnnc

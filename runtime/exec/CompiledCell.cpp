@@ -1,17 +1,17 @@
 #include "runtime/exec/CompiledCell.h"
 
-#include "runtime/exec/AmxPermission.h"
-
 #include "codegen/Compiler.h"
 #include "codegen/RunArgs.h"
 #include "ir/Error.h"
 #include "ir/Printer.h"
+#include "runtime/exec/AmxPermission.h"
 #include "runtime/exec/Kernels.h"
 #include "runtime/exec/TargetMemo.h"
 #include "runtime/layers/PackedBatch.h"
 #include "runtime/threads/ThreadGovernor.h"
 #include "runtime/threads/ThreadTeam.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <exception>
@@ -91,11 +91,9 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
                              runnableTarget(options.targetCpu, options.cache), options.weights);
   compiled->cell_ = build.cell;
   compiled->plan_ = build.plan;
-  for (const codegen::PackedProduct& product : build.plan.packedProducts)
-    if (product.amxTiles) {
-      requestAmxTiles();
-      break;
-    }
+  if (std::any_of(build.plan.packedProducts.begin(), build.plan.packedProducts.end(),
+                  [](const codegen::PackedProduct& product) { return product.amxTiles; }))
+    requestAmxTiles();
   compiled->sequenceBufferBytes_ =
       chunkBytesFor(build.plan, build.target, options.sequenceBufferBytes);
   compiled->flopsPerRow_ = ir::matrixProductFlopsPerStep(*build.cell, 1);
