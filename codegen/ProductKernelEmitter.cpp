@@ -92,7 +92,17 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   const int64_t tileRows = packed.tileRows;
   const std::vector<std::vector<const ir::Value*>> sliceValues =
       sliceValuesOf(block, group, packed);
-  std::vector<const ir::Value*> rowOperands; // what the epilogue reads per row
+  // What the epilogue reads per row, as it reads it (prefetchRows asks for each one's lines of
+  // the tile's columns): a slice of an operand by the slice's own view, whose columns are the
+  // ones read. Asked for by the operand, an LSTM's premultiplied input had only its first gate's
+  // lines asked for, and the loads of the other three missed the caches (Intel Xeon, where the
+  // LSTM's 4 MB of W_hh evict them from L2 every step: a quarter of the elementwise code's time).
+  std::vector<const ir::Value*> rowOperands;
+  auto readPerRow = [&](const ir::Value* value) {
+    if (value->isBatched() &&
+        std::find(rowOperands.begin(), rowOperands.end(), value) == rowOperands.end())
+      rowOperands.push_back(value);
+  };
   for (size_t i = group ? group->first + 1 : 0, end = group ? group->last : 0; i < end; ++i) {
     const ir::Instr& instr = *block[i];
     if (instr.op == Op::Slice && instr.operands[0] == &product.result)
@@ -101,12 +111,14 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
       if (!KernelEmitter::definedIn(block, *group, operand) &&
           !KernelEmitter::isImmediate(operand)) {
         e.view(operand);
-        if (operand->isBatched() &&
-            std::find(rowOperands.begin(), rowOperands.end(), operand) == rowOperands.end())
-          rowOperands.push_back(operand);
+        if (instr.op != Op::Slice)
+          readPerRow(operand);
       }
-    if (instr.op == Op::Slice)
+    if (instr.op == Op::Slice) {
       e.view(&instr.result);
+      if (!KernelEmitter::definedIn(block, *group, instr.operands[0]))
+        readPerRow(&instr.result);
+    }
   }
   const View source = e.view(product.operands[0]);
   View x; // the copies of its rows the tiles read (PackedProduct::xBuffer), set below
@@ -579,7 +591,10 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   using SliceSum = std::function<void(int64_t row, int64_t slice, llvm::Value* sum)>;
   auto walkBody = [&](int64_t first, int64_t count, llvm::Value* pass, llvm::Value* passWeights,
                       const EmitContext::TileRows& rowsOfX, const PanelPrefetch& panel,
-                      RunTimeHeight rowsHeight, bool joinedParts, const SliceSum& sliceSum) {
+                      RunTimeHeight rowsHeight, bool joinedParts, const SliceSum& sliceSum,
+                      int64_t realRows = 0) {
+    // Without a run-time height, `realRows` rows are computed (0: all of them); the sums of the
+    // rest are zero.
     std::vector<llvm::Value*> sliceWeights;
     for (int64_t s = first; s < first + count; ++s)
       sliceWeights.push_back(e.b.CreateConstGEP1_64(
@@ -621,10 +636,10 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                                     {input, w[static_cast<size_t>(s * parts + q)], a});
           }
       };
-      const int64_t fixedRows = rowsHeight.rows ? rowsHeight.atLeast : rows;
+      const int64_t fixedRows = rowsHeight.rows ? rowsHeight.atLeast : realRows ? realRows : rows;
       for (int64_t m = 0; m < fixedRows; ++m)
         rowFmas(m, acc);
-      if (fixedRows < rows)
+      if (fixedRows < rows && rowsHeight.rows)
         emitRowsBelowHeight(rowsHeight.rows, fixedRows, rows, static_cast<size_t>(count * parts),
                             acc, rowFmas);
     };
@@ -686,14 +701,40 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     PanelPrefetch walkPanel;
     if (nextPanel.panel)
       walkPanel = {walk->getArg(5), walk->getArg(6), walk->getArg(7), nextPanel.lineElements};
-    walkBody(first, count, e.constant(0), walk->getArg(1), walkRows, walkPanel,
-             RunTimeHeight{walk->getArg(4), walkAtLeast}, /*joinedParts=*/false,
-             [&](int64_t m, int64_t v, llvm::Value* sum) {
-               e.b.CreateStore(
-                   sum, e.b.CreateGEP(e.f32, walk->getArg(2),
-                                      e.b.CreateAdd(e.b.CreateMul(e.constant(m), walk->getArg(3)),
-                                                    e.constant(v * partWidth))));
-             });
+    auto storeSum = [&](int64_t m, int64_t v, llvm::Value* sum) {
+      e.b.CreateStore(sum,
+                      e.b.CreateGEP(e.f32, walk->getArg(2),
+                                    e.b.CreateAdd(e.b.CreateMul(e.constant(m), walk->getArg(3)),
+                                                  e.constant(v * partWidth))));
+    };
+    // Where a depth step is few FMAs (AVX2's 6 x 2: 6 cycles), the run-time height's
+    // compare-and-branches, beside the loop's counter and the prefetch's address, made it 32
+    // uops, more than a 6-wide core (Intel's Golden Cove) issues in those cycles: there each
+    // height has a depth loop of its own, the height tested once before them (AVX2 LSTM on an
+    // Intel Xeon: 6.6% faster; AVX-512's 28 FMAs a step gained nothing, so it keeps one loop).
+    if (e.target.vectorRegisters <= 16) {
+      auto* walked = llvm::BasicBlock::Create(e.llvmContext, "walked", walk);
+      for (int64_t h = rows; h >= walkAtLeast; --h) {
+        auto* at = llvm::BasicBlock::Create(e.llvmContext, "height" + std::to_string(h), walk);
+        auto* lower = h > walkAtLeast ? llvm::BasicBlock::Create(e.llvmContext,
+                                                                 "below" + std::to_string(h), walk)
+                                      : nullptr;
+        if (lower)
+          e.b.CreateCondBr(e.b.CreateICmpSGE(walk->getArg(4), e.constant(h)), at, lower);
+        else
+          e.b.CreateBr(at);
+        e.b.SetInsertPoint(at);
+        walkBody(first, count, e.constant(0), walk->getArg(1), walkRows, walkPanel, RunTimeHeight{},
+                 /*joinedParts=*/false, storeSum, h);
+        e.b.CreateBr(walked);
+        if (lower)
+          e.b.SetInsertPoint(lower);
+      }
+      e.b.SetInsertPoint(walked);
+    } else {
+      walkBody(first, count, e.constant(0), walk->getArg(1), walkRows, walkPanel,
+               RunTimeHeight{walk->getArg(4), walkAtLeast}, /*joinedParts=*/false, storeSum);
+    }
     e.b.CreateRetVoid();
     e.fn = caller;
     e.b.restoreIP(callerAt);

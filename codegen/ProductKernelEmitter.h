@@ -64,8 +64,9 @@ private:
   // A tile of run-time height (`height.rows`, from `height.atLeast` to `rows`; RunTimeHeight
   // above) is the tile of `rows` rows whose rows from `atLeast` on are each computed only below
   // the height: one walk for every height from half a tile to a full one, where a variant per
-  // height multiplied what LLVM compiles. Its rows at and past the height give `store` sums of
-  // no meaning.
+  // height multiplied what LLVM compiles (an outlined walk of AVX2's few FMAs a depth step has
+  // a depth loop per height, in one function). Its rows at and past the height give `store`
+  // sums of no meaning.
   //
   // `tileMemory`: where `store` puts the sums, as an array of vectors of the block's width,
   // `slices` of them a row. Given, a full tile's walks may be calls of a function of their
