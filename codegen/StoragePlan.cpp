@@ -257,21 +257,22 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
     // classic SGEMM tile, 2 vectors wide and as many rows as the accumulators allow (AVX2 6x16,
     // AVX-512 14x32): 2 weight loads and one broadcast per row for every 2 FMAs of a row.
     // One slice of the recurrent product (a vanilla RNN, a backward's dgates W_hh): blocks of 4
-    // vectors (a power of two: LLVM scalarises parts of the elementwise code on 3-vector types),
-    // in tiles of as many rows as the registers hold beside the 4 weight vectors and the
-    // broadcast input: with 32 registers 6 rows (24 accumulators), with AVX2's 16 only 2, each
-    // weight vector then feeding 2 FMAs. That is fine where L1 holds the block (each pair of
-    // rows reads it from there), and at batch 1, where a broadcast per 4 FMAs rather than per 2
-    // keeps the loads down (2 vectors took 11% longer, AVX2 on Zen 5, H = 256). Where L1 does not
-    // hold it (32 KB, every x86-64 core we run on has at least that), every pair of rows streamed
-    // it from L2 at a vector per 2 FMAs, and a GRU's backward step ran at 73% of the FMA peak:
-    // there AVX2 takes 2 vectors and 6 rows, the SGEMM tile. int8 tiles keep their own shape.
+    // vectors (a power of two: LLVM scalarises parts of the elementwise code on 3-vector types)
+    // where L1 holds the block, in tiles of as many rows as the registers hold beside the 4
+    // weight vectors and the broadcast input: with 32 registers 6 rows (24 accumulators), with
+    // AVX2's 16 only 2, each weight vector then feeding 2 FMAs. Each pair of rows reads the
+    // block from L1 then, and at batch 1 a broadcast per 4 FMAs rather than per 2 keeps the
+    // loads down (2 vectors took 11% longer, AVX2 on Zen 5, H = 256). Where L1 does not hold it
+    // (32 KB, every x86-64 core we run on has at least that), the tile streams it from L2, a
+    // vector per as many FMAs as the tile has rows, and takes the SGEMM tile: AVX2's 2 x 4 read
+    // one per 2 FMAs, and a GRU's backward step ran at 73% of the FMA peak; AVX-512's 6 x 4 one
+    // per 6, and an LSTM's backward dgates W_hh (depth 2048: a 512 KB block) took 5-8% more of
+    // the time beside the weight gradients' GEMMs in `perf` samples than at 14 x 2 (Intel Xeon;
+    // a vanilla RNN's step at H = 512 and 256, whose blocks are 128 and 64 KB, ran as fast).
+    // int8 tiles keep their own shape.
     constexpr int64_t kL1Bytes = 32 * 1024;
     const bool blockInL1 = packed.depth * 4 * vectorWidth * weightTypeBytes(weights) <= kL1Bytes;
-    const int64_t vectors = packed.splitRows || (target.vectorRegisters <= 16 && !blockInL1 &&
-                                                 weights != WeightType::I8)
-                                ? 2
-                                : 4;
+    const int64_t vectors = packed.splitRows || (!blockInL1 && weights != WeightType::I8) ? 2 : 4;
     packed.width = vectors * vectorWidth;
     packed.blocks = (packed.columns + packed.width - 1) / packed.width;
     packed.tileRows = std::max<int64_t>(
