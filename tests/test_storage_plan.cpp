@@ -179,6 +179,21 @@ TEST(StoragePlan, ASingleSliceIsTiledFourVectorsWide) {
   }
 }
 
+// Where L1 does not hold a block of four vectors over the depth (H = 512: 64 KB at AVX2, 128 KB
+// at AVX-512), every row tile streams it from L2: the SGEMM tile's 2 vectors by 6 or 14 rows
+// then read a weight vector per 6 or 14 FMAs, where 2 or 6 rows by 4 vectors read one per 2 or 6.
+TEST(StoragePlan, ASingleSliceWhoseBlockOverflowsL1TakesTheSgemmTile) {
+  auto rnn = optimised(frontend::loadCell("rnn_tanh"), {{"input_size", 3}, {"hidden_size", 512}});
+  for (const auto& [target, rows] : {std::pair{kPlanAvx2, 6}, std::pair{kPlanAvx512, 14}}) {
+    codegen::PackedProduct packed = recurrentProduct(*rnn, target);
+    EXPECT_EQ(packed.slices(), 1);
+    EXPECT_EQ(packed.depth, 512);
+    EXPECT_EQ(packed.width, 2 * target.vectorWidth);
+    EXPECT_EQ(packed.blocks, 512 / packed.width);
+    EXPECT_EQ(packed.tileRows, rows);
+  }
+}
+
 TEST(StoragePlan, ThreeSlicesShareOnePassOfTheTile) {
   auto gru = optimised(frontend::loadCell("gru"), {{"input_size", 3}, {"hidden_size", 20}});
   // AVX2's 12 accumulators as 4 rows x 3 slices, AVX-512's 28 as 9 x 3: a panel of two slices
