@@ -165,32 +165,28 @@ TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
   EXPECT_EQ(packed.panelWidth(3), 16);
 }
 
-TEST(StoragePlan, ASingleSliceIsTiledFourVectorsWide) {
-  auto rnn = optimised(frontend::loadCell("rnn_tanh"), {{"input_size", 3}, {"hidden_size", 70}});
-  // Four accumulator chains per row even at batch 1, and as many rows as the registers hold
-  // beside four weight vectors and the broadcast: AVX2 2 rows (8 of 16 registers for
-  // accumulators), AVX-512 6 rows (24 of 32).
-  for (const auto& [target, rows] : {std::pair{kPlanAvx2, 2}, std::pair{kPlanAvx512, 6}}) {
-    codegen::PackedProduct packed = recurrentProduct(*rnn, target);
-    EXPECT_EQ(packed.slices(), 1);
-    EXPECT_EQ(packed.width, 4 * target.vectorWidth);
-    EXPECT_EQ(packed.blocks, (70 + packed.width - 1) / packed.width);
-    EXPECT_EQ(packed.tileRows, rows);
-  }
-}
-
-// Where L1 does not hold a block of four vectors over the depth (H = 512: 64 KB at AVX2, 128 KB
-// at AVX-512), every row tile streams it from L2: the SGEMM tile's 2 vectors by 6 or 14 rows
-// then read a weight vector per 6 or 14 FMAs, where 2 or 6 rows by 4 vectors read one per 2 or 6.
-TEST(StoragePlan, ASingleSliceWhoseBlockOverflowsL1TakesTheSgemmTile) {
-  auto rnn = optimised(frontend::loadCell("rnn_tanh"), {{"input_size", 3}, {"hidden_size", 512}});
-  for (const auto& [target, rows] : {std::pair{kPlanAvx2, 6}, std::pair{kPlanAvx512, 14}}) {
-    codegen::PackedProduct packed = recurrentProduct(*rnn, target);
-    EXPECT_EQ(packed.slices(), 1);
-    EXPECT_EQ(packed.depth, 512);
-    EXPECT_EQ(packed.width, 2 * target.vectorWidth);
-    EXPECT_EQ(packed.blocks, 512 / packed.width);
-    EXPECT_EQ(packed.tileRows, rows);
+TEST(StoragePlan, ASingleSliceIsTiledFourVectorsWideWhereL1HoldsTheBlock) {
+  // H = 70: four accumulator chains per row even at batch 1, and as many rows as the registers
+  // hold beside four weight vectors and the broadcast: AVX2 2 rows (8 of 16 registers for
+  // accumulators), AVX-512 6 rows (24 of 32). H = 512: L1 does not hold a block of four vectors
+  // over the depth (64 KB at AVX2, 128 KB at AVX-512) and every row tile streams it from L2:
+  // the SGEMM tile's 2 vectors by 6 or 14 rows read a weight vector per 6 or 14 FMAs, where 2 or
+  // 6 rows by 4 vectors read one per 2 or 6.
+  struct Case {
+    int64_t hidden, vectors, avx2Rows, avx512Rows;
+  };
+  for (const Case& c : {Case{70, 4, 2, 6}, Case{512, 2, 6, 14}}) {
+    auto rnn =
+        optimised(frontend::loadCell("rnn_tanh"), {{"input_size", 3}, {"hidden_size", c.hidden}});
+    for (const auto& [target, rows] :
+         {std::pair{kPlanAvx2, c.avx2Rows}, std::pair{kPlanAvx512, c.avx512Rows}}) {
+      codegen::PackedProduct packed = recurrentProduct(*rnn, target);
+      EXPECT_EQ(packed.slices(), 1);
+      EXPECT_EQ(packed.depth, c.hidden);
+      EXPECT_EQ(packed.width, c.vectors * target.vectorWidth) << "H = " << c.hidden;
+      EXPECT_EQ(packed.blocks, (c.hidden + packed.width - 1) / packed.width);
+      EXPECT_EQ(packed.tileRows, rows) << "H = " << c.hidden;
+    }
   }
 }
 
