@@ -90,6 +90,67 @@ TEST_F(FileIOTest, LargeFilesAreReadWholeIntoMemoryOfTheirOwn) {
   }
 }
 
+// PositionalFile reads any range of a regular file into the caller's memory; a range past the
+// end (the file cut short since it was opened) is an error naming the file. Pipes are not
+// positional: open() says so with nothing, for the caller to read them whole.
+TEST_F(FileIOTest, APositionalFileReadsRangesAndNamesAFileCutShort) {
+  std::string contents(5000, '\0');
+  for (size_t i = 0; i < contents.size(); ++i)
+    contents[i] = static_cast<char>(i * 13 + 1);
+  const fs::path file = dir_ / "a.bin";
+  std::ofstream(file, std::ios::binary) << contents;
+  std::unique_ptr<PositionalFile> opened = PositionalFile::open(file.string());
+  ASSERT_TRUE(opened);
+  EXPECT_EQ(opened->size(), contents.size());
+  std::string range(4000, '\0');
+  opened->read(999, range.data(), range.size());
+  EXPECT_EQ(range, contents.substr(999, 4000));
+  fs::resize_file(file, 100);
+  try {
+    opened->read(50, range.data(), 60);
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("a.bin: the file ended at byte 100, before the 5000 bytes"));
+  }
+  const fs::path fifo = dir_ / "pipe";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] { std::ofstream(fifo) << "x"; });
+  EXPECT_FALSE(PositionalFile::open(fifo.string()));
+  writer.join();
+  EXPECT_THROW(PositionalFile::open("/dev/zero"), UserError);
+  EXPECT_THROW(PositionalFile::open((dir_ / "absent").string()), UserError);
+}
+
+// writeFileBytes rewrites a file in place and cuts it to what it wrote: a longer file it replaces
+// keeps none of its tail; a pipe gets the bytes too.
+TEST_F(FileIOTest, AWriteReplacesALongerFileExactly) {
+  const fs::path file = dir_ / "out.bin";
+  std::ofstream(file, std::ios::binary) << std::string(10000, 'z');
+  writeFileBytes(file.string(), {"head", "", "tail"});
+  EXPECT_EQ(readFileBytes(file.string()), "headtail");
+  writeFileBytes(file.string(), {std::string(6000, 'a')});
+  EXPECT_EQ(readFileBytes(file.string()), std::string(6000, 'a'));
+  writeFileBytes((dir_ / "new.bin").string(), {"fresh"});
+  EXPECT_EQ(readFileBytes((dir_ / "new.bin").string()), "fresh");
+  const fs::path fifo = dir_ / "pipe";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::string piped;
+  std::thread reader([&] { piped = readFileBytes(fifo.string()); });
+  writeFileBytes(fifo.string(), {"through ", "a pipe"});
+  reader.join();
+  EXPECT_EQ(piped, "through a pipe");
+  EXPECT_THAT(
+      [&] {
+        try {
+          writeFileBytes((dir_ / "absent" / "x.bin").string(), {"x"});
+        } catch (const UserError& e) {
+          return std::string(e.what());
+        }
+        return std::string("no error");
+      }(),
+      HasSubstr("x.bin: cannot open file for writing: No such file or directory"));
+}
+
 TEST_F(FileIOTest, DevicesAndDirectoriesAreRefusedByName) {
   EXPECT_THAT(errorOf("/dev/zero"), HasSubstr("/dev/zero: cannot read file: not a regular file"));
   EXPECT_THAT(errorOf(dir_.string()), HasSubstr("cannot read file: Is a directory"));
@@ -103,7 +164,8 @@ TEST_F(FileIOTest, FilesAndPipesPastTheLimitAreRefused) {
               HasSubstr("big.txt: the file is larger than 10 bytes"));
   // A pipe whose writer never stops is read up to the limit, then refused (the writer then meets
   // a closed pipe: EPIPE, not the signal that would end the test binary).
-  struct sigaction ignore{}, previous{};
+  struct sigaction ignore {
+  }, previous{};
   ignore.sa_handler = SIG_IGN;
   sigaction(SIGPIPE, &ignore, &previous);
   const fs::path fifo = dir_ / "endless";

@@ -18,6 +18,8 @@
 #include <gtest/gtest.h>
 
 #include "tests/TestSupport.h"
+#include <sys/stat.h>
+#include <thread>
 #include <unistd.h>
 
 namespace rnnc {
@@ -38,7 +40,8 @@ protected:
                        std::initializer_list<std::string> fragments) {
     SCOPED_TRACE(json);
     std::string p = writeBytes(safetensorsFile(json, data));
-    expectError(p, [&] { readSafeTensors(p); }, fragments);
+    expectError(
+        p, [&] { readSafeTensors(p); }, fragments);
   }
 
   static std::string u64(uint64_t value) {
@@ -94,6 +97,32 @@ TEST_F(SafeTensorsTest, RoundTripsTensorsOfEveryRank) {
     ASSERT_EQ(back.count(name), 1u);
     EXPECT_EQ(back.at(name).shape(), tensor.shape());
     EXPECT_EQ(back.at(name).values(), tensor.values());
+  }
+}
+
+// A regular file is read tensor by tensor into each tensor's storage (ir/FileIO.h,
+// PositionalFile), a pipe whole: the same tensors either way, large ones included.
+TEST_F(SafeTensorsTest, AFileAndAPipeOfItReadTheSame) {
+  TensorMap tensors;
+  tensors.emplace("weight_hh_l0", makeTensor({1024, 257}, -3)); // past a 1 MB read
+  tensors.emplace("bias", makeTensor({7}, 2));
+  tensors.emplace("empty", makeTensor({0, 4}, 0));
+  std::string p = path("w.safetensors");
+  writeSafeTensors(p, tensors);
+  const std::string fifo = path("pipe");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  const std::string bytes = readBytes(p);
+  std::thread writer([&] { std::ofstream(fifo, std::ios::binary) << bytes; });
+  TensorMap piped = readSafeTensors(fifo);
+  writer.join();
+  TensorMap read = readSafeTensors(p);
+  for (const TensorMap* back : {&read, &piped}) {
+    ASSERT_EQ(back->size(), tensors.size());
+    for (const auto& [name, tensor] : tensors) {
+      SCOPED_TRACE(name);
+      EXPECT_EQ(back->at(name).shape(), tensor.shape());
+      EXPECT_EQ(back->at(name).values(), tensor.values());
+    }
   }
 }
 

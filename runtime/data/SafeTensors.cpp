@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -276,55 +277,99 @@ std::string u64Bytes(uint64_t value) {
 
 } // namespace
 
-TensorMap readSafeTensors(const std::string& path) {
-  FileBytes file = mapFileBytes(path);
-  return parseSafeTensors(file.view(), path);
-}
+namespace {
 
-TensorMap parseSafeTensors(std::string_view bytes, const std::string& path) {
-  if (bytes.size() < 8)
+// The header length from the file's first 8 bytes, checked against the file's size.
+uint64_t checkedHeaderLength(const std::string& path, std::string_view first8, uint64_t fileBytes) {
+  if (fileBytes < 8)
     failIn(path,
            fmt::format("truncated: the file has {} bytes, too few for the 8-byte header length "
                        "of a safetensors file",
-                       bytes.size()));
-  uint64_t headerLength = readU64(bytes);
+                       fileBytes));
+  uint64_t headerLength = readU64(first8);
   if (headerLength > kMaxHeaderLength)
     failIn(path, fmt::format("header length {} is over the {} byte limit; not a safetensors file?",
                              headerLength, kMaxHeaderLength));
-  if (headerLength > bytes.size() - 8)
+  if (headerLength > fileBytes - 8)
     failIn(path,
            fmt::format("truncated: header length is {} but the file has only {} bytes after it",
-                       headerLength, bytes.size() - 8));
+                       headerLength, fileBytes - 8));
+  return headerLength;
+}
 
-  std::string_view rest(bytes);
-  json header = parseHeader(path, rest.substr(8, headerLength));
-  std::string_view data = rest.substr(8 + headerLength);
-
+// The header's entries, each checked against a data section of `dataSize` bytes.
+std::vector<Entry> parseEntries(const std::string& path, std::string_view headerText,
+                                uint64_t dataSize) {
+  json header = parseHeader(path, headerText);
   std::vector<Entry> entries;
   for (const auto& [name, value] : header.items()) {
     if (name != kMetadataKey)
-      entries.push_back(parseEntry(path, name, value, data.size()));
+      entries.push_back(parseEntry(path, name, value, dataSize));
   }
   std::vector<const Entry*> pointers;
   for (const Entry& e : entries)
     pointers.push_back(&e);
   checkNoOverlap(path, std::move(pointers));
+  return entries;
+}
 
+// The tensors of checked entries; readData(begin, bytes, into) copies `bytes` bytes from offset
+// `begin` of the data section.
+template <class ReadData>
+TensorMap readEntries(const std::string& path, std::vector<Entry>& entries, ReadData readData) {
   TensorMap tensors;
   std::map<std::string, Tensor> quantized; // I8 tensors, as their integer values
   for (Entry& e : entries) {
-    std::string_view bytesOfTensor = data.substr(e.begin, e.end - e.begin);
+    const size_t bytes = e.end - e.begin;
     if (e.int8) {
+      std::string raw(bytes, '\0');
+      readData(e.begin, bytes, raw.data());
       std::vector<float> values;
-      for (char byte : bytesOfTensor)
+      values.reserve(bytes);
+      for (char byte : raw)
         values.push_back(static_cast<float>(static_cast<int8_t>(byte)));
       quantized.emplace(e.name, Tensor(std::move(e.shape), std::move(values)));
     } else {
-      tensors.emplace(e.name, Tensor::ofBytes(std::move(e.shape), bytesOfTensor));
+      Tensor tensor = Tensor::uninitialized(std::move(e.shape));
+      if (bytes > 0) // an empty tensor's data() may be null
+        readData(e.begin, bytes, reinterpret_cast<char*>(tensor.data()));
+      tensors.emplace(e.name, std::move(tensor));
     }
   }
   dequantize(path, quantized, tensors);
   return tensors;
+}
+
+} // namespace
+
+TensorMap readSafeTensors(const std::string& path) {
+  std::unique_ptr<PositionalFile> file = PositionalFile::open(path);
+  if (!file) { // a pipe: read whole
+    FileBytes bytes = mapFileBytes(path);
+    return parseSafeTensors(bytes.view(), path);
+  }
+  // Each tensor read straight into its own storage (ir/FileIO.h, PositionalFile).
+  char first8[8] = {};
+  if (file->size() >= 8)
+    file->read(0, first8, 8);
+  const uint64_t headerLength =
+      checkedHeaderLength(path, std::string_view(first8, 8), file->size());
+  std::string header(headerLength, '\0');
+  file->read(8, header.data(), headerLength);
+  const uint64_t dataStart = 8 + headerLength;
+  std::vector<Entry> entries = parseEntries(path, header, file->size() - dataStart);
+  return readEntries(path, entries, [&](uint64_t begin, size_t bytes, char* into) {
+    file->read(dataStart + begin, into, bytes);
+  });
+}
+
+TensorMap parseSafeTensors(std::string_view bytes, const std::string& path) {
+  const uint64_t headerLength = checkedHeaderLength(path, bytes, bytes.size());
+  std::string_view data = bytes.substr(8 + headerLength);
+  std::vector<Entry> entries = parseEntries(path, bytes.substr(8, headerLength), data.size());
+  return readEntries(path, entries, [&](uint64_t begin, size_t count, char* into) {
+    std::memcpy(into, data.data() + begin, count);
+  });
 }
 
 void writeSafeTensors(const std::string& path, const TensorMap& tensors) {
