@@ -18,7 +18,7 @@ namespace rnnc {
 // `kind` names the file in messages ("cell file": "PATH: cannot open cell file: REASON").
 std::string readFileBytes(const std::string& path, const std::string& kind = "file");
 
-// The same file's bytes for large inputs read once, such as weight files: a regular file of 256
+// The same file's bytes for large inputs read once, such as input sequences: a regular file of 256
 // KB or more read into memory on 2 MB pages (a page fault each, not one per 4 KB); a smaller one
 // mapped without copying (the page cache's pages, read-only: it must not shrink while the view
 // is in use, as with any mapped file); a pipe read as above.

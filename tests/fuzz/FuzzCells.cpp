@@ -35,6 +35,7 @@
 
 #include <CLI/CLI.hpp>
 #include <Eigen/Core>
+#include <cstdlib>
 #include <fmt/format.h>
 
 #include <chrono>
@@ -381,6 +382,9 @@ private:
 } // namespace
 
 int main(int argc, char** argv) {
+  // A pass that breaks a random cell's IR is named (release builds verify only the pipeline's
+  // result unless asked: passes/PassManager.cpp).
+  setenv("RNNC_VERIFY_EACH_PASS", "1", 0);
   CLI::App app{"Differential cell fuzzer: random valid cells, the JIT under every pass setting "
                "against the interpreter"};
   Options options;
