@@ -216,29 +216,31 @@ void writeFileBytes(const std::string& path, const std::vector<std::string_view>
       fail(path, "cannot write file");
     return;
   }
+  // Each chunk written whole at its offset; on a failure the file is cut where the writing
+  // stopped (as a truncating write would have left it), not left holding the old file's tail
+  // after the new bytes: a complete-looking file of mixed contents.
   off_t at = 0;
-  bool ok = true;
+  int error = 0;
   for (std::string_view chunk : chunks) {
     size_t done = 0;
-    while (ok && done < chunk.size()) {
+    while (!error && done < chunk.size()) {
       const ssize_t n = ::pwrite(fd, chunk.data() + done, chunk.size() - done, at);
       if (n < 0 && errno == EINTR)
         continue;
-      if (n == 0)
-        errno = EIO;
-      ok = n > 0;
-      if (ok) {
-        done += static_cast<size_t>(n);
-        at += n;
+      if (n <= 0) {
+        error = n < 0 ? errno : EIO;
+        break;
       }
+      done += static_cast<size_t>(n);
+      at += n;
     }
   }
-  ok = ok && ::ftruncate(fd, at) == 0;
-  const int savedErrno = errno;
-  ok = ::close(fd) == 0 && ok; // a full disk (or NFS) may only be reported here
-  if (!ok) {
-    if (errno == 0)
-      errno = savedErrno;
+  if (::ftruncate(fd, at) != 0 && !error)
+    error = errno;
+  if (::close(fd) != 0 && !error) // a full disk (or NFS) may only be reported here
+    error = errno;
+  if (error) {
+    errno = error;
     fail(path, "cannot write file");
   }
 }

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -114,7 +115,9 @@ TEST_F(FileIOTest, APositionalFileReadsRangesAndNamesAFileCutShort) {
   }
   const fs::path fifo = dir_ / "pipe";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  std::thread writer([&] { std::ofstream(fifo) << "x"; });
+  // The writer only opens its end (open() blocks until both ends are open) and writes nothing:
+  // the reader closes at once, and a write would meet a closed pipe (SIGPIPE).
+  std::thread writer([&] { std::ofstream{fifo}; });
   EXPECT_FALSE(PositionalFile::open(fifo.string()));
   writer.join();
   EXPECT_THROW(PositionalFile::open("/dev/zero"), UserError);
@@ -149,6 +152,34 @@ TEST_F(FileIOTest, AWriteReplacesALongerFileExactly) {
         return std::string("no error");
       }(),
       HasSubstr("x.bin: cannot open file for writing: No such file or directory"));
+}
+
+// A write that fails part way (here past a file size limit: EFBIG) is an error naming the file,
+// and the file is cut where the writing stopped: not the new bytes followed by the old file's
+// tail, which would look complete.
+TEST_F(FileIOTest, AFailedWriteLeavesNoTailOfTheOldFile) {
+  const fs::path file = dir_ / "out.bin";
+  std::ofstream(file, std::ios::binary) << std::string(300, 'o');
+  struct sigaction ignore {
+  }, previous{};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGXFSZ, &ignore, &previous);
+  struct rlimit limit {
+  }, saved{};
+  getrlimit(RLIMIT_FSIZE, &saved);
+  limit = saved;
+  limit.rlim_cur = 100;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  std::string message = "no error";
+  try {
+    writeFileBytes(file.string(), {std::string(40, 'a'), std::string(200, 'b')});
+  } catch (const UserError& e) {
+    message = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &saved);
+  sigaction(SIGXFSZ, &previous, nullptr);
+  EXPECT_THAT(message, HasSubstr("out.bin: cannot write file: File too large"));
+  EXPECT_EQ(readFileBytes(file.string()), std::string(40, 'a') + std::string(60, 'b'));
 }
 
 TEST_F(FileIOTest, DevicesAndDirectoriesAreRefusedByName) {
