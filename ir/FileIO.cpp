@@ -160,6 +160,11 @@ FileBytes mapFileBytes(const std::string& path, const std::string& kind) {
 
 std::unique_ptr<PositionalFile> PositionalFile::open(const std::string& path,
                                                      const std::string& kind) {
+  // Looked at before it is opened: opening a named pipe here and closing it again would cut
+  // its writer off (SIGPIPE) before the whole-file reader opened it.
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode))
+    return nullptr;
   CheckedFile opened = openWholeFile(path, kind);
   if (!S_ISREG(opened.info.st_mode))
     return nullptr;

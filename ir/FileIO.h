@@ -50,8 +50,9 @@ FileBytes mapFileBytes(const std::string& path, const std::string& kind = "file"
 // Intel VM, so a 2 MB weight file read whole cost two huge pages besides its tensors').
 class PositionalFile {
 public:
-  // The open file, or nothing when `path` is a pipe (read it whole: mapFileBytes); the same
-  // errors as readFileBytes otherwise.
+  // The open file, or nothing, without opening it, when `path` is not a regular file (a pipe:
+  // read it whole with mapFileBytes, which also gives the errors for anything else); the same
+  // errors as readFileBytes for a regular file that cannot be read or a missing one.
   static std::unique_ptr<PositionalFile> open(const std::string& path,
                                               const std::string& kind = "file");
   ~PositionalFile();

@@ -113,14 +113,13 @@ TEST_F(FileIOTest, APositionalFileReadsRangesAndNamesAFileCutShort) {
   } catch (const UserError& e) {
     EXPECT_THAT(e.what(), HasSubstr("a.bin: the file ended at byte 100, before the 5000 bytes"));
   }
+  // Anything but a regular file is left unopened, for the whole-file readers: a named pipe
+  // opened and closed here would cut its writer off.
   const fs::path fifo = dir_ / "pipe";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
-  // The writer only opens its end (open() blocks until both ends are open) and writes nothing:
-  // the reader closes at once, and a write would meet a closed pipe (SIGPIPE).
-  std::thread writer([&] { std::ofstream{fifo}; });
-  EXPECT_FALSE(PositionalFile::open(fifo.string()));
-  writer.join();
-  EXPECT_THROW(PositionalFile::open("/dev/zero"), UserError);
+  EXPECT_FALSE(PositionalFile::open(fifo.string())); // no writer: opening it would block
+  EXPECT_FALSE(PositionalFile::open("/dev/zero"));
+  EXPECT_FALSE(PositionalFile::open(dir_.string()));
   EXPECT_THROW(PositionalFile::open((dir_ / "absent").string()), UserError);
 }
 
