@@ -117,11 +117,9 @@ void runPipeline(ir::Cell& cell, const PipelineOptions& options, std::ostream& l
     for (auto& instr : *block)
       instr->kernel = -1;
   const bool eachPass = verifyEachPass();
-  bool anyChanged = false;
   for (const Pass& pass : buildPipeline(options)) {
     const auto start = std::chrono::steady_clock::now();
     bool changed = pass.run(cell);
-    anyChanged = anyChanged || changed;
     // A pass that breaks the IR is a bug in rnnc, not in the user's cell.
     if (eachPass) {
       try {
@@ -140,7 +138,7 @@ void runPipeline(ir::Cell& cell, const PipelineOptions& options, std::ostream& l
         log << cell;
     }
   }
-  if (!eachPass && anyChanged) {
+  if (!eachPass) { // whatever the passes said they changed
     try {
       ir::verify(cell);
     } catch (const UserError& e) {
