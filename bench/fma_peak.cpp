@@ -225,8 +225,9 @@ double median(std::vector<double> v) {
       "Measures the fp32 FMA peak with N threads (default 1) on every vector width the CPU "
       "has, each run MS ms long (default 200), and prints the better width's median of R "
       "runs (default 5), the clock and FLOP per cycle as JSON.\n"
-      "--check: exit 1 unless the better width's FLOP per cycle is 75-115%% of 16, 32 "
-      "or 64 (the cores we know), a meter that reads its own clock consistently.\n");
+      "--check: exit 1 unless a run of the better width reads 75-115%% of 16, 32 or 64 "
+      "FLOP per cycle (the cores we know) by the clock measured before it, a meter that "
+      "reads its own clock consistently.\n");
   std::exit(code);
 }
 
@@ -275,14 +276,15 @@ int main(int argc, char** argv) {
   bool ok = true;
   std::string widthsJson;
   double best = 0, bestGhz = 0;
-  std::vector<double> bestRuns;
+  std::vector<double> bestRuns, bestRunsPerCycle; // the best width's runs, each by its own clock
   const char* bestIsa = "";
   for (const Width& width : availableWidths()) {
-    std::vector<double> gflops, ghz;
+    std::vector<double> gflops, ghz, perCycle;
     for (int r = 0; r < runs; ++r) {
       Run run = runOnce(width.kernel, threads, ms, seed, &ok);
       gflops.push_back(run.gflops);
       ghz.push_back(run.ghz);
+      perCycle.push_back(run.gflops / threads / run.ghz);
     }
     double g = median(gflops), clock = median(ghz);
     // Each width's best run too: bench/compare --isa avx2 meters AVX2 code against the ymm one.
@@ -297,6 +299,7 @@ int main(int argc, char** argv) {
       best = g;
       bestGhz = clock;
       bestRuns = gflops;
+      bestRunsPerCycle = perCycle;
       bestIsa = width.isa;
     }
   }
@@ -317,16 +320,26 @@ int main(int argc, char** argv) {
     // Every x86-64 core with FMA we know peaks at 16 (two 128-bit pipes), 32 (two 256-bit) or
     // 64 (two 512-bit) FLOP per cycle; the old meter, its chains in memory, read 20.5 on Zen 4.
     // The clock is the integer chain's: Intel cores run heavy AVX-512 code a little slower, so
-    // down to 75% of a peak per cycle is accepted.
-    const double perCycle = best / threads / bestGhz;
-    bool near = false;
-    for (double known : {16.0, 32.0, 64.0})
-      near |= perCycle > 0.75 * known && perCycle < 1.15 * known;
-    if (!near) {
+    // down to 75% of a peak per cycle is accepted. Each run is judged by the clock measured just
+    // before it, and one run near a peak passes: in a VM whose neighbours take the core now and
+    // then, a run's FMA loop or its clock loop alone can lose time (an Intel VM read 41.7 FLOP
+    // per cycle as the median of three runs whose best read 51.9), while a meter that is off
+    // reads off in every run.
+    auto nearAPeak = [](double perCycle) {
+      for (double known : {16.0, 32.0, 64.0})
+        if (perCycle > 0.75 * known && perCycle < 1.15 * known)
+          return true;
+      return false;
+    };
+    if (std::none_of(bestRunsPerCycle.begin(), bestRunsPerCycle.end(), nearAPeak)) {
+      std::string each;
+      for (double perCycle : bestRunsPerCycle)
+        each += (each.empty() ? "" : ", ") + std::to_string(perCycle).substr(0, 5);
       std::fprintf(stderr,
-                   "fma_peak: %.1f FLOP per cycle (%.1f GFLOP/s at %.2f GHz) is near no "
-                   "core's peak: the meter or the clock measurement is off\n",
-                   perCycle, best / threads, bestGhz);
+                   "fma_peak: %.1f FLOP per cycle (%.1f GFLOP/s at %.2f GHz; each run by its own "
+                   "clock: %s) is near no core's peak: the meter or the clock measurement is "
+                   "off\n",
+                   best / threads / bestGhz, best / threads, bestGhz, each.c_str());
       return 1;
     }
   }
