@@ -333,8 +333,11 @@ int main(int argc, char** argv) {
     };
     if (std::none_of(bestRunsPerCycle.begin(), bestRunsPerCycle.end(), nearAPeak)) {
       std::string each;
-      for (double perCycle : bestRunsPerCycle)
-        each += (each.empty() ? "" : ", ") + std::to_string(perCycle).substr(0, 5);
+      for (double perCycle : bestRunsPerCycle) {
+        char reading[32];
+        std::snprintf(reading, sizeof reading, "%s%.1f", each.empty() ? "" : ", ", perCycle);
+        each += reading;
+      }
       std::fprintf(stderr,
                    "fma_peak: %.1f FLOP per cycle (%.1f GFLOP/s at %.2f GHz; each run by its own "
                    "clock: %s) is near no core's peak: the meter or the clock measurement is "

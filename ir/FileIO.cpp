@@ -106,6 +106,29 @@ FileBytes::~FileBytes() {
     munmap(mapping_, mappedBytes_);
 }
 
+namespace {
+
+// Up to `bytes` bytes of the file from `offset` into `into`, fewer only where the file ends
+// first; the count read.
+size_t readAt(int fd, void* into, size_t bytes, uint64_t offset, const std::string& path,
+              const std::string& kind) {
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n =
+        pread(fd, static_cast<char*>(into) + done, bytes - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      fail(path, "cannot read " + kind);
+    if (n == 0)
+      break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
+} // namespace
+
 FileBytes mapFileBytes(const std::string& path, const std::string& kind) {
   CheckedFile opened = openWholeFile(path, kind);
   FileBytes result;
@@ -124,18 +147,8 @@ FileBytes mapFileBytes(const std::string& path, const std::string& kind) {
     if (start) {
       result.mapping_ = start;
       result.mappedBytes_ = wholeHugePages(bytes);
-      size_t done = 0;
-      while (done < bytes) {
-        const ssize_t n =
-            pread(fileno(opened.file.get()), start + done, bytes - done, static_cast<off_t>(done));
-        if (n < 0 && errno == EINTR)
-          continue;
-        if (n < 0)
-          fail(path, "cannot read " + kind);
-        if (n == 0)
-          break; // the file shrank since fstat: what it holds now
-        done += static_cast<size_t>(n);
-      }
+      // Fewer bytes where the file shrank since fstat: what it holds now.
+      const size_t done = readAt(fileno(opened.file.get()), start, bytes, 0, path, kind);
       result.view_ = std::string_view(start, done);
       return result;
     }
@@ -180,20 +193,11 @@ PositionalFile::~PositionalFile() {
 }
 
 void PositionalFile::read(uint64_t offset, void* into, size_t bytes) const {
-  size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = pread(fd_, static_cast<char*>(into) + done, bytes - done,
-                            static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n < 0)
-      fail(path_, "cannot read " + kind_);
-    if (n == 0)
-      throw UserError(fmt::format("{}: the {} ended at byte {}, before the {} bytes it had when "
-                                  "opened (was it truncated while being read?)",
-                                  path_, kind_, offset + done, size_));
-    done += static_cast<size_t>(n);
-  }
+  const size_t done = readAt(fd_, into, bytes, offset, path_, kind_);
+  if (done < bytes)
+    throw UserError(fmt::format("{}: the {} ended at byte {}, before the {} bytes it had when "
+                                "opened (was it truncated while being read?)",
+                                path_, kind_, offset + done, size_));
 }
 
 void writeFileBytes(const std::string& path, const std::vector<std::string_view>& chunks) {
@@ -203,33 +207,18 @@ void writeFileBytes(const std::string& path, const std::vector<std::string_view>
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0)
     fail(path, "cannot open file for writing");
+  // Written from the start; a regular file is then cut to what was written, also where the
+  // writing failed part way (as a truncating write would have left it), never left holding the
+  // old file's tail after the new bytes: a complete-looking file of mixed contents. A pipe or
+  // terminal (/dev/stdout) has nothing to cut.
   struct stat info {};
   const bool regular = fstat(fd, &info) == 0 && S_ISREG(info.st_mode);
-  if (!regular) { // a pipe or terminal (/dev/stdout): written from the start, nothing to cut
-    FilePtr file(fdopen(fd, "wb")); // the same open end: a reader sees no end in between
-    if (!file) {
-      ::close(fd);
-      fail(path, "cannot open file for writing");
-    }
-    bool ok = true;
-    for (std::string_view chunk : chunks)
-      ok = ok && (chunk.empty() ||
-                  std::fwrite(chunk.data(), 1, chunk.size(), file.get()) == chunk.size());
-    // fclose flushes the buffer, so a full disk may only be reported here.
-    ok = std::fclose(file.release()) == 0 && ok;
-    if (!ok)
-      fail(path, "cannot write file");
-    return;
-  }
-  // Each chunk written whole at its offset; on a failure the file is cut where the writing
-  // stopped (as a truncating write would have left it), not left holding the old file's tail
-  // after the new bytes: a complete-looking file of mixed contents.
-  off_t at = 0;
+  off_t written = 0;
   int error = 0;
   for (std::string_view chunk : chunks) {
     size_t done = 0;
     while (!error && done < chunk.size()) {
-      const ssize_t n = ::pwrite(fd, chunk.data() + done, chunk.size() - done, at);
+      const ssize_t n = ::write(fd, chunk.data() + done, chunk.size() - done);
       if (n < 0 && errno == EINTR)
         continue;
       if (n <= 0) {
@@ -237,10 +226,10 @@ void writeFileBytes(const std::string& path, const std::vector<std::string_view>
         break;
       }
       done += static_cast<size_t>(n);
-      at += n;
+      written += n;
     }
   }
-  if (::ftruncate(fd, at) != 0 && !error)
+  if (regular && ::ftruncate(fd, written) != 0 && !error)
     error = errno;
   if (::close(fd) != 0 && !error) // a full disk (or NFS) may only be reported here
     error = errno;
