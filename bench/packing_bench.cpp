@@ -16,18 +16,18 @@
 
 namespace {
 
-constexpr int64_t kHidden = 1024, kGates = 4 * kHidden;
+constexpr int64_t kPackedDepth = 1024, kPackedRows = 4 * kPackedDepth;
 
 // The layouts `rnnc compile lstm --size input_size=1024 --size hidden_size=1024 --emit llvm`
 // shows for an AVX-512 host (@pack_layout and @pack_layout.1), fp32; for int8 the depth is
 // packed in groups of four.
 std::vector<int64_t> lstmLayout(int64_t type, bool recurrent) {
-  const int64_t packedDepth = type == 3 ? kHidden / 4 : kHidden;
+  const int64_t packedDepth = type == 3 ? kPackedDepth / 4 : kPackedDepth;
   if (!recurrent)
-    return {type, 1, 0, 32, kGates / 32, kGates, kHidden, packedDepth, 1, 0, 0, 32};
-  std::vector<int64_t> fields{type, 1, 0, 16, kHidden / 16, kHidden, kHidden, packedDepth, 4};
+    return {type, 1, 0, 32, kPackedRows / 32, kPackedRows, kPackedDepth, packedDepth, 1, 0, 0, 32};
+  std::vector<int64_t> fields{type, 1, 0, 16, kPackedDepth / 16, kPackedDepth, kPackedDepth, packedDepth, 4};
   for (int64_t gate = 0; gate < 4; ++gate) // offset, packed start, panel width
-    for (int64_t v : {gate * kHidden, (gate / 2) * packedDepth * 32 + (gate % 2) * 16, int64_t{32}})
+    for (int64_t v : {gate * kPackedDepth, (gate / 2) * packedDepth * 32 + (gate % 2) * 16, int64_t{32}})
       fields.push_back(v);
   return fields;
 }
@@ -35,19 +35,19 @@ std::vector<int64_t> lstmLayout(int64_t type, bool recurrent) {
 void weightPacking(benchmark::State& state) {
   const int64_t type = state.range(0);
   const std::vector<int64_t> layout = lstmLayout(type, state.range(1) == 1);
-  std::vector<float> w(static_cast<size_t>(kGates * kHidden));
+  std::vector<float> w(static_cast<size_t>(kPackedRows * kPackedDepth));
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-0.1f, 0.1f);
   for (float& v : w)
     v = dist(rng);
   std::vector<float> packed(w.size() + 64);
-  std::vector<float> scales(static_cast<size_t>(2 * kGates));
+  std::vector<float> scales(static_cast<size_t>(2 * kPackedRows));
   for (auto _ : state) {
-    rnnc_pack_weights(layout.data(), w.data(), kHidden, packed.data(), scales.data(), 0, 1);
+    rnnc_pack_weights(layout.data(), w.data(), kPackedDepth, packed.data(), scales.data(), 0, 1);
     benchmark::DoNotOptimize(packed.data());
     benchmark::ClobberMemory();
   }
-  state.SetItemsProcessed(state.iterations() * kGates * kHidden);
+  state.SetItemsProcessed(state.iterations() * kPackedRows * kPackedDepth);
 }
 
 BENCHMARK(weightPacking)

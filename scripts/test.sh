@@ -27,7 +27,16 @@ trap report_stages EXIT
 
 stage "dependencies" scripts/install-deps.sh
 
-stage "release configure" cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+# In CI (a fresh clone, every file built once) the Release build is a unity build too: sources
+# compiled in batches parse CLI11, gtest, fmt and LLVM's headers once a batch and emit their inline
+# functions once, 234 s against 374-400 s on the Intel VM's 2 cores. A developer's build/ stays
+# one object per source, for quick rebuilds.
+unity=OFF
+if [[ "${CI:-}" == true ]]; then
+  unity=ON
+fi
+stage "release configure" cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_UNITY_BUILD="$unity"
 stage "release build" cmake --build build -j "$jobs"
 stage "release tests" ctest --test-dir build --output-on-failure -j "$jobs"
 
