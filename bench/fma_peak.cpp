@@ -227,7 +227,8 @@ double median(std::vector<double> v) {
       "runs (default 5), the clock and FLOP per cycle as JSON.\n"
       "--check: exit 1 unless a run of the better width reads 75-115%% of 16, 32 or 64 "
       "FLOP per cycle (the cores we know) by the clock measured before it, a meter that "
-      "reads its own clock consistently.\n");
+      "reads its own clock consistently; while none does, it runs again, for up to 3 s "
+      "(a neighbour can hold the core's FMA ports for seconds).\n");
   std::exit(code);
 }
 
@@ -278,6 +279,7 @@ int main(int argc, char** argv) {
   double best = 0, bestGhz = 0;
   std::vector<double> bestRuns, bestRunsPerCycle; // the best width's runs, each by its own clock
   const char* bestIsa = "";
+  Kernel bestKernel = nullptr;
   for (const Width& width : availableWidths()) {
     std::vector<double> gflops, ghz, perCycle;
     for (int r = 0; r < runs; ++r) {
@@ -301,6 +303,7 @@ int main(int argc, char** argv) {
       bestRuns = gflops;
       bestRunsPerCycle = perCycle;
       bestIsa = width.isa;
+      bestKernel = width.kernel;
     }
   }
   if (!ok) {
@@ -331,6 +334,16 @@ int main(int argc, char** argv) {
           return true;
       return false;
     };
+    // A neighbour on the same physical core can hold half the FMA ports for seconds (38-44
+    // FLOP per cycle in every run on the Intel VM for minutes) while the integer clock chain
+    // runs undisturbed: then more runs, for up to `patience`, before calling the meter off.
+    const auto patience = std::chrono::seconds(3);
+    const auto waitedFrom = std::chrono::steady_clock::now();
+    while (std::none_of(bestRunsPerCycle.begin(), bestRunsPerCycle.end(), nearAPeak) &&
+           std::chrono::steady_clock::now() - waitedFrom < patience) {
+      Run run = runOnce(bestKernel, threads, ms, seed, &ok);
+      bestRunsPerCycle.push_back(run.gflops / threads / run.ghz);
+    }
     if (std::none_of(bestRunsPerCycle.begin(), bestRunsPerCycle.end(), nearAPeak)) {
       std::string each;
       for (double perCycle : bestRunsPerCycle) {
