@@ -13,6 +13,10 @@
 #include <Eigen/Core>
 #include <benchmark/benchmark.h>
 
+#if RNNC_BENCH_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
 #include <string>
 #include <thread>
 #include <vector>
@@ -83,6 +87,27 @@ void gemmEigen(benchmark::State& state) {
   setFlops(state);
 }
 
+#if RNNC_BENCH_ONEDNN
+// oneDNN's sgemm on the same products, a library tuned per ISA by hand: what a fast GEMM reaches
+// on this host, to read gemmRnnc against (one thread: oneDNN's own threads are OpenMP's).
+void gemmOneDnn(benchmark::State& state) {
+  Operands& o = operands();
+  const bool weightGradient = state.range(0) == 0;
+  for (auto _ : state) {
+    // Row-major C = op(A) op(B) + C: dW[G x F] += G^T[G x R] X[R x F]; dX[R x F] += G W.
+    const dnnl_status_t status =
+        weightGradient
+            ? dnnl_sgemm('T', 'N', kGates, kFeatures, kRows, 1.0f, o.g.data(), kGates,
+                         o.x.data(), kFeatures, 1.0f, o.dW.data(), kFeatures)
+            : dnnl_sgemm('N', 'N', kRows, kFeatures, kGates, 1.0f, o.g.data(), kGates,
+                         o.w.data(), kFeatures, 1.0f, o.dX.data(), kFeatures);
+    if (status != dnnl_success)
+      state.SkipWithError("dnnl_sgemm failed");
+  }
+  setFlops(state);
+}
+#endif
+
 // The register tile alone on operands that stay in L1 (depth 64: 10 KB; 256: the 46 KB the GEMM
 // uses at AVX-512): the ceiling of gemmRnnc, whose gap to it is packing and cache misses.
 void gemmTileInL1(benchmark::State& state) {
@@ -132,6 +157,9 @@ void gemmWeightGradients(benchmark::State& state) {
 } // namespace
 
 BENCHMARK(gemmRnnc)->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
+#if RNNC_BENCH_ONEDNN
+BENCHMARK(gemmOneDnn)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+#endif
 BENCHMARK(gemmEigen)->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(gemmWeightGradients)
     ->ArgsProduct({{0, 1}, {1, 2}, {0, 1}})
