@@ -96,11 +96,10 @@ void gemmOneDnn(benchmark::State& state) {
   for (auto _ : state) {
     // Row-major C = op(A) op(B) + C: dW[G x F] += G^T[G x R] X[R x F]; dX[R x F] += G W.
     const dnnl_status_t status =
-        weightGradient
-            ? dnnl_sgemm('T', 'N', kGates, kFeatures, kRows, 1.0f, o.g.data(), kGates,
-                         o.x.data(), kFeatures, 1.0f, o.dW.data(), kFeatures)
-            : dnnl_sgemm('N', 'N', kRows, kFeatures, kGates, 1.0f, o.g.data(), kGates,
-                         o.w.data(), kFeatures, 1.0f, o.dX.data(), kFeatures);
+        weightGradient ? dnnl_sgemm('T', 'N', kGates, kFeatures, kRows, 1.0f, o.g.data(), kGates,
+                                    o.x.data(), kFeatures, 1.0f, o.dW.data(), kFeatures)
+                       : dnnl_sgemm('N', 'N', kRows, kFeatures, kGates, 1.0f, o.g.data(), kGates,
+                                    o.w.data(), kFeatures, 1.0f, o.dX.data(), kFeatures);
     if (status != dnnl_success)
       state.SkipWithError("dnnl_sgemm failed");
   }

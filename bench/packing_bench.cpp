@@ -25,9 +25,11 @@ std::vector<int64_t> lstmLayout(int64_t type, bool recurrent) {
   const int64_t packedDepth = type == 3 ? kPackedDepth / 4 : kPackedDepth;
   if (!recurrent)
     return {type, 1, 0, 32, kPackedRows / 32, kPackedRows, kPackedDepth, packedDepth, 1, 0, 0, 32};
-  std::vector<int64_t> fields{type, 1, 0, 16, kPackedDepth / 16, kPackedDepth, kPackedDepth, packedDepth, 4};
+  std::vector<int64_t> fields{type,         1,           0, 16, kPackedDepth / 16, kPackedDepth,
+                              kPackedDepth, packedDepth, 4};
   for (int64_t gate = 0; gate < 4; ++gate) // offset, packed start, panel width
-    for (int64_t v : {gate * kPackedDepth, (gate / 2) * packedDepth * 32 + (gate % 2) * 16, int64_t{32}})
+    for (int64_t v :
+         {gate * kPackedDepth, (gate / 2) * packedDepth * 32 + (gate % 2) * 16, int64_t{32}})
       fields.push_back(v);
   return fields;
 }
