@@ -331,7 +331,8 @@ int main(int argc, char** argv) {
     // twice, reads above it) and at least half the lowest (work that does not run as vector
     // FMAs of this width reads below it). Each run is judged by the clock measured just before
     // it, and one plausible run passes. Whether the meter reads the peak rather than less is
-    // bench/compare's check: it refuses a table in which real work runs above the meter.
+    // checked against real work: tests/fma_peak_vs_tile.py (the generated GEMM tile in L1), and
+    // bench/compare, which refuses a table in which an engine runs above the meter.
     auto plausible = [&](double perCycle) {
       return perCycle >= 0.5 * bestWidth->lowestPeak && perCycle <= 1.15 * bestWidth->highestPeak;
     };
