@@ -16,20 +16,21 @@
 
 namespace {
 
-constexpr int64_t kPackedDepth = 1024, kPackedRows = 4 * kPackedDepth;
+constexpr int64_t kLstmHidden = 1024, kLstmGateRows = 4 * kLstmHidden;
 
 // The layouts `rnnc compile lstm --size input_size=1024 --size hidden_size=1024 --emit llvm`
 // shows for an AVX-512 host (@pack_layout and @pack_layout.1), fp32; for int8 the depth is
 // packed in groups of four.
 std::vector<int64_t> lstmLayout(int64_t type, bool recurrent) {
-  const int64_t packedDepth = type == 3 ? kPackedDepth / 4 : kPackedDepth;
+  const int64_t packedDepth = type == 3 ? kLstmHidden / 4 : kLstmHidden;
   if (!recurrent)
-    return {type, 1, 0, 32, kPackedRows / 32, kPackedRows, kPackedDepth, packedDepth, 1, 0, 0, 32};
-  std::vector<int64_t> fields{type,         1,           0, 16, kPackedDepth / 16, kPackedDepth,
-                              kPackedDepth, packedDepth, 4};
+    return {type, 1, 0, 32, kLstmGateRows / 32, kLstmGateRows, kLstmHidden, packedDepth,
+            1,    0, 0, 32};
+  std::vector<int64_t> fields{type,        1,           0,           16, kLstmHidden / 16,
+                              kLstmHidden, kLstmHidden, packedDepth, 4};
   for (int64_t gate = 0; gate < 4; ++gate) // offset, packed start, panel width
     for (int64_t v :
-         {gate * kPackedDepth, (gate / 2) * packedDepth * 32 + (gate % 2) * 16, int64_t{32}})
+         {gate * kLstmHidden, (gate / 2) * packedDepth * 32 + (gate % 2) * 16, int64_t{32}})
       fields.push_back(v);
   return fields;
 }
@@ -37,19 +38,19 @@ std::vector<int64_t> lstmLayout(int64_t type, bool recurrent) {
 void weightPacking(benchmark::State& state) {
   const int64_t type = state.range(0);
   const std::vector<int64_t> layout = lstmLayout(type, state.range(1) == 1);
-  std::vector<float> w(static_cast<size_t>(kPackedRows * kPackedDepth));
+  std::vector<float> w(static_cast<size_t>(kLstmGateRows * kLstmHidden));
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> dist(-0.1f, 0.1f);
   for (float& v : w)
     v = dist(rng);
   std::vector<float> packed(w.size() + 64);
-  std::vector<float> scales(static_cast<size_t>(2 * kPackedRows));
+  std::vector<float> scales(static_cast<size_t>(2 * kLstmGateRows));
   for (auto _ : state) {
-    rnnc_pack_weights(layout.data(), w.data(), kPackedDepth, packed.data(), scales.data(), 0, 1);
+    rnnc_pack_weights(layout.data(), w.data(), kLstmHidden, packed.data(), scales.data(), 0, 1);
     benchmark::DoNotOptimize(packed.data());
     benchmark::ClobberMemory();
   }
-  state.SetItemsProcessed(state.iterations() * kPackedRows * kPackedDepth);
+  state.SetItemsProcessed(state.iterations() * kLstmGateRows * kLstmHidden);
 }
 
 BENCHMARK(weightPacking)
