@@ -3,6 +3,7 @@
 // run of this binary gives comparable numbers: `build/bench/rnnc_bench --benchmark_repetitions=5
 // --benchmark_report_aggregates_only=true` reports medians.
 #include "frontend/BuiltinCells.h"
+#include "runtime/exec/CellBuild.h"
 #include "runtime/exec/CompiledCell.h"
 #include "runtime/exec/Interpreter.h"
 
@@ -96,6 +97,14 @@ void compileCold(benchmark::State& state, const char* cellName) {
     benchmark::DoNotOptimize(rnnc::CompiledCell::compile(*w.cell, options));
 }
 
+// rnnc's own passes alone (runtime/exec/CellBuild.h, optimiseCell): what a disk-cache hit still
+// spends before it can look up its key, and the first part of every cold compile.
+void passPipeline(benchmark::State& state, const char* cellName) {
+  Workload w = makeWorkload(cellName, state);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(rnnc::optimiseCell(*w.cell, {}, nullptr));
+}
+
 #define RNNC_SEQUENCE_SIZES Args({100, 64, 512, 512})->Args({100, 1, 256, 256})
 
 BENCHMARK_CAPTURE(interpreter, lstm, "lstm")->RNNC_SEQUENCE_SIZES->Unit(benchmark::kMillisecond);
@@ -107,6 +116,8 @@ BENCHMARK_CAPTURE(interpreter, gru, "gru")
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(jit, gru, "gru", true)->Args({100, 64, 512, 512})->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(compileCold, lstm, "lstm")->Args({1, 1, 512, 512})->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(passPipeline, lstm, "lstm")->Args({1, 1, 256, 256})->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(passPipeline, gru, "gru")->Args({1, 1, 256, 256})->Unit(benchmark::kMicrosecond);
 
 } // namespace
 

@@ -142,14 +142,14 @@ std::unique_ptr<Cell> Cell::clone() const {
   copy->name = name;
   copy->sizeNames = sizeNames;
   copy->sizes = sizes;
-  std::unordered_map<const Value*, Value*> map;
+  ValueMap<Value*> map(inputs.size() + states.size() + params.size() + pre.size() + step.size());
   for (ArgKind kind : {ArgKind::Input, ArgKind::State, ArgKind::Param})
     for (const auto& arg : arguments(kind))
       map[arg.get()] = copy->addArgument(kind, arg->name, arg->shape);
   auto mapped = [&](Value* v) -> Value* {
-    auto it = map.find(v);
-    RNNC_INTERNAL_CHECK(it != map.end(), "clone: operand defined outside the cell");
-    return it->second;
+    Value* const* found = map.find(v);
+    RNNC_INTERNAL_CHECK(found, "clone: operand defined outside the cell");
+    return *found;
   };
   for (auto [from, to] : {std::pair{&pre, &copy->pre}, std::pair{&step, &copy->step}})
     for (const auto& instr : *from) {
@@ -201,8 +201,8 @@ int countUses(const Cell& cell, const Value* value) {
   return uses;
 }
 
-std::unordered_map<const Value*, int> useCounts(const Cell& cell) {
-  std::unordered_map<const Value*, int> uses;
+ValueMap<int> useCounts(const Cell& cell) {
+  ValueMap<int> uses(cell.pre.size() + cell.step.size());
   for (const Block* block : {&cell.pre, &cell.step})
     for (const auto& instr : *block)
       for (const Value* operand : instr->operands)

@@ -15,6 +15,7 @@
 
 #include "ir/Dim.h"
 #include "ir/Ops.h"
+#include "ir/ValueMap.h"
 
 #include <memory>
 #include <span>
@@ -59,7 +60,7 @@ int64_t fixedRowsOf(const Value* value);
 // lives in Attrs: the one list the printer and the parser read.
 struct AttrField {
   const char* name;
-  double Attrs::* number; // null for the offset, a dimension
+  double Attrs::*number; // null for the offset, a dimension
 };
 std::span<const AttrField> attrFields(AttrKind kind);
 
@@ -128,7 +129,7 @@ int countUses(const Cell& cell, const Value* value);
 // Every value's number of uses at once, for passes that ask about many values: countUses per
 // value would make them quadratic in the cell's size (cubic for an add tree walked from each
 // of its nodes).
-std::unordered_map<const Value*, int> useCounts(const Cell& cell);
+ValueMap<int> useCounts(const Cell& cell);
 
 // Whether `product` is a linear or matmul of a batched [B, K] operand by a matrix ([N, K] or
 // [K, N]) that is known before the time loop: a parameter, or made by the pre block. Such a

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <sstream>
-#include <unordered_map>
 
 namespace rnnc::ir {
 namespace {
@@ -48,9 +47,9 @@ private:
       return "%<null>";
     if (value->isArgument())
       return "%" + value->name;
-    auto it = numbers_.find(value);
+    const int* number = numbers_.find(value);
     // Printing must never crash: the verifier prints broken IR in its error message.
-    return it == numbers_.end() ? "%<undefined>" : "%" + std::to_string(it->second);
+    return number ? "%" + std::to_string(*number) : "%<undefined>";
   }
 
   void printBlock(const char* name, const Block& block) {
@@ -88,7 +87,7 @@ private:
 
   std::ostream& os_;
   const Cell& cell_;
-  std::unordered_map<const Value*, int> numbers_;
+  ValueMap<int> numbers_;
 };
 
 } // namespace

@@ -120,12 +120,12 @@ private:
         fail(fmt::format("a {} result does not point back to its instruction", opName(instr->op)));
       std::vector<const Shape*> shapes;
       for (const Value* operand : instr->operands) {
-        if (!operand || !defined_.count(operand))
+        if (!operand || !defined_.contains(operand))
           fail(fmt::format("{} uses a value that is not defined before it", opName(instr->op)));
         if (inPre && operand->isArgument() && operand->argKind == ArgKind::State)
           fail(fmt::format("{} in the pre block uses state '%{}'", opName(instr->op),
                            operand->name));
-        if (inPre && !operand->isArgument() && !preResults_.count(operand))
+        if (inPre && !operand->isArgument() && !preResults_.contains(operand))
           fail(fmt::format("{} in the pre block uses a step value", opName(instr->op)));
         shapes.push_back(&operand->shape);
       }
@@ -157,7 +157,7 @@ private:
       const Value* state = cell_.states[i].get();
       if (update.state != state)
         fail("updates are not in state order at state '%" + state->name + "'");
-      if (!update.next || !defined_.count(update.next))
+      if (!update.next || !defined_.contains(update.next))
         fail("state '%" + state->name + "' is updated with an undefined value");
       if (update.next->shape != state->shape)
         fail(fmt::format("state '%{}' has shape {} but its update has shape {}", state->name,
@@ -166,14 +166,14 @@ private:
   }
 
   void checkOutput() {
-    if (!cell_.output || !defined_.count(cell_.output))
+    if (!cell_.output || !defined_.contains(cell_.output))
       fail("the output is not a defined value");
     if (!isPerStep(cell_.output->shape))
       fail("the output has shape " + shapeStr(cell_.output->shape) + ", expected [B, F]");
   }
 
   const Cell& cell_;
-  std::unordered_set<const Value*> defined_, preResults_;
+  ValueSet defined_, preResults_;
   std::unordered_set<int> kernelsSeen_;
 };
 

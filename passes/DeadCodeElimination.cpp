@@ -1,11 +1,9 @@
 #include "passes/DeadCodeElimination.h"
 
-#include <unordered_set>
-
 namespace rnnc::passes {
 
 bool eliminateDeadCode(ir::Cell& cell) {
-  std::unordered_set<const ir::Value*> live;
+  ir::ValueSet live(cell.pre.size() + cell.step.size());
   for (const ir::StateUpdate& update : cell.updates)
     live.insert(update.next);
   live.insert(cell.output);
@@ -14,13 +12,13 @@ bool eliminateDeadCode(ir::Cell& cell) {
   // step block reads pre results, so it goes first.
   for (ir::Block* block : {&cell.step, &cell.pre}) {
     for (auto it = block->rbegin(); it != block->rend(); ++it) {
-      if (!live.count(&(*it)->result))
+      if (!live.contains(&(*it)->result))
         continue;
       for (const ir::Value* operand : (*it)->operands)
         live.insert(operand);
     }
     size_t before = block->size();
-    std::erase_if(*block, [&](const auto& instr) { return !live.count(&instr->result); });
+    std::erase_if(*block, [&](const auto& instr) { return !live.contains(&instr->result); });
     changed |= block->size() != before;
   }
   return changed;

@@ -15,7 +15,9 @@ enum class Dependence { ParamsOnly = 0, Inputs = 1, State = 2 };
 
 class DependenceMap {
 public:
-  explicit DependenceMap(const ir::Cell& cell) {
+  explicit DependenceMap(const ir::Cell& cell)
+      : of_(cell.inputs.size() + cell.states.size() + cell.params.size() + cell.pre.size() +
+            cell.step.size()) {
     for (const auto& v : cell.inputs)
       of_[v.get()] = Dependence::Inputs;
     for (const auto& v : cell.states)
@@ -36,7 +38,7 @@ public:
   Dependence operator()(const ir::Value* v) const { return of_.at(v); }
 
 private:
-  std::unordered_map<const ir::Value*, Dependence> of_;
+  ir::ValueMap<Dependence> of_;
 };
 
 } // namespace rnnc::passes

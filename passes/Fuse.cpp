@@ -53,10 +53,10 @@ bool formKernels(ir::Block& block, int& nextKernel,
   bool changed = false;
   int current = -1;
   std::optional<ir::Shape> space; // unset until a member that is not a layer norm joins
-  std::unordered_map<const ir::Value*, int> kernelOf;
+  ir::ValueMap<int> kernelOf;
   auto inCurrent = [&](const ir::Value* v) {
-    auto it = kernelOf.find(v);
-    return current >= 0 && it != kernelOf.end() && it->second == current;
+    const int* kernel = kernelOf.find(v);
+    return current >= 0 && kernel && *kernel == current;
   };
   auto rowsOf = [](const ir::Shape& s) {
     return ir::Shape(s.begin(), s.end() - (s.empty() ? 0 : 1));

@@ -3,14 +3,13 @@
 #include "passes/Dependence.h"
 
 #include <algorithm>
-#include <unordered_map>
 
 namespace rnnc::passes {
 
 bool hoistParameters(ir::Cell& cell) {
   const DependenceMap dependence(cell);
   ir::Block& step = cell.step;
-  std::unordered_map<const ir::Value*, size_t> indexOf;
+  ir::ValueMap<size_t> indexOf(cell.step.size());
   // Values made of parameters and constants; a constant alone is not worth a value in `pre`.
   std::vector<bool> hoist(step.size(), false);
   for (size_t i = 0; i < step.size(); ++i) {
@@ -23,8 +22,8 @@ bool hoistParameters(ir::Cell& cell) {
   for (size_t i = step.size(); i-- > 0;)
     if (hoist[i])
       for (const ir::Value* operand : step[i]->operands)
-        if (auto it = indexOf.find(operand); it != indexOf.end())
-          hoist[it->second] = true;
+        if (const size_t* it = indexOf.find(operand))
+          hoist[*it] = true;
   if (std::none_of(hoist.begin(), hoist.end(), [](bool h) { return h; }))
     return false;
   // In program order, so that every hoisted value's operands stay defined before it.

@@ -1,15 +1,11 @@
 #include "passes/Premultiply.h"
 
 #include "ir/Builder.h"
-#include "ir/Printer.h"
 #include "passes/DeadCodeElimination.h"
 #include "passes/Dependence.h"
 #include "passes/SinkSlices.h"
 
 #include <algorithm>
-
-#include <unordered_map>
-#include <unordered_set>
 
 namespace rnnc::passes {
 namespace {
@@ -24,23 +20,21 @@ bool isAdd(const ir::Value* v) {
 // single-use adds of the root's own dependence. When two or more leaves depend on less than the
 // root, they are summed first (parameter-only ones before the rest) and the root is rebuilt as
 // `same-dependence terms + that sum`. Returns whether it rewrote; the old adds are left dead.
-using UseCounts = std::unordered_map<const ir::Value*, int>;
+using UseCounts = ir::ValueMap<int>;
 
 int usesOf(const UseCounts& uses, const ir::Value* v) {
-  auto it = uses.find(v);
-  return it == uses.end() ? 0 : it->second;
+  const int* count = uses.find(v);
+  return count ? *count : 0;
 }
 
 // Whether the add `v` is inside a larger tree: its one use is an add of its own dependence, so
 // the tree's root finds it (and a rewrite from it alone could find nothing the root's misses).
 bool innerAdd(const ir::Instr& v, const UseCounts& uses,
-              const std::unordered_map<const ir::Value*, const ir::Instr*>& users,
-              DependenceMap& dependence) {
+              const ir::ValueMap<const ir::Instr*>& users, DependenceMap& dependence) {
   if (v.op != Op::Add || usesOf(uses, &v.result) != 1)
     return false;
-  auto user = users.find(&v.result);
-  return user != users.end() && user->second->op == Op::Add &&
-         dependence(&user->second->result) == dependence(&v.result);
+  const ir::Instr* const* user = users.find(&v.result);
+  return user && (*user)->op == Op::Add && dependence(&(*user)->result) == dependence(&v.result);
 }
 
 bool reassociate(ir::Cell& cell, ir::Block& block, size_t rootIndex, DependenceMap& dependence,
@@ -103,8 +97,9 @@ const ir::Instr* soleUser(const ir::Cell& cell, const ir::Value* value) {
 // a slice is sunk (slice(a + b) -> slice(a) + slice(b)) when it feeds a sum and the sliced sum
 // has a term of lower dependence than itself. Other slices are left to the sink-slices pass:
 // sinking an LSTM's four gate slices here would split its one input-side sum in four.
-void exposeBiases(ir::Cell& cell, ir::Block& block) {
+bool exposeBiases(ir::Cell& cell, ir::Block& block) {
   DependenceMap dependence(cell);
+  bool changed = false;
   for (size_t i = 0; i < block.size(); ++i) {
     const ir::Instr& slice = *block[i];
     if (slice.op != Op::Slice || slice.operands[0]->isArgument() ||
@@ -121,12 +116,15 @@ void exposeBiases(ir::Cell& cell, ir::Block& block) {
       eliminateDeadCode(cell);
       dependence = DependenceMap(cell); // of the new instructions too
       i = static_cast<size_t>(-1);      // indices moved: start over
+      changed = true;
     }
   }
+  return changed;
 }
 
-void reassociateAll(ir::Cell& cell, ir::Block& block) {
+bool reassociateAll(ir::Cell& cell, ir::Block& block) {
   DependenceMap dependence(cell);
+  bool changed = false;
   // Each rewrite leaves at most one lower-dependence term per tree, so this terminates. Only
   // trees' roots are tried: each rewrite is then linear in the cell, and there is at most one
   // per tree.
@@ -134,7 +132,7 @@ void reassociateAll(ir::Cell& cell, ir::Block& block) {
   while (rewrote) {
     rewrote = false;
     const UseCounts uses = ir::useCounts(cell);
-    std::unordered_map<const ir::Value*, const ir::Instr*> users; // of single-use values
+    ir::ValueMap<const ir::Instr*> users(block.size()); // of single-use values
     for (const auto& instr : block)
       for (const ir::Value* operand : instr->operands)
         users[operand] = instr.get();
@@ -142,9 +140,10 @@ void reassociateAll(ir::Cell& cell, ir::Block& block) {
       if (!innerAdd(*block[i], uses, users, dependence) &&
           reassociate(cell, block, i, dependence, uses)) {
         eliminateDeadCode(cell); // keeps use counts exact for the next tree
-        rewrote = true;
+        rewrote = changed = true;
       }
   }
+  return changed;
 }
 
 // Which step instructions leave the loop. Not everything the state does not reach: a row-wise
@@ -158,7 +157,7 @@ void reassociateAll(ir::Cell& cell, ir::Block& block) {
 std::vector<bool> worthHoisting(const ir::Cell& cell) {
   DependenceMap dependence(cell);
   const ir::Block& step = cell.step;
-  std::unordered_map<const ir::Value*, size_t> indexOf;
+  ir::ValueMap<size_t> indexOf(step.size());
   for (size_t i = 0; i < step.size(); ++i)
     indexOf[&step[i]->result] = i;
   auto invariant = [&](size_t i) { return dependence(&step[i]->result) != Dependence::State; };
@@ -170,16 +169,16 @@ std::vector<bool> worthHoisting(const ir::Cell& cell) {
   for (size_t i = step.size(); i-- > 0;)
     if (hoist[i])
       for (const ir::Value* operand : step[i]->operands)
-        if (auto it = indexOf.find(operand); it != indexOf.end())
-          hoist[it->second] = true;
+        if (const size_t* index = indexOf.find(operand))
+          hoist[*index] = true;
   // Ops on hoisted values, `pre` values and parameters only.
-  std::unordered_set<const ir::Value*> preValues;
+  ir::ValueSet preValues(cell.pre.size());
   for (const auto& instr : cell.pre)
     preValues.insert(&instr->result);
   auto inPre = [&](const ir::Value* v) {
-    if (auto it = indexOf.find(v); it != indexOf.end())
-      return static_cast<bool>(hoist[it->second]);
-    return preValues.count(v) > 0 || dependence(v) == Dependence::ParamsOnly;
+    if (const size_t* index = indexOf.find(v))
+      return static_cast<bool>(hoist[*index]);
+    return preValues.contains(v) || dependence(v) == Dependence::ParamsOnly;
   };
   for (size_t i = 0; i < step.size(); ++i)
     if (!hoist[i] && invariant(i))
@@ -190,10 +189,12 @@ std::vector<bool> worthHoisting(const ir::Cell& cell) {
 } // namespace
 
 bool premultiply(ir::Cell& cell) {
-  std::string before = ir::toString(cell);
-  exposeBiases(cell, cell.step);
-  reassociateAll(cell, cell.step);
+  // Whether anything changed, from what each part did (printing the cell before and after to
+  // compare took a tenth of the whole pipeline's time).
+  bool changed = exposeBiases(cell, cell.step);
+  changed |= reassociateAll(cell, cell.step);
   const std::vector<bool> hoist = worthHoisting(cell);
+  changed |= std::find(hoist.begin(), hoist.end(), true) != hoist.end();
   // Move in program order, so every hoisted instruction's operands stay defined before it.
   ir::Block kept;
   for (size_t i = 0; i < cell.step.size(); ++i)
@@ -201,9 +202,9 @@ bool premultiply(ir::Cell& cell) {
   cell.step = std::move(kept);
   // Sums that came out of the loop with their biases: the parameter terms of each are added
   // first, into one vector computed once (a GRU's b_ir + b_hr).
-  exposeBiases(cell, cell.pre);
-  reassociateAll(cell, cell.pre);
-  return ir::toString(cell) != before;
+  changed |= exposeBiases(cell, cell.pre);
+  changed |= reassociateAll(cell, cell.pre);
+  return changed;
 }
 
 } // namespace rnnc::passes

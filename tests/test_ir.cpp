@@ -7,6 +7,7 @@
 #include "ir/IRParser.h"
 #include "ir/Printer.h"
 #include "ir/ShapeInference.h"
+#include "ir/ValueMap.h"
 #include "ir/Verifier.h"
 #include "passes/Autodiff.h"
 
@@ -103,6 +104,36 @@ TEST(MatrixProductFlops, CountsEveryProductOfAStepAtTheBatchGiven) {
                                    "plain.cell");
   plain->bindSizes({{"n", 4}});
   EXPECT_DOUBLE_EQ(ir::matrixProductFlopsPerStep(*plain, 3), 0.0);
+}
+
+// The passes' per-value map: entries default-inserted, found again after the table grew many
+// times over, values it never saw absent; at() of an absent value is an internal error.
+TEST(ValueMap, FindsEveryValueAfterGrowingAndNothingElse) {
+  std::vector<ir::Value> values(1000), others(100);
+  ir::ValueMap<int> map(4);
+  for (size_t i = 0; i < values.size(); ++i)
+    map[&values[i]] = static_cast<int>(i) + 1;
+  ++map[&values[7]];
+  EXPECT_EQ(map.size(), values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_TRUE(map.contains(&values[i])) << i;
+    EXPECT_EQ(*map.find(&values[i]), static_cast<int>(i) + 1 + (i == 7)) << i;
+  }
+  for (const ir::Value& other : others) {
+    EXPECT_FALSE(map.contains(&other));
+    EXPECT_EQ(map.find(&other), nullptr);
+  }
+  EXPECT_THROW(map.at(&others[0]), InternalError);
+  EXPECT_EQ(map[&others[0]], 0); // default-inserted
+  EXPECT_EQ(map.size(), values.size() + 1);
+
+  ir::ValueSet set(2);
+  EXPECT_TRUE(set.insert(&values[0]));
+  EXPECT_TRUE(set.insert(&values[1]));
+  EXPECT_FALSE(set.insert(&values[0]));
+  EXPECT_TRUE(set.contains(&values[1]));
+  EXPECT_FALSE(set.contains(&values[2]));
+  EXPECT_EQ(set.size(), 2u);
 }
 
 TEST(IRParser, ReadsEveryAttributeKindAndThePreBlock) {
