@@ -137,10 +137,14 @@ CompiledCell::compileAll(const std::vector<const ir::Cell*>& cells, const Compil
   std::vector<size_t> distinct;
   std::unordered_map<std::string, size_t> seen;
   for (size_t i = 0; i < cells.size(); ++i) {
-    auto [it, inserted] = seen.emplace(ir::toString(*cells[i]), i);
-    firstOf[i] = it->second;
-    if (inserted)
-      distinct.push_back(i);
+    firstOf[i] = i;
+    if (cells.size() > 1) { // one cell (one layer, one direction) needs no printing
+      auto [it, inserted] = seen.emplace(ir::toString(*cells[i]), i);
+      firstOf[i] = it->second;
+      if (!inserted)
+        continue;
+    }
+    distinct.push_back(i);
   }
   std::vector<std::shared_ptr<CompiledCell>> result(cells.size());
   std::vector<std::exception_ptr> failures(cells.size());
