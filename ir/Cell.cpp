@@ -208,8 +208,10 @@ ValueMap<int> useCounts(const Cell& cell) {
       for (const Value* operand : instr->operands)
         ++uses[operand];
   for (const StateUpdate& update : cell.updates)
-    ++uses[update.next];
-  ++uses[cell.output];
+    if (update.next) // a cell still being built may lack one
+      ++uses[update.next];
+  if (cell.output)
+    ++uses[cell.output];
   return uses;
 }
 

@@ -60,7 +60,7 @@ int64_t fixedRowsOf(const Value* value);
 // lives in Attrs: the one list the printer and the parser read.
 struct AttrField {
   const char* name;
-  double Attrs::*number; // null for the offset, a dimension
+  double Attrs::* number; // null for the offset, a dimension
 };
 std::span<const AttrField> attrFields(AttrKind kind);
 

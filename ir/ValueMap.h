@@ -21,8 +21,10 @@ public:
   // Room for `expected` values before the first growth.
   explicit ValueMap(size_t expected = 32) { reset(std::bit_ceil(expected * 2 + 2)); }
 
-  // The value's entry, default-constructed when it had none.
+  // The value's entry, default-constructed when it had none. Not for null, which marks an
+  // empty slot (and which find() never finds).
   T& operator[](const Value* key) {
+    RNNC_INTERNAL_CHECK(key != nullptr, "a null value as a key");
     size_t i = slot(key);
     if (!keys_[i]) {
       if ((size_ + 1) * 4 > keys_.size() * 3) { // over three quarters full
@@ -90,8 +92,10 @@ private:
 class ValueSet {
 public:
   explicit ValueSet(size_t expected = 32) : members_(expected) {}
-  // Whether it was new.
+  // Whether it was new; null is no value, never a member.
   bool insert(const Value* value) {
+    if (!value)
+      return false;
     const size_t before = members_.size();
     members_[value] = 1;
     return members_.size() != before;

@@ -22,8 +22,8 @@ bool hoistParameters(ir::Cell& cell) {
   for (size_t i = step.size(); i-- > 0;)
     if (hoist[i])
       for (const ir::Value* operand : step[i]->operands)
-        if (const size_t* it = indexOf.find(operand))
-          hoist[*it] = true;
+        if (const size_t* index = indexOf.find(operand))
+          hoist[*index] = true;
   if (std::none_of(hoist.begin(), hoist.end(), [](bool h) { return h; }))
     return false;
   // In program order, so that every hoisted value's operands stay defined before it.

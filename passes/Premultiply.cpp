@@ -96,7 +96,8 @@ const ir::Instr* soleUser(const ir::Cell& cell, const ir::Value* value) {
 // chunk(linear(h, W_hh, b_hh)): r = sigmoid(xr + hr)) hides the bias from reassociate(). Such
 // a slice is sunk (slice(a + b) -> slice(a) + slice(b)) when it feeds a sum and the sliced sum
 // has a term of lower dependence than itself. Other slices are left to the sink-slices pass:
-// sinking an LSTM's four gate slices here would split its one input-side sum in four.
+// sinking an LSTM's four gate slices here would split its one input-side sum in four. Returns
+// whether it sank any.
 bool exposeBiases(ir::Cell& cell, ir::Block& block) {
   DependenceMap dependence(cell);
   bool changed = false;
@@ -122,6 +123,7 @@ bool exposeBiases(ir::Cell& cell, ir::Block& block) {
   return changed;
 }
 
+// reassociate() on every tree of `block` until none changes; whether any did.
 bool reassociateAll(ir::Cell& cell, ir::Block& block) {
   DependenceMap dependence(cell);
   bool changed = false;

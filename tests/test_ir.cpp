@@ -124,6 +124,9 @@ TEST(ValueMap, FindsEveryValueAfterGrowingAndNothingElse) {
     EXPECT_EQ(map.find(&other), nullptr);
   }
   EXPECT_THROW(map.at(&others[0]), InternalError);
+  // Null marks an empty slot: never found, and no key.
+  EXPECT_EQ(map.find(nullptr), nullptr);
+  EXPECT_THROW(map[nullptr], InternalError);
   EXPECT_EQ(map[&others[0]], 0); // default-inserted
   EXPECT_EQ(map.size(), values.size() + 1);
 
@@ -131,6 +134,8 @@ TEST(ValueMap, FindsEveryValueAfterGrowingAndNothingElse) {
   EXPECT_TRUE(set.insert(&values[0]));
   EXPECT_TRUE(set.insert(&values[1]));
   EXPECT_FALSE(set.insert(&values[0]));
+  EXPECT_FALSE(set.insert(nullptr));
+  EXPECT_FALSE(set.contains(nullptr));
   EXPECT_TRUE(set.contains(&values[1]));
   EXPECT_FALSE(set.contains(&values[2]));
   EXPECT_EQ(set.size(), 2u);
