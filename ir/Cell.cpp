@@ -142,7 +142,7 @@ std::unique_ptr<Cell> Cell::clone() const {
   copy->name = name;
   copy->sizeNames = sizeNames;
   copy->sizes = sizes;
-  ValueMap<Value*> map(inputs.size() + states.size() + params.size() + pre.size() + step.size());
+  ValueMap<Value*> map(valueCount(*this));
   for (ArgKind kind : {ArgKind::Input, ArgKind::State, ArgKind::Param})
     for (const auto& arg : arguments(kind))
       map[arg.get()] = copy->addArgument(kind, arg->name, arg->shape);
@@ -187,6 +187,11 @@ bool containsOp(const Cell& cell, Op op) {
       if (instr->op == op)
         return true;
   return false;
+}
+
+size_t valueCount(const Cell& cell) {
+  return cell.inputs.size() + cell.states.size() + cell.params.size() + cell.pre.size() +
+         cell.step.size();
 }
 
 int countUses(const Cell& cell, const Value* value) {

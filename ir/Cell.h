@@ -124,6 +124,10 @@ void replaceAllUses(Cell& cell, Value* from, Value* to);
 // Whether any instruction of the cell (pre or step block) is an `op`.
 bool containsOp(const Cell& cell, Op op);
 
+// The number of values the cell has: its arguments and every instruction's result (what a
+// ValueMap over all of them is sized for).
+size_t valueCount(const Cell& cell);
+
 // The number of uses of `value` (operands, updates, output).
 int countUses(const Cell& cell, const Value* value);
 // Every value's number of uses at once, for passes that ask about many values: countUses per

@@ -53,8 +53,7 @@ struct KeyHash {
 } // namespace
 
 bool eliminateCommonSubexpressions(ir::Cell& cell) {
-  ir::ValueMap<int> number(cell.inputs.size() + cell.states.size() + cell.params.size() +
-                           cell.pre.size() + cell.step.size());
+  ir::ValueMap<int> number(ir::valueCount(cell));
   for (ir::ArgKind kind : {ir::ArgKind::Input, ir::ArgKind::State, ir::ArgKind::Param})
     for (const auto& arg : cell.arguments(kind))
       number[arg.get()] = static_cast<int>(number.size());

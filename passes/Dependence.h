@@ -15,9 +15,7 @@ enum class Dependence { ParamsOnly = 0, Inputs = 1, State = 2 };
 
 class DependenceMap {
 public:
-  explicit DependenceMap(const ir::Cell& cell)
-      : of_(cell.inputs.size() + cell.states.size() + cell.params.size() + cell.pre.size() +
-            cell.step.size()) {
+  explicit DependenceMap(const ir::Cell& cell) : of_(ir::valueCount(cell)) {
     for (const auto& v : cell.inputs)
       of_[v.get()] = Dependence::Inputs;
     for (const auto& v : cell.states)
