@@ -64,6 +64,7 @@ void ProductKernelEmitter::emitPacking(const PackedProduct& packed) {
   fields[RNNC_PACK_DEPTH] = packed.depth;
   fields[RNNC_PACK_PACKED_DEPTH] = packed.packedDepth();
   fields[RNNC_PACK_SLICES] = packed.slices();
+  fields[RNNC_PACK_WIDENED_FROM] = static_cast<int64_t>(packed.widenedFrom);
   for (int64_t s = 0; s < packed.slices(); ++s)
     for (int64_t v :
          {packed.offsets[static_cast<size_t>(s)], packed.sliceStart(s), packed.panelWidth(s)})
@@ -588,7 +589,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   // One walk over the depth for the slices [first, first + count), pass `pass` (a constant, or
   // the run-time pass), their weights from `passWeights`, the rows of x from `rowsOfX`, each
   // row's sum of each slice given to `sliceSum` (the slice counted from `first`).
-  using SliceSum = std::function<void(int64_t row, int64_t slice, llvm::Value* sum)>;
+  using SliceSum = std::function<void(int64_t row, int64_t slice, llvm::Value * sum)>;
   auto walkBody = [&](int64_t first, int64_t count, llvm::Value* pass, llvm::Value* passWeights,
                       const EmitContext::TileRows& rowsOfX, const PanelPrefetch& panel,
                       RunTimeHeight rowsHeight, bool joinedParts, const SliceSum& sliceSum,

@@ -114,7 +114,8 @@ enum RnncPackField : int64_t {
   RNNC_PACK_DEPTH,
   RNNC_PACK_PACKED_DEPTH,
   RNNC_PACK_SLICES,
-  RNNC_PACK_FIELDS // the slices' triples start here
+  RNNC_PACK_WIDENED_FROM, // codegen::WeightType the fp32 weights are rounded to (fp32: none)
+  RNNC_PACK_FIELDS        // the slices' triples start here
 };
 using RnncPackWeightsFunction = void (*)(const int64_t* layout, const float* w, int64_t rowStride,
                                          void* packed, float* scales, int64_t thread,

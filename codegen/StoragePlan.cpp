@@ -309,8 +309,25 @@ int64_t PackedProduct::sliceStart(int64_t slice) const {
   return first * packedDepth() * width + (slice - first) * width;
 }
 
+namespace {
+
+// Whether the step's products with packable weights (what planStorage packs there) have fp32
+// weights that fit in half of the target's L2, with room for the rows they multiply and the
+// rest of the step's data.
+bool stepWeightsFitHalfOfL2(const ir::Cell& cell, const Target& target) {
+  int64_t bytes = 0;
+  for (const auto& instr : cell.step)
+    if (ir::isMatrixProduct(instr->op) &&
+        (instr->kernel >= 0 || ir::hasPackableWeights(cell, *instr)))
+      bytes += columnsOf(instr->operands[0]) * columnsOf(&instr->result) *
+               static_cast<int64_t>(sizeof(float));
+  return bytes > 0 && bytes <= target.l2Bytes / 2;
+}
+
+} // namespace
+
 StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType weights,
-                        int64_t gpuStepTileRows) {
+                        int64_t gpuStepTileRows, bool widenCachedFp16) {
   // fp16 weights are widened by F16C's vcvtph2ps (every x86-64 CPU with AVX2 has it); without it
   // LLVM would call a conversion routine the JIT does not link.
   if (weights == WeightType::F16 && !target.has("f16c"))
@@ -337,8 +354,11 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
       column += columnsOf(part);
     }
   }
+  const bool widenStep = weights == WeightType::F16 && widenCachedFp16 && !target.isGpu() &&
+                         stepWeightsFitHalfOfL2(cell, target);
   for (const ir::Block* block : {&cell.pre, &cell.step}) {
     bool inPre = block == &cell.pre;
+    const bool widened = !inPre && widenStep;
     for (const auto& instr : *block) {
       const ir::Value* value = &instr->result;
       if (isViewOrImmediate(value))
@@ -347,8 +367,10 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
           (ir::isFusible(instr->op) || instr->kernel >= 0) && !usedOutsideKernel(cell, *instr);
       if (ir::isMatrixProduct(instr->op) &&
           (instr->kernel >= 0 || ir::hasPackableWeights(cell, *instr))) {
-        PackedProduct packed =
-            planPackedProduct(cell, *block, *instr, target, weights, gpuStepTileRows);
+        PackedProduct packed = planPackedProduct(
+            cell, *block, *instr, target, widened ? WeightType::F32 : weights, gpuStepTileRows);
+        if (widened)
+          packed.widenedFrom = WeightType::F16;
         packed.buffer = plan.buffers.size();
         plan.buffers.push_back({value, Rows::Fixed, packed.blocks * packed.packedDepth(),
                                 packed.slices() * packed.width,

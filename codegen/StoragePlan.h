@@ -70,6 +70,14 @@ struct PackedProduct {
   int64_t tileRows = 1;
   int64_t panelSlices = 1;
   WeightType weights = WeightType::F32; // how the packed weights are stored
+  // fp16 weights stored as fp32: each weight rounded to fp16, then widened once, at packing (so
+  // the sums are the fp16 tiles' own). Where a step's fp32 weights fit in half of one core's L2
+  // (planStorage's widenCachedFp16), its tiles read them from L2 faster than they widen fp16:
+  // vcvtph2ps shares the FMA's ports on Intel's cores and takes two cycles a zmm on Zen 4
+  // (`rnnc_bench --benchmark_filter=weightGemv`: 1M weights from L2 in 15.6 us as fp16 and
+  // 9.5 us as fp32 on an Intel Xeon, where an LSTM at H = 256 and batch 1 ran 0.69-0.87x
+  // fp32's speed with fp16 tiles). WeightType::F32 where not widened.
+  WeightType widenedFrom = WeightType::F32;
   // int8: per block, each slice's `width` dequantization scales then its `width` column sums
   // of the quantized weights (fp32; the sums correct for the input's zero point).
   size_t scaleBuffer = 0;
@@ -226,13 +234,15 @@ struct StoragePlan {
 
 // `cell` must be optimised (or at least verified) and have every size bound. The target's
 // vector width and registers shape the tiles of fused matrix products; `weights` is how every
-// packed product stores its weights.
+// packed product stores its weights, but for fp16 weights with `widenCachedFp16` the step's
+// products whose fp32 weights fit in half of the target's L2, widened at packing
+// (PackedProduct::widenedFrom).
 // On a GPU, `gpuStepTileRows` is the rows of each warp's tile in a step's split-depth products
 // (kGpuSplitDepthTileRows suits batches of that many rows and more; 1 smaller ones), or
 // kGpuStepBlockTiles for block tiles (batches of kGpuBlockTiledBatch rows and more).
 StoragePlan planStorage(const ir::Cell& cell, const Target& target,
                         WeightType weights = WeightType::F32,
-                        int64_t gpuStepTileRows = kGpuStepBlockTiles);
+                        int64_t gpuStepTileRows = kGpuStepBlockTiles, bool widenCachedFp16 = true);
 
 // A kernel's iteration space [R, F]: batched (R the run's rows) or R fixed; and whether a layer
 // norm is fused in (its row statistics are computed per row).

@@ -258,6 +258,49 @@ TEST(StoragePlan, SwappedStatesAreStagedBeforeBeingOverwritten) {
 
 } // namespace
 
+// fp16 weights of the step's products are widened to fp32 at packing where the step's fp32
+// weights fit in half of L2 (they are read from L2 faster than fp16 is widened), and stay fp16
+// where they do not, where asked to stay, and in the input projection (many rows per weight
+// widened). An LSTM at H = 256 has 1 MB of fp32 W_hh: widened with a 2 MB L2, not with 1 MB.
+TEST(StoragePlan, Fp16StepWeightsAreWidenedWhereTheirFp32FitsHalfOfL2) {
+  using codegen::WeightType;
+  const codegen::Target f16Cpu{"x86_64-unknown-linux-gnu", "sapphirerapids", "+avx2,+avx512f,+f16c",
+                               16, 32};
+  auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 256}, {"hidden_size", 256}});
+  auto stepAndPre = [&](int64_t l2Bytes, bool widen, WeightType weights = WeightType::F16) {
+    codegen::Target target = f16Cpu;
+    target.l2Bytes = l2Bytes;
+    std::map<bool, codegen::PackedProduct> bySplit; // splitRows: the input projection
+    for (const codegen::PackedProduct& packed :
+         codegen::planStorage(*lstm, target, weights, codegen::kGpuStepBlockTiles, widen)
+             .packedProducts)
+      bySplit.emplace(packed.splitRows, packed);
+    EXPECT_EQ(bySplit.size(), 2u);
+    return bySplit;
+  };
+  auto widened = stepAndPre(2 << 20, true);
+  EXPECT_EQ(widened[false].weights, WeightType::F32);
+  EXPECT_EQ(widened[false].widenedFrom, WeightType::F16);
+  EXPECT_EQ(widened[false].packedElementBytes(), 4);
+  EXPECT_EQ(widened[true].weights, WeightType::F16);
+  EXPECT_EQ(widened[true].widenedFrom, WeightType::F32);
+  // The widened product is planned as an fp32 one: the same tiles.
+  const codegen::PackedProduct fp32 = stepAndPre(2 << 20, true, WeightType::F32)[false];
+  EXPECT_EQ(widened[false].width, fp32.width);
+  EXPECT_EQ(widened[false].tileRows, fp32.tileRows);
+  for (auto [l2Bytes, widen] :
+       {std::pair{int64_t{1} << 20, true}, std::pair{int64_t{2} << 20, false}})
+    for (const auto& [split, packed] : stepAndPre(l2Bytes, widen)) {
+      EXPECT_EQ(packed.weights, WeightType::F16) << l2Bytes << (widen ? " widen" : " keep");
+      EXPECT_EQ(packed.widenedFrom, WeightType::F32);
+    }
+  for (WeightType other : {WeightType::F32, WeightType::BF16, WeightType::I8})
+    for (const auto& [split, packed] : stepAndPre(2 << 20, true, other)) {
+      EXPECT_EQ(packed.weights, other);
+      EXPECT_EQ(packed.widenedFrom, WeightType::F32);
+    }
+}
+
 // bf16 weights are packed in depth pairs for vdpbf16ps where the CPU has AVX512_BF16 and runs it
 // as fast as an FMA (AMD's; half the packed depth, 4-byte elements, an odd depth padded), and as
 // 2-byte weights widened in registers elsewhere, Intel's AVX512_BF16 included; other types never

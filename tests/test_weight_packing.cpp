@@ -5,6 +5,8 @@
 #include "codegen/RunArgs.h"
 #include "runtime/exec/WeightPacking.h"
 
+#include <Eigen/Core>
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -130,71 +132,80 @@ TEST(WeightPacking, Fp32PanelsHoldEachSlicesColumnsPerDepthZeroPastTheColumns) {
 // scalar roundings (halfBits against F16C above, bf16Bits: Eigen's). Awkward sizes: a depth
 // that is no multiple of the packer's 16-depth tiles, columns past the last block's, a slice
 // of its own panel and two sharing one, W as a linear's [N, K] and as a matmul's [K, N]; the
-// values every rounding case, NaNs of both signs, infinities and subnormals among them.
+// values every rounding case, NaNs of both signs, infinities and subnormals among them. fp32
+// widened from fp16 (PackedProduct::widenedFrom) is each weight's half widened by Eigen.
 TEST(WeightPacking, EveryFloatLayoutMatchesOneWeightAtATime) {
   std::mt19937 rng(7);
   for (int64_t type : {0, 1, 2})
-    for (bool pairs : {false, true})
-      for (bool transposed : {true, false})
-        for (int64_t width : {16, 32, 8}) {
-          if (pairs && type != 2)
-            continue;
-          const int64_t depth = 37, columns = 3 * width - 5, slices = 3;
-          const int64_t packedDepth = pairs ? (depth + 1) / 2 : depth;
-          const int64_t blocks = (columns + width - 1) / width;
-          // Slices 0 and 1 share a panel of twice the width; slice 2 has one of its own.
-          const std::vector<int64_t> starts = {0, width, 2 * packedDepth * width};
-          const std::vector<int64_t> panels = {2 * width, 2 * width, width};
-          const std::vector<int64_t> fields =
-              layoutOf(type, transposed, pairs, width, columns, depth, packedDepth,
-                       {0, columns, 2 * columns}, starts, panels);
-          const int64_t allColumns = slices * columns;
-          const int64_t rowStride = transposed ? depth + 3 : allColumns + 2;
-          std::vector<float> w(static_cast<size_t>((transposed ? allColumns : depth) * rowStride));
-          std::uniform_int_distribution<uint32_t> bits;
-          const std::vector<uint32_t> special = {
-              0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7f800000u, 0xff800000u, 0x00000001u,
-              0x80400000u, 0x3f808000u, 0x3f818000u, 0x477ff000u, 0x38800000u, 0x33000000u};
-          for (size_t i = 0; i < w.size(); ++i)
-            w[i] = std::bit_cast<float>(i % 5 == 0 ? special[(i / 5) % special.size()] : bits(rng));
-          auto weight = [&](int64_t k, int64_t column) {
-            return transposed ? w[static_cast<size_t>(column * rowStride + k)]
-                              : w[static_cast<size_t>(k * rowStride + column)];
-          };
-          const int64_t elements = blocks * packedDepth * slices * width * (pairs ? 2 : 1);
-          std::vector<uint32_t> expected(static_cast<size_t>(elements), 0);
-          for (int64_t b = 0; b < blocks; ++b)
-            for (int64_t s = 0; s < slices; ++s)
-              for (int64_t l = 0; l < width; ++l)
-                for (int64_t k = 0; k < (pairs ? 2 * packedDepth : depth); ++k) {
-                  const int64_t local = b * width + l;
-                  const float v =
-                      local < columns && k < depth ? weight(k, s * columns + local) : 0.0f;
-                  const uint32_t narrowed = type == 0   ? std::bit_cast<uint32_t>(v)
-                                            : type == 1 ? halfBits(v)
-                                                        : bf16Bits(v);
-                  const int64_t panel = panels[static_cast<size_t>(s)];
-                  const int64_t base = b * packedDepth * slices * width * (pairs ? 2 : 1);
-                  const int64_t at =
-                      pairs ? base + 2 * (starts[static_cast<size_t>(s)] + (k / 2) * panel + l) +
-                                  k % 2
-                            : base + starts[static_cast<size_t>(s)] + k * panel + l;
-                  expected[static_cast<size_t>(at)] = narrowed;
-                }
-          std::vector<uint32_t> packed(static_cast<size_t>(elements), 0xdeadbeefu);
-          std::vector<uint16_t> halves(static_cast<size_t>(elements), 0xbeefu);
-          for (int64_t thread : {0, 1}) // two threads, each its blocks
-            rnnc_pack_weights(fields.data(), w.data(), rowStride,
-                              type == 0 ? static_cast<void*>(packed.data()) : halves.data(),
-                              nullptr, thread, 2);
-          if (type != 0)
-            for (size_t i = 0; i < halves.size(); ++i)
-              packed[i] = halves[i];
-          for (size_t i = 0; i < packed.size(); ++i)
-            ASSERT_EQ(packed[i], expected[i])
-                << "type " << type << (pairs ? " pairs" : "") << (transposed ? " W^T" : " W")
-                << " width " << width << ": element " << i;
-        }
+    for (bool widened : {false, true})
+      for (bool pairs : {false, true})
+        for (bool transposed : {true, false})
+          for (int64_t width : {16, 32, 8}) {
+            if ((pairs && type != 2) || (widened && (type != 0 || pairs)))
+              continue;
+            const int64_t depth = 37, columns = 3 * width - 5, slices = 3;
+            const int64_t packedDepth = pairs ? (depth + 1) / 2 : depth;
+            const int64_t blocks = (columns + width - 1) / width;
+            // Slices 0 and 1 share a panel of twice the width; slice 2 has one of its own.
+            const std::vector<int64_t> starts = {0, width, 2 * packedDepth * width};
+            const std::vector<int64_t> panels = {2 * width, 2 * width, width};
+            std::vector<int64_t> fields =
+                layoutOf(type, transposed, pairs, width, columns, depth, packedDepth,
+                         {0, columns, 2 * columns}, starts, panels);
+            fields[RNNC_PACK_WIDENED_FROM] = widened ? 1 : 0;
+            const int64_t allColumns = slices * columns;
+            const int64_t rowStride = transposed ? depth + 3 : allColumns + 2;
+            std::vector<float> w(
+                static_cast<size_t>((transposed ? allColumns : depth) * rowStride));
+            std::uniform_int_distribution<uint32_t> bits;
+            const std::vector<uint32_t> special = {
+                0x7fc00000u, 0xffc00001u, 0x7f800001u, 0x7f800000u, 0xff800000u, 0x00000001u,
+                0x80400000u, 0x3f808000u, 0x3f818000u, 0x477ff000u, 0x38800000u, 0x33000000u};
+            for (size_t i = 0; i < w.size(); ++i)
+              w[i] =
+                  std::bit_cast<float>(i % 5 == 0 ? special[(i / 5) % special.size()] : bits(rng));
+            auto weight = [&](int64_t k, int64_t column) {
+              return transposed ? w[static_cast<size_t>(column * rowStride + k)]
+                                : w[static_cast<size_t>(k * rowStride + column)];
+            };
+            const int64_t elements = blocks * packedDepth * slices * width * (pairs ? 2 : 1);
+            std::vector<uint32_t> expected(static_cast<size_t>(elements), 0);
+            for (int64_t b = 0; b < blocks; ++b)
+              for (int64_t s = 0; s < slices; ++s)
+                for (int64_t l = 0; l < width; ++l)
+                  for (int64_t k = 0; k < (pairs ? 2 * packedDepth : depth); ++k) {
+                    const int64_t local = b * width + l;
+                    const float v =
+                        local < columns && k < depth ? weight(k, s * columns + local) : 0.0f;
+                    const float widenedHalf =
+                        static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(halfBits(v)));
+                    const uint32_t narrowed =
+                        type == 0   ? std::bit_cast<uint32_t>(widened ? widenedHalf : v)
+                        : type == 1 ? halfBits(v)
+                                    : bf16Bits(v);
+                    const int64_t panel = panels[static_cast<size_t>(s)];
+                    const int64_t base = b * packedDepth * slices * width * (pairs ? 2 : 1);
+                    const int64_t at =
+                        pairs ? base + 2 * (starts[static_cast<size_t>(s)] + (k / 2) * panel + l) +
+                                    k % 2
+                              : base + starts[static_cast<size_t>(s)] + k * panel + l;
+                    expected[static_cast<size_t>(at)] = narrowed;
+                  }
+            std::vector<uint32_t> packed(static_cast<size_t>(elements), 0xdeadbeefu);
+            std::vector<uint16_t> halves(static_cast<size_t>(elements), 0xbeefu);
+            for (int64_t thread : {0, 1}) // two threads, each its blocks
+              rnnc_pack_weights(fields.data(), w.data(), rowStride,
+                                type == 0 ? static_cast<void*>(packed.data()) : halves.data(),
+                                nullptr, thread, 2);
+            if (type != 0)
+              for (size_t i = 0; i < halves.size(); ++i)
+                packed[i] = halves[i];
+            for (size_t i = 0; i < packed.size(); ++i)
+              ASSERT_EQ(packed[i], expected[i])
+                  << "type " << type << (widened ? " widened from fp16" : "")
+                  << (pairs ? " pairs" : "") << (transposed ? " W^T" : " W") << " width " << width
+                  << ": element " << i;
+          }
 }
 
 // int8 layouts against the quantization written out here column by column: scale = largest

@@ -23,6 +23,7 @@
 #include <Eigen/Core>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -137,10 +138,10 @@ struct CellShape {
 // interpreter on the same rounded operands.
 void expectBuiltinCellMatchesTheInterpreter(const std::string& name, const CellShape& shape,
                                             const std::string& cpu, WeightType type,
-                                            float tolerance = 2e-5f) {
+                                            float tolerance = 2e-5f, bool widenFp16 = false) {
   SCOPED_TRACE(name + " I=" + std::to_string(shape.input) + " H=" + std::to_string(shape.hidden) +
                " B=" + std::to_string(shape.batch) + " on " + cpu + ", " +
-               std::string(codegen::weightTypeName(type)));
+               std::string(codegen::weightTypeName(type)) + (widenFp16 ? " widened" : ""));
   auto cell = frontend::loadCell(name);
   ir::SizeMap sizes;
   for (const std::string& size : cell->sizeNames)
@@ -166,7 +167,14 @@ void expectBuiltinCellMatchesTheInterpreter(const std::string& name, const CellS
   options.targetCpu = cpu;
   options.cache.disk = false;
   options.weights = type;
-  Tensor actual = CompiledCell::compile(*cell, options)->run(params, inputs, states);
+  // These sizes' step weights all fit in L2: fp16 tiles are kept unless asked otherwise.
+  options.widenCachedFp16 = widenFp16;
+  std::shared_ptr<CompiledCell> compiled = CompiledCell::compile(*cell, options);
+  const bool widened =
+      std::any_of(compiled->plan().packedProducts.begin(), compiled->plan().packedProducts.end(),
+                  [](const auto& packed) { return packed.widenedFrom == WeightType::F16; });
+  EXPECT_EQ(widened, widenFp16 && type == WeightType::F16);
+  Tensor actual = compiled->run(params, inputs, states);
   EXPECT_LT(test::maxAbsDiff(actual, expected), tolerance);
   for (size_t i = 0; i < states.size(); ++i)
     EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), tolerance) << "state " << i;
@@ -189,6 +197,17 @@ TEST(WeightTypes, EveryBuiltinCellMatchesTheInterpreterOnRoundedOperands) {
       for (const std::string& cpu : cpus)
         for (WeightType type : {WeightType::F16, WeightType::BF16})
           expectBuiltinCellMatchesTheInterpreter(name, shape, cpu, type);
+}
+
+// fp16 weights widened to fp32 at packing where the step's fp32 weights fit in L2
+// (PackedProduct::widenedFrom; every size here): fp32 tiles on the fp16 values, so the same
+// results as the interpreter's on the rounded weights. AVX-512 (the host) and AVX2 code.
+TEST(WeightTypes, Fp16WeightsWidenedAtPackingMatchTheInterpreter) {
+  for (const std::string& name : frontend::builtinCellNames())
+    for (const CellShape& shape : {CellShape{7, 11, 4, 13}, CellShape{33, 19, 3, 1}})
+      for (const std::string& cpu : {std::string(), std::string("haswell")})
+        expectBuiltinCellMatchesTheInterpreter(name, shape, cpu, WeightType::F16, 2e-5f,
+                                               /*widenFp16=*/true);
 }
 
 // Batches past one AMX tile of rows (16): on a CPU with AMX-BF16 the host's code multiplies

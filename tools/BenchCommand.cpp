@@ -233,15 +233,20 @@ int bench(const BenchOptions& o) {
   std::vector<Path> paths;
   // The outputs of the last timed run of the fp32 and the reduced-precision JIT, compared below.
   Tensor fp32Output, reducedOutput;
+  bool widenedFp16 = false; // whether the fp16 path's step products are widened at packing
   auto jitTiming = [&](passes::PipelineOptions pipeline,
                        codegen::WeightType weights = codegen::WeightType::F32,
-                       Tensor* keptOutput = nullptr) {
+                       Tensor* keptOutput = nullptr, bool widenCachedFp16 = true) {
     CompileOptions options;
     options.pipeline = pipeline;
     options.cache.disk = false;
     options.targetCpu = o.targetCpu;
     options.weights = weights;
+    options.widenCachedFp16 = widenCachedFp16;
     auto compiled = CompiledCell::compile(*cell, options);
+    if (weights == codegen::WeightType::F16 && widenCachedFp16)
+      for (const codegen::PackedProduct& packed : compiled->plan().packedProducts)
+        widenedFp16 |= packed.widenedFrom == codegen::WeightType::F16;
     // The parameter-only work (weights packed for the tiles) is done once, as a layer does it
     // when it is built, and as oneDNN reorders its weights: not part of a sequence's time.
     auto prepared = compiled->prepare(params, o.threads);
@@ -366,6 +371,12 @@ int bench(const BenchOptions& o) {
         {reducedKey.c_str(), reducedRow.c_str(), jitTiming({}, reduced, &reducedOutput)});
     accuracy = compareOutputs(fp32Output, reducedOutput);
     accuracy->speedup = paths[paths.size() - 2].timing.median / paths.back().timing.median;
+    // Where the step's fp32 weights fit in L2 they are widened at packing: the fp16 tiles
+    // beside them, for the comparison (the same values, so the same outputs but for the order
+    // of the sums).
+    if (widenedFp16)
+      paths.push_back({"jit_fp16_tiles", "jit, fp16 weights, fp16 tiles",
+                       jitTiming({}, reduced, nullptr, /*widenCachedFp16=*/false)});
   }
   std::optional<CompileTimes> compileTimes;
   std::optional<VariableLength> varlen;

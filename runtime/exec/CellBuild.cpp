@@ -44,8 +44,9 @@ LoadedCode loadOrGenerate(const CacheOptions& cache, const std::string& key,
 }
 
 std::string CellBuild::cacheKey() const {
-  return codeCacheKey(target, "weights " + std::string(codegen::weightTypeName(weights)) + "\n" +
-                                  ir::toString(*cell));
+  const bool keptFp16 = weights == codegen::WeightType::F16 && !widenCachedFp16;
+  return codeCacheKey(target, "weights " + std::string(codegen::weightTypeName(weights)) +
+                                  (keptFp16 ? " kept\n" : "\n") + ir::toString(*cell));
 }
 
 std::string CellBuild::generate(codegen::Stage stage, codegen::CodegenTimes* times) const {
@@ -61,15 +62,16 @@ LoadedCode CellBuild::load(const CacheOptions& cache) const {
 }
 
 CellBuild planCell(std::shared_ptr<ir::Cell> optimised, const codegen::Target& target,
-                   codegen::WeightType weights, int64_t gpuStepTileRows) {
+                   codegen::WeightType weights, int64_t gpuStepTileRows, bool widenCachedFp16) {
   const auto start = std::chrono::steady_clock::now();
   CellBuild build;
-  build.plan = codegen::planStorage(*optimised, target, weights, gpuStepTileRows);
+  build.plan = codegen::planStorage(*optimised, target, weights, gpuStepTileRows, widenCachedFp16);
   build.planMs =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   build.cell = std::move(optimised);
   build.target = target;
   build.weights = weights;
+  build.widenCachedFp16 = widenCachedFp16;
   return build;
 }
 

@@ -48,7 +48,8 @@ struct CellBuild {
   codegen::Target target;
   codegen::WeightType weights = codegen::WeightType::F32;
   codegen::StoragePlan plan;
-  double planMs = 0; // what planning took (`rnnc compile --time-passes`)
+  double planMs = 0;           // what planning took (`rnnc compile --time-passes`)
+  bool widenCachedFp16 = true; // codegen::planStorage's, which made `plan`
 
   // Everything the object depends on: the optimised IR (sizes included), the weight type, the
   // code generator's sources, LLVM and the target. Nothing runs LLVM to build it, so a cache hit
@@ -61,9 +62,11 @@ struct CellBuild {
   LoadedCode load(const CacheOptions& cache) const;
 };
 
-// Plans `optimised` for `target`; `gpuStepTileRows` as codegen::planStorage's.
+// Plans `optimised` for `target`; `gpuStepTileRows` and `widenCachedFp16` as
+// codegen::planStorage's.
 CellBuild planCell(std::shared_ptr<ir::Cell> optimised, const codegen::Target& target,
                    codegen::WeightType weights = codegen::WeightType::F32,
-                   int64_t gpuStepTileRows = codegen::kGpuStepBlockTiles);
+                   int64_t gpuStepTileRows = codegen::kGpuStepBlockTiles,
+                   bool widenCachedFp16 = true);
 
 } // namespace rnnc

@@ -88,7 +88,8 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
   auto start = std::chrono::steady_clock::now();
   auto compiled = std::make_shared<CompiledCell>();
   CellBuild build = planCell(optimiseCell(cell, options.pipeline, options.log),
-                             runnableTarget(options.targetCpu, options.cache), options.weights);
+                             runnableTarget(options.targetCpu, options.cache), options.weights,
+                             codegen::kGpuStepBlockTiles, options.widenCachedFp16);
   compiled->cell_ = build.cell;
   compiled->plan_ = build.plan;
   if (std::any_of(build.plan.packedProducts.begin(), build.plan.packedProducts.end(),

@@ -42,6 +42,10 @@ struct CompileOptions {
   // How the weights of the matrix products the generated code packs are stored (every linear
   // and matmul whose weights are parameters): fp32, or fp16/bf16 in half the bytes.
   codegen::WeightType weights = codegen::WeightType::F32;
+  // With fp16 weights: the step's products whose fp32 weights fit in half of one core's L2 take
+  // them widened to fp32 at packing, the same values, read faster than fp16 is widened
+  // (codegen::PackedProduct::widenedFrom); false keeps fp16 in every tile.
+  bool widenCachedFp16 = true;
 };
 
 // An input's rows where they are: `rows` rows of `columns` floats, `stride` floats apart (a
@@ -129,6 +133,7 @@ public:
                  Tensor& output, Workspace& workspace, int threads, uint64_t maskSeed = 0) const;
 
   const ir::Cell& optimisedCell() const { return *cell_; }
+  const codegen::StoragePlan& plan() const { return plan_; } // the tiles, buffers and weights
   // The time compile() took, and whether LLVM ran or a cache answered.
   double compileMilliseconds() const { return compileMs_; }
   CodeSource source() const { return source_; }

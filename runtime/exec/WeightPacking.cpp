@@ -42,13 +42,14 @@ uint16_t bf16Bits(float value) {
 namespace {
 
 struct Layout {
-  codegen::WeightType type;
+  codegen::WeightType type, widenedFrom;
   bool transposed, pairs;
   int64_t width, blocks, columns, depth, packedDepth, slices;
   const int64_t* sliceFields; // per slice: column offset, packed start, panel width
 
   explicit Layout(const int64_t* f)
       : type(static_cast<codegen::WeightType>(f[RNNC_PACK_WEIGHT_TYPE])),
+        widenedFrom(static_cast<codegen::WeightType>(f[RNNC_PACK_WIDENED_FROM])),
         transposed(f[RNNC_PACK_TRANSPOSED] != 0), pairs(f[RNNC_PACK_DEPTH_PAIRS] != 0),
         width(f[RNNC_PACK_WIDTH]), blocks(f[RNNC_PACK_BLOCKS]), columns(f[RNNC_PACK_COLUMNS]),
         depth(f[RNNC_PACK_DEPTH]), packedDepth(f[RNNC_PACK_PACKED_DEPTH]),
@@ -128,6 +129,22 @@ void bf16Group(const float* from, uint16_t* to) {
   }
 }
 
+// kGroup floats rounded to fp16 and widened back (PackedProduct::widenedFrom): by vcvtps2ph and
+// vcvtph2ps where the CPU has F16C, else halfBits and Eigen's widening, the same values.
+__attribute__((target("f16c"))) void widenedHalvesByF16c(const float* from, float* to) {
+  for (int64_t i = 0; i < kGroup; i += 8)
+    _mm256_storeu_ps(to + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(from + i),
+                                                             _MM_FROUND_TO_NEAREST_INT)));
+}
+
+void widenedHalves(const float* from, float* to) {
+  static const bool f16c = hostHasF16c();
+  if (f16c)
+    return widenedHalvesByF16c(from, to);
+  for (int64_t g = 0; g < kGroup; ++g)
+    to[g] = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(halfBits(from[g])));
+}
+
 // fp32, fp16 and bf16 (alone, or in depth pairs: two bf16 halves in a 32-bit element, the
 // lower depth in the low half, zero past the depth). In tiles of kGroup columns by kGroup
 // depths: the tile read a line of each column at a time (a row of a linear's W), transposed,
@@ -156,6 +173,11 @@ void packFloats(const Layout& p, const Weights& w, Element* packed, int64_t firs
   };
   auto write = [&](const float* from, Element* to, int64_t group) {
     if constexpr (sizeof(Element) == 4) {
+      if (p.widenedFrom == codegen::WeightType::F16) {
+        alignas(64) float widened[kGroup];
+        widenedHalves(from, widened);
+        return copyGroup(widened, to, group);
+      }
       copyGroup(from, to, group);
     } else {
       Element narrowed[kGroup];
