@@ -181,6 +181,9 @@ public:
     // Now and then a pre-phase buffer of one or two steps' rows: the sequence runs in chunks.
     if (seed % 4 == 0)
       request.compile.sequenceBufferBytes = 1;
+    // The fuzzer's small cells all fit in L2, where fp16 steps take their weights widened at
+    // packing (codegen::PackedProduct::widenedFrom): every other cell keeps the fp16 tiles.
+    request.compile.widenCachedFp16 = seed % 2 == 0;
     return eachRun(index, generated, "", steps, batch,
                    [&](const test::PassSetting& setting, const std::string& target,
                        int threads) -> std::optional<std::string> {
