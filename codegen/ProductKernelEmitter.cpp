@@ -589,7 +589,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   // One walk over the depth for the slices [first, first + count), pass `pass` (a constant, or
   // the run-time pass), their weights from `passWeights`, the rows of x from `rowsOfX`, each
   // row's sum of each slice given to `sliceSum` (the slice counted from `first`).
-  using SliceSum = std::function<void(int64_t row, int64_t slice, llvm::Value * sum)>;
+  using SliceSum = std::function<void(int64_t row, int64_t slice, llvm::Value* sum)>;
   auto walkBody = [&](int64_t first, int64_t count, llvm::Value* pass, llvm::Value* passWeights,
                       const EmitContext::TileRows& rowsOfX, const PanelPrefetch& panel,
                       RunTimeHeight rowsHeight, bool joinedParts, const SliceSum& sliceSum,
