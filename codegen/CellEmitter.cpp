@@ -31,6 +31,7 @@ public:
 private:
   void emitSetup();
   void defineLoopWalks();
+  void declareSetupWalks();
   void emitLoop();
   void emitStep(llvm::Value* t);
 
@@ -64,6 +65,7 @@ std::unique_ptr<llvm::Module> CellEmitter::emit() {
         setupFunctionName(fn->getName().str()),
         llvm::FunctionType::get(llvm::Type::getVoidTy(llvmContext), {ptr}, false));
     b.CreateCall(setup, {fn->getArg(0)});
+    declareSetupWalks();
     emitLoop();
     b.CreateRetVoid();
   }
@@ -87,6 +89,40 @@ void CellEmitter::defineLoopWalks() {
   fn->eraseFromParent();
   fn = setup;
   views.clear();
+}
+
+// The setup part's walks declared in the loop part before its own, as the setup part defines
+// them before the loop's: a walk of the loop that may take a setup walk of its shape
+// (ProductKernelEmitter::emitTile: one that asks for next panels, where its own tile does not)
+// then takes the same one in both parts. The setup emitted into a function of this module that
+// is then dropped, only where its products and the loop's differ in asking (every other cell
+// has nothing to share that way, and is spared the emission).
+void CellEmitter::declareSetupWalks() {
+  if (target.vectorRegisters <= 16)
+    return;
+  bool asking = false, notAsking = false;
+  for (const PackedProduct& packed : plan.packedProducts)
+    (ProductKernelEmitter::asksForNextPanels(packed, target) ? asking : notAsking) = true;
+  if (!asking || !notAsking)
+    return;
+  llvm::Function* loop = fn;
+  const llvm::IRBuilderBase::InsertPoint loopAt = b.saveIP();
+  const bool loopSynced = synced;
+  fn = llvm::Function::Create(loop->getFunctionType(), llvm::Function::InternalLinkage,
+                              fn->getName() + ".setup_walks", *module);
+  fn->copyAttributesFrom(loop);
+  views.clear();
+  synced = true;
+  b.SetInsertPoint(llvm::BasicBlock::Create(llvmContext, "entry", fn));
+  loadArguments(fn->getArg(0));
+  emitSetup();
+  b.CreateRetVoid();
+  fn->eraseFromParent();
+  fn = loop;
+  views.clear();
+  synced = loopSynced;
+  b.restoreIP(loopAt);
+  loadArguments(fn->getArg(0)); // the arguments above were the dropped function's
 }
 
 void CellEmitter::emitSetup() {

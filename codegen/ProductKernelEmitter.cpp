@@ -247,11 +247,9 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   const int64_t panelElements = packed.packedDepth() * slices * packed.width;
   const int64_t fullTilePass = slicesPerPass(packed, tileRows, /*spare=*/1);
   const int64_t passes = (slices + fullTilePass - 1) / fullTilePass;
-  const bool pastL2 =
-      panelElements * packed.blocks * weightTypeBytes(packed.weights) > e.target.l2Bytes;
   auto nextPanelPrefetch = [&](llvm::Value* blk, RowRange blocks, llvm::Value* backwards,
                                llvm::Value* chunkBegin, llvm::Value* r) -> PanelPrefetch {
-    if (packed.weights == WeightType::I8 || packed.depthPairs || !pastL2)
+    if (!asksForNextPanels(packed, e.target))
       return {};
     llvm::Value* last = e.b.CreateSub(blocks.end, e.constant(1));
     llvm::Value* after = e.b.CreateAdd(blk, e.constant(1));
@@ -392,6 +390,12 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
     copyRows(x, source, {begin, end});
     chunk(begin, end, allBlocks);
   });
+}
+
+bool ProductKernelEmitter::asksForNextPanels(const PackedProduct& packed, const Target& target) {
+  const int64_t panelElements = packed.packedDepth() * packed.slices() * packed.width;
+  return packed.weights != WeightType::I8 && !packed.depthPairs &&
+         panelElements * packed.blocks * weightTypeBytes(packed.weights) > target.l2Bytes;
 }
 
 // Asks for the lines the epilogue of the tile at firstRow will read (the premultiplied input
@@ -667,7 +671,21 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                         rows == packed.tileRows && rows / 2 >= 2 && !halfWidths &&
                         llvm::isa<llvm::ConstantInt>(x.rowStride);
   const int64_t walkAtLeast = std::max<int64_t>(1, rows / 2);
-  auto walkFunction = [&](int64_t first, int64_t count) {
+  // A tile with no next panel to ask for (its weights within L2) takes the walk of its shape
+  // that asks for one where the module has it already, and passes its own weights' first line,
+  // line 0 at every depth step: an LSTM with a projection has its input projection's walk
+  // (weights past L2) and its projection's (within) of one shape, and this spares LLVM the
+  // second, 6.5 ms of work in the part that took the longest. The walk's step then has the
+  // prefetch's few instructions beside its 28 FMAs (a walk that always prefetched made an LSTM
+  // at I = H = 256, all of whose walks need none, about 2% slower). Only with 32 registers: AVX2
+  // walks, 12 FMAs a step, keep theirs apart. The loop part declares the setup's walks first
+  // (CellEmitter), so that both parts decide alike.
+  const int64_t walkLineElements = 64 / weightTypeBytes(packed.weights);
+  struct Walk {
+    llvm::Function* function;
+    bool prefetches; // takes a panel to ask for: the caller passes one, or its own weights
+  };
+  auto walkFunction = [&](int64_t first, int64_t count) -> Walk {
     // By what the code does: rows, depth, accumulator sets, the row stride of x, and each
     // register-wide vector of weights by its offset in the pass's weights and its stride per
     // depth step. An LSTM's input projection (one slice two registers wide) and its recurrent
@@ -682,9 +700,14 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
       for (int64_t q = 0; q < parts; ++q)
         name += std::to_string(packed.sliceStart(s) - packed.sliceStart(first) + q * partWidth) +
                 "_" + std::to_string(packed.panelWidth(s)) + "_";
-    name += nextPanel.panel ? "p" + std::to_string(nextPanel.lineElements) : "np";
+    const std::string prefetching = name + "p" + std::to_string(walkLineElements);
+    if (!nextPanel.panel && e.target.vectorRegisters > 16)
+      if (llvm::Function* known = e.module->getFunction(prefetching))
+        return {known, true};
+    const bool prefetches = nextPanel.panel != nullptr;
+    name = prefetches ? prefetching : name + "np";
     if (llvm::Function* known = e.module->getFunction(name))
-      return known;
+      return {known, prefetches};
     auto* type = llvm::FunctionType::get(
         e.b.getVoidTy(), {e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.i64, e.i64}, false);
     auto* walk = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, *e.module);
@@ -692,7 +715,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     for (unsigned i : {0u, 1u, 2u})
       walk->addParamAttr(i, llvm::Attribute::NoAlias);
     if (e.tileWalks != EmitContext::TileWalks::Defined)
-      return walk;
+      return {walk, prefetches};
     llvm::Function* caller = e.fn;
     const llvm::IRBuilderBase::InsertPoint callerAt = e.b.saveIP();
     e.fn = walk;
@@ -700,8 +723,8 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     const EmitContext::TileRows walkRows(e, View{walk->getArg(0), x.rowStride}, e.constant(0),
                                          rows);
     PanelPrefetch walkPanel;
-    if (nextPanel.panel)
-      walkPanel = {walk->getArg(5), walk->getArg(6), walk->getArg(7), nextPanel.lineElements};
+    if (prefetches)
+      walkPanel = {walk->getArg(5), walk->getArg(6), walk->getArg(7), walkLineElements};
     auto storeSum = [&](int64_t m, int64_t v, llvm::Value* sum) {
       e.b.CreateStore(sum,
                       e.b.CreateGEP(e.f32, walk->getArg(2),
@@ -739,7 +762,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     e.b.CreateRetVoid();
     e.fn = caller;
     e.b.restoreIP(callerAt);
-    return walk;
+    return {walk, prefetches};
   };
   auto walk = [&](int64_t first, int64_t count, llvm::Value* pass, llvm::Value* passWeights) {
     llvm::Value* firstSlice = e.b.CreateMul(pass, e.constant(perPass)); // = first
@@ -748,11 +771,13 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
                       /*joinedParts=*/true, [&](int64_t m, int64_t s, llvm::Value* sum) {
                         store(m, e.b.CreateAdd(firstSlice, e.constant(s)), sum);
                       });
-    llvm::Value* noPointer = llvm::ConstantPointerNull::get(e.ptr);
-    e.b.CreateCall(walkFunction(first, count),
+    const Walk called = walkFunction(first, count);
+    // No panel: no pointer, or for a walk that asks for one, the pass's own weights (line 0).
+    llvm::Value* noPanel = called.prefetches ? passWeights : llvm::ConstantPointerNull::get(e.ptr);
+    e.b.CreateCall(called.function,
                    {inputRows.start(0), passWeights, e.b.CreateGEP(vec, tileMemory, firstSlice),
                     e.constant(slices * packed.width), height.rows ? height.rows : e.constant(rows),
-                    nextPanel.panel ? nextPanel.panel : noPointer,
+                    nextPanel.panel ? nextPanel.panel : noPanel,
                     nextPanel.panel ? e.b.CreateAdd(nextPanel.firstLine,
                                                     e.b.CreateMul(pass, e.constant(packed.depth)))
                                     : e.constant(0),

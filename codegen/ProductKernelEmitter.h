@@ -36,6 +36,10 @@ public:
   void emitProductKernel(const ir::Block& block, const KernelGroup* group,
                          const PackedProduct& packed, llvm::Value* batchRows);
 
+  // Whether the tiles of `packed` ask for the next block's panel as they walk the depth: weights
+  // past L2 (not int8 or bf16 pairs, whose tiles are not walks).
+  static bool asksForNextPanels(const PackedProduct& packed, const Target& target);
+
 private:
   using Tile = std::vector<std::vector<llvm::Value*>>; // per row, one vector per slice
   using Accumulators = std::vector<llvm::Value*>;      // a tile's running sums

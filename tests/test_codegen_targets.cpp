@@ -131,6 +131,42 @@ TEST(CodegenTargets, WalksOfTheSameShapeAreOneFunction) {
   EXPECT_GE(count(ir.substr(loop), R"(call void @rnnc_walk\.)"), 1);
 }
 
+// A walk that asks for next panels serves a tile of its shape that has none to ask for, with 32
+// registers: an LSTM with a projection at I = H has the input projection's walk (W_ih past this
+// target's 512 KB of L2) and the projection's (within; its block over the depth of 384 outgrows
+// L1, so its tile is the input projection's, 14 x 32, AVX2's 6 x 16) of one shape, so the setup
+// part defines
+// two walks (that one, and the recurrent product's over P), not three, and the loop part declares
+// them alike (a definition missing in the setup part would fail the link at load). AVX2's
+// walks keep the two apart: their few FMAs a step have no issue slots to spare for the
+// prefetch's instructions.
+TEST(CodegenTargets, ATileWithinL2TakesTheWalkOfItsShapeThatPrefetches) {
+  auto lstmProj = frontend::loadCell("lstm_proj");
+  lstmProj->bindSizes({{"input_size", 384}, {"hidden_size", 384}, {"proj_size", 32}});
+  std::ostringstream log;
+  passes::runPipeline(*lstmProj, {}, log);
+  for (codegen::Target target : {kAvx512, kAvx2}) {
+    target.l2Bytes = 512 << 10; // W_ih 2.3 MB past it; W_hh 192 KB and W_hr 48 KB within
+    codegen::StoragePlan plan = codegen::planStorage(*lstmProj, target);
+    const std::string ir = codegen::generate(*lstmProj, plan, target, codegen::Stage::LLVM);
+    const size_t loop = ir.find("\ndefine void @rnnc_run(");
+    ASSERT_NE(loop, std::string::npos);
+    const std::string setupPart = ir.substr(0, loop), loopPart = ir.substr(loop);
+    const bool shared = target.vectorRegisters > 16;
+    EXPECT_EQ(count(setupPart, R"(\ndefine [^\n]*@rnnc_walk\.[\w.]+_p\d+\()"), 1) << target.cpu;
+    EXPECT_EQ(count(setupPart, R"(\ndefine [^\n]*@rnnc_walk\.)"), shared ? 2 : 3) << target.cpu;
+    // Every walk the loop calls is one the setup part defines.
+    std::smatch call;
+    const std::regex called(R"(call void @(rnnc_walk\.[\w.]+)\()");
+    int calls = 0;
+    for (auto it = std::sregex_iterator(loopPart.begin(), loopPart.end(), called);
+         it != std::sregex_iterator(); ++it, ++calls)
+      EXPECT_NE(setupPart.find("define void @" + (*it)[1].str() + "("), std::string::npos)
+          << (*it)[1].str() << " on " << target.cpu;
+    EXPECT_GE(calls, 2) << target.cpu;
+  }
+}
+
 // An LSTM's full tiles take their four gates in two passes of two, alike: one walk over the
 // depth in a loop over the passes (emitTile), not a walk per pass. The tiles of every height
 // from 7 to 14 rows are one walk (each row past the 7th entered below the run-time height,

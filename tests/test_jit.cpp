@@ -142,6 +142,34 @@ TEST(JitTileHeights, EveryBatchFromOneToFortyMatchesTheInterpreter) {
   }
 }
 
+// An LSTM with a projection at its fastrnns-like size: its input projection's weights (4 MB)
+// outgrow L2 on every host and the projection's (0.5 MB) fit, and with 32 registers the
+// projection's tiles take the input projection's walk, which asks for next panels, pointed at
+// their own weights (codegen/ProductKernelEmitter.cpp). A few steps at a ragged batch (tiles of
+// 14 and of a run-time height), on the host's code and AVX2's, against the interpreter.
+TEST(JitSharedWalks, AProjectionTakingThePrefetchingWalkMatchesTheInterpreter) {
+  auto cell = frontend::loadCell("lstm_proj");
+  cell->bindSizes({{"input_size", 512}, {"hidden_size", 512}, {"proj_size", 256}});
+  std::mt19937 rng(17);
+  std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
+  const int64_t batch = 23;
+  std::vector<Tensor> inputs = {test::randomTensor({2, batch, 512}, rng)};
+  std::vector<Tensor> states = {test::randomTensor({batch, 256}, rng),
+                                test::randomTensor({batch, 512}, rng)};
+  std::vector<Tensor> expectedStates = states;
+  Tensor expected = Interpreter(*cell, params).run(inputs, expectedStates);
+  for (const std::string& cpu : test::runnableCpus()) {
+    CompileOptions options;
+    options.targetCpu = cpu;
+    options.cache.disk = false;
+    std::vector<Tensor> actualStates = states;
+    Tensor actual = CompiledCell::compile(*cell, options)->run(params, inputs, actualStates);
+    EXPECT_LT(test::maxAbsDiff(actual, expected), 1e-4) << cpu;
+    for (size_t i = 0; i < states.size(); ++i)
+      EXPECT_LT(test::maxAbsDiff(actualStates[i], expectedStates[i]), 1e-4) << cpu << " " << i;
+  }
+}
+
 // The concat output's parts stored in their columns by the kernels, on the AVX2 (haswell) and
 // the host's AVX-512 code, 1 and 2 threads, a batch of one row and a ragged one.
 // The concat output, and the same with h2 in later columns: the next step reads h from the
