@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <functional>
 
 namespace rnnc::codegen {
 
@@ -30,6 +31,7 @@ public:
 
 private:
   void emitSetup();
+  void emitDropped(const char* suffix, const std::function<void()>& emit);
   void defineLoopWalks();
   void declareSetupWalks();
   void emitLoop();
@@ -72,31 +74,42 @@ std::unique_ptr<llvm::Module> CellEmitter::emit() {
   return std::move(module);
 }
 
-// The time loop emitted into a function of this module that is then dropped: what stays is the
-// walks it defined on the way (EmitContext::TileWalks), which the loop part calls. The same
-// emission as the loop part's, so the two agree on every walk's name.
-void CellEmitter::defineLoopWalks() {
-  llvm::Function* setup = fn;
-  fn = llvm::Function::Create(setup->getFunctionType(), llvm::Function::InternalLinkage,
-                              fn->getName() + ".loop_walks", *module);
-  fn->copyAttributesFrom(setup); // the target's CPU and features, which the walks copy
+// `emit` into a function of this module (named `suffix` after this one) that is then dropped:
+// what stays is what it declared or defined on the way, the walks (EmitContext::TileWalks).
+// The function, its insertion point, views and barrier state are this one's again after; the
+// arguments loaded are the dropped function's, for the caller to load again where it goes on.
+void CellEmitter::emitDropped(const char* suffix, const std::function<void()>& emit) {
+  llvm::Function* kept = fn;
+  const llvm::IRBuilderBase::InsertPoint keptAt = b.saveIP();
+  const bool keptSynced = synced;
+  fn = llvm::Function::Create(kept->getFunctionType(), llvm::Function::InternalLinkage,
+                              kept->getName() + suffix, *module);
+  fn->copyAttributesFrom(kept); // the target's CPU and features, which the walks copy
   views.clear();
   synced = true;
   b.SetInsertPoint(llvm::BasicBlock::Create(llvmContext, "entry", fn));
   loadArguments(fn->getArg(0));
-  emitLoop();
+  emit();
   b.CreateRetVoid();
   fn->eraseFromParent();
-  fn = setup;
+  fn = kept;
   views.clear();
+  synced = keptSynced;
+  b.restoreIP(keptAt);
+}
+
+// The time loop emitted and dropped (after the setup's return): what stays is the walks it
+// defined on the way, which the loop part calls. The same emission as the loop part's, so the
+// two agree on every walk's name.
+void CellEmitter::defineLoopWalks() {
+  emitDropped(".loop_walks", [&] { emitLoop(); });
 }
 
 // The setup part's walks declared in the loop part before its own, as the setup part defines
 // them before the loop's: a walk of the loop that may take a setup walk of its shape
 // (ProductKernelEmitter::emitTile: one that asks for next panels, where its own tile does not)
-// then takes the same one in both parts. The setup emitted into a function of this module that
-// is then dropped, only where its products and the loop's differ in asking (every other cell
-// has nothing to share that way, and is spared the emission).
+// then takes the same one in both parts. Only where its products and the loop's differ in
+// asking: every other cell has nothing to share that way, and is spared the emission.
 void CellEmitter::declareSetupWalks() {
   if (target.vectorRegisters <= 16)
     return;
@@ -105,24 +118,8 @@ void CellEmitter::declareSetupWalks() {
     (ProductKernelEmitter::asksForNextPanels(packed, target) ? asking : notAsking) = true;
   if (!asking || !notAsking)
     return;
-  llvm::Function* loop = fn;
-  const llvm::IRBuilderBase::InsertPoint loopAt = b.saveIP();
-  const bool loopSynced = synced;
-  fn = llvm::Function::Create(loop->getFunctionType(), llvm::Function::InternalLinkage,
-                              fn->getName() + ".setup_walks", *module);
-  fn->copyAttributesFrom(loop);
-  views.clear();
-  synced = true;
-  b.SetInsertPoint(llvm::BasicBlock::Create(llvmContext, "entry", fn));
-  loadArguments(fn->getArg(0));
-  emitSetup();
-  b.CreateRetVoid();
-  fn->eraseFromParent();
-  fn = loop;
-  views.clear();
-  synced = loopSynced;
-  b.restoreIP(loopAt);
-  loadArguments(fn->getArg(0)); // the arguments above were the dropped function's
+  emitDropped(".setup_walks", [&] { emitSetup(); });
+  loadArguments(fn->getArg(0)); // the loop goes on here
 }
 
 void CellEmitter::emitSetup() {
