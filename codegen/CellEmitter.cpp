@@ -111,7 +111,7 @@ void CellEmitter::defineLoopWalks() {
 // then takes the same one in both parts. Only where its products and the loop's differ in
 // asking: every other cell has nothing to share that way, and is spared the emission.
 void CellEmitter::declareSetupWalks() {
-  if (target.vectorRegisters <= 16)
+  if (!ProductKernelEmitter::sharesPrefetchingWalks(target))
     return;
   bool asking = false, notAsking = false;
   for (const PackedProduct& packed : plan.packedProducts)

@@ -701,7 +701,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
         name += std::to_string(packed.sliceStart(s) - packed.sliceStart(first) + q * partWidth) +
                 "_" + std::to_string(packed.panelWidth(s)) + "_";
     const std::string prefetching = name + "p" + std::to_string(walkLineElements);
-    if (!nextPanel.panel && e.target.vectorRegisters > 16)
+    if (!nextPanel.panel && sharesPrefetchingWalks(e.target))
       if (llvm::Function* known = e.module->getFunction(prefetching))
         return {known, true};
     const bool prefetches = nextPanel.panel != nullptr;

@@ -39,6 +39,9 @@ public:
   // Whether the tiles of `packed` ask for the next block's panel as they walk the depth: weights
   // past L2 (not int8 or bf16 pairs, whose tiles are not walks).
   static bool asksForNextPanels(const PackedProduct& packed, const Target& target);
+  // Whether a tile that asks for no panel takes the walk of its shape that asks for one, where
+  // the module has it (emitTile): with 32 vector registers.
+  static bool sharesPrefetchingWalks(const Target& target) { return target.vectorRegisters > 16; }
 
 private:
   using Tile = std::vector<std::vector<llvm::Value*>>; // per row, one vector per slice

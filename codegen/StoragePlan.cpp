@@ -311,14 +311,19 @@ int64_t PackedProduct::sliceStart(int64_t slice) const {
 
 namespace {
 
-// Whether the step's products with packable weights (what planStorage packs there) have fp32
-// weights that fit in half of the target's L2, with room for the rows they multiply and the
-// rest of the step's data.
+// A matrix product planStorage packs the weights of (a PackedProduct): one fused into a kernel,
+// or one whose weights are parameters.
+bool packsWeights(const ir::Cell& cell, const ir::Instr& instr) {
+  return ir::isMatrixProduct(instr.op) &&
+         (instr.kernel >= 0 || ir::hasPackableWeights(cell, instr));
+}
+
+// Whether the step's packed products have fp32 weights that fit in half of the target's L2, with
+// room for the rows they multiply and the rest of the step's data.
 bool stepWeightsFitHalfOfL2(const ir::Cell& cell, const Target& target) {
   int64_t bytes = 0;
   for (const auto& instr : cell.step)
-    if (ir::isMatrixProduct(instr->op) &&
-        (instr->kernel >= 0 || ir::hasPackableWeights(cell, *instr)))
+    if (packsWeights(cell, *instr))
       bytes += columnsOf(instr->operands[0]) * columnsOf(&instr->result) *
                static_cast<int64_t>(sizeof(float));
   return bytes > 0 && bytes <= target.l2Bytes / 2;
@@ -365,8 +370,7 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
         continue;
       bool kernelInternal =
           (ir::isFusible(instr->op) || instr->kernel >= 0) && !usedOutsideKernel(cell, *instr);
-      if (ir::isMatrixProduct(instr->op) &&
-          (instr->kernel >= 0 || ir::hasPackableWeights(cell, *instr))) {
+      if (packsWeights(cell, *instr)) {
         PackedProduct packed = planPackedProduct(
             cell, *block, *instr, target, widened ? WeightType::F32 : weights, gpuStepTileRows);
         if (widened)
