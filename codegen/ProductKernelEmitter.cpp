@@ -14,6 +14,17 @@ namespace rnnc::codegen {
 
 using ir::Op;
 
+namespace {
+
+// Packed weights per 64-byte line: the unit in which a tile asks for the next panel's lines.
+// The caller's PanelPrefetch and the walk it calls must count lines alike (a walk's name says
+// its count).
+int64_t weightsPerLine(const PackedProduct& packed) {
+  return 64 / weightTypeBytes(packed.weights);
+}
+
+} // namespace
+
 llvm::Type* ProductKernelEmitter::weightElementType(WeightType type) const {
   switch (type) {
   case WeightType::F32:
@@ -243,7 +254,7 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   // I=H=1024 178 -> 190 GFLOP/s, LSTM +8%, tanh RNN +5%; 2 threads +4-6%; I=H=512 unchanged.
   // Weights that L2 holds are not asked for again.
   llvm::Type* element = weightElementType(packed.weights);
-  const int64_t lineElements = 64 / weightTypeBytes(packed.weights);
+  const int64_t lineElements = weightsPerLine(packed);
   const int64_t panelElements = packed.packedDepth() * slices * packed.width;
   const int64_t fullTilePass = slicesPerPass(packed, tileRows, /*spare=*/1);
   const int64_t passes = (slices + fullTilePass - 1) / fullTilePass;
@@ -680,7 +691,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   // at I = H = 256, all of whose walks need none, about 2% slower). Only with 32 registers: AVX2
   // walks, 12 FMAs a step, keep theirs apart. The loop part declares the setup's walks first
   // (CellEmitter), so that both parts decide alike.
-  const int64_t walkLineElements = 64 / weightTypeBytes(packed.weights);
+  const int64_t walkLineElements = weightsPerLine(packed);
   struct Walk {
     llvm::Function* function;
     bool prefetches; // takes a panel to ask for: the caller passes one, or its own weights
