@@ -6,9 +6,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -89,6 +92,36 @@ TEST_F(FileIOTest, LargeFilesAreReadWholeIntoMemoryOfTheirOwn) {
     ASSERT_EQ(moved.view().size(), size);
     EXPECT_TRUE(moved.view() == contents) << size << " bytes";
   }
+}
+
+// A file mapped privately holds the file's bytes, and what is written to it stays in this
+// process; a file cut short since it was opened, and an empty one, are not mapped (their pages
+// would fault). A host whose mapped pages are slow to touch maps nothing either.
+TEST_F(FileIOTest, APrivateMappingHoldsTheFileAndKeepsItsWritesAndACutFileIsNotMapped) {
+  std::string contents(3 * 4096 + 100, '\0');
+  for (size_t i = 0; i < contents.size(); ++i)
+    contents[i] = static_cast<char>(i * 7 + 3);
+  const fs::path file = dir_ / "mapped.bin";
+  std::ofstream(file, std::ios::binary) << contents;
+  {
+    std::unique_ptr<PositionalFile> opened = PositionalFile::open(file.string());
+    ASSERT_TRUE(opened);
+    std::shared_ptr<const FileMapping> mapping = opened->mapPrivately();
+    if (mapping) {
+      ASSERT_EQ(mapping->size(), contents.size());
+      EXPECT_EQ(std::string(mapping->data(), mapping->size()), contents);
+      std::fill(mapping->data(), mapping->data() + mapping->size(), 'x');
+      EXPECT_EQ(readFileBytes(file.string()), contents) << "a private mapping's writes";
+    } else {
+      std::cout << "note: mapped pages are slow to touch on this host: nothing mapped\n";
+    }
+  }
+  std::unique_ptr<PositionalFile> opened = PositionalFile::open(file.string());
+  ASSERT_TRUE(opened);
+  fs::resize_file(file, 100); // cut past its first page since opened
+  EXPECT_FALSE(opened->mapPrivately());
+  std::ofstream(dir_ / "empty.bin", std::ios::binary);
+  EXPECT_FALSE(PositionalFile::open((dir_ / "empty.bin").string())->mapPrivately());
 }
 
 // PositionalFile reads any range of a regular file into the caller's memory; a range past the

@@ -4,7 +4,9 @@
 #include "runtime/data/SafeTensors.h"
 
 #include "ir/Error.h"
+#include "ir/FileIO.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -201,6 +203,61 @@ TEST_F(SafeTensorsTest, AllowsGapsAndUnpaddedHeaders) {
   std::string bytes = u64(json.size()) + json + floatBytes({-1, 6});
   TensorMap tensors = readSafeTensors(writeBytes(bytes));
   EXPECT_EQ(tensors.at("x").values(), TensorData{6});
+}
+
+// Read in place, a file's tensors are the same as copied ones, whatever their offsets (a header
+// of odd length leaves floats unaligned: those are copied), with int8 weights among them; a
+// tensor written to changes neither the file nor its other tensors, and tensors moved out of the
+// map outlive it. Where the host's mapped pages are slow to touch, everything is copied, with
+// the same results.
+TEST_F(SafeTensorsTest, TensorsReadInPlaceAreTheFilesAndWritingThemLeavesTheFileAlone) {
+  TensorMap written = {{"a", makeTensor({300, 100}, 1)},
+                       {"b", makeTensor({7}, -3)},
+                       {"c", makeTensor({64, 64}, 0.5f)}};
+  const std::string path = (dir_ / "in_place.safetensors").string();
+  writeSafeTensors(path, written);
+  const std::string original = readFileBytes(path);
+  // An unpadded header of 3 bytes past a multiple of 4: every float unaligned.
+  const std::string unalignedJson = R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}} )";
+  ASSERT_EQ((8 + unalignedJson.size()) % 4, 3u);
+  const std::string unaligned =
+      writeBytes(u64(unalignedJson.size()) + unalignedJson + floatBytes({4.5f, -2}));
+  // int8 weights with their scales, read as floats.
+  const std::string int8Json = R"({"w":{"dtype":"I8","shape":[2,2],"data_offsets":[0,4]},)"
+                               R"("w.scale":{"dtype":"F32","shape":[2],"data_offsets":[4,12]},)"
+                               R"("v":{"dtype":"F32","shape":[3],"data_offsets":[12,24]}})";
+  const std::string int8Path = (dir_ / "int8.safetensors").string();
+  {
+    std::ofstream(int8Path, std::ios::binary) << safetensorsFile(
+        int8Json, std::string("\x01\xfe\x03\x00", 4) + floatBytes({0.5f, 2, 7, 8, 9}));
+  }
+  for (const std::string& file : {path, unaligned, int8Path}) {
+    SCOPED_TRACE(file);
+    TensorMap copied = readSafeTensors(file);
+    TensorMap inPlace = readSafeTensors(file, TensorReading::inPlace);
+    ASSERT_EQ(inPlace.size(), copied.size());
+    for (const auto& [name, tensor] : copied) {
+      EXPECT_EQ(inPlace.at(name).shape(), tensor.shape()) << name;
+      EXPECT_EQ(inPlace.at(name).values(), tensor.values()) << name;
+    }
+  }
+  EXPECT_EQ(readSafeTensors(unaligned, TensorReading::inPlace).at("x").values(),
+            (TensorData{4.5f, -2}));
+  EXPECT_EQ(readSafeTensors(int8Path, TensorReading::inPlace).at("w").values(),
+            (TensorData{0.5f, -1, 6, 0}));
+
+  Tensor kept;
+  {
+    TensorMap inPlace = readSafeTensors(path, TensorReading::inPlace);
+    std::fill(inPlace.at("a").values().begin(), inPlace.at("a").values().end(), 42.0f);
+    EXPECT_EQ(inPlace.at("b").values(), written.at("b").values());
+    EXPECT_EQ(inPlace.at("c").values(), written.at("c").values());
+    kept = std::move(inPlace.at("c"));
+  }
+  EXPECT_EQ(kept.values(), written.at("c").values()) << "outlives the map it was read into";
+  EXPECT_EQ(readFileBytes(path), original) << "writes stay in this process";
+  EXPECT_EQ(readSafeTensors(path, TensorReading::inPlace).at("a").values(),
+            written.at("a").values());
 }
 
 // --- Malformed files: the container ------------------------------------------------------------

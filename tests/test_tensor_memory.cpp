@@ -1,12 +1,17 @@
 // runtime/data/Tensor.h's memory: large tensors start on a 2 MB boundary, a freed large buffer is
 // reused for the next tensor of its size (a training step's tensors are the same every call),
-// a reused buffer still reads as the fill asked for, and uninitialized tensors have their shape.
+// a reused buffer still reads as the fill asked for, and uninitialized tensors have their shape;
+// a tensor borrowing floats (a mapped file's) holds them where they lie until its last holder
+// goes, never frees them, and its copies own their memory.
 #include "runtime/data/Tensor.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
 
 namespace rnnc {
 namespace {
@@ -52,6 +57,50 @@ TEST(TensorMemory, UninitializedTensorsHaveTheirShapeAndAreWritable) {
     EXPECT_EQ(t.values().back(), 3.0f);
   }
   EXPECT_THROW(Tensor::uninitialized({-1}), std::exception);
+}
+
+// Floats owned by a shared_ptr that records when the last holder lets them go.
+struct Lender {
+  std::vector<float> floats;
+  bool released = false;
+  std::shared_ptr<const void> owner;
+  explicit Lender(std::vector<float> values) : floats(std::move(values)) {
+    owner = std::shared_ptr<const void>(floats.data(), [this](const void*) { released = true; });
+  }
+  BorrowedFloats lend() const { return {owner, const_cast<float*>(floats.data()), floats.size()}; }
+};
+
+TEST(TensorMemory, ABorrowingTensorHoldsTheFloatsWhereTheyLieAndItsCopiesOwnTheirs) {
+  Lender lender({1, 2, 3, 4, 5, 6});
+  {
+    Tensor borrowed = Tensor::borrowing({2, 3}, lender.lend());
+    lender.owner.reset(); // the tensor is now the only holder
+    EXPECT_EQ(borrowed.shape(), (TensorShape{2, 3}));
+    EXPECT_EQ(borrowed.data(), lender.floats.data());
+    EXPECT_EQ(borrowed.values(), (TensorData{1, 2, 3, 4, 5, 6}));
+    borrowed.data()[0] = 10; // written where it lies
+    EXPECT_EQ(lender.floats[0], 10);
+
+    Tensor copy = borrowed; // owns its memory
+    EXPECT_NE(copy.data(), lender.floats.data());
+    EXPECT_EQ(copy.values(), borrowed.values());
+    copy.data()[1] = 20;
+    EXPECT_EQ(lender.floats[1], 2);
+
+    Tensor moved = std::move(borrowed); // the floats go with the data
+    EXPECT_EQ(moved.data(), lender.floats.data());
+    Tensor owned({kLargeFloats}, 1.0f);
+    std::swap(moved, owned); // each keeps what frees its memory
+    EXPECT_EQ(owned.data(), lender.floats.data());
+    EXPECT_EQ(moved.numel(), kLargeFloats);
+    moved = std::move(owned); // frees the large buffer, lets the floats go with `owned`'s data
+    EXPECT_EQ(moved.data(), lender.floats.data());
+    EXPECT_FALSE(lender.released) << "a holder is left";
+    Tensor reshaped = moved.reshaped({3, 2}); // a copy
+    EXPECT_NE(reshaped.data(), lender.floats.data());
+  }
+  EXPECT_TRUE(lender.released) << "the last holder gone";
+  EXPECT_EQ(lender.floats, (std::vector<float>{10, 2, 3, 4, 5, 6})) << "never freed or moved";
 }
 
 } // namespace

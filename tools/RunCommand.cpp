@@ -113,7 +113,8 @@ TensorMap loadWeights(const RunOptions& o, const std::string& mode) {
     throw UserError("give the weights with exactly one of --weights and --flat-weights");
   TensorMap weights;
   if (!o.weights.empty()) {
-    weights = readSafeTensors(o.weights);
+    // Used at once, by this process only: left in the file's pages rather than copied.
+    weights = readSafeTensors(o.weights, TensorReading::inPlace);
     if (!o.weightsPrefix.empty()) {
       std::vector<std::string> ignored;
       weights = selectPrefixed(weights, o.weightsPrefix, o.weights, &ignored);

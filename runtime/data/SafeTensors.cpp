@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -314,9 +315,11 @@ std::vector<Entry> parseEntries(const std::string& path, std::string_view header
 }
 
 // The tensors of checked entries; readData(begin, bytes, into) copies `bytes` bytes from offset
-// `begin` of the data section.
-template <class ReadData>
-TensorMap readEntries(const std::string& path, std::vector<Entry>& entries, ReadData readData) {
+// `begin` of the data section, and borrow(begin, count) gives the float32 tensor's `count`
+// floats where they lie, or nothing to have them copied.
+template <class ReadData, class Borrow>
+TensorMap readEntries(const std::string& path, std::vector<Entry>& entries, ReadData readData,
+                      Borrow borrow) {
   TensorMap tensors;
   std::map<std::string, Tensor> quantized; // I8 tensors, as their integer values
   for (Entry& e : entries) {
@@ -329,6 +332,8 @@ TensorMap readEntries(const std::string& path, std::vector<Entry>& entries, Read
       for (char byte : raw)
         values.push_back(static_cast<float>(static_cast<int8_t>(byte)));
       quantized.emplace(e.name, Tensor(std::move(e.shape), std::move(values)));
+    } else if (std::optional<BorrowedFloats> floats = borrow(e.begin, bytes / sizeof(float))) {
+      tensors.emplace(e.name, Tensor::borrowing(std::move(e.shape), std::move(*floats)));
     } else {
       Tensor tensor = Tensor::uninitialized(std::move(e.shape));
       if (bytes > 0) // an empty tensor's data() may be null
@@ -342,7 +347,7 @@ TensorMap readEntries(const std::string& path, std::vector<Entry>& entries, Read
 
 } // namespace
 
-TensorMap readSafeTensors(const std::string& path) {
+TensorMap readSafeTensors(const std::string& path, TensorReading reading) {
   std::unique_ptr<PositionalFile> file = PositionalFile::open(path);
   if (!file) { // a pipe: read whole
     FileBytes bytes = mapFileBytes(path);
@@ -358,18 +363,39 @@ TensorMap readSafeTensors(const std::string& path) {
   file->read(8, header.data(), headerLength);
   const uint64_t dataStart = 8 + headerLength;
   std::vector<Entry> entries = parseEntries(path, header, file->size() - dataStart);
-  return readEntries(path, entries, [&](uint64_t begin, size_t bytes, char* into) {
-    file->read(dataStart + begin, into, bytes);
-  });
+  std::shared_ptr<const FileMapping> mapping;
+  if (reading == TensorReading::inPlace)
+    mapping = file->mapPrivately();
+  if (!mapping)
+    return readEntries(
+        path, entries,
+        [&](uint64_t begin, size_t bytes, char* into) {
+          file->read(dataStart + begin, into, bytes);
+        },
+        [](uint64_t, size_t) { return std::optional<BorrowedFloats>(); });
+  // Offsets were checked against the file's size when it was opened, which the mapping has.
+  char* data = mapping->data() + dataStart;
+  return readEntries(
+      path, entries,
+      [&](uint64_t begin, size_t bytes, char* into) { std::memcpy(into, data + begin, bytes); },
+      [&](uint64_t begin, size_t count) -> std::optional<BorrowedFloats> {
+        char* at = data + begin;
+        if (count == 0 || reinterpret_cast<std::uintptr_t>(at) % alignof(float) != 0)
+          return std::nullopt;
+        return BorrowedFloats{mapping, reinterpret_cast<float*>(at), count};
+      });
 }
 
 TensorMap parseSafeTensors(std::string_view bytes, const std::string& path) {
   const uint64_t headerLength = checkedHeaderLength(path, bytes, bytes.size());
   std::string_view data = bytes.substr(8 + headerLength);
   std::vector<Entry> entries = parseEntries(path, bytes.substr(8, headerLength), data.size());
-  return readEntries(path, entries, [&](uint64_t begin, size_t count, char* into) {
-    std::memcpy(into, data.data() + begin, count);
-  });
+  return readEntries(
+      path, entries,
+      [&](uint64_t begin, size_t count, char* into) {
+        std::memcpy(into, data.data() + begin, count);
+      },
+      [](uint64_t, size_t) { return std::optional<BorrowedFloats>(); });
 }
 
 void writeSafeTensors(const std::string& path, const TensorMap& tensors) {

@@ -17,7 +17,15 @@ namespace rnnc {
 
 using TensorMap = std::map<std::string, Tensor>;
 
-TensorMap readSafeTensors(const std::string& path);
+// How a file's float32 tensors get their data: copied into memory of their own, or left where
+// they lie in the file, mapped privately (PositionalFile::mapPrivately: no copy, no fresh memory
+// to zero; the file must then keep its length while the tensors live, as any mapped file).
+// In place is for a process that uses the tensors soon and is done (`rnnc run`, `rnnc grad`),
+// not for tensors kept while the file may be rewritten. Where mapping costs more than reading
+// on the host, or a tensor's data is not aligned for floats, it is copied either way.
+enum class TensorReading { copied, inPlace };
+
+TensorMap readSafeTensors(const std::string& path, TensorReading reading = TensorReading::copied);
 // The same over a file's bytes in memory; `path` names it in messages.
 TensorMap parseSafeTensors(std::string_view bytes, const std::string& path);
 void writeSafeTensors(const std::string& path, const TensorMap& tensors);

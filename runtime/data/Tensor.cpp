@@ -110,6 +110,19 @@ Tensor Tensor::ofBytes(TensorShape shape, std::string_view bytes) {
   return tensor;
 }
 
+Tensor Tensor::borrowing(TensorShape shape, BorrowedFloats floats) {
+  const int64_t n = numElements(shape);
+  RNNC_INTERNAL_CHECK(n >= 0 && static_cast<size_t>(n) == floats.count,
+                      "borrowed floats do not match shape " + shapeToString(shape));
+  Tensor tensor;
+  tensor.shape_ = std::move(shape);
+  // The allocator hands out the borrowed floats for this size, and the resize leaves them as
+  // they are (TensorAllocator default-initialises).
+  tensor.data_ = TensorData(TensorAllocator<float>(std::move(floats)));
+  tensor.data_.resize(static_cast<size_t>(n));
+  return tensor;
+}
+
 Tensor Tensor::reshaped(TensorShape shape) const {
   RNNC_INTERNAL_CHECK(numElements(shape) == numel(),
                       "reshape " + shapeString() + " to " + shapeToString(shape) + " changes size");

@@ -4,9 +4,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <new>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,22 +26,51 @@ using TensorShape = std::vector<int64_t>;
 void* allocateTensorBytes(size_t bytes);
 void freeTensorBytes(void* data, size_t bytes) noexcept;
 
+// Floats a tensor's data may stay in rather than be copied to memory of its own: a mapped
+// file's pages (readSafeTensors with TensorReading::inPlace), private to this process (a write
+// copies the page it writes). `owner` keeps them valid while any tensor uses them.
+struct BorrowedFloats {
+  std::shared_ptr<const void> owner;
+  float* data = nullptr;
+  size_t count = 0;
+};
+
 // std::vector's allocator for tensor data: the memory above, and elements default-initialised
 // (a resize leaves floats unwritten), so that a tensor made to be overwritten is not zeroed
-// first; Tensor's constructors fill explicitly.
+// first; Tensor's constructors fill explicitly. An allocator given borrowed floats hands them
+// out for a vector of their size (Tensor::borrowing) and frees everything else as usual; it
+// moves and swaps with the data it holds, and a copy of the vector owns its memory.
 template <class T> struct TensorAllocator {
   using value_type = T;
+  using propagate_on_container_move_assignment = std::true_type;
+  using propagate_on_container_swap = std::true_type;
+  using is_always_equal = std::false_type;
   TensorAllocator() = default;
-  template <class U> TensorAllocator(const TensorAllocator<U>&) noexcept {}
-  T* allocate(size_t n) { return static_cast<T*>(allocateTensorBytes(n * sizeof(T))); }
-  void deallocate(T* data, size_t n) noexcept { freeTensorBytes(data, n * sizeof(T)); }
+  explicit TensorAllocator(BorrowedFloats floats) : borrowed(std::move(floats)) {}
+  template <class U>
+  TensorAllocator(const TensorAllocator<U>& other) noexcept : borrowed(other.borrowed) {}
+  TensorAllocator select_on_container_copy_construction() const { return {}; }
+  T* allocate(size_t n) {
+    if (borrowed.data && n * sizeof(T) == borrowed.count * sizeof(float))
+      return reinterpret_cast<T*>(borrowed.data);
+    return static_cast<T*>(allocateTensorBytes(n * sizeof(T)));
+  }
+  void deallocate(T* data, size_t n) noexcept {
+    if (static_cast<void*>(data) != static_cast<void*>(borrowed.data))
+      freeTensorBytes(data, n * sizeof(T));
+  }
   template <class U, class... Args> void construct(U* at, Args&&... args) {
     if constexpr (sizeof...(Args) == 0)
       ::new (static_cast<void*>(at)) U;
     else
       ::new (static_cast<void*>(at)) U(std::forward<Args>(args)...);
   }
-  template <class U> bool operator==(const TensorAllocator<U>&) const noexcept { return true; }
+  // Each can free what the other allocated only where neither borrows, or both the same.
+  template <class U> bool operator==(const TensorAllocator<U>& other) const noexcept {
+    return borrowed.data == other.borrowed.data;
+  }
+
+  BorrowedFloats borrowed;
 };
 
 using TensorData = std::vector<float, TensorAllocator<float>>;
@@ -58,6 +89,10 @@ public:
   // A tensor of `shape` holding the little-endian floats `bytes` (numel * 4 of them), copied
   // once into memory not filled first: what the file readers make of a file's data.
   static Tensor ofBytes(TensorShape shape, std::string_view bytes);
+  // A tensor of `shape` whose data are `floats` where they lie (as many as the shape has),
+  // kept valid by their owner while this tensor or one moved from it holds them; a copy owns
+  // its data.
+  static Tensor borrowing(TensorShape shape, BorrowedFloats floats);
 
   const TensorShape& shape() const { return shape_; }
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
