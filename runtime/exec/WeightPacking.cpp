@@ -201,7 +201,14 @@ void packFloats(const Layout& p, const Weights& w, Element* packed, int64_t firs
         const int64_t local = blk * p.width + l0;
         const int64_t inside = std::clamp<int64_t>(p.columns - local, 0, group);
         const int64_t at = local + p.offset(s);
+        // The next group's rows of a linear's W (the same slice's next kGroup columns), a line
+        // each at this tile's depths: read whole before this group is done, they arrive
+        // ahead of their own tiles.
+        const bool prefetchNext = p.transposed && local + group + kGroup <= p.columns;
         for (int64_t k0 = 0; k0 < values; k0 += kGroup) {
+          if (prefetchNext && k0 < p.depth)
+            for (int64_t g = 0; g < kGroup; ++g)
+              __builtin_prefetch(w.w + (at + group + g) * w.rowStride + k0);
           readTile(p, w, k0, at, inside, byDepth);
           const int64_t depths = std::min(kGroup, values - k0);
           if (p.pairs) { // word (k / 2) * panelWidth + l of the slice, half k % 2
