@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <functional>
+#include <optional>
 
 namespace rnnc::codegen {
 
@@ -291,10 +292,18 @@ void CellEmitter::emitInstruction(const ir::Instr& instr, llvm::Value* batchRows
   }
   case Op::Concat: {
     View out = view(&instr.result);
+    // Where this concat lies in the output rows, if it does: parts already stored in these
+    // columns by the kernels that computed them need no copy.
+    std::optional<int64_t> first;
+    if (&instr.result == cell.output)
+      first = 0;
+    else if (auto placed = plan.inOutputColumns.find(&instr.result);
+             placed != plan.inOutputColumns.end())
+      first = placed->second;
     int64_t col = 0;
     for (const ir::Value* part : instr.operands) {
-      // A part of the output stored in its columns by the kernel that computed it: no copy.
-      if (&instr.result != cell.output || !plan.inOutputColumns.count(part)) {
+      const auto placed = plan.inOutputColumns.find(part);
+      if (!first || placed == plan.inOutputColumns.end() || placed->second != *first + col) {
         View to{b.CreateConstGEP1_64(f32, out.base, static_cast<uint64_t>(col)), out.rowStride};
         copyRows(to, view(part), rowsFor(&instr.result, batchRows), columnsOf(part));
       }

@@ -329,6 +329,21 @@ bool stepWeightsFitHalfOfL2(const ir::Cell& cell, const Target& target) {
   return bytes > 0 && bytes <= target.l2Bytes / 2;
 }
 
+// Where each part of `concat`, starting at `column` of the output rows, is stored: a batched
+// value in the columns of its first place (where it appears again, the concat copies it there),
+// and the parts of a concat within it in turn (a backward's output [dgates_x | dgates_h] of
+// concats that share gates: the GRU's dr and dz in both). A value placed here that the loop
+// computes is stored straight into its columns by the kernel that computes it.
+void placeConcatParts(const ir::Instr& concat, int64_t column,
+                      std::unordered_map<const ir::Value*, int64_t>& places) {
+  for (const ir::Value* part : concat.operands) {
+    if (part->isBatched() && places.try_emplace(part, column).second && !part->isArgument() &&
+        part->def->op == ir::Op::Concat)
+      placeConcatParts(*part->def, column, places);
+    column += columnsOf(part);
+  }
+}
+
 } // namespace
 
 StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType weights,
@@ -345,20 +360,13 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
     throw UserError(std::string(weightTypeName(weights)) +
                     " weights are not generated for GPUs yet: use fp32 there");
   StoragePlan plan;
-  // An output that concatenates values the step computes: those that appear once in it are
-  // stored straight into their columns (a CPU's kernels store through any row stride); the
-  // loop below takes only step values that would otherwise get a buffer of their own.
+  // An output that concatenates values the step computes: they are stored straight into their
+  // columns (a CPU's kernels store through any row stride; placeConcatParts); the loop below
+  // takes only step values that would otherwise get a buffer of their own.
   std::unordered_map<const ir::Value*, int64_t> outputParts;
   const ir::Instr* outputDef = cell.output->isArgument() ? nullptr : cell.output->def;
-  if (!target.isGpu() && outputDef && outputDef->op == ir::Op::Concat) {
-    int64_t column = 0;
-    for (const ir::Value* part : outputDef->operands) {
-      if (std::count(outputDef->operands.begin(), outputDef->operands.end(), part) == 1 &&
-          part->isBatched())
-        outputParts[part] = column;
-      column += columnsOf(part);
-    }
-  }
+  if (!target.isGpu() && outputDef && outputDef->op == ir::Op::Concat)
+    placeConcatParts(*outputDef, 0, outputParts);
   const bool widenStep = weights == WeightType::F16 && widenCachedFp16 && !target.isGpu() &&
                          stepWeightsFitHalfOfL2(cell, target);
   for (const ir::Block* block : {&cell.pre, &cell.step}) {

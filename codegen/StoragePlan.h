@@ -211,7 +211,9 @@ struct StoragePlan {
   bool outputInPlace = false; // the output value is written straight into the output sequence
   // Step values stored straight into their columns of the output rows, by first column: the
   // parts of an output that is a concat of what the step computes (a training forward's
-  // outputs: h and the values its backward reads), which then need no buffer and no copy.
+  // outputs: h and the values its backward reads; a backward's gate gradients, through the
+  // concats within it), which then need no buffer and no copy (but to a value's further
+  // places, where it appears more than once).
   std::unordered_map<const ir::Value*, int64_t> inOutputColumns;
   // Per state update: a buffer to stage the next value in before states are overwritten, when
   // the next value is read from a state (return h = c, c = h); -1 otherwise.

@@ -173,11 +173,17 @@ TEST(JitSharedWalks, AProjectionTakingThePrefetchingWalkMatchesTheInterpreter) {
 // The concat output's parts stored in their columns by the kernels, on the AVX2 (haswell) and
 // the host's AVX-512 code, 1 and 2 threads, a batch of one row and a ragged one.
 // The concat output, and the same with h2 in later columns: the next step reads h from the
-// output rows where h2 lies, with their stride (codegen::StoragePlan::readFromOutputColumn).
+// output rows where h2 lies, with their stride (codegen::StoragePlan::readFromOutputColumn);
+// and concats within the output that share parts, as a GRU's backward's [dgates_x | dgates_h]
+// do (each part stored at its first place, copied to the other; c's next value read from the
+// output's columns).
 TEST(JitConcatOutput, MatchesTheInterpreterOnEveryTarget) {
   std::string later = kConcatOutput;
   later.replace(later.find("cat(h2, c, gf, gi, gi)"), 22, "cat(gf, gi, h2, c, gi)");
-  for (const std::string& source : {std::string(kConcatOutput), later}) {
+  std::string nested = kConcatOutput;
+  nested.replace(nested.find("cat(h2, c, gf, gi, gi)"), 22,
+                 "cat(cat(gf, gi, h2), cat(gf, gi, c2))");
+  for (const std::string& source : {std::string(kConcatOutput), later, nested}) {
     SCOPED_TRACE(source.substr(source.find("output")));
     auto cell = frontend::parseCell(source, "concat_output.cell");
     const int64_t input = 7, hidden = 11, steps = 5;
@@ -367,6 +373,9 @@ std::vector<JitCase> jitCases() {
   cases.push_back({"four_gate_lstm", test::kFourGateLstm});
   cases.push_back({"everything", kEverything});
   cases.push_back({"concat_output", kConcatOutput});
+  std::string nested = kConcatOutput;
+  nested.replace(nested.find("cat(h2, c, gf, gi, gi)"), 22, "cat(cat(gf, gi, h2), cat(gi, c2))");
+  cases.push_back({"nested_concat_output", nested});
   return cases;
 }
 

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <sstream>
+#include <utility>
 
 using namespace rnnc;
 
@@ -101,9 +103,36 @@ TEST(StoragePlan, AConcatOutputsPartsAreStoredInTheirColumns) {
     columns[column] = true;
     EXPECT_EQ(plan.bufferOf.count(value), 0u) << "column " << column;
   }
-  EXPECT_EQ(columns, (std::map<int64_t, bool>{{0, true}})); // a; not h (a state) nor b (twice)
+  // a, and b at its first place (copied to its second); not h, a state
+  EXPECT_EQ(columns, (std::map<int64_t, bool>{{0, true}, {8, true}}));
   const codegen::Target gpu = codegen::gpuTarget("sm_80");
   EXPECT_TRUE(codegen::planStorage(*cell, gpu).inOutputColumns.empty());
+}
+
+// Concats within a concat output (a GRU backward's [dgates_x | dgates_h], which share dr and dz)
+// lie in the output's columns, and so do their parts, each at its first place.
+TEST(StoragePlan, TheConcatsWithinAConcatOutputAndTheirPartsAreStoredInItsColumns) {
+  auto cell = optimised(frontend::parseCell(R"(cell t(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size]
+  a = tanh(x @ w^T + h)
+  b = sigmoid(a)
+  c = exp(a)
+  return h = a; output cat(cat(b, c, a), cat(b, c, h))
+})",
+                                            "t.cell"),
+                        {{"input_size", 3}, {"hidden_size", 4}});
+  codegen::StoragePlan plan = codegen::planStorage(*cell, kPlanAvx2);
+  std::multiset<std::pair<int64_t, int64_t>> placed; // first column, columns
+  for (const auto& [value, column] : plan.inOutputColumns) {
+    EXPECT_EQ(plan.bufferOf.count(value), 0u) << "column " << column;
+    placed.insert({column, ir::columnsOf(value)});
+  }
+  // The first concat (12 columns) with b at 0, c at 4 and a at 8; the second at 12 (its h a
+  // state, copied, and b and c copied from their first places).
+  EXPECT_EQ(placed, (std::multiset<std::pair<int64_t, int64_t>>{
+                        {0, 12}, {0, 4}, {4, 4}, {8, 4}, {12, 12}}));
 }
 
 // A state whose next value lies in the output's columns (a training forward's h, beside what its
