@@ -45,6 +45,14 @@ protected:
     unsetenv("RNNC_MAX_FILE_BYTES");
     fs::remove_all(dir_);
   }
+  // `bytes` bytes, byte i being i * step + first, written to `name` in the scratch directory.
+  std::string writePatterned(const std::string& name, size_t bytes, int step, int first) const {
+    std::string contents(bytes, '\0');
+    for (size_t i = 0; i < contents.size(); ++i)
+      contents[i] = static_cast<char>(static_cast<int>(i) * step + first);
+    std::ofstream(dir_ / name, std::ios::binary) << contents;
+    return contents;
+  }
   fs::path dir_;
 };
 
@@ -56,10 +64,7 @@ TEST_F(FileIOTest, ReadsARegularFileWhole) {
 // mapFileBytes views a regular file's pages and reads a pipe whole: the same bytes either way,
 // and the same errors as readFileBytes.
 TEST_F(FileIOTest, MappedBytesAreTheFilesForFilesAndPipes) {
-  std::string contents(3 * 4096 + 17, '\0');
-  for (size_t i = 0; i < contents.size(); ++i)
-    contents[i] = static_cast<char>(i * 7 + 3);
-  std::ofstream(dir_ / "a.bin", std::ios::binary) << contents;
+  const std::string contents = writePatterned("a.bin", 3 * 4096 + 17, 7, 3);
   std::ofstream(dir_ / "empty.bin", std::ios::binary);
   FileBytes mapped = mapFileBytes((dir_ / "a.bin").string());
   FileBytes moved = std::move(mapped); // the view survives a move
@@ -98,11 +103,8 @@ TEST_F(FileIOTest, LargeFilesAreReadWholeIntoMemoryOfTheirOwn) {
 // process; a file cut short since it was opened, and an empty one, are not mapped (their pages
 // would fault). A host whose mapped pages are slow to touch maps nothing either.
 TEST_F(FileIOTest, APrivateMappingHoldsTheFileAndKeepsItsWritesAndACutFileIsNotMapped) {
-  std::string contents(3 * 4096 + 100, '\0');
-  for (size_t i = 0; i < contents.size(); ++i)
-    contents[i] = static_cast<char>(i * 7 + 3);
+  const std::string contents = writePatterned("mapped.bin", 3 * 4096 + 100, 7, 3);
   const fs::path file = dir_ / "mapped.bin";
-  std::ofstream(file, std::ios::binary) << contents;
   {
     std::unique_ptr<PositionalFile> opened = PositionalFile::open(file.string());
     ASSERT_TRUE(opened);
@@ -128,11 +130,8 @@ TEST_F(FileIOTest, APrivateMappingHoldsTheFileAndKeepsItsWritesAndACutFileIsNotM
 // end (the file cut short since it was opened) is an error naming the file. Pipes are not
 // positional: open() says so with nothing, for the caller to read them whole.
 TEST_F(FileIOTest, APositionalFileReadsRangesAndNamesAFileCutShort) {
-  std::string contents(5000, '\0');
-  for (size_t i = 0; i < contents.size(); ++i)
-    contents[i] = static_cast<char>(i * 13 + 1);
+  const std::string contents = writePatterned("a.bin", 5000, 13, 1);
   const fs::path file = dir_ / "a.bin";
-  std::ofstream(file, std::ios::binary) << contents;
   std::unique_ptr<PositionalFile> opened = PositionalFile::open(file.string());
   ASSERT_TRUE(opened);
   EXPECT_EQ(opened->size(), contents.size());

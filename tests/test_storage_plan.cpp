@@ -82,36 +82,10 @@ TEST(StoragePlan, TheLstmKernelStoresBothStatesAndTheOutputDirectly) {
   }
 }
 
-// An output that concatenates step values: those that appear once are stored straight into
-// their columns of the output rows (no buffer, no copy); a state and a value given twice are
-// copied by the concat. Not on a GPU, whose regions write buffers.
-TEST(StoragePlan, AConcatOutputsPartsAreStoredInTheirColumns) {
-  auto cell = optimised(frontend::parseCell(R"(cell t(input_size, hidden_size) {
-  input x[input_size]
-  state h[hidden_size]
-  param w[hidden_size, input_size]
-  a = tanh(x @ w^T + h)
-  b = sigmoid(a)
-  return h = a; output cat(a, h, b, b)
-})",
-                                            "t.cell"),
-                        {{"input_size", 3}, {"hidden_size", 4}});
-  codegen::StoragePlan plan = codegen::planStorage(*cell, kPlanAvx2);
-  EXPECT_TRUE(plan.outputInPlace);
-  std::map<int64_t, bool> columns;
-  for (const auto& [value, column] : plan.inOutputColumns) {
-    columns[column] = true;
-    EXPECT_EQ(plan.bufferOf.count(value), 0u) << "column " << column;
-  }
-  // a, and b at its first place (copied to its second); not h, a state
-  EXPECT_EQ(columns, (std::map<int64_t, bool>{{0, true}, {8, true}}));
-  const codegen::Target gpu = codegen::gpuTarget("sm_80");
-  EXPECT_TRUE(codegen::planStorage(*cell, gpu).inOutputColumns.empty());
-}
-
-// Concats within a concat output (a GRU backward's [dgates_x | dgates_h], which share dr and dz)
-// lie in the output's columns, and so do their parts, each at its first place.
-TEST(StoragePlan, TheConcatsWithinAConcatOutputAndTheirPartsAreStoredInItsColumns) {
+// The values of a cell's step (a = tanh(x w^T + h), b = sigmoid(a), c = exp(a)) that lie in the
+// columns of its output `output` for `target`, as (first column, columns); none has a buffer.
+std::multiset<std::pair<int64_t, int64_t>> placedInOutput(const std::string& output,
+                                                          const codegen::Target& target) {
   auto cell = optimised(frontend::parseCell(R"(cell t(input_size, hidden_size) {
   input x[input_size]
   state h[hidden_size]
@@ -119,20 +93,36 @@ TEST(StoragePlan, TheConcatsWithinAConcatOutputAndTheirPartsAreStoredInItsColumn
   a = tanh(x @ w^T + h)
   b = sigmoid(a)
   c = exp(a)
-  return h = a; output cat(cat(b, c, a), cat(b, c, h))
-})",
+  return h = a; output )" + output + "\n}",
                                             "t.cell"),
                         {{"input_size", 3}, {"hidden_size", 4}});
-  codegen::StoragePlan plan = codegen::planStorage(*cell, kPlanAvx2);
-  std::multiset<std::pair<int64_t, int64_t>> placed; // first column, columns
+  codegen::StoragePlan plan = codegen::planStorage(*cell, target);
+  EXPECT_TRUE(plan.outputInPlace);
+  std::multiset<std::pair<int64_t, int64_t>> placed;
   for (const auto& [value, column] : plan.inOutputColumns) {
     EXPECT_EQ(plan.bufferOf.count(value), 0u) << "column " << column;
     placed.insert({column, ir::columnsOf(value)});
   }
-  // The first concat (12 columns) with b at 0, c at 4 and a at 8; the second at 12 (its h a
-  // state, copied, and b and c copied from their first places).
-  EXPECT_EQ(placed, (std::multiset<std::pair<int64_t, int64_t>>{
-                        {0, 12}, {0, 4}, {4, 4}, {8, 4}, {12, 12}}));
+  return placed;
+}
+
+using Places = std::multiset<std::pair<int64_t, int64_t>>;
+
+// An output that concatenates step values: they are stored straight into their columns of the
+// output rows (no buffer, no copy), a value given twice at its first place (the concat copies
+// it to the second); a state is copied by the concat. Not on a GPU, whose regions write buffers.
+TEST(StoragePlan, AConcatOutputsPartsAreStoredInTheirColumns) {
+  EXPECT_EQ(placedInOutput("cat(a, h, b, b)", kPlanAvx2), (Places{{0, 4}, {8, 4}}));
+  EXPECT_TRUE(placedInOutput("cat(a, h, b, b)", codegen::gpuTarget("sm_80")).empty());
+}
+
+// Concats within a concat output (a GRU backward's [dgates_x | dgates_h], which share dr and dz)
+// lie in the output's columns, and so do their parts, each at its first place: the first
+// concat (12 columns) with b at 0, c at 4 and a at 8; the second at 12 (its h a state, copied,
+// and b and c copied from their first places).
+TEST(StoragePlan, TheConcatsWithinAConcatOutputAndTheirPartsAreStoredInItsColumns) {
+  EXPECT_EQ(placedInOutput("cat(cat(b, c, a), cat(b, c, h))", kPlanAvx2),
+            (Places{{0, 12}, {0, 4}, {4, 4}, {8, 4}, {12, 12}}));
 }
 
 // A state whose next value lies in the output's columns (a training forward's h, beside what its
