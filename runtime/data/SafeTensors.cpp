@@ -345,6 +345,11 @@ TensorMap readEntries(const std::string& path, std::vector<Entry>& entries, Read
   return tensors;
 }
 
+// readEntries's `borrow` for a file whose tensors all get memory of their own.
+std::optional<BorrowedFloats> copyEveryTensor(uint64_t, size_t) {
+  return std::nullopt;
+}
+
 } // namespace
 
 TensorMap readSafeTensors(const std::string& path, TensorReading reading) {
@@ -372,7 +377,7 @@ TensorMap readSafeTensors(const std::string& path, TensorReading reading) {
         [&](uint64_t begin, size_t bytes, char* into) {
           file->read(dataStart + begin, into, bytes);
         },
-        [](uint64_t, size_t) { return std::optional<BorrowedFloats>(); });
+        copyEveryTensor);
   // Offsets were checked against the file's size when it was opened, which the mapping has.
   char* data = mapping->data() + dataStart;
   return readEntries(
@@ -395,7 +400,7 @@ TensorMap parseSafeTensors(std::string_view bytes, const std::string& path) {
       [&](uint64_t begin, size_t count, char* into) {
         std::memcpy(into, data.data() + begin, count);
       },
-      [](uint64_t, size_t) { return std::optional<BorrowedFloats>(); });
+      copyEveryTensor);
 }
 
 void writeSafeTensors(const std::string& path, const TensorMap& tensors) {
