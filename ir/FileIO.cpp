@@ -215,25 +215,31 @@ std::shared_ptr<const FileMapping> PositionalFile::mapPrivately() const {
   if (mapped == MAP_FAILED)
     return nullptr;
   auto mapping = std::make_shared<const FileMapping>(static_cast<char*>(mapped), bytes);
-  // Every page made present for reading (a write still copies its page): one call, where
-  // first touches would fault page by page. MAP_POPULATE would copy every page of a writable
-  // private mapping at once. Fails where the file has shrunk past a page: nothing is touched.
-  if (madvise(mapped, bytes, MADV_POPULATE_READ) != 0)
+  // Pages made present for reading (a write still copies its page) in one call, where first
+  // touches would fault page by page; MAP_POPULATE would copy every page of a writable private
+  // mapping at once. The call fails where the file has shrunk past a page: nothing is touched.
+  auto populate = [&](size_t from, size_t count) {
+    return count == 0 || madvise(static_cast<char*>(mapped) + from, count, MADV_POPULATE_READ) == 0;
+  };
+  // The first few pages first, each read timed: a present page costs a TLB fill and a cache
+  // miss (a fraction of a microsecond); a page whose host page table is filled at its first
+  // touch costs microseconds, and reading the file into huge pages is then cheaper (a read
+  // costs about kWorthIt per 4 KB). The fastest read decides, so that an interrupt during one
+  // cannot; only then is the rest of the file made present.
+  constexpr size_t kPage = 4096, kSampled = 8;
+  constexpr std::chrono::duration<double> kWorthIt(1e-6);
+  const size_t sampled = std::min(kSampled * kPage, bytes);
+  if (!populate(0, sampled))
     return nullptr;
-  // A first read of a few pages, timed: present pages cost a TLB fill and a cache miss each
-  // (a fraction of a microsecond); pages whose host page tables are filled at first touch cost
-  // microseconds each, and reading the file into huge pages is then the cheaper way.
-  constexpr size_t kPage = 4096, kSampled = 16;
-  constexpr double kWorthItSeconds = 1e-6; // per page; a read costs about this per 4 KB
-  const size_t pages = std::min(kSampled, (bytes + kPage - 1) / kPage);
-  volatile const char* first = static_cast<const char*>(mapped);
-  const auto start = std::chrono::steady_clock::now();
-  char sum = 0;
-  for (size_t page = 0; page < pages; ++page)
-    sum = static_cast<char>(sum + first[page * kPage]);
-  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-  (void)sum;
-  if (took.count() > kWorthItSeconds * static_cast<double>(pages))
+  volatile const char* pages = static_cast<const char*>(mapped);
+  std::chrono::duration<double> fastest = std::chrono::hours(1);
+  for (size_t at = 0; at < sampled; at += kPage) {
+    const auto start = std::chrono::steady_clock::now();
+    (void)pages[at];
+    fastest =
+        std::min<std::chrono::duration<double>>(fastest, std::chrono::steady_clock::now() - start);
+  }
+  if (fastest > kWorthIt || !populate(sampled, bytes - sampled))
     return nullptr;
   return mapping;
 #else
