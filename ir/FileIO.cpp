@@ -103,9 +103,8 @@ std::string readFileBytes(const std::string& path, const std::string& kind) {
   return readOpened(opened, path, kind);
 }
 
-FileBytes::~FileBytes() {
-  if (mapping_)
-    munmap(mapping_, mappedBytes_);
+FileMapping::~FileMapping() {
+  munmap(data_, bytes_);
 }
 
 namespace {
@@ -147,8 +146,7 @@ FileBytes mapFileBytes(const std::string& path, const std::string& kind) {
     } catch (const std::bad_alloc&) {
     }
     if (start) {
-      result.mapping_ = start;
-      result.mappedBytes_ = wholeHugePages(bytes);
+      result.mapping_ = std::make_unique<FileMapping>(start, wholeHugePages(bytes));
       // Fewer bytes where the file shrank since fstat: what it holds now.
       const size_t done = readAt(fileno(opened.file.get()), start, bytes, 0, path, kind);
       result.view_ = std::string_view(start, done);
@@ -162,8 +160,7 @@ FileBytes mapFileBytes(const std::string& path, const std::string& kind) {
     void* mapping =
         mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fileno(opened.file.get()), 0);
     if (mapping != MAP_FAILED) {
-      result.mapping_ = mapping;
-      result.mappedBytes_ = bytes;
+      result.mapping_ = std::make_unique<FileMapping>(static_cast<char*>(mapping), bytes);
       result.view_ = std::string_view(static_cast<const char*>(mapping), bytes);
       return result;
     }
@@ -200,10 +197,6 @@ void PositionalFile::read(uint64_t offset, void* into, size_t bytes) const {
     throw UserError(fmt::format("{}: the {} ended at byte {}, before the {} bytes it had when "
                                 "opened (was it truncated while being read?)",
                                 path_, kind_, offset + done, size_));
-}
-
-FileMapping::~FileMapping() {
-  munmap(data_, bytes_);
 }
 
 std::shared_ptr<const FileMapping> PositionalFile::mapPrivately() const {

@@ -18,34 +18,9 @@ namespace rnnc {
 // `kind` names the file in messages ("cell file": "PATH: cannot open cell file: REASON").
 std::string readFileBytes(const std::string& path, const std::string& kind = "file");
 
-// The same file's bytes for large inputs read once, such as input sequences: a regular file of 256
-// KB or more read into memory on 2 MB pages (a page fault each, not one per 4 KB); a smaller one
-// mapped without copying (the page cache's pages, read-only: it must not shrink while the view
-// is in use, as with any mapped file); a pipe read as above.
-class FileBytes {
-public:
-  FileBytes() = default;
-  FileBytes(FileBytes&& other) noexcept
-      : mapping_(std::exchange(other.mapping_, nullptr)),
-        mappedBytes_(std::exchange(other.mappedBytes_, 0)), read_(std::move(other.read_)),
-        view_(std::exchange(other.view_, {})) {}
-  FileBytes& operator=(FileBytes&&) = delete;
-  FileBytes(const FileBytes&) = delete;
-  ~FileBytes();
-
-  std::string_view view() const { return view_; }
-
-private:
-  friend FileBytes mapFileBytes(const std::string& path, const std::string& kind);
-  void* mapping_ = nullptr;
-  size_t mappedBytes_ = 0;
-  std::unique_ptr<std::string> read_; // a pipe's bytes (a heap string: the view survives moves)
-  std::string_view view_;
-};
-FileBytes mapFileBytes(const std::string& path, const std::string& kind = "file");
-
-// A whole file mapped privately: its pages are the page cache's (no copy, nothing zeroed), and a
-// write to them copies the page written, never reaching the file. Unmapped when destroyed.
+// Memory this process mapped, unmapped when destroyed: a file's pages (PositionalFile's private
+// mapping: the page cache's, no copy and nothing zeroed, a write copying the page written and
+// never reaching the file; mapFileBytes's read-only one) or the 2 MB pages a file was read into.
 class FileMapping {
 public:
   FileMapping(char* data, size_t bytes) : data_(data), bytes_(bytes) {}
@@ -60,6 +35,27 @@ private:
   char* data_;
   size_t bytes_;
 };
+
+// The same file's bytes for large inputs read once, such as input sequences: a regular file of 256
+// KB or more read into memory on 2 MB pages (a page fault each, not one per 4 KB); a smaller one
+// mapped without copying (the page cache's pages, read-only: it must not shrink while the view
+// is in use, as with any mapped file); a pipe read as above.
+class FileBytes {
+public:
+  FileBytes() = default;
+  FileBytes(FileBytes&& other) noexcept = default;
+  FileBytes& operator=(FileBytes&&) = delete;
+  FileBytes(const FileBytes&) = delete;
+
+  std::string_view view() const { return view_; }
+
+private:
+  friend FileBytes mapFileBytes(const std::string& path, const std::string& kind);
+  std::unique_ptr<FileMapping> mapping_;
+  std::unique_ptr<std::string> read_; // a pipe's bytes (a heap string: the view survives moves)
+  std::string_view view_;
+};
+FileBytes mapFileBytes(const std::string& path, const std::string& kind = "file");
 
 // A regular file read piece by piece into memory its caller owns: a weight file's tensors each
 // straight into their own storage, with no copy of the whole file in between (in a VM fresh
