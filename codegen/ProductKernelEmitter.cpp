@@ -403,6 +403,15 @@ void ProductKernelEmitter::emitProductKernel(const ir::Block& block, const Kerne
   });
 }
 
+bool ProductKernelEmitter::anotherWalkPrefetches(const PackedProduct& packed) const {
+  return std::any_of(e.plan.packedProducts.begin(), e.plan.packedProducts.end(),
+                     [&](const PackedProduct& other) {
+                       return &other != &packed && other.tileRows == packed.tileRows &&
+                              other.weights == packed.weights && other.xStride == packed.xStride &&
+                              asksForNextPanels(other, e.target);
+                     });
+}
+
 bool ProductKernelEmitter::asksForNextPanels(const PackedProduct& packed, const Target& target) {
   const int64_t panelElements = packed.packedDepth() * packed.slices() * packed.width;
   return packed.weights != WeightType::I8 && !packed.depthPairs &&
@@ -437,11 +446,15 @@ void ProductKernelEmitter::prefetchRows(const std::vector<const ir::Value*>& ope
 
 std::vector<ProductKernelEmitter::Accumulators> ProductKernelEmitter::accumulateOverDepth(
     int64_t chains, int64_t steps, size_t accumulators, llvm::Value* zero,
-    const std::function<void(llvm::Value* k, Accumulators& acc)>& step, const std::string& name) {
+    const std::function<void(llvm::Value* k, Accumulators& acc)>& step, const std::string& name,
+    llvm::Value* runTimeSteps) {
+  RNNC_INTERNAL_CHECK(!runTimeSteps || chains == 1, "a depth known at run time takes one set");
   std::vector<Accumulators> acc(static_cast<size_t>(chains), Accumulators(accumulators, zero));
   // The accumulators are the loop's phis. It is not unrolled beyond the chains: the FMAs of one
-  // depth already hide their latency, and a bigger body only costs compile time.
-  const int64_t loopSteps = steps / chains * chains;
+  // depth already hide their latency, and a bigger body only costs compile time (unrolled twice,
+  // an AVX-512 walk's 28 accumulators and the next step's weights outgrew the 32 registers: the
+  // default LSTM 1.4x slower, Intel Xeon).
+  const int64_t loopSteps = runTimeSteps ? steps : steps / chains * chains;
   if (loopSteps > 0) {
     llvm::BasicBlock* before = e.b.GetInsertBlock();
     auto [k, header, exit] = e.openLoop(e.constant(0), name);
@@ -461,7 +474,8 @@ std::vector<ProductKernelEmitter::Accumulators> ProductKernelEmitter::accumulate
       for (size_t i = 0; i < accumulators; ++i)
         phis[c][i]->addIncoming(acc[c][i], latch);
     k->addIncoming(next, latch);
-    e.b.CreateCondBr(e.b.CreateICmpSLT(next, e.constant(loopSteps)), header, exit);
+    e.b.CreateCondBr(e.b.CreateICmpSLT(next, runTimeSteps ? runTimeSteps : e.constant(loopSteps)),
+                     header, exit);
     e.b.SetInsertPoint(exit);
   }
   for (int64_t rest = loopSteps; rest < steps; ++rest)
@@ -608,9 +622,10 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   auto walkBody = [&](int64_t first, int64_t count, llvm::Value* pass, llvm::Value* passWeights,
                       const EmitContext::TileRows& rowsOfX, const PanelPrefetch& panel,
                       RunTimeHeight rowsHeight, bool joinedParts, const SliceSum& sliceSum,
-                      int64_t realRows = 0) {
+                      int64_t realRows = 0, llvm::Value* runTimeDepth = nullptr) {
     // Without a run-time height, `realRows` rows are computed (0: all of them); the sums of the
-    // rest are zero.
+    // rest are zero. With `runTimeDepth`, the depth is that many steps (a walk shared by
+    // products of different depths).
     std::vector<llvm::Value*> sliceWeights;
     for (int64_t s = first; s < first + count; ++s)
       sliceWeights.push_back(e.b.CreateConstGEP1_64(
@@ -661,7 +676,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     };
     const std::vector<Accumulators> acc =
         accumulateOverDepth(chains, packed.depth, static_cast<size_t>(rows * count * parts),
-                            llvm::ConstantFP::get(partVec, 0.0), step, "depth");
+                            llvm::ConstantFP::get(partVec, 0.0), step, "depth", runTimeDepth);
     // Each slice's parts joined (`sliceSum` gets slice s), or each part on its own (vector v
     // = s * parts + q).
     const int64_t joined = joinedParts ? parts : 1;
@@ -674,16 +689,17 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   // of the same shape (the input projection's and the recurrent product's of an LSTM with
   // I = H) is one function. Its name says its shape, so the two parts agree on it. Its
   // arguments: the tile's first row of x, the pass's weights, where its sums go (the pass's
-  // slices side by side, then the next row that many floats on), the tile's height, and the next
-  // panel's prefetch (its panel, first line and last line). Tiles of a fixed height (a padded
-  // input projection's) call it with their full height.
+  // slices side by side, then the next row that many floats on), the tile's height, the next
+  // panel's prefetch (its panel, first line and last line) and the depth. Tiles of a fixed
+  // height (a padded input projection's) call it with their full height.
   llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   const bool outlined = tileMemory && e.tileWalks != EmitContext::TileWalks::Inline &&
                         rows == packed.tileRows && rows / 2 >= 2 && !halfWidths &&
                         llvm::isa<llvm::ConstantInt>(x.rowStride);
   const int64_t walkAtLeast = std::max<int64_t>(1, rows / 2);
   // A tile with no next panel to ask for (its weights within L2) takes the walk of its shape
-  // that asks for one where the module has it already, and passes its own weights' first line,
+  // that asks for one where the module has it already, or where another product tiled alike
+  // asks for panels (anotherWalkPrefetches), and passes its own weights' first line,
   // line 0 at every depth step: an LSTM with a projection has its input projection's walk
   // (weights past L2) and its projection's (within) of one shape, and this spares LLVM the
   // second, 6.5 ms of work in the part that took the longest. The walk's step then has the
@@ -697,30 +713,35 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     bool prefetches; // takes a panel to ask for: the caller passes one, or its own weights
   };
   auto walkFunction = [&](int64_t first, int64_t count) -> Walk {
-    // By what the code does: rows, depth, accumulator sets, the row stride of x, and each
-    // register-wide vector of weights by its offset in the pass's weights and its stride per
-    // depth step. An LSTM's input projection (one slice two registers wide) and its recurrent
-    // product (two slices a pass, a register each) walk alike.
+    // By what the code does: rows, depth (with several accumulator sets), accumulator sets, the
+    // row stride of x, and each register-wide vector of weights by its offset in the pass's
+    // weights and its stride per depth step. An LSTM's input projection (one slice two
+    // registers wide) and its recurrent product (two slices a pass, a register each) walk alike.
+    // A walk of one accumulator set takes its depth at run time ("kN"): the products of an
+    // LSTM with I != H (and one with a projection) share it, their rows of x as far apart
+    // (StoragePlan's xStride), where each depth had a walk of its own, 5-10 ms of LLVM's work
+    // in the part that takes the longest.
     const int64_t chains = accumulatorSets(packed, rows, count, /*spare=*/1, packed.depth);
+    const bool runTimeDepth = chains == 1 && packed.depth > 0; // its loop runs at least once
     std::string name =
         "rnnc_walk." + std::to_string(rows) + "r" + std::to_string(walkAtLeast) + "." +
         std::string(weightTypeName(packed.weights)) + "x" + std::to_string(partWidth) + ".k" +
-        std::to_string(packed.depth) + "c" + std::to_string(chains) + ".x" +
+        (runTimeDepth ? std::string("N") : std::to_string(packed.depth)) + "c" +
+        std::to_string(chains) + ".x" +
         std::to_string(llvm::cast<llvm::ConstantInt>(x.rowStride)->getSExtValue()) + ".w";
     for (int64_t s = first; s < first + count; ++s)
       for (int64_t q = 0; q < parts; ++q)
         name += std::to_string(packed.sliceStart(s) - packed.sliceStart(first) + q * partWidth) +
                 "_" + std::to_string(packed.panelWidth(s)) + "_";
     const std::string prefetching = name + "p" + std::to_string(walkLineElements);
-    if (!nextPanel.panel && sharesPrefetchingWalks(e.target))
-      if (llvm::Function* known = e.module->getFunction(prefetching))
-        return {known, true};
-    const bool prefetches = nextPanel.panel != nullptr;
+    const bool prefetches = nextPanel.panel != nullptr ||
+                            (sharesPrefetchingWalks(e.target) &&
+                             (e.module->getFunction(prefetching) || anotherWalkPrefetches(packed)));
     name = prefetches ? prefetching : name + "np";
     if (llvm::Function* known = e.module->getFunction(name))
       return {known, prefetches};
     auto* type = llvm::FunctionType::get(
-        e.b.getVoidTy(), {e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.i64, e.i64}, false);
+        e.b.getVoidTy(), {e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.i64, e.i64, e.i64}, false);
     auto* walk = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, *e.module);
     walk->copyAttributesFrom(e.fn);
     for (unsigned i : {0u, 1u, 2u})
@@ -736,6 +757,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     PanelPrefetch walkPanel;
     if (prefetches)
       walkPanel = {walk->getArg(5), walk->getArg(6), walk->getArg(7), walkLineElements};
+    llvm::Value* depth = runTimeDepth ? walk->getArg(8) : nullptr;
     auto storeSum = [&](int64_t m, int64_t v, llvm::Value* sum) {
       e.b.CreateStore(sum,
                       e.b.CreateGEP(e.f32, walk->getArg(2),
@@ -760,7 +782,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
           e.b.CreateBr(at);
         e.b.SetInsertPoint(at);
         walkBody(first, count, e.constant(0), walk->getArg(1), walkRows, walkPanel, RunTimeHeight{},
-                 /*joinedParts=*/false, storeSum, h);
+                 /*joinedParts=*/false, storeSum, h, depth);
         e.b.CreateBr(walked);
         if (lower)
           e.b.SetInsertPoint(lower);
@@ -768,7 +790,8 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
       e.b.SetInsertPoint(walked);
     } else {
       walkBody(first, count, e.constant(0), walk->getArg(1), walkRows, walkPanel,
-               RunTimeHeight{walk->getArg(4), walkAtLeast}, /*joinedParts=*/false, storeSum);
+               RunTimeHeight{walk->getArg(4), walkAtLeast}, /*joinedParts=*/false, storeSum,
+               /*realRows=*/0, depth);
     }
     e.b.CreateRetVoid();
     e.fn = caller;
@@ -785,14 +808,15 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     const Walk called = walkFunction(first, count);
     // No panel: no pointer, or for a walk that asks for one, the pass's own weights (line 0).
     llvm::Value* noPanel = called.prefetches ? passWeights : llvm::ConstantPointerNull::get(e.ptr);
-    e.b.CreateCall(called.function,
-                   {inputRows.start(0), passWeights, e.b.CreateGEP(vec, tileMemory, firstSlice),
-                    e.constant(slices * packed.width), height.rows ? height.rows : e.constant(rows),
-                    nextPanel.panel ? nextPanel.panel : noPanel,
-                    nextPanel.panel ? e.b.CreateAdd(nextPanel.firstLine,
-                                                    e.b.CreateMul(pass, e.constant(packed.depth)))
-                                    : e.constant(0),
-                    nextPanel.panel ? nextPanel.lastLine : e.constant(0)});
+    e.b.CreateCall(
+        called.function,
+        {inputRows.start(0), passWeights, e.b.CreateGEP(vec, tileMemory, firstSlice),
+         e.constant(slices * packed.width), height.rows ? height.rows : e.constant(rows),
+         nextPanel.panel ? nextPanel.panel : noPanel,
+         nextPanel.panel
+             ? e.b.CreateAdd(nextPanel.firstLine, e.b.CreateMul(pass, e.constant(packed.depth)))
+             : e.constant(0),
+         nextPanel.panel ? nextPanel.lastLine : e.constant(0), e.constant(packed.depth)});
   };
   if (alike) {
     e.forLoop(e.constant(0), e.constant(passes), e.constant(1), "pass", [&](llvm::Value* p) {

@@ -44,6 +44,10 @@ public:
   static bool sharesPrefetchingWalks(const Target& target) { return target.vectorRegisters > 16; }
 
 private:
+  // Whether another product of the cell, tiled like `packed`, asks for next panels: then
+  // `packed`'s tiles take its walk from the start, whichever product the part emits first.
+  bool anotherWalkPrefetches(const PackedProduct& packed) const;
+
   using Tile = std::vector<std::vector<llvm::Value*>>; // per row, one vector per slice
   using Accumulators = std::vector<llvm::Value*>;      // a tile's running sums
 
@@ -141,11 +145,12 @@ private:
                        llvm::Value* rowStride, llvm::Value* block, llvm::Value* sums);
   // A tile's walk over the depth: `chains` sets of `accumulators` values each, all starting at
   // `zero`; steps [0, steps / chains * chains) in a loop, step k into set k % chains (`step`
-  // gets k and that set), the rest after it into set 0. Returns the sets' final values.
+  // gets k and that set), the rest after it into set 0. Returns the sets' final values. With
+  // `runTimeSteps` (one set only, at least one step) the loop runs that many steps instead.
   std::vector<Accumulators>
   accumulateOverDepth(int64_t chains, int64_t steps, size_t accumulators, llvm::Value* zero,
                       const std::function<void(llvm::Value* k, Accumulators& acc)>& step,
-                      const std::string& name);
+                      const std::string& name, llvm::Value* runTimeSteps = nullptr);
   // Tiles whose multiplies take 32-bit groups of packed elements (int8, bf16 pairs), in `parts`
   // vectors of `lanes` columns per slice: the weights of the pass's slices [first, first +
   // sliceWords.size()) at packed depth k, each part loaded as `type` (w[slice][part]); and a

@@ -346,6 +346,30 @@ void placeConcatParts(const ir::Instr& concat, int64_t column,
 
 } // namespace
 
+namespace {
+
+// The copies of x of products whose depths are within a factor of two of the deepest's take
+// its row stride, so that their tiles can share one walk over the depth (ProductKernelEmitter:
+// a walk's depth is an argument, its rows' distance a constant): an LSTM with I = 256 and
+// H = 512 has one walk instead of two. Rows further apart stay in different sets of L1; the
+// lines a row uses are as many. Tiles that are not walks (int8, bf16 pairs, AMX) keep theirs.
+void shareRowStrides(StoragePlan& plan) {
+  auto walks = [](const PackedProduct& p) {
+    return p.xStride > 0 && p.weights != WeightType::I8 && !p.depthPairs && !p.amxTiles;
+  };
+  int64_t deepest = 0;
+  for (const PackedProduct& p : plan.packedProducts)
+    if (walks(p))
+      deepest = std::max(deepest, p.depth);
+  for (PackedProduct& p : plan.packedProducts)
+    if (walks(p) && 2 * p.depth >= deepest) {
+      p.xStride = oddLinesApart(deepest);
+      plan.buffers[p.xBuffer].cols = p.xStride;
+    }
+}
+
+} // namespace
+
 StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType weights,
                         int64_t gpuStepTileRows, bool widenCachedFp16) {
   // fp16 weights are widened by F16C's vcvtph2ps (every x86-64 CPU with AVX2 has it); without it
@@ -447,6 +471,7 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
     if (readsState)
       plan.buffers.push_back({update.next, Rows::Step, 1, columnsOf(update.next)});
   }
+  shareRowStrides(plan);
   // Reduced weights on a cell without a product whose weights are parameters would quietly
   // change nothing.
   if (weights != WeightType::F32 && plan.packedProducts.empty())

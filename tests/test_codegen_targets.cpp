@@ -106,8 +106,9 @@ TEST(CodegenTargets, ACellIsALoopPartCallingASetupPartThatHoldsTheTileWalks) {
   const std::string setupPart = assembly.substr(0, loop), loopPart = assembly.substr(loop);
   EXPECT_EQ(count(loopPart, R"(call[q]?\s+rnnc_run\.setup\b)"), 1);
   // I = 32 and H = 64: the input projection and the recurrent product walk different depths,
-  // two walks, both in the setup part, one of them called by the loop.
-  EXPECT_EQ(count(setupPart, R"(\nrnnc_walk\.[\w.]+:)"), 2);
+  // and one walk, in the setup part, serves both (its depth an argument, their rows of x as far
+  // apart), called by each part.
+  EXPECT_EQ(count(setupPart, R"(\nrnnc_walk\.[\w.]+:)"), 1);
   EXPECT_EQ(count(loopPart, R"(\nrnnc_walk\.[\w.]+:)"), 0);
   EXPECT_GE(count(loopPart, R"(call[q]?\s+rnnc_walk\.)"), 1);
   EXPECT_GE(count(setupPart, R"(call[q]?\s+rnnc_walk\.)"), 1);
@@ -129,6 +130,31 @@ TEST(CodegenTargets, WalksOfTheSameShapeAreOneFunction) {
   ASSERT_NE(loop, std::string::npos);
   EXPECT_GE(count(ir.substr(0, loop), R"(call void @rnnc_walk\.)"), 1);
   EXPECT_GE(count(ir.substr(loop), R"(call void @rnnc_walk\.)"), 1);
+}
+
+// A walk over the depth takes the depth as an argument: an LSTM with I != H (within a factor of
+// two) has one walk that both products call with their own depths, rows of x as far apart, and
+// that asks for next panels (W_hh past L2) for both where the input projection's weights need
+// none (W_ih within half of it).
+TEST(CodegenTargets, ProductsOfDifferentDepthsShareOneWalk) {
+  for (codegen::Target target : {kAvx512, kAvx2}) {
+    target.l2Bytes = 2 << 20; // W_hh 4 MB past it, W_ih 2 MB not
+    const std::string ir = lstmCode(/*hidden=*/512, /*input=*/256, target, codegen::Stage::LLVM);
+    const std::regex defined(R"(\ndefine [^\n]*@(rnnc_walk\.[\w.]+)\()");
+    std::vector<std::string> walks;
+    for (auto it = std::sregex_iterator(ir.begin(), ir.end(), defined);
+         it != std::sregex_iterator(); ++it)
+      walks.push_back((*it)[1].str());
+    const bool shared = target.vectorRegisters > 16;
+    ASSERT_EQ(walks.size(), shared ? 1u : 2u) << target.cpu;
+    for (const std::string& walk : walks) {
+      EXPECT_NE(walk.find(".kNc1."), std::string::npos) << walk;
+      EXPECT_NE(walk.find(".x528."), std::string::npos) << walk; // 512 + 16, both products
+    }
+    // The depths the calls pass, the last argument: 256 (x) and 512 (h).
+    EXPECT_GE(count(ir, R"(call void @rnnc_walk\.[^\n]*, i64 256\))"), 1) << target.cpu;
+    EXPECT_GE(count(ir, R"(call void @rnnc_walk\.[^\n]*, i64 512\))"), 1) << target.cpu;
+  }
 }
 
 // A walk that asks for next panels serves a tile of its shape that has none to ask for, with 32

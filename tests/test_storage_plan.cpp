@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 using namespace rnnc;
@@ -245,6 +246,26 @@ TEST(StoragePlan, TheInputProjectionIsTiledOverRowsInChunksThatFitInL2) {
     // Each thread copies a chunk's rows of x at an odd number of lines per row: 300 floats
     // round up to 19 lines of 16.
     EXPECT_EQ(input.xStride, 19 * 16);
+  }
+}
+
+// Products whose depths are within a factor of two copy their rows of x as far apart as the
+// deepest's (so that one walk over the depth serves them), the buffers sized alike; further
+// apart, each keeps its own.
+TEST(StoragePlan, CopiesOfXOfSimilarDepthsShareTheDeepestsRowStride) {
+  for (const auto& [input, hidden, inputStride, hiddenStride] :
+       {std::tuple{256, 512, 33 * 16, 33 * 16}, std::tuple{1024, 600, 65 * 16, 65 * 16},
+        std::tuple{1024, 256, 65 * 16, 17 * 16}}) {
+    auto lstm =
+        optimised(frontend::loadCell("lstm"), {{"input_size", input}, {"hidden_size", hidden}});
+    codegen::StoragePlan plan = codegen::planStorage(*lstm, kPlanAvx512);
+    ASSERT_EQ(plan.packedProducts.size(), 2u);
+    for (const codegen::PackedProduct& product : plan.packedProducts) {
+      const bool ofX = product.product->operands[0]->name == "x";
+      EXPECT_EQ(product.depth, ofX ? input : hidden);
+      EXPECT_EQ(product.xStride, ofX ? inputStride : hiddenStride) << input << " " << hidden;
+      EXPECT_EQ(plan.buffers[product.xBuffer].cols, product.xStride);
+    }
   }
 }
 
