@@ -135,7 +135,7 @@ TEST(CodegenTargets, WalksOfTheSameShapeAreOneFunction) {
 // A walk over the depth takes the depth as an argument: an LSTM with I != H (within a factor of
 // two) has one walk that both products call with their own depths, rows of x as far apart, and
 // that asks for next panels (W_hh past L2) for both where the input projection's weights need
-// none (W_ih within half of it).
+// none (W_ih, 2 MB, within it).
 TEST(CodegenTargets, ProductsOfDifferentDepthsShareOneWalk) {
   for (codegen::Target target : {kAvx512, kAvx2}) {
     target.l2Bytes = 2 << 20; // W_hh 4 MB past it, W_ih 2 MB not
