@@ -454,7 +454,7 @@ std::vector<ProductKernelEmitter::Accumulators> ProductKernelEmitter::accumulate
   // depth already hide their latency, and a bigger body only costs compile time (unrolled twice,
   // an AVX-512 walk's 28 accumulators and the next step's weights outgrew the 32 registers: the
   // default LSTM 1.4x slower, Intel Xeon).
-  const int64_t loopSteps = runTimeSteps ? steps : steps / chains * chains;
+  const int64_t loopSteps = steps / chains * chains; // all of them with one set
   if (loopSteps > 0) {
     llvm::BasicBlock* before = e.b.GetInsertBlock();
     auto [k, header, exit] = e.openLoop(e.constant(0), name);

@@ -344,10 +344,6 @@ void placeConcatParts(const ir::Instr& concat, int64_t column,
   }
 }
 
-} // namespace
-
-namespace {
-
 // The copies of x of products whose depths are within a factor of two of the deepest's take
 // its row stride, so that their tiles can share one walk over the depth (ProductKernelEmitter:
 // a walk's depth is an argument, its rows' distance a constant): an LSTM with I = 256 and
