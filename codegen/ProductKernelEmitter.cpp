@@ -535,7 +535,7 @@ llvm::Value* ProductKernelEmitter::sumOfSets(const std::vector<Accumulators>& se
 // half speed); the slices then split evenly between passes.
 int64_t ProductKernelEmitter::slicesPerPass(const PackedProduct& packed, int64_t rows,
                                             int64_t spare) const {
-  const int64_t accumulators = packed.tileRows * packed.panelSlices;
+  const int64_t accumulators = packed.tileRows * packed.passSlices;
   const int64_t vectorsPerSlice = std::max<int64_t>(1, packed.width / e.target.vectorWidth);
   const int64_t fitting =
       std::max<int64_t>(1, std::min(accumulators / rows, (e.target.vectorRegisters - spare) /
@@ -622,10 +622,12 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   auto walkBody = [&](int64_t first, int64_t count, llvm::Value* pass, llvm::Value* passWeights,
                       const EmitContext::TileRows& rowsOfX, const PanelPrefetch& panel,
                       RunTimeHeight rowsHeight, bool joinedParts, const SliceSum& sliceSum,
-                      int64_t realRows = 0, llvm::Value* runTimeDepth = nullptr) {
+                      int64_t realRows = 0, llvm::Value* runTimeDepth = nullptr,
+                      llvm::Value* runTimePanelWidth = nullptr) {
     // Without a run-time height, `realRows` rows are computed (0: all of them); the sums of the
     // rest are zero. With `runTimeDepth`, the depth is that many steps (a walk shared by
-    // products of different depths).
+    // products of different depths); with `runTimePanelWidth`, the weights of consecutive
+    // depths are that many elements apart (a walk shared by products of other panels).
     std::vector<llvm::Value*> sliceWeights;
     for (int64_t s = first; s < first + count; ++s)
       sliceWeights.push_back(e.b.CreateConstGEP1_64(
@@ -650,10 +652,12 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
           w.push_back(widenWeights(
               e.b.CreateAlignedLoad(
                   partPackedVec,
-                  e.b.CreateGEP(
-                      element, sliceWeights[s],
-                      e.b.CreateAdd(e.b.CreateMul(k, e.constant(packed.panelWidth(first + s))),
-                                    e.constant(q * partWidth))),
+                  e.b.CreateGEP(element, sliceWeights[s],
+                                e.b.CreateAdd(e.b.CreateMul(k, runTimePanelWidth
+                                                                   ? runTimePanelWidth
+                                                                   : e.constant(packed.panelWidth(
+                                                                         first + s))),
+                                              e.constant(q * partWidth))),
                   llvm::Align(static_cast<uint64_t>(weightTypeBytes(packed.weights)))),
               packed.weights));
       auto rowFmas = [&](int64_t m, Accumulators& acc) {
@@ -690,7 +694,8 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   // I = H) is one function. Its name says its shape, so the two parts agree on it. Its
   // arguments: the tile's first row of x, the pass's weights, where its sums go (the pass's
   // slices side by side, then the next row that many floats on), the tile's height, the next
-  // panel's prefetch (its panel, first line and last line) and the depth. Tiles of a fixed
+  // panel's prefetch (its panel, first line and last line), the depth and the weights' panel
+  // width. Tiles of a fixed
   // height (a padded input projection's) call it with their full height.
   llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   const bool outlined = tileMemory && e.tileWalks != EmitContext::TileWalks::Inline &&
@@ -715,12 +720,17 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   auto walkFunction = [&](int64_t first, int64_t count) -> Walk {
     // By what the code does: rows, depth (with several accumulator sets), accumulator sets, the
     // row stride of x, and each register-wide vector of weights by its offset in the pass's
-    // weights and its stride per depth step. An LSTM's input projection (one slice two
-    // registers wide) and its recurrent product (two slices a pass, a register each) walk alike.
+    // weights. An LSTM's input projection (one slice two registers wide) and its recurrent
+    // product (two slices a pass, a register each) walk alike.
     // A walk of one accumulator set takes its depth at run time ("kN"): the products of an
     // LSTM with I != H (and one with a projection) share it, their rows of x as far apart
     // (StoragePlan's xStride), where each depth had a walk of its own, 5-10 ms of LLVM's work
-    // in the part that takes the longest.
+    // in the part that takes the longest. The weights' panel width (their stride per depth) is
+    // a run-time argument ("N") too: an LSTM's recurrent product, its four slices in one panel
+    // (StoragePlan), walks two of them a pass, as its input projection walks its one slice two
+    // registers wide, at other strides.
+    RNNC_INTERNAL_CHECK(first / packed.panelSlices == (first + count - 1) / packed.panelSlices,
+                        "a walk's slices lie in one panel");
     const int64_t chains = accumulatorSets(packed, rows, count, /*spare=*/1, packed.depth);
     const bool runTimeDepth = chains == 1 && packed.depth > 0; // its loop runs at least once
     std::string name =
@@ -731,8 +741,8 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
         std::to_string(llvm::cast<llvm::ConstantInt>(x.rowStride)->getSExtValue()) + ".w";
     for (int64_t s = first; s < first + count; ++s)
       for (int64_t q = 0; q < parts; ++q)
-        name += std::to_string(packed.sliceStart(s) - packed.sliceStart(first) + q * partWidth) +
-                "_" + std::to_string(packed.panelWidth(s)) + "_";
+        name +=
+            std::to_string(packed.sliceStart(s) - packed.sliceStart(first) + q * partWidth) + "_N_";
     const std::string prefetching = name + "p" + std::to_string(walkLineElements);
     const bool prefetches = nextPanel.panel != nullptr ||
                             (sharesPrefetchingWalks(e.target) &&
@@ -741,7 +751,8 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     if (llvm::Function* known = e.module->getFunction(name))
       return {known, prefetches};
     auto* type = llvm::FunctionType::get(
-        e.b.getVoidTy(), {e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.i64, e.i64, e.i64}, false);
+        e.b.getVoidTy(), {e.ptr, e.ptr, e.ptr, e.i64, e.i64, e.ptr, e.i64, e.i64, e.i64, e.i64},
+        false);
     auto* walk = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, *e.module);
     walk->copyAttributesFrom(e.fn);
     for (unsigned i : {0u, 1u, 2u})
@@ -758,6 +769,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     if (prefetches)
       walkPanel = {walk->getArg(5), walk->getArg(6), walk->getArg(7), walkLineElements};
     llvm::Value* depth = runTimeDepth ? walk->getArg(8) : nullptr;
+    llvm::Value* panelWidth = walk->getArg(9);
     auto storeSum = [&](int64_t m, int64_t v, llvm::Value* sum) {
       e.b.CreateStore(sum,
                       e.b.CreateGEP(e.f32, walk->getArg(2),
@@ -782,7 +794,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
           e.b.CreateBr(at);
         e.b.SetInsertPoint(at);
         walkBody(first, count, e.constant(0), walk->getArg(1), walkRows, walkPanel, RunTimeHeight{},
-                 /*joinedParts=*/false, storeSum, h, depth);
+                 /*joinedParts=*/false, storeSum, h, depth, panelWidth);
         e.b.CreateBr(walked);
         if (lower)
           e.b.SetInsertPoint(lower);
@@ -791,7 +803,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     } else {
       walkBody(first, count, e.constant(0), walk->getArg(1), walkRows, walkPanel,
                RunTimeHeight{walk->getArg(4), walkAtLeast}, /*joinedParts=*/false, storeSum,
-               /*realRows=*/0, depth);
+               /*realRows=*/0, depth, panelWidth);
     }
     e.b.CreateRetVoid();
     e.fn = caller;
@@ -808,15 +820,15 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
     const Walk called = walkFunction(first, count);
     // No panel: no pointer, or for a walk that asks for one, the pass's own weights (line 0).
     llvm::Value* noPanel = called.prefetches ? passWeights : llvm::ConstantPointerNull::get(e.ptr);
-    e.b.CreateCall(
-        called.function,
-        {inputRows.start(0), passWeights, e.b.CreateGEP(vec, tileMemory, firstSlice),
-         e.constant(slices * packed.width), height.rows ? height.rows : e.constant(rows),
-         nextPanel.panel ? nextPanel.panel : noPanel,
-         nextPanel.panel
-             ? e.b.CreateAdd(nextPanel.firstLine, e.b.CreateMul(pass, e.constant(packed.depth)))
-             : e.constant(0),
-         nextPanel.panel ? nextPanel.lastLine : e.constant(0), e.constant(packed.depth)});
+    e.b.CreateCall(called.function,
+                   {inputRows.start(0), passWeights, e.b.CreateGEP(vec, tileMemory, firstSlice),
+                    e.constant(slices * packed.width), height.rows ? height.rows : e.constant(rows),
+                    nextPanel.panel ? nextPanel.panel : noPanel,
+                    nextPanel.panel ? e.b.CreateAdd(nextPanel.firstLine,
+                                                    e.b.CreateMul(pass, e.constant(packed.depth)))
+                                    : e.constant(0),
+                    nextPanel.panel ? nextPanel.lastLine : e.constant(0), e.constant(packed.depth),
+                    e.constant(packed.panelWidth(first))});
   };
   if (alike) {
     e.forLoop(e.constant(0), e.constant(passes), e.constant(1), "pass", [&](llvm::Value* p) {

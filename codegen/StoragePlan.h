@@ -46,10 +46,12 @@ struct BufferSpec {
 // parameter phase: fused into the kernel that reads it (passes/FuseMatMul.h), whose elementwise
 // work then runs on each tile, or standalone, its tiles stored to its buffer. It is computed in
 // tiles of `tileRows` rows by one block of `width` columns of each slice the kernel reads (a
-// standalone product: one slice of all its columns), the slices accumulated `panelSlices` at a
-// time (as many as fit in registers for a full tile). Its weights are packed so that each such
-// pass reads one contiguous panel: block after block, panel after panel, depth after depth,
-// `width` weights of each of the panel's slices (zero past the kernel's columns).
+// standalone product: one slice of all its columns), the slices accumulated `passSlices` at a
+// time (as many as fit in registers for a full tile). Its weights are packed in panels of
+// `panelSlices` slices: block after block, panel after panel, depth after depth, `width` weights
+// of each of the panel's slices (zero past the kernel's columns). A full tile's pass reads
+// `passSlices` of each depth's; a single row (batch 1) takes every slice in one pass, and a
+// step's product keeps every slice in one panel so that the row reads one stream (below).
 //
 // How the work is split: a product in the step (the recurrent product, fused or standalone, as a
 // backward step's dgates W_hh) gives each thread a fixed share of the column blocks for the whole
@@ -69,6 +71,7 @@ struct PackedProduct {
   int64_t depth = 0;            // K, the product's inner dimension
   int64_t tileRows = 1;
   int64_t panelSlices = 1;
+  int64_t passSlices = 1;
   WeightType weights = WeightType::F32; // how the packed weights are stored
   // fp16 weights stored as fp32: each weight rounded to fp16, then widened once, at packing (so
   // the sums are the fp16 tiles' own). Where a step's fp32 weights fit in half of one core's L2

@@ -176,13 +176,26 @@ TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
   EXPECT_EQ(packed.offsets, (std::vector<int64_t>{0, 20, 40, 60}));
   EXPECT_EQ(packed.blocks, 3);
   EXPECT_EQ(packed.depth, 20);
-  // AVX2: 12 accumulators, two slices per panel, so tiles of 6 rows; each panel holds two
-  // slices side by side for every depth.
-  EXPECT_EQ(packed.panelSlices, 2);
+  // AVX2: 12 accumulators, two slices a pass, so tiles of 6 rows; one panel holds the four
+  // slices side by side for every depth (a single row reads one stream).
+  EXPECT_EQ(packed.passSlices, 2);
+  EXPECT_EQ(packed.panelSlices, 4);
   EXPECT_EQ(packed.tileRows, 6);
   EXPECT_EQ(packed.sliceStart(1), 8);
-  EXPECT_EQ(packed.sliceStart(2), 2 * 20 * 8);
-  EXPECT_EQ(packed.panelWidth(3), 16);
+  EXPECT_EQ(packed.sliceStart(2), 16);
+  EXPECT_EQ(packed.panelWidth(3), 32);
+}
+
+// The input projection (over the sequence's rows) and a step's int8 product keep panels of
+// what a pass reads.
+TEST(StoragePlan, OnlyAStepsFp32ProductsPackEverySliceInOnePanel) {
+  auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 20}, {"hidden_size", 20}});
+  for (const codegen::PackedProduct& packed : codegen::planStorage(*lstm, kPlanAvx2).packedProducts)
+    if (packed.splitRows)
+      EXPECT_EQ(packed.panelSlices, packed.passSlices);
+  const codegen::StoragePlan int8 = codegen::planStorage(*lstm, kPlanAvx2, codegen::WeightType::I8);
+  for (const codegen::PackedProduct& packed : int8.packedProducts)
+    EXPECT_EQ(packed.panelSlices, packed.passSlices);
 }
 
 TEST(StoragePlan, ASingleSliceIsTiledFourVectorsWideWhereL1HoldsTheBlock) {
