@@ -633,17 +633,30 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
       sliceWeights.push_back(e.b.CreateConstGEP1_64(
           element, passWeights, packed.sliceStart(s) - packed.sliceStart(first)));
     const int64_t chains = accumulatorSets(packed, rows, count, /*spare=*/1, packed.depth);
+    // The next panel's lines this walk asks for, one a depth step from its first: where that is
+    // past the panel's last line, the last line at every step. Decided once, before the depth
+    // loop, so that a step asks at a base plus the depth times a run-time distance (a multiply
+    // and the prefetch, where the line's compare-and-select was four instructions beside an AVX2
+    // walk's 12 FMAs). A tile whose lines run past the last one asks for fewer than a depth's
+    // worth of lines beyond the panel: a prefetch never faults.
+    llvm::Value *panelLines = nullptr, *lineDistance = nullptr;
+    if (panel.panel) {
+      llvm::Value* start =
+          e.b.CreateAdd(panel.firstLine, e.b.CreateMul(pass, e.constant(packed.depth)));
+      llvm::Value* moving = e.b.CreateICmpSLT(start, panel.lastLine);
+      start = e.b.CreateSelect(moving, start, panel.lastLine);
+      panelLines = e.b.CreateGEP(element, panel.panel,
+                                 e.b.CreateMul(start, e.constant(panel.lineElements)));
+      lineDistance = e.b.CreateSelect(moving, e.constant(panel.lineElements), e.constant(0));
+    }
     // One depth step into accumulator set `acc` ([row * count + slice]): the slices' weights,
     // each row's input broadcast, their FMAs.
     auto step = [&](llvm::Value* k, Accumulators& acc) {
       if (panel.panel) {
-        llvm::Value* line = e.b.CreateAdd(
-            panel.firstLine, e.b.CreateAdd(k, e.b.CreateMul(pass, e.constant(packed.depth))));
-        line = e.b.CreateSelect(e.b.CreateICmpSLT(line, panel.lastLine), line, panel.lastLine);
-        e.b.CreateIntrinsic(llvm::Intrinsic::prefetch, {e.ptr},
-                            {e.b.CreateGEP(element, panel.panel,
-                                           e.b.CreateMul(line, e.constant(panel.lineElements))),
-                             e.b.getInt32(0), e.b.getInt32(2), e.b.getInt32(1)});
+        e.b.CreateIntrinsic(
+            llvm::Intrinsic::prefetch, {e.ptr},
+            {e.b.CreateGEP(element, panelLines, e.b.CreateMul(k, lineDistance)), e.b.getInt32(0),
+             e.b.getInt32(2), e.b.getInt32(1)});
       }
       // Each slice's weights in `parts` vectors of `partWidth` lanes (halfWidths, parts above).
       std::vector<llvm::Value*> w; // [slice * parts + part]
