@@ -645,18 +645,17 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
           e.b.CreateAdd(panel.firstLine, e.b.CreateMul(pass, e.constant(packed.depth)));
       llvm::Value* moving = e.b.CreateICmpSLT(start, panel.lastLine);
       start = e.b.CreateSelect(moving, start, panel.lastLine);
-      panelLines = e.b.CreateGEP(element, panel.panel,
-                                 e.b.CreateMul(start, e.constant(panel.lineElements)));
+      panelLines =
+          e.b.CreateGEP(element, panel.panel, e.b.CreateMul(start, e.constant(panel.lineElements)));
       lineDistance = e.b.CreateSelect(moving, e.constant(panel.lineElements), e.constant(0));
     }
     // One depth step into accumulator set `acc` ([row * count + slice]): the slices' weights,
     // each row's input broadcast, their FMAs.
     auto step = [&](llvm::Value* k, Accumulators& acc) {
       if (panel.panel) {
-        e.b.CreateIntrinsic(
-            llvm::Intrinsic::prefetch, {e.ptr},
-            {e.b.CreateGEP(element, panelLines, e.b.CreateMul(k, lineDistance)), e.b.getInt32(0),
-             e.b.getInt32(2), e.b.getInt32(1)});
+        e.b.CreateIntrinsic(llvm::Intrinsic::prefetch, {e.ptr},
+                            {e.b.CreateGEP(element, panelLines, e.b.CreateMul(k, lineDistance)),
+                             e.b.getInt32(0), e.b.getInt32(2), e.b.getInt32(1)});
       }
       // Each slice's weights in `parts` vectors of `partWidth` lanes (halfWidths, parts above).
       std::vector<llvm::Value*> w; // [slice * parts + part]

@@ -68,7 +68,7 @@ private:
   // sum of each slice given to `store`. The slices are accumulated in passes of as many as the
   // tile's accumulators allow for this many rows (a panel for a full tile, all of them for one
   // row); each pass is one walk over the depth. Passes alike (as many slices, at a fixed distance
-  // in the packed weights: an LSTM's two panels of two gates) are a loop at run time, one walk
+  // in the packed weights: an LSTM's two passes of two gates) are a loop at run time, one walk
   // emitted for all of them, its slices' index a run-time value: half the code LLVM compiles for
   // an LSTM's tiles, for a loop of two trips around thousands of FMAs.
   //

@@ -245,8 +245,8 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
   packed.blocks = (packed.columns + vectorWidth - 1) / vectorWidth;
   // Accumulators: every vector register but one for the broadcast input and a few for the
   // weights (AVX2: 12 of 16; AVX-512: 28 of 32). Up to three slices go in one pass (a GRU's
-  // 4 rows x 3 slices); more in panels of two (an LSTM's 6 x 2, the classic 6x16 SGEMM tile).
-  // Three slices as a panel of two and a panel of one would leave the second pass with 6
+  // 4 rows x 3 slices); more in passes of two (an LSTM's 6 x 2, the classic 6x16 SGEMM tile).
+  // Three slices as a pass of two and a pass of one would leave the second pass with 6
   // accumulators, too few chains to cover the FMA latency (GRU: 4% slower).
   // int8 tiles hold two more: the 16-bit products of a multiply and the ones that add them.
   const int64_t accumulators = target.vectorRegisters - (weights == WeightType::I8 ? 6 : 4);
