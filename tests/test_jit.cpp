@@ -142,6 +142,50 @@ TEST(JitTileHeights, EveryBatchFromOneToFortyMatchesTheInterpreter) {
   }
 }
 
+// A recurrent product of five gates keeps them in one panel (codegen/StoragePlan.cpp): a single
+// row reads all five in one pass, full tiles two, two and one a pass, each pass a stride of the
+// panel's depth rows, and the passes unlike (the last one slice), so each walks on its own. H=13
+// leaves a partial column block; every batch from 1 to 20 reaches single rows, run-time heights
+// and full tiles on AVX2's code and the host's.
+TEST(JitTileHeights, FiveGatesInOnePanelMatchTheInterpreterAtEveryBatch) {
+  auto cell = frontend::parseCell(R"(cell five(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size], c[hidden_size]
+  param w[5*hidden_size, input_size], u[5*hidden_size, hidden_size], b[5*hidden_size]
+  i, f, g, o, p = chunk(x @ w^T + h @ u^T + b, 5)
+  c2 = sigmoid(f) * c + sigmoid(i) * tanh(g) + 0.5 * tanh(p)
+  h2 = sigmoid(o) * tanh(c2)
+  return h = h2, c = c2; output h2
+})",
+                                  "five.cell");
+  const int64_t input = 6, hidden = 13;
+  cell->bindSizes({{"input_size", input}, {"hidden_size", hidden}});
+  std::mt19937 rng(13);
+  std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
+  for (const std::string& cpu : test::runnableCpus()) {
+    CompileOptions options;
+    options.targetCpu = cpu;
+    options.cache.disk = false;
+    auto compiled = CompiledCell::compile(*cell, options);
+    bool onePanel = false;
+    for (const codegen::PackedProduct& packed : compiled->plan().packedProducts)
+      onePanel |= !packed.splitRows && packed.slices() == 5 && packed.panelSlices == 5;
+    EXPECT_TRUE(onePanel) << cpu;
+    for (int64_t batch = 1; batch <= 20; ++batch) {
+      std::vector<Tensor> inputs = {test::randomTensor({3, batch, input}, rng)};
+      std::vector<Tensor> states = {test::randomTensor({batch, hidden}, rng),
+                                    test::randomTensor({batch, hidden}, rng)};
+      std::vector<Tensor> expectedStates = states;
+      Tensor expected = Interpreter(*cell, params).run(inputs, expectedStates);
+      Tensor actual = compiled->run(params, inputs, states);
+      EXPECT_LT(test::maxAbsDiff(actual, expected), 1e-5) << "B=" << batch << " " << cpu;
+      for (size_t i = 0; i < states.size(); ++i)
+        EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 1e-5)
+            << "B=" << batch << " state " << i << " " << cpu;
+    }
+  }
+}
+
 // An LSTM with a projection at its fastrnns-like size: its input projection's weights (4 MB)
 // outgrow L2 on every host and the projection's (0.5 MB) fit, and with 32 registers the
 // projection's tiles take the input projection's walk, which asks for next panels, pointed at
