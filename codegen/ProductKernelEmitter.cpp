@@ -707,8 +707,7 @@ void ProductKernelEmitter::emitTile(const View& x, llvm::Value* weights,
   // arguments: the tile's first row of x, the pass's weights, where its sums go (the pass's
   // slices side by side, then the next row that many floats on), the tile's height, the next
   // panel's prefetch (its panel, first line and last line), the depth and the weights' panel
-  // width. Tiles of a fixed
-  // height (a padded input projection's) call it with their full height.
+  // width. Tiles of a fixed height (a padded input projection's) call it with their full height.
   llvm::Type* vec = llvm::FixedVectorType::get(e.f32, static_cast<unsigned>(packed.width));
   const bool outlined = tileMemory && e.tileWalks != EmitContext::TileWalks::Inline &&
                         rows == packed.tileRows && rows / 2 >= 2 && !halfWidths &&

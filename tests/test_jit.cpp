@@ -46,6 +46,32 @@ const char* kConcatOutput = R"(cell concat_output(input_size, hidden_size) {
   return h = h2, c = c2; output cat(h2, c, gf, gi, gi)
 })";
 
+// `cell` compiled for `cpu` (LLVM's name), nothing taken from or kept in the disk cache.
+std::shared_ptr<CompiledCell> compileFor(const ir::Cell& cell, const std::string& cpu) {
+  CompileOptions options;
+  options.targetCpu = cpu;
+  options.cache.disk = false;
+  return CompiledCell::compile(cell, options);
+}
+
+// Three steps of `batch` random rows from random states through `compiled` and through the
+// interpreter: the output and every final state within 1e-5 (`where` names the case).
+void expectThreeStepsMatchTheInterpreter(const ir::Cell& cell, const std::vector<Tensor>& params,
+                                         const CompiledCell& compiled, int64_t batch, int64_t input,
+                                         int64_t hidden, std::mt19937& rng,
+                                         const std::string& where) {
+  std::vector<Tensor> inputs = {test::randomTensor({3, batch, input}, rng)};
+  std::vector<Tensor> states;
+  for (size_t s = 0; s < cell.states.size(); ++s)
+    states.push_back(test::randomTensor({batch, hidden}, rng));
+  std::vector<Tensor> expectedStates = states;
+  Tensor expected = Interpreter(cell, params).run(inputs, expectedStates);
+  Tensor actual = compiled.run(params, inputs, states);
+  EXPECT_LT(test::maxAbsDiff(actual, expected), 1e-5) << where;
+  for (size_t i = 0; i < states.size(); ++i)
+    EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 1e-5) << where << " state " << i;
+}
+
 struct JitCase {
   std::string name, source;
 };
@@ -125,19 +151,10 @@ TEST(JitTileHeights, EveryBatchFromOneToFortyMatchesTheInterpreter) {
       CompileOptions options;
       options.targetCpu = cpu;
       auto compiled = CompiledCell::compile(*cell, options);
-      for (int64_t batch = 1; batch <= 40; ++batch) {
-        std::vector<Tensor> inputs = {test::randomTensor({3, batch, 4}, rng)};
-        std::vector<Tensor> states;
-        for (size_t s = 0; s < cell->states.size(); ++s)
-          states.push_back(test::randomTensor({batch, hidden}, rng));
-        std::vector<Tensor> expectedStates = states;
-        Tensor expected = Interpreter(*cell, params).run(inputs, expectedStates);
-        Tensor actual = compiled->run(params, inputs, states);
-        EXPECT_LT(test::maxAbsDiff(actual, expected), 1e-5) << name << " B=" << batch << " " << cpu;
-        for (size_t i = 0; i < states.size(); ++i)
-          EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 1e-5)
-              << name << " B=" << batch << " state " << i << " " << cpu;
-      }
+      for (int64_t batch = 1; batch <= 40; ++batch)
+        expectThreeStepsMatchTheInterpreter(
+            *cell, params, *compiled, batch, /*input=*/4, hidden, rng,
+            std::string(name) + " B=" + std::to_string(batch) + " " + cpu);
     }
   }
 }
@@ -163,26 +180,14 @@ TEST(JitTileHeights, FiveGatesInOnePanelMatchTheInterpreterAtEveryBatch) {
   std::mt19937 rng(13);
   std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
   for (const std::string& cpu : test::runnableCpus()) {
-    CompileOptions options;
-    options.targetCpu = cpu;
-    options.cache.disk = false;
-    auto compiled = CompiledCell::compile(*cell, options);
+    auto compiled = compileFor(*cell, cpu);
     bool onePanel = false;
     for (const codegen::PackedProduct& packed : compiled->plan().packedProducts)
       onePanel |= !packed.splitRows && packed.slices() == 5 && packed.panelSlices == 5;
     EXPECT_TRUE(onePanel) << cpu;
-    for (int64_t batch = 1; batch <= 20; ++batch) {
-      std::vector<Tensor> inputs = {test::randomTensor({3, batch, input}, rng)};
-      std::vector<Tensor> states = {test::randomTensor({batch, hidden}, rng),
-                                    test::randomTensor({batch, hidden}, rng)};
-      std::vector<Tensor> expectedStates = states;
-      Tensor expected = Interpreter(*cell, params).run(inputs, expectedStates);
-      Tensor actual = compiled->run(params, inputs, states);
-      EXPECT_LT(test::maxAbsDiff(actual, expected), 1e-5) << "B=" << batch << " " << cpu;
-      for (size_t i = 0; i < states.size(); ++i)
-        EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), 1e-5)
-            << "B=" << batch << " state " << i << " " << cpu;
-    }
+    for (int64_t batch = 1; batch <= 20; ++batch)
+      expectThreeStepsMatchTheInterpreter(*cell, params, *compiled, batch, input, hidden, rng,
+                                          "B=" + std::to_string(batch) + " " + cpu);
   }
 }
 
@@ -203,11 +208,8 @@ TEST(JitSharedWalks, AProjectionTakingThePrefetchingWalkMatchesTheInterpreter) {
   std::vector<Tensor> expectedStates = states;
   Tensor expected = Interpreter(*cell, params).run(inputs, expectedStates);
   for (const std::string& cpu : test::runnableCpus()) {
-    CompileOptions options;
-    options.targetCpu = cpu;
-    options.cache.disk = false;
     std::vector<Tensor> actualStates = states;
-    Tensor actual = CompiledCell::compile(*cell, options)->run(params, inputs, actualStates);
+    Tensor actual = compileFor(*cell, cpu)->run(params, inputs, actualStates);
     EXPECT_LT(test::maxAbsDiff(actual, expected), 1e-4) << cpu;
     for (size_t i = 0; i < states.size(); ++i)
       EXPECT_LT(test::maxAbsDiff(actualStates[i], expectedStates[i]), 1e-4) << cpu << " " << i;
@@ -235,10 +237,7 @@ TEST(JitConcatOutput, MatchesTheInterpreterOnEveryTarget) {
     std::mt19937 rng(5);
     std::vector<Tensor> params = test::randomParams(*cell, cell->sizes, rng);
     for (const std::string& cpu : test::runnableCpus()) {
-      CompileOptions options;
-      options.targetCpu = cpu;
-      options.cache.disk = false;
-      auto compiled = CompiledCell::compile(*cell, options);
+      auto compiled = compileFor(*cell, cpu);
       for (int64_t batch : {1, 13})
         for (int threads : {1, 2}) {
           std::vector<Tensor> inputs = {test::randomTensor({steps, batch, input}, rng)};
