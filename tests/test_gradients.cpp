@@ -12,6 +12,7 @@
 #include "runtime/exec/Hash.h"
 #include "runtime/layers/Gradients.h"
 #include "tests/DroppingCell.h"
+#include "tests/RunnableCpus.h"
 #include "tests/TestSupport.h"
 #include "tests/ToolRunner.h"
 
@@ -489,6 +490,48 @@ TEST(Gradients, CustomCellMatchesCentralDifferences) {
   request.gradFinalStates["c"] = test::randomTensor({1, batch, hidden}, rng, 1.0f);
   request.lengths = Int64Array{{batch}, {4, 1, 3}};
   expectCentralDifferences(*cell, request, {});
+}
+
+// Gradients are the same bits on any thread count, as the forward's outputs are (JitThreads in
+// test_jit.cpp): an automatic run's count follows the machine's load, and a training run must
+// not give another answer for it. Each thread computes whole elements of every result, summed in
+// the order one thread sums them: the backward step's column blocks, and the weight and input
+// gradients' rows of C over the whole depth (T*B = 1536 here, three depth blocks and eight times
+// 4H: a split of the depth between threads, partial sums added at the end, changed the bits of
+// dW). Both directions, variable lengths, AVX2's code and the host's.
+TEST(Gradients, AreTheSameBitsOnAnyThreadCount) {
+  const int64_t steps = 24, batch = 64, input = 24, hidden = 48;
+  for (const std::string& cpu : test::runnableCpus())
+    for (const char* name : {"lstm", "gru", "rnn_tanh"}) {
+      auto cell = frontend::loadCell(name);
+      std::mt19937 rng(17);
+      TensorMap weights;
+      for (const char* suffix : {"_l0", "_l0_reverse"})
+        for (auto& [param, tensor] :
+             test::randomWeights(*cell, {{"input_size", input}, {"hidden_size", hidden}}, rng))
+          weights[param + suffix] = std::move(tensor);
+      GradientRequest request;
+      request.weights = &weights;
+      request.input = test::randomTensor({steps, batch, input}, rng, 1.0f);
+      request.gradOutput = test::randomTensor({steps, batch, 2 * hidden}, rng, 1.0f);
+      std::vector<int64_t> lengths(static_cast<size_t>(batch));
+      for (int64_t b = 0; b < batch; ++b)
+        lengths[static_cast<size_t>(b)] = steps - b % 5;
+      request.lengths = Int64Array{{batch}, lengths};
+      LayerOptions options;
+      options.bidirectional = true;
+      options.compile.targetCpu = cpu;
+      options.threads = 1;
+      const TensorMap one = runGradients(*cell, request, options).gradients;
+      for (int threads : {2, 3}) {
+        options.threads = threads;
+        const TensorMap many = runGradients(*cell, request, options).gradients;
+        ASSERT_EQ(many.size(), one.size());
+        for (const auto& [gradient, tensor] : one)
+          EXPECT_EQ(test::maxAbsDiff(many.at(gradient), tensor), 0.0f)
+              << name << " for '" << cpu << "' on " << threads << " threads: " << gradient;
+      }
+    }
 }
 
 // A cell none of whose inputs and parameters reach the loss (whatever reads them is dead) still
