@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -527,9 +528,15 @@ TEST(Gradients, AreTheSameBitsOnAnyThreadCount) {
         options.threads = threads;
         const TensorMap many = runGradients(*cell, request, options).gradients;
         ASSERT_EQ(many.size(), one.size());
-        for (const auto& [gradient, tensor] : one)
-          EXPECT_EQ(test::maxAbsDiff(many.at(gradient), tensor), 0.0f)
+        for (const auto& [gradient, tensor] : one) {
+          const Tensor& other = many.at(gradient);
+          ASSERT_EQ(other.shape(), tensor.shape()) << gradient;
+          // Bits, not values: -0 and +0, or two NaNs, would compare equal as floats.
+          EXPECT_EQ(std::memcmp(other.data(), tensor.data(),
+                                static_cast<size_t>(tensor.numel()) * sizeof(float)),
+                    0)
               << name << " for '" << cpu << "' on " << threads << " threads: " << gradient;
+        }
       }
     }
 }
