@@ -18,6 +18,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -359,11 +360,56 @@ std::string generateGemmTileObject(const Target& target, Stage stage) {
 
 } // namespace rnnc::codegen
 
+namespace rnnc::codegen {
+namespace {
+
+// Runs `call`, catching what it throws into *failure (CompilerLibrary.h): nothing thrown leaves
+// the library.
+template <typename Call> auto caught(CompilerFailure* failure, Call&& call) -> decltype(call()) {
+  using Kind = CompilerFailure::Kind;
+  try {
+    return call();
+  } catch (const UserError& e) {
+    *failure = {Kind::User, e.what()};
+  } catch (const InternalError& e) {
+    *failure = {Kind::Internal, e.what()};
+  } catch (const std::bad_alloc& e) {
+    *failure = {Kind::OutOfMemory, e.what()};
+  } catch (const std::exception& e) {
+    *failure = {Kind::Other, e.what()};
+  } catch (...) {
+    *failure = {Kind::Other, "an exception that is no std::exception"};
+  }
+  return {};
+}
+
+} // namespace
+} // namespace rnnc::codegen
+
 extern "C" __attribute__((visibility("default"))) const rnnc::codegen::CompilerApi*
 rnnc_compiler_api() {
+  using namespace rnnc;
   using namespace rnnc::codegen;
-  static const CompilerApi api{kCompilerAbi,    sourceDigest(),           generateCell,
-                               generateGpuCell, generateGpuEmulationCell, generateGemmTileObject,
-                               llvmHostTarget,  llvmNamedX86Target};
+  static const CompilerApi api{
+      kCompilerAbi,
+      sourceDigest(),
+      [](const ir::Cell& cell, const StoragePlan& plan, const Target& target, Stage stage,
+         CodegenTimes* times, CompilerFailure* failure) {
+        return caught(failure, [&] { return generateCell(cell, plan, target, stage, times); });
+      },
+      [](const ir::Cell& cell, const StoragePlan& plan, const Target& gpu, Stage stage,
+         CompilerFailure* failure) {
+        return caught(failure, [&] { return generateGpuCell(cell, plan, gpu, stage); });
+      },
+      [](const ir::Cell& cell, const StoragePlan& plan, Stage stage, CompilerFailure* failure) {
+        return caught(failure, [&] { return generateGpuEmulationCell(cell, plan, stage); });
+      },
+      [](const Target& target, Stage stage, CompilerFailure* failure) {
+        return caught(failure, [&] { return generateGemmTileObject(target, stage); });
+      },
+      [](CompilerFailure* failure) { return caught(failure, [] { return llvmHostTarget(); }); },
+      [](const std::string& cpu, CompilerFailure* failure) {
+        return caught(failure, [&] { return llvmNamedX86Target(cpu); });
+      }};
   return &api;
 }

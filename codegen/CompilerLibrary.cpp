@@ -7,7 +7,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <dlfcn.h>
@@ -87,41 +90,75 @@ const CompilerApi& compilerLibrary() {
   return api;
 }
 
+namespace {
+
+// Throws again what a call into the library threw (CompilerLibrary.h).
+void throwAgain(const CompilerFailure& failure) {
+  using Kind = CompilerFailure::Kind;
+  switch (failure.kind) {
+  case Kind::None:
+    return;
+  case Kind::User:
+    throw UserError(failure.message);
+  case Kind::Internal: {
+    const std::string prefix = "internal error: "; // InternalError adds it again
+    throw InternalError(failure.message.rfind(prefix, 0) == 0
+                            ? failure.message.substr(prefix.size())
+                            : failure.message);
+  }
+  case Kind::OutOfMemory:
+    throw std::bad_alloc();
+  case Kind::Other:
+    break;
+  }
+  throw std::runtime_error(failure.message);
+}
+
+// Calls the library's `function` with `args` and its failure, and throws what it threw.
+template <typename Function, typename... Args> auto call(Function function, Args&&... args) {
+  CompilerFailure failure;
+  auto result = function(std::forward<Args>(args)..., &failure);
+  throwAgain(failure);
+  return result;
+}
+
+} // namespace
+
 // codegen/Compiler.h and HostTarget.h, through the library.
 
 std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
                      Stage stage) {
-  return compilerLibrary().generate(cell, plan, target, stage, nullptr);
+  return call(compilerLibrary().generate, cell, plan, target, stage, nullptr);
 }
 
 std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target& target,
                      Stage stage, CodegenTimes* times) {
-  return compilerLibrary().generate(cell, plan, target, stage, times);
+  return call(compilerLibrary().generate, cell, plan, target, stage, times);
 }
 
 std::string generateGpu(const ir::Cell& cell, const StoragePlan& plan, const Target& gpu,
                         Stage stage) {
-  return compilerLibrary().generateGpu(cell, plan, gpu, stage);
+  return call(compilerLibrary().generateGpu, cell, plan, gpu, stage);
 }
 
 std::string generateGpuEmulation(const ir::Cell& cell, const StoragePlan& plan, Stage stage) {
-  return compilerLibrary().generateGpuEmulation(cell, plan, stage);
+  return call(compilerLibrary().generateGpuEmulation, cell, plan, stage);
 }
 
 std::string generateGemmTile(const Target& target, Stage stage) {
-  return compilerLibrary().generateGemmTile(target, stage);
+  return call(compilerLibrary().generateGemmTile, target, stage);
 }
 
 // Once per process: the CPU does not change under it, and each CPUID instruction LLVM's
 // detection runs traps to the hypervisor in a virtual machine (0.12-0.15 ms a compile, a quarter
 // of a cache hit's time there).
 HostTarget detectHostTarget() {
-  static const HostTarget host = compilerLibrary().detectHostTarget();
+  static const HostTarget host = call(compilerLibrary().detectHostTarget);
   return host;
 }
 
 HostTarget namedX86Target(const std::string& cpu) {
-  return compilerLibrary().namedX86Target(cpu);
+  return call(compilerLibrary().namedX86Target, cpu);
 }
 
 std::string llvmVersion() {

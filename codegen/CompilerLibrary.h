@@ -20,19 +20,33 @@
 
 namespace rnnc::codegen {
 
-inline constexpr uint32_t kCompilerAbi = 1;
+inline constexpr uint32_t kCompilerAbi = 2;
 inline constexpr const char* kCompilerApiSymbol = "rnnc_compiler_api";
 
-// What librnnc_compiler.so provides (codegen/Compiler.h and HostTarget.h, implemented there).
+// What a call into the library threw. No exception crosses the library's boundary: the rnnc
+// tool links its own C++ runtime and unwinder (a shared libgcc cost 0.4 ms of every start in a
+// VM, issue 19) and the library uses the shared ones LLVM brings, and an exception thrown
+// through one unwinder is not caught through the other (the process aborts). So the library
+// catches each exception into this, and the caller throws its like again.
+struct CompilerFailure {
+  enum class Kind : uint32_t { None, User, Internal, OutOfMemory, Other };
+  Kind kind = Kind::None;
+  std::string message; // the exception's what()
+};
+
+// What librnnc_compiler.so provides (codegen/Compiler.h and HostTarget.h, implemented there);
+// each function's last argument receives what it threw.
 struct CompilerApi {
   uint32_t abi;             // kCompilerAbi
   const char* sourceDigest; // codegen::sourceDigest() of the library's build
-  std::string (*generate)(const ir::Cell&, const StoragePlan&, const Target&, Stage, CodegenTimes*);
-  std::string (*generateGpu)(const ir::Cell&, const StoragePlan&, const Target&, Stage);
-  std::string (*generateGpuEmulation)(const ir::Cell&, const StoragePlan&, Stage);
-  std::string (*generateGemmTile)(const Target&, Stage);
-  HostTarget (*detectHostTarget)();
-  HostTarget (*namedX86Target)(const std::string&);
+  std::string (*generate)(const ir::Cell&, const StoragePlan&, const Target&, Stage, CodegenTimes*,
+                          CompilerFailure*);
+  std::string (*generateGpu)(const ir::Cell&, const StoragePlan&, const Target&, Stage,
+                             CompilerFailure*);
+  std::string (*generateGpuEmulation)(const ir::Cell&, const StoragePlan&, Stage, CompilerFailure*);
+  std::string (*generateGemmTile)(const Target&, Stage, CompilerFailure*);
+  HostTarget (*detectHostTarget)(CompilerFailure*);
+  HostTarget (*namedX86Target)(const std::string&, CompilerFailure*);
 };
 
 // The library's table, loaded on first use (thread-safe); UserError naming every place

@@ -2,9 +2,11 @@
 // CPUs we do not run on: AVX-512 code is checked here as assembly, since no machine of ours has
 // AVX-512.
 #include "codegen/Compiler.h"
+#include "codegen/HostTarget.h"
 #include "codegen/ObjectBundle.h"
 #include "codegen/StoragePlan.h"
 #include "frontend/BuiltinCells.h"
+#include "ir/Error.h"
 #include "passes/PassManager.h"
 
 #include <gtest/gtest.h>
@@ -224,5 +226,29 @@ TEST(CodegenTargets, TilesPrefetchTheNextPanelOnlyWhenWeightsOutgrowL2) {
     codegen::StoragePlan smallPlan = codegen::planStorage(*small, target);
     assembly = codegen::generate(*small, smallPlan, target, codegen::Stage::Assembly);
     EXPECT_EQ(count(assembly, R"(prefetcht1\s)"), 0) << target.cpu;
+  }
+}
+
+// What the compiler library throws reaches the caller as the same kind with the same message:
+// the library catches it at its boundary and the caller throws its like again, since the rnnc
+// tool's own unwinder could not catch it (codegen/CompilerLibrary.h). The tool's side is
+// ToolErrorTest.CompileForAnUnknownCpuListsTheKnownOnes.
+TEST(CodegenTargets, ErrorsOfTheCompilerLibraryComeBackAsTheirKind) {
+  try {
+    codegen::namedX86Target("no-such-cpu");
+    ADD_FAILURE() << "an unknown CPU was accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown x86-64 CPU 'no-such-cpu'"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("znver4"), std::string::npos) << e.what();
+  }
+  try {
+    codegen::generateGemmTile(codegen::gpuTarget("sm_90"), codegen::Stage::Assembly);
+    ADD_FAILURE() << "the CPU's GEMM tile was generated for a GPU";
+  } catch (const InternalError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("internal error: ", 0), 0u) << message;
+    EXPECT_EQ(count(message, "internal error"), 1) << message;
+    EXPECT_NE(message.find("the runtime GEMM runs on the CPU"), std::string::npos) << message;
   }
 }
