@@ -356,13 +356,6 @@ std::string generateGemmTileObject(const Target& target, Stage stage) {
   return finish(emitGemmTile(context, target), target, stage);
 }
 
-} // namespace
-
-} // namespace rnnc::codegen
-
-namespace rnnc::codegen {
-namespace {
-
 // Runs `call`, catching what it throws into *failure (CompilerLibrary.h): nothing thrown leaves
 // the library.
 template <typename Call> auto caught(CompilerFailure* failure, Call&& call) -> decltype(call()) {
@@ -384,6 +377,7 @@ template <typename Call> auto caught(CompilerFailure* failure, Call&& call) -> d
 }
 
 } // namespace
+
 } // namespace rnnc::codegen
 
 extern "C" __attribute__((visibility("default"))) const rnnc::codegen::CompilerApi*

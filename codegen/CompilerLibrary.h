@@ -24,8 +24,8 @@ inline constexpr uint32_t kCompilerAbi = 2;
 inline constexpr const char* kCompilerApiSymbol = "rnnc_compiler_api";
 
 // What a call into the library threw. No exception crosses the library's boundary: the rnnc
-// tool links its own C++ runtime and unwinder (a shared libgcc cost 0.4 ms of every start in a
-// VM, issue 19) and the library uses the shared ones LLVM brings, and an exception thrown
+// tool links its own C++ runtime and unwinder (a shared libgcc cost 0.3-0.4 ms of every start in
+// a VM, issue 19) and the library uses the shared ones LLVM brings, and an exception thrown
 // through one unwinder is not caught through the other (the process aborts). So the library
 // catches each exception into this, and the caller throws its like again.
 struct CompilerFailure {
