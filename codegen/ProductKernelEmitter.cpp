@@ -65,21 +65,7 @@ void ProductKernelEmitter::emitPacking(const PackedProduct& packed) {
   // The runtime's packer (runtime/exec/WeightPacking.h) on this thread's blocks, told the layout
   // by a constant table: the loops are the same for every cell, and compiling them into each
   // cell's code cost a tenth of the back end's work of a cold compile.
-  std::vector<int64_t> fields(RNNC_PACK_FIELDS);
-  fields[RNNC_PACK_WEIGHT_TYPE] = static_cast<int64_t>(packed.weights);
-  fields[RNNC_PACK_TRANSPOSED] = packed.product->op == Op::Linear; // x @ W^T: W is [N, K]
-  fields[RNNC_PACK_DEPTH_PAIRS] = packed.depthPairs;
-  fields[RNNC_PACK_WIDTH] = packed.width;
-  fields[RNNC_PACK_BLOCKS] = packed.blocks;
-  fields[RNNC_PACK_COLUMNS] = packed.columns;
-  fields[RNNC_PACK_DEPTH] = packed.depth;
-  fields[RNNC_PACK_PACKED_DEPTH] = packed.packedDepth();
-  fields[RNNC_PACK_SLICES] = packed.slices();
-  fields[RNNC_PACK_WIDENED_FROM] = static_cast<int64_t>(packed.widenedFrom);
-  for (int64_t s = 0; s < packed.slices(); ++s)
-    for (int64_t v :
-         {packed.offsets[static_cast<size_t>(s)], packed.sliceStart(s), packed.panelWidth(s)})
-      fields.push_back(v);
+  const std::vector<int64_t> fields = packLayout(packed);
   llvm::Constant* table = llvm::ConstantDataArray::get(e.llvmContext, llvm::ArrayRef(fields));
   auto* layout = new llvm::GlobalVariable(*e.module, table->getType(), true,
                                           llvm::GlobalValue::PrivateLinkage, table, "pack_layout");

@@ -1,6 +1,7 @@
 #include "codegen/StoragePlan.h"
 
 #include "codegen/CacheLines.h"
+#include "codegen/RunArgs.h"
 #include "ir/Error.h"
 #include "ir/ShapeInference.h"
 
@@ -483,6 +484,25 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
     throw UserError("cell '" + cell.name + "' has no linear or matmul with parameter weights: " +
                     std::string(weightTypeName(weights)) + " weights would change nothing");
   return plan;
+}
+
+std::vector<int64_t> packLayout(const PackedProduct& packed) {
+  std::vector<int64_t> fields(RNNC_PACK_FIELDS);
+  fields[RNNC_PACK_WEIGHT_TYPE] = static_cast<int64_t>(packed.weights);
+  fields[RNNC_PACK_TRANSPOSED] = packed.product->op == ir::Op::Linear; // x @ W^T: W is [N, K]
+  fields[RNNC_PACK_DEPTH_PAIRS] = packed.depthPairs;
+  fields[RNNC_PACK_WIDTH] = packed.width;
+  fields[RNNC_PACK_BLOCKS] = packed.blocks;
+  fields[RNNC_PACK_COLUMNS] = packed.columns;
+  fields[RNNC_PACK_DEPTH] = packed.depth;
+  fields[RNNC_PACK_PACKED_DEPTH] = packed.packedDepth();
+  fields[RNNC_PACK_SLICES] = packed.slices();
+  fields[RNNC_PACK_WIDENED_FROM] = static_cast<int64_t>(packed.widenedFrom);
+  for (int64_t s = 0; s < packed.slices(); ++s)
+    for (int64_t v :
+         {packed.offsets[static_cast<size_t>(s)], packed.sliceStart(s), packed.panelWidth(s)})
+      fields.push_back(v);
+  return fields;
 }
 
 } // namespace rnnc::codegen

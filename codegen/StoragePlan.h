@@ -249,6 +249,12 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target,
                         WeightType weights = WeightType::F32,
                         int64_t gpuStepTileRows = kGpuStepBlockTiles, bool widenCachedFp16 = true);
 
+// The table that tells the runtime's packer (rnnc_pack_weights, runtime/exec/WeightPacking.h)
+// how `packed` lays its weights out: the fields codegen/RunArgs.h names RNNC_PACK_*, then per
+// slice its column offset, packed start and panel width. The CPU code passes it to the packer;
+// bench/packing_bench.cpp times the packer on it.
+std::vector<int64_t> packLayout(const PackedProduct& packed);
+
 // A kernel's iteration space [R, F]: batched (R the run's rows) or R fixed; and whether a layer
 // norm is fused in (its row statistics are computed per row).
 struct KernelSpace {
