@@ -655,11 +655,21 @@ TEST_F(ToolTest, BenchEltwiseJsonAndSmallWorkUnits) {
 // `rnnc bench` on tiny sizes: every path runs, and the JSON report has them all.
 TEST_F(ToolTest, BenchRunsEveryPathAndReportsThemAsJson) {
   ToolResult r = run({"bench", "--seq", "3", "--batch", "2", "--input", "4", "--hidden", "5",
-                      "--repeat", "1", "--json"});
+                      "--repeat", "3", "--json"});
   ASSERT_EQ(r.exitCode, 0) << r;
   for (const char* key : {"\"interpreter\"", "\"jit\"", "\"jit_no_premul\"",
                           "\"jit_no_fuse_matmul\"", "\"variable_length\"", "\"compile_ms\""})
     EXPECT_THAT(r.out, HasSubstr(key)) << r;
+  // Each path's median, extremes and mean (the throughput of back-to-back calls).
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  for (const auto& [name, timing] : report["paths"].items()) {
+    const double min = timing["min_ms"], max = timing["max_ms"];
+    EXPECT_GT(min, 0.0) << name;
+    EXPECT_LE(min, timing["median_ms"].get<double>()) << name;
+    EXPECT_LE(timing["median_ms"].get<double>(), max) << name;
+    EXPECT_LE(min, timing["mean_ms"].get<double>()) << name;
+    EXPECT_LE(timing["mean_ms"].get<double>(), max) << name;
+  }
 }
 
 // `--weights-dtype`: bench times the reduced weights beside fp32 and reports their error; run

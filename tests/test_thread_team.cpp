@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include <sched.h>
+
 using namespace rnnc;
 
 namespace {
@@ -56,6 +58,57 @@ TEST(ThreadTeam, TheBarrierAddsUpTheTimeItsThreadsSleep) {
   EXPECT_EQ(team.barrier().takeSlept(), std::chrono::nanoseconds(0)); // taken
   // (Threads that arrive together spin briefly and do not sleep, but only while both have a
   // core: under a parallel ctest they may, so that is not asserted here.)
+}
+
+// The cores this process may run on.
+std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set))
+        cpus.push_back(cpu);
+  return cpus;
+}
+
+void pinCallingThread(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus)
+    CPU_SET(cpu, &set);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(set), &set), 0);
+}
+
+// Whether each of a 2-thread team's threads, pinned to the cores given, sees its teammate on
+// its own core at the barrier (where it yields its core to it while it waits).
+std::vector<bool> teammatesOnMyCpu(int cpu0, int cpu1) {
+  const std::vector<int> allowed = allowedCpus();
+  pinCallingThread({cpu0});
+  std::vector<bool> seen(2);
+  {
+    ThreadTeam team(2); // its worker starts pinned to cpu0 as well
+    team.run([&](int thread) {
+      if (thread == 1)
+        pinCallingThread({cpu1});
+      team.barrier().arriveAndWait(); // both note their cores
+      seen[static_cast<size_t>(thread)] = team.barrier().teammateOnMyCpu();
+      team.barrier().arriveAndWait();
+    });
+  }
+  pinCallingThread(allowed);
+  return seen;
+}
+
+// A waiter yields its core only to a teammate that runs there: two threads on one core must
+// take turns (spinning alone, each waited its whole spin once a step: 42 ms for a 1 ms batch-1
+// run), but a yield with the teammate elsewhere hands the core to another process.
+TEST(ThreadTeam, TheBarrierKnowsWhetherATeammateSharesTheWaitersCore) {
+  const std::vector<int> cpus = allowedCpus();
+  ASSERT_FALSE(cpus.empty());
+  EXPECT_EQ(teammatesOnMyCpu(cpus[0], cpus[0]), std::vector<bool>({true, true}));
+  if (cpus.size() < 2)
+    GTEST_SKIP() << "one core: threads on different cores cannot be checked";
+  EXPECT_EQ(teammatesOnMyCpu(cpus[0], cpus[1]), std::vector<bool>({false, false}));
 }
 
 // The governor's policy on a clock the test moves by hand.

@@ -405,7 +405,8 @@ int bench(const BenchOptions& o) {
     for (const Path& path : paths)
       out["paths"][path.key] = {{"median_ms", path.timing.median},
                                 {"min_ms", path.timing.min},
-                                {"max_ms", path.timing.max}};
+                                {"max_ms", path.timing.max},
+                                {"mean_ms", path.timing.mean}};
     if (accuracy)
       out["weights_dtype"] = {{"dtype", reducedName},
                               {"max_abs_error", accuracy->maxAbs},

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -48,14 +49,16 @@ private:
 };
 
 struct Timing {
-  double median = 0, min = 0, max = 0; // milliseconds
+  // Milliseconds. The mean is the throughput of back-to-back calls: where a few calls are
+  // slow (a thread preempted by another process), it shows what the median hides.
+  double median = 0, min = 0, max = 0, mean = 0;
 };
 
 inline Timing summarise(std::vector<double> ms) {
   std::sort(ms.begin(), ms.end());
   size_t n = ms.size();
   double median = n % 2 ? ms[n / 2] : (ms[n / 2 - 1] + ms[n / 2]) / 2;
-  return {median, ms.front(), ms.back()};
+  return {median, ms.front(), ms.back(), std::accumulate(ms.begin(), ms.end(), 0.0) / n};
 }
 
 template <class F> double timeOnce(F&& body) {

@@ -18,7 +18,8 @@ def _timing(run, warmup, repeat):
         start = time.perf_counter()
         run()
         times.append((time.perf_counter() - start) * 1e3)
-    return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times)}
+    return {"median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
+            "mean_ms": statistics.fmean(times)}
 
 
 def bench(cell="lstm", seq=100, batch=64, threads=1, repeat=5, warmup=1, interpreter=True,
@@ -29,7 +30,7 @@ def bench(cell="lstm", seq=100, batch=64, threads=1, repeat=5, warmup=1, interpr
     (unfused). Sizes default to the fastrnns LSTM's (input_size = hidden_size = 512). threads
     as everywhere in rnnc (0: automatic), but 1 by default like `rnnc bench`: a benchmark's
     figure should not depend on how busy the machine was. Returns a
-    dict: the setting, {path: {median_ms, min_ms, max_ms}} and fused_speedup (no fuse / fused)."""
+    dict: the setting, {path: {median_ms, min_ms, max_ms, mean_ms}} and fused_speedup (no fuse / fused)."""
     sizes = {**_DEFAULT_SIZES, **{k: int(v) for k, v in sizes.items()}}
     shapes = _rnnc.cell_params(cell, sizes)
     rng = np.random.default_rng(0)

@@ -144,6 +144,7 @@ def test_bench_times_fused_and_unfused_paths():
     assert set(result["paths"]) == {"jit", "jit_no_fuse", "interpreter"}
     for timing in result["paths"].values():
         assert 0 < timing["min_ms"] <= timing["median_ms"] <= timing["max_ms"]
+        assert timing["min_ms"] <= timing["mean_ms"] <= timing["max_ms"]
     assert result["fused_speedup"] == pytest.approx(
         result["paths"]["jit_no_fuse"]["median_ms"] / result["paths"]["jit"]["median_ms"])
     assert result["sizes"] == {"input_size": 8, "hidden_size": 16}

@@ -22,6 +22,16 @@ namespace {
 // (20000 of them: 0.37-0.45 ms on a Zen 5 VM), so this is a few hundred microseconds, not the
 // tens it would be with the pause of older cores.
 constexpr int kSpins = 20000;
+// While it spins, a waiter yields its core every so many pauses (about 5 us) where a thread it
+// may be waiting for was last seen on that very core. A team started while another process kept
+// one of 2 cores busy had both its threads on the other core; each waiter spun its whole 0.4 ms
+// before it let the other run, once a step, and a batch-1 LSTM's first run took 42 ms instead of
+// 1 (Zen 5 VM, Linux 6.18). A yield with a teammate elsewhere would instead hand the core to
+// whatever else runs there, for its whole time slice (that run took 30 ms).
+constexpr int kSpinsBetweenYields = 256;
+
+// Which team thread this is (0: the caller's), for the barrier's record of where each runs.
+thread_local int teamThread = 0;
 
 inline void pause() {
 #if defined(__x86_64__)
@@ -29,16 +39,27 @@ inline void pause() {
 #endif
 }
 
-// Waits until `word` differs from `seen`: spins, then sleeps, adding the time asleep to
-// `sleptNs` if given (clock reads only on the slow path).
-template <class T>
-void awaitChange(const std::atomic<T>& word, T seen, std::atomic<int64_t>* sleptNs = nullptr) {
-  for (int i = 0; i < kSpins; ++i) {
+// Waits until `word` differs from `seen`: spins (yielding now and then where `shouldYield()`
+// says so), then sleeps. The time past the first kSpinsBetweenYields pauses is added to
+// `sleptNs` if given: a wait that long is most likely one for a thread without a core (clock
+// reads only on that slow path).
+template <class T, class ShouldYield>
+void awaitChange(const std::atomic<T>& word, T seen, ShouldYield shouldYield,
+                 std::atomic<int64_t>* sleptNs = nullptr) {
+  for (int i = 0; i < kSpinsBetweenYields; ++i) {
     if (word.load(std::memory_order_acquire) != seen)
       return;
     pause();
   }
-  auto start = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = kSpinsBetweenYields; i < kSpins; ++i) {
+    if (word.load(std::memory_order_acquire) != seen)
+      break;
+    if (i % kSpinsBetweenYields == 0 && shouldYield())
+      sched_yield();
+    else
+      pause();
+  }
   while (word.load(std::memory_order_acquire) == seen)
     word.wait(seen, std::memory_order_acquire);
   if (sleptNs)
@@ -50,10 +71,30 @@ void awaitChange(const std::atomic<T>& word, T seen, std::atomic<int64_t>* slept
 
 } // namespace
 
+Barrier::Barrier(int threads)
+    : threads_(threads), balance_(threads),
+      cpus_(std::make_unique<std::atomic<int>[]>(static_cast<size_t>(threads))) {
+  for (int t = 0; t < threads; ++t)
+    cpus_[t].store(-1, std::memory_order_relaxed);
+}
+
+void Barrier::recordCpu() {
+  cpus_[teamThread].store(sched_getcpu(), std::memory_order_relaxed);
+}
+
+bool Barrier::teammateOnMyCpu() const {
+  const int mine = sched_getcpu();
+  for (int t = 0; t < threads_; ++t)
+    if (t != teamThread && cpus_[t].load(std::memory_order_relaxed) == mine)
+      return true;
+  return false;
+}
+
 void Barrier::arriveAndWait() {
   if (threads_ == 1)
     return;
   uint32_t generation = generation_.load(std::memory_order_acquire);
+  recordCpu();
   if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == threads_) {
     balance_.allArrived(); // alone: the others wait for the generation to change
     arrived_.store(0, std::memory_order_relaxed);
@@ -61,7 +102,8 @@ void Barrier::arriveAndWait() {
     generation_.notify_all();
     return;
   }
-  awaitChange(generation_, generation, &sleptNs_);
+  awaitChange(
+      generation_, generation, [this] { return teammateOnMyCpu(); }, &sleptNs_);
 }
 
 std::chrono::nanoseconds Barrier::takeSlept() {
@@ -96,12 +138,15 @@ void ThreadTeam::stopWorkers() {
 }
 
 void ThreadTeam::work(int thread) {
+  teamThread = thread;
   uint32_t seen = 0;
   for (;;) {
-    awaitChange(started_, seen);
+    // Between runs: nothing to yield to (the caller is not waiting for this thread).
+    awaitChange(started_, seen, [] { return false; });
     seen = started_.load(std::memory_order_acquire);
     if (stopping_.load(std::memory_order_acquire))
       return;
+    barrier_.recordCpu();
     (*job_)(thread);
     if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == size_ - 1)
       finished_.notify_one();
@@ -112,13 +157,15 @@ void ThreadTeam::run(const std::function<void(int)>& job) {
   if (size_ == 1)
     return job(0);
   job_ = &job;
+  teamThread = 0;
+  barrier_.recordCpu();
   finished_.store(0, std::memory_order_relaxed);
   started_.fetch_add(1, std::memory_order_acq_rel);
   started_.notify_all();
   job(0);
   for (int done = finished_.load(std::memory_order_acquire); done != size_ - 1;
        done = finished_.load(std::memory_order_acquire))
-    awaitChange(finished_, done);
+    awaitChange(finished_, done, [this] { return barrier_.teammateOnMyCpu(); });
   job_ = nullptr;
 }
 

@@ -28,13 +28,18 @@ namespace rnnc {
 // team's WorkBalance divide the movable work anew from what its threads timed.
 class Barrier {
 public:
-  explicit Barrier(int threads) : threads_(threads), balance_(threads) {}
+  explicit Barrier(int threads);
   void arriveAndWait();
   WorkBalance& balance() { return balance_; }
   const WorkBalance& balance() const { return balance_; }
-  // The time its threads have slept in it (after spinning) since the last call, all added up:
-  // what tells ThreadGovernor that a run was oversubscribed.
+  // The time its threads have waited in it past a short spin (spinning on, yielding to a
+  // teammate on their core, then asleep) since the last call, all added up: what tells
+  // ThreadGovernor that a run was oversubscribed.
   std::chrono::nanoseconds takeSlept();
+  // The calling team thread notes the core it runs on; whether another team thread was last
+  // noted on the caller's core (then a waiter yields to it now and then).
+  void recordCpu();
+  bool teammateOnMyCpu() const;
 
 private:
   const int threads_;
@@ -42,6 +47,7 @@ private:
   std::atomic<int> arrived_{0};
   std::atomic<uint32_t> generation_{0};
   std::atomic<int64_t> sleptNs_{0};
+  std::unique_ptr<std::atomic<int>[]> cpus_; // each team thread's core when last noted
 };
 
 class ThreadTeam {
