@@ -79,7 +79,8 @@ Barrier::Barrier(int threads)
 }
 
 void Barrier::recordCpu() {
-  cpus_[teamThread].store(sched_getcpu(), std::memory_order_relaxed);
+  if (teamThread < threads_) // a thread of this team (every caller of it is)
+    cpus_[teamThread].store(sched_getcpu(), std::memory_order_relaxed);
 }
 
 bool Barrier::teammateOnMyCpu() const {
