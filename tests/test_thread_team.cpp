@@ -81,17 +81,18 @@ void pinCallingThread(const std::vector<int>& cpus) {
 
 // Whether each of a 2-thread team's threads, pinned to the cores given, sees its teammate on
 // its own core at the barrier (where it yields its core to it while it waits).
-std::vector<bool> teammatesOnMyCpu(int cpu0, int cpu1) {
+// (Not a std::vector<bool>: its elements share one word, so the two threads' writes race.)
+std::vector<int> teammatesOnMyCpu(int cpu0, int cpu1) {
   const std::vector<int> allowed = allowedCpus();
   pinCallingThread({cpu0});
-  std::vector<bool> seen(2);
+  std::vector<int> seen(2);
   {
     ThreadTeam team(2); // its worker starts pinned to cpu0 as well
     team.run([&](int thread) {
       if (thread == 1)
         pinCallingThread({cpu1});
       team.barrier().arriveAndWait(); // both note their cores
-      seen[static_cast<size_t>(thread)] = team.barrier().teammateOnMyCpu();
+      seen[static_cast<size_t>(thread)] = team.barrier().teammateOnMyCpu() ? 1 : 0;
       team.barrier().arriveAndWait();
     });
   }
@@ -105,10 +106,10 @@ std::vector<bool> teammatesOnMyCpu(int cpu0, int cpu1) {
 TEST(ThreadTeam, TheBarrierKnowsWhetherATeammateSharesTheWaitersCore) {
   const std::vector<int> cpus = allowedCpus();
   ASSERT_FALSE(cpus.empty());
-  EXPECT_EQ(teammatesOnMyCpu(cpus[0], cpus[0]), std::vector<bool>({true, true}));
+  EXPECT_EQ(teammatesOnMyCpu(cpus[0], cpus[0]), std::vector<int>({1, 1}));
   if (cpus.size() < 2)
     GTEST_SKIP() << "one core: threads on different cores cannot be checked";
-  EXPECT_EQ(teammatesOnMyCpu(cpus[0], cpus[1]), std::vector<bool>({false, false}));
+  EXPECT_EQ(teammatesOnMyCpu(cpus[0], cpus[1]), std::vector<int>({0, 0}));
 }
 
 // The governor's policy on a clock the test moves by hand.
