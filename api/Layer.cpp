@@ -196,8 +196,8 @@ TrainingRecord Layer::forwardTraining(const float* input, int64_t steps, int64_t
   ForwardArgs args =
       forwardArgs(*impl_, "forwardTraining", input, {}, steps, batch, h0, c0, lengths, output);
   auto impl = std::make_shared<TrainingRecord::Impl>();
-  impl->tape = impl_->trainingProgram().forward(args.input, args.initialStates, args.lengths,
-                                                args.sideInputs);
+  impl->tape = impl_->trainingProgram().forward(std::move(args.input), args.initialStates,
+                                                args.lengths, args.sideInputs);
   copyOutResults(impl->tape.forward, output, hn, cn);
   impl->tape.forward.output = Tensor(); // the caller's now: the backward reads its shape only
   TrainingRecord record;

@@ -225,7 +225,7 @@ public:
     auto tape = std::make_shared<TrainingTape>();
     {
       py::gil_scoped_release unlocked;
-      *tape = program_->forward(args.input, args.states, args.lengths);
+      *tape = program_->forward(std::move(args.input), args.states, args.lengths);
     }
     // The output is the caller's (the backward reads its shape only); the tape keeps the final
     // states, whose gradients it checks.

@@ -255,6 +255,13 @@ TrainingTape GradientProgram::forward(const Tensor& input,
                                       const std::map<std::string, Tensor>& initialStates,
                                       const std::optional<Int64Array>& lengths,
                                       const std::map<std::string, Tensor>& sideInputs) const {
+  return forward(Tensor(input), initialStates, lengths, sideInputs);
+}
+
+TrainingTape GradientProgram::forward(Tensor&& input,
+                                      const std::map<std::string, Tensor>& initialStates,
+                                      const std::optional<Int64Array>& lengths,
+                                      const std::map<std::string, Tensor>& sideInputs) const {
   TrainingTape tape;
   tape.slots.resize(slots_.size());
   const int threads = options_.threads;
@@ -283,7 +290,7 @@ TrainingTape GradientProgram::forward(const Tensor& input,
     });
     return out;
   };
-  tape.forward = program_->run(input, initialStates, lengths, sideInputs, trainingRun);
+  tape.forward = program_->run(std::move(input), initialStates, lengths, sideInputs, trainingRun);
   tape.outputShape = tape.forward.output.shape();
   const Tensor& first = *tape.slots[0].inputs.at(0);
   tape.lengths = checkedLengths(lengths, first.dim(0), first.dim(1));

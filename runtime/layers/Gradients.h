@@ -69,7 +69,11 @@ public:
                                                       passes::ForwardValues forwardValues = {});
 
   // The forward (as LayerProgram::run) keeping what backward() reads.
+  // The tape keeps the input: a copy of it, or the tensor itself given as an rvalue.
   TrainingTape forward(const Tensor& input, const std::map<std::string, Tensor>& initialStates,
+                       const std::optional<Int64Array>& lengths,
+                       const std::map<std::string, Tensor>& sideInputs = {}) const;
+  TrainingTape forward(Tensor&& input, const std::map<std::string, Tensor>& initialStates,
                        const std::optional<Int64Array>& lengths,
                        const std::map<std::string, Tensor>& sideInputs = {}) const;
 

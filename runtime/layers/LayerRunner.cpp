@@ -239,19 +239,42 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
   return program;
 }
 
-LayerResult LayerProgram::run(const Tensor& rawInput,
+LayerResult LayerProgram::run(const Tensor& input,
                               const std::map<std::string, Tensor>& initialStates,
-                              const std::optional<Int64Array>& lengthsGiven,
+                              const std::optional<Int64Array>& lengths,
                               const std::map<std::string, Tensor>& sideInputs,
                               const SlotRunner& slotRunner) const {
+  // Without a slot runner nothing holds the input past this call: it is read where it lies,
+  // through a pointer that owns nothing (the default LSTM's input is 13 MB, a copy of it ~1% of
+  // a training step). A slot runner (the training forward) keeps it for the backward: a copy.
+  return runOn(slotRunner ? std::make_shared<const Tensor>(input)
+                          : std::shared_ptr<const Tensor>(std::shared_ptr<const Tensor>(), &input),
+               initialStates, lengths, sideInputs, slotRunner);
+}
+
+LayerResult LayerProgram::run(Tensor&& input, const std::map<std::string, Tensor>& initialStates,
+                              const std::optional<Int64Array>& lengths,
+                              const std::map<std::string, Tensor>& sideInputs,
+                              const SlotRunner& slotRunner) const {
+  return runOn(std::make_shared<const Tensor>(std::move(input)), initialStates, lengths, sideInputs,
+               slotRunner);
+}
+
+LayerResult LayerProgram::runOn(std::shared_ptr<const Tensor> given,
+                                const std::map<std::string, Tensor>& initialStates,
+                                const std::optional<Int64Array>& lengthsGiven,
+                                const std::map<std::string, Tensor>& sideInputs,
+                                const SlotRunner& slotRunner) const {
   const ir::Cell& cell = *cell_;
+  const Tensor& rawInput = *given;
   const std::string inputLayout = options_.batchFirst ? "[B, T, input_size]" : "[T, B, input_size]";
   if (rawInput.rank() != 3)
     throw UserError(fmt::format("{} has shape {}, expected {} (rank 3)",
                                 describeTensor("input", rawInput), rawInput.shapeString(),
                                 inputLayout));
   // Shared: a training forward keeps each layer's input for its backward.
-  auto input = std::make_shared<Tensor>(options_.batchFirst ? swapLeadingDims(rawInput) : rawInput);
+  std::shared_ptr<const Tensor> input =
+      options_.batchFirst ? std::make_shared<const Tensor>(swapLeadingDims(rawInput)) : given;
   const int64_t steps = input->dim(0), batch = input->dim(1);
   if (steps < 1 || batch < 1)
     throw UserError(fmt::format("{} has shape {}: T and B must be at least 1",
@@ -280,7 +303,8 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
   result.numLayers = numLayers_;
   result.bidirectional = directions_ == 2;
   std::vector<std::vector<Tensor>> finals(cell.states.size()); // per state, per slot
-  std::shared_ptr<Tensor> layerInput = std::move(input);
+  std::shared_ptr<const Tensor> layerInput = std::move(input);
+  std::shared_ptr<Tensor> lastOutput; // the last layer's, which nothing may hold yet
   for (int layer = 0; layer < numLayers_; ++layer) {
     std::vector<Tensor> directionOutputs;
     for (int direction = 0; direction < directions_; ++direction) {
@@ -340,11 +364,13 @@ LayerResult LayerProgram::run(const Tensor& rawInput,
     }
     if (options_.training && options_.dropout > 0 && layer + 1 < numLayers_)
       dropoutBetweenLayers(layerOutput, options_.dropout, options_.seed, layer);
-    layerInput = std::make_shared<Tensor>(std::move(layerOutput));
+    lastOutput = std::make_shared<Tensor>(std::move(layerOutput));
+    layerInput = lastOutput;
   }
 
   // The last layer's output, moved out unless a slot runner keeps it.
-  Tensor output = layerInput.use_count() == 1 ? std::move(*layerInput) : *layerInput;
+  layerInput.reset();
+  Tensor output = lastOutput.use_count() == 1 ? std::move(*lastOutput) : *lastOutput;
   result.output = options_.batchFirst ? swapLeadingDims(output) : std::move(output);
   for (size_t s = 0; s < cell.states.size(); ++s) {
     const int64_t features = finals[s][0].dim(1);

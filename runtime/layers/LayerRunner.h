@@ -97,8 +97,13 @@ public:
       bool reverse)>;
 
   // `sideInputs`: one tensor for each input of the cell past its first, by name, laid out like
-  // `input`.
+  // `input`. The input is read where it lies unless a slot runner may keep it past the call:
+  // then it is copied, unless given as an rvalue (moved).
   LayerResult run(const Tensor& input, const std::map<std::string, Tensor>& initialStates,
+                  const std::optional<Int64Array>& lengths,
+                  const std::map<std::string, Tensor>& sideInputs = {},
+                  const SlotRunner& slotRunner = {}) const;
+  LayerResult run(Tensor&& input, const std::map<std::string, Tensor>& initialStates,
                   const std::optional<Int64Array>& lengths,
                   const std::map<std::string, Tensor>& sideInputs = {},
                   const SlotRunner& slotRunner = {}) const;
@@ -134,6 +139,12 @@ public:
                                                   int64_t steps, int64_t batch) const;
 
 private:
+  // run's body, on the input as the layers may hold it.
+  LayerResult runOn(std::shared_ptr<const Tensor> input,
+                    const std::map<std::string, Tensor>& initialStates,
+                    const std::optional<Int64Array>& lengths,
+                    const std::map<std::string, Tensor>& sideInputs,
+                    const SlotRunner& slotRunner) const;
   LayerProgram() = default;
   // build's body: `movable`, when given, is `weights`, whose tensors may be taken.
   static std::shared_ptr<const LayerProgram>
