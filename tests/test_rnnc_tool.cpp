@@ -9,6 +9,7 @@
 #include "runtime/gpu/CudaDriver.h"
 #include "tests/TestSupport.h"
 #include "tests/ToolRunner.h"
+#include "tools/Timing.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -727,6 +728,21 @@ TEST_F(ToolTest, BenchBackwardTimesTrainingOnEveryPath) {
   // (cuDNN's reserve space): 3*2*(5+4*5) floats; c alone when the backward recomputes.
   EXPECT_THAT(r.out, HasSubstr("\"training_workspace_bytes\":600")) << r;
   EXPECT_THAT(r.out, HasSubstr("\"training_workspace_bytes_recompute\":120")) << r;
+}
+
+// The timer's `prepare` runs before every call of the body, warm-up included (the training
+// bench hands each forward a fresh input it may keep), and its time is not the body's.
+TEST(ToolTiming, PrepareRunsUntimedBeforeEveryCall) {
+  std::string calls;
+  const tools::Timing timing = tools::timeRepeats(
+      2, 3,
+      [&] {
+        calls += 'p';
+        ::usleep(40000);
+      },
+      [&] { calls += 'b'; });
+  EXPECT_EQ(calls, "pbpbpbpbpb");
+  EXPECT_LT(timing.max, 40.0); // milliseconds: an empty body, not the 40 ms before it
 }
 
 TEST_F(ToolTest, BenchEltwiseReportsFusedUnfusedAndTriad) {

@@ -69,17 +69,27 @@ template <class F> double timeOnce(F&& body) {
 }
 
 // Several bodies, run in turn within each repeat, so that a slow minute of a shared machine
-// falls on all of them alike and their ratios stay fair.
+// falls on all of them alike and their ratios stay fair. `prepare`, if given, runs untimed
+// before every call of a body: what a caller has ready before it calls.
 inline std::vector<Timing> timeInterleaved(int warmup, int repeat,
-                                           const std::vector<std::function<void()>>& bodies) {
+                                           const std::vector<std::function<void()>>& bodies,
+                                           const std::function<void()>& prepare = {}) {
+  auto ready = [&] {
+    if (prepare)
+      prepare();
+  };
   for (int i = 0; i < warmup; ++i)
-    for (const auto& body : bodies)
+    for (const auto& body : bodies) {
+      ready();
       body();
+    }
   std::vector<std::vector<double>> ms(bodies.size());
   const int measurement = Progress::get().nextMeasurement();
   for (int i = 0; i < repeat; ++i) {
-    for (size_t b = 0; b < bodies.size(); ++b)
+    for (size_t b = 0; b < bodies.size(); ++b) {
+      ready();
       ms[b].push_back(timeOnce(bodies[b]));
+    }
     Progress::get().update(measurement, i + 1, repeat);
   }
   Progress::get().clear();
@@ -91,6 +101,11 @@ inline std::vector<Timing> timeInterleaved(int warmup, int repeat,
 
 template <class F> Timing timeRepeats(int warmup, int repeat, F&& body) {
   return timeInterleaved(warmup, repeat, {std::function<void()>(std::forward<F>(body))})[0];
+}
+
+template <class P, class F> Timing timeRepeats(int warmup, int repeat, P&& prepare, F&& body) {
+  return timeInterleaved(warmup, repeat, {std::function<void()>(std::forward<F>(body))},
+                         std::function<void()>(std::forward<P>(prepare)))[0];
 }
 
 } // namespace rnnc::tools
