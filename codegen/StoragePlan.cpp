@@ -398,7 +398,7 @@ StoragePlan planStorage(const ir::Cell& cell, const Target& target, WeightType w
   if (!target.isGpu() && outputDef && outputDef->op == ir::Op::Concat)
     placeConcatParts(*outputDef, 0, outputParts);
   const bool widenStep = weights == WeightType::F16 && widenCachedFp16 && !target.isGpu() &&
-                         stepWeightsFitHalfOfL2(cell, target);
+                         !target.widensFp16BesideFmas() && stepWeightsFitHalfOfL2(cell, target);
   for (const ir::Block* block : {&cell.pre, &cell.step}) {
     bool inPre = block == &cell.pre;
     const bool widened = !inPre && widenStep;

@@ -241,7 +241,8 @@ struct StoragePlan {
 // vector width and registers shape the tiles of fused matrix products; `weights` is how every
 // packed product stores its weights, but for fp16 weights with `widenCachedFp16` the step's
 // products whose fp32 weights fit in half of the target's L2, widened at packing
-// (PackedProduct::widenedFrom).
+// (PackedProduct::widenedFrom), where the target's widening competes with its FMAs
+// (Target::widensFp16BesideFmas).
 // On a GPU, `gpuStepTileRows` is the rows of each warp's tile in a step's split-depth products
 // (kGpuSplitDepthTileRows suits batches of that many rows and more; 1 smaller ones), or
 // kGpuStepBlockTiles for block tiles (batches of kGpuBlockTiledBatch rows and more).

@@ -30,6 +30,10 @@ bool Target::pairsBf16Products() const {
   return vectorWidth == 16 && has("avx512bf16") && cpu.rfind("znver", 0) == 0;
 }
 
+bool Target::widensFp16BesideFmas() const {
+  return cpu.rfind("znver", 0) == 0;
+}
+
 bool HostTarget::has(const std::string& feature) const {
   return std::binary_search(features.begin(), features.end(), feature);
 }

@@ -40,6 +40,13 @@ struct Target {
   // against 5.4 G FMAs a second, and an LSTM's bf16 weights ran at 0.54x the fp32 speed paired
   // against 0.86x widened to fp32 in registers. There bf16 weights are widened.
   bool pairsBf16Products() const;
+  // fp16 weights widened by vcvtph2ps on pipes beside the FMAs': AMD's cores (LLVM's znver*),
+  // where a step's fp16 tiles beat fp32 ones read from L2 even where those fit (Zen 5, batch 1,
+  // fp32 W_hh in half of L2, 1 thread: tanh RNN I = H = 256 1.26x, GRU 192 1.10x, LSTM 160
+  // 1.21x; Zen 4 widens 44.8 G weights/s in ymm against fp32's 23.8 from L2). Intel's cores
+  // issue it on the FMA ports, where fp16 tiles ran 0.81-0.88x fp32 (a Xeon, family 6 model
+  // 207): there such a step's weights are widened once, at packing (PackedProduct::widenedFrom).
+  bool widensFp16BesideFmas() const;
   // An NVIDIA GPU (nvptx64-nvidia-cuda, `cpu` its compute capability: sm_80, sm_90): the cell
   // is lowered to grid kernels (codegen/GpuEmitter.h), not to one run function.
   bool isGpu() const { return triple.rfind("nvptx", 0) == 0; }

@@ -191,8 +191,9 @@ TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
 TEST(StoragePlan, OnlyAStepsFp32ProductsPackEverySliceInOnePanel) {
   auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 20}, {"hidden_size", 20}});
   for (const codegen::PackedProduct& packed : codegen::planStorage(*lstm, kPlanAvx2).packedProducts)
-    if (packed.splitRows)
+    if (packed.splitRows) {
       EXPECT_EQ(packed.panelSlices, packed.passSlices);
+    }
   const codegen::StoragePlan int8 = codegen::planStorage(*lstm, kPlanAvx2, codegen::WeightType::I8);
   for (const codegen::PackedProduct& packed : int8.packedProducts)
     EXPECT_EQ(packed.panelSlices, packed.passSlices);
@@ -312,9 +313,10 @@ TEST(StoragePlan, SwappedStatesAreStagedBeforeBeingOverwritten) {
 } // namespace
 
 // fp16 weights of the step's products are widened to fp32 at packing where the step's fp32
-// weights fit in half of L2 (they are read from L2 faster than fp16 is widened), and stay fp16
-// where they do not, where asked to stay, and in the input projection (many rows per weight
-// widened). An LSTM at H = 256 has 1 MB of fp32 W_hh: widened with a 2 MB L2, not with 1 MB.
+// weights fit in half of L2 (on Intel's cores they are read from L2 faster than fp16 is
+// widened), and stay fp16 where they do not, where asked to stay, in the input projection (many
+// rows per weight widened) and on AMD's cores. An LSTM at H = 256 has 1 MB of fp32 W_hh: widened
+// with a 2 MB L2, not with 1 MB.
 TEST(StoragePlan, Fp16StepWeightsAreWidenedWhereTheirFp32FitsHalfOfL2) {
   using codegen::WeightType;
   const codegen::Target f16Cpu{"x86_64-unknown-linux-gnu", "sapphirerapids", "+avx2,+avx512f,+f16c",
@@ -352,6 +354,21 @@ TEST(StoragePlan, Fp16StepWeightsAreWidenedWhereTheirFp32FitsHalfOfL2) {
       EXPECT_EQ(packed.weights, other);
       EXPECT_EQ(packed.widenedFrom, WeightType::F32);
     }
+  // AMD's cores widen fp16 beside their FMAs (Target::widensFp16BesideFmas): fp16 tiles however
+  // much L2 there is, in AVX-512 and AVX2 code alike.
+  for (const char* amdCpu : {"znver5", "znver3"}) {
+    codegen::Target amd = f16Cpu;
+    amd.cpu = amdCpu;
+    amd.l2Bytes = 2 << 20;
+    EXPECT_TRUE(amd.widensFp16BesideFmas());
+    for (const codegen::PackedProduct& packed :
+         codegen::planStorage(*lstm, amd, WeightType::F16, codegen::kGpuStepBlockTiles, true)
+             .packedProducts) {
+      EXPECT_EQ(packed.weights, WeightType::F16) << amdCpu;
+      EXPECT_EQ(packed.widenedFrom, WeightType::F32) << amdCpu;
+    }
+  }
+  EXPECT_FALSE(f16Cpu.widensFp16BesideFmas());
 }
 
 // bf16 weights are packed in depth pairs for vdpbf16ps where the CPU has AVX512_BF16 and runs it

@@ -43,8 +43,9 @@ struct CompileOptions {
   // and matmul whose weights are parameters): fp32, or fp16/bf16 in half the bytes.
   codegen::WeightType weights = codegen::WeightType::F32;
   // With fp16 weights: the step's products whose fp32 weights fit in half of one core's L2 take
-  // them widened to fp32 at packing, the same values, read faster than fp16 is widened
-  // (codegen::PackedProduct::widenedFrom); false keeps fp16 in every tile.
+  // them widened to fp32 at packing, the same values, read faster than fp16 is widened where
+  // the widening takes the FMA ports (Intel's cores; codegen::Target::widensFp16BesideFmas,
+  // codegen::PackedProduct::widenedFrom); false keeps fp16 in every tile.
   bool widenCachedFp16 = true;
 };
 
