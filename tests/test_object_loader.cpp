@@ -274,6 +274,84 @@ TEST(ObjectLoader, NamesLoadedFunctionsInPerfsMapWhenAsked) {
   std::remove(path.c_str());
 }
 
+// With RNNC_PERF_JITDUMP set, each loaded function is a code-load record of perf's jitdump
+// (/tmp/jit-PID.dump): its name, address and size, and its code as it lies in memory, relocated;
+// the file mapped executable, which is how `perf record` finds it. Two loads: two records, in
+// order.
+TEST(ObjectLoader, WritesPerfsJitDumpOfTheLoadedCodeWhenAsked) {
+  setenv("RNNC_PERF_JITDUMP", "1", 1);
+  const ExternalSymbols external{{"rnnc_test_external", reinterpret_cast<void*>(&fortyTwo)}};
+  LoadedFunction first =
+      loadObject(objectCalling(R_X86_64_PLT32, "rnnc_test_external"), "entry", external);
+  LoadedFunction second =
+      loadObject(objectCalling(R_X86_64_PC32, "rnnc_test_external"), "entry", external);
+  unsetenv("RNNC_PERF_JITDUMP");
+  EXPECT_EQ(reinterpret_cast<Function>(first.address)(), 42);
+
+  const std::string path = "/tmp/jit-" + std::to_string(getpid()) + ".dump";
+  std::ifstream file(path, std::ios::binary);
+  ASSERT_TRUE(file) << path;
+  const std::string dump((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  auto u32 = [&](size_t at) {
+    uint32_t v = 0;
+    std::memcpy(&v, dump.data() + at, 4);
+    return v;
+  };
+  auto u64 = [&](size_t at) {
+    uint64_t v = 0;
+    std::memcpy(&v, dump.data() + at, 8);
+    return v;
+  };
+  ASSERT_GE(dump.size(), 40u);
+  EXPECT_EQ(u32(0), 0x4A695444u); // "JiTD"
+  EXPECT_EQ(u32(4), 1u);          // version
+  EXPECT_EQ(u32(8), 40u);         // header size
+  EXPECT_EQ(u32(12), static_cast<uint32_t>(EM_X86_64));
+  EXPECT_EQ(u32(20), static_cast<uint32_t>(getpid()));
+
+  struct Load {
+    uint64_t timestamp, address, size, index;
+    std::string name;
+  };
+  std::vector<Load> loads;
+  for (size_t at = 40; at + 16 <= dump.size();) {
+    const uint32_t id = u32(at), size = u32(at + 4);
+    ASSERT_GE(size, 16u);
+    ASSERT_LE(at + size, dump.size());
+    if (id == 0) { // JIT_CODE_LOAD: pid, tid, vma, code address, size, index, name, code
+      Load load{u64(at + 8), u64(at + 32), u64(at + 40), u64(at + 48),
+                std::string(dump.data() + at + 56)};
+      EXPECT_EQ(u32(at + 16), static_cast<uint32_t>(getpid()));
+      EXPECT_EQ(u64(at + 24), load.address); // vma
+      const size_t code = at + 56 + load.name.size() + 1;
+      EXPECT_EQ(code + load.size, at + size);
+      EXPECT_EQ(
+          std::memcmp(dump.data() + code, reinterpret_cast<const void*>(load.address), load.size),
+          0)
+          << load.name << ": the record's code is not what lies in memory";
+      loads.push_back(load);
+    }
+    at += size;
+  }
+  std::vector<Load> entries;
+  for (const Load& load : loads)
+    if (load.name.rfind("entry.", 0) == 0)
+      entries.push_back(load);
+  ASSERT_EQ(entries.size(), 2u);
+  EXPECT_EQ(entries[0].address, reinterpret_cast<uintptr_t>(first.address));
+  EXPECT_EQ(entries[1].address, reinterpret_cast<uintptr_t>(second.address));
+  EXPECT_LT(entries[0].index, entries[1].index);
+  EXPECT_LE(entries[0].timestamp, entries[1].timestamp);
+
+  std::ifstream maps("/proc/self/maps");
+  bool mappedExecutable = false;
+  for (std::string line; std::getline(maps, line);)
+    mappedExecutable = mappedExecutable || (line.find(path) != std::string::npos &&
+                                            line.find(" r-xp ") != std::string::npos);
+  EXPECT_TRUE(mappedExecutable) << path << " is not mapped executable: perf would not find it";
+  std::remove(path.c_str());
+}
+
 TEST(ObjectLoader, ReadsConstantsThroughTheGotAndRipRelative) {
   ElfWriter elf;
   const int rodata = elf.section(".rodata", SHT_PROGBITS, SHF_ALLOC, int64Bytes({1234, 5678}), 8);

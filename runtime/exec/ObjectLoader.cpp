@@ -4,6 +4,7 @@
 #include "codegen/RunArgs.h"
 #include "ir/Error.h"
 #include "runtime/exec/Kernels.h"
+#include "runtime/exec/PerfJitDump.h"
 #include "runtime/exec/WeightPacking.h"
 #include "runtime/threads/ThreadTeam.h"
 
@@ -119,6 +120,11 @@ public:
     protect();
     if (const char* perf = std::getenv("RNNC_PERF_MAP"); perf && *perf && *perf != '0')
       writePerfMap();
+    if (perfJitDumpRequested())
+      for (const Symbol& symbol : symbols_)
+        if (symbol.function)
+          recordPerfJitCodeLoad(profileName(symbol), reinterpret_cast<const void*>(symbol.address),
+                                std::max<uint64_t>(symbol.size, 1));
   }
 
   std::optional<LoadedFunction> find(const std::string& function) const {
@@ -406,10 +412,9 @@ private:
     std::memcpy(place, &narrow, 4);
   }
 
-  // Names the loaded functions for `perf` (its JIT map, /tmp/perf-PID.map), so that a profile
-  // says which generated kernel the time went to. Every kernel's entry point has the same name,
-  // so each gets a tag from its object's bytes: the forward and backward of a cell differ.
-  void writePerfMap() const {
+  // A loaded function's name in a profile. Every kernel's entry point has the same name, so each
+  // gets a tag from its object's code: the forward and backward of a cell differ.
+  std::string profileName(const Symbol& symbol) const {
     uint64_t tag = 14695981039346656037ull; // FNV-1a over the code
     for (const Elf64_Shdr& section : sections_)
       if ((section.sh_flags & SHF_EXECINSTR) && section.sh_type != SHT_NOBITS) {
@@ -417,6 +422,12 @@ private:
         for (uint64_t i = 0; i < section.sh_size; ++i)
           tag = (tag ^ static_cast<unsigned char>(code[i])) * 1099511628211ull;
       }
+    return fmt::format("{}.{:08x}", symbol.name, tag & 0xffffffffu);
+  }
+
+  // Names the loaded functions for `perf` (its JIT map, /tmp/perf-PID.map), so that a profile
+  // says which generated kernel the time went to.
+  void writePerfMap() const {
     static std::mutex mutex;
     std::lock_guard<std::mutex> lock(mutex);
     const std::string path = fmt::format("/tmp/perf-{}.map", getpid());
@@ -425,11 +436,9 @@ private:
       return; // profiling aid only: never a reason to fail a load
     for (const Symbol& symbol : symbols_)
       if (symbol.function)
-        std::fprintf(map, "%llx %llx %.*s.%08llx\n",
-                     static_cast<unsigned long long>(symbol.address),
+        std::fprintf(map, "%llx %llx %s\n", static_cast<unsigned long long>(symbol.address),
                      static_cast<unsigned long long>(std::max<uint64_t>(symbol.size, 1)),
-                     static_cast<int>(symbol.name.size()), symbol.name.data(),
-                     static_cast<unsigned long long>(tag & 0xffffffffu));
+                     profileName(symbol).c_str());
     std::fclose(map);
   }
 
