@@ -298,6 +298,7 @@ std::string generateCell(const ir::Cell& cell, const StoragePlan& plan, const Ta
       }
     }
   };
+  const Clock::time_point start = Clock::now();
   const size_t cores = std::max(1u, std::thread::hardware_concurrency());
   std::vector<std::thread> helpers;
   for (size_t i = 1; i < std::min(cores, parts.size()); ++i)
@@ -305,11 +306,13 @@ std::string generateCell(const ir::Cell& cell, const StoragePlan& plan, const Ta
   work();
   for (std::thread& helper : helpers)
     helper.join();
+  const double wall = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   for (const Part& p : parts)
     if (p.error)
       std::rethrow_exception(p.error);
   if (times) { // the work of all parts (on several threads, more than the time it took)
     *times = {};
+    times->wall = wall;
     for (const Part& p : parts) {
       times->emit += p.times.emit;
       times->verify += p.times.verify;

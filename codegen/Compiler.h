@@ -26,9 +26,10 @@ std::string generate(const ir::Cell& cell, const StoragePlan& plan, const Target
 // verifying it, setting up the target machine, LLVM's optimiser, its back end, summed over the
 // cell's modules; and each module's own work (all five parts), in the order of `modules`. The
 // modules compile side by side, a thread per core, so the longest of them bounds a cold
-// compile on enough cores, not the sum.
+// compile on enough cores, not the sum: `wall` is what the caller waited for all of them.
 struct CodegenTimes {
   double emit = 0, verify = 0, targetMachine = 0, optimise = 0, backEnd = 0;
+  double wall = 0; // from the first module's start to the last one's end
   struct Module {
     std::string name; // its first function and what it holds, e.g. "rnnc_run.loop (time loop)"
     double ms = 0;

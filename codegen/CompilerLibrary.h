@@ -20,7 +20,7 @@
 
 namespace rnnc::codegen {
 
-inline constexpr uint32_t kCompilerAbi = 2;
+inline constexpr uint32_t kCompilerAbi = 3;
 inline constexpr const char* kCompilerApiSymbol = "rnnc_compiler_api";
 
 // What a call into the library threw. No exception crosses the library's boundary: the rnnc

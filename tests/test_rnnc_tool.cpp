@@ -25,6 +25,7 @@
 #include <initializer_list>
 #include <iterator>
 #include <map>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -484,6 +485,20 @@ TEST_F(ToolTest, CompileTimePasses) {
         "storage plan", "emit LLVM IR", "LLVM optimiser", "LLVM back end", "in all",
         "module rnnc_run\\.setup \\(setup and tile walks\\)", "module rnnc_run \\(time loop\\)"})
     EXPECT_THAT(r.err, testing::ContainsRegex(std::string("[0-9]+\\.[0-9]{3}  ") + part)) << r;
+  // The wall time of the modules compiled side by side: at least the longest module's work (on
+  // whatever cores), at most all of them one after the other plus the threads' start.
+  std::smatch wall;
+  ASSERT_TRUE(std::regex_search(r.err, wall, std::regex("([0-9]+\\.[0-9]{3})  wall: the modules")))
+      << r;
+  double longest = 0, sum = 0;
+  const std::regex moduleLine("([0-9]+\\.[0-9]{3})  module ");
+  for (auto it = std::sregex_iterator(r.err.begin(), r.err.end(), moduleLine);
+       it != std::sregex_iterator(); ++it) {
+    longest = std::max(longest, std::stod((*it)[1]));
+    sum += std::stod((*it)[1]);
+  }
+  EXPECT_GE(std::stod(wall[1]), longest * 0.999) << r;
+  EXPECT_LE(std::stod(wall[1]), sum + 50.0) << r;
   EXPECT_THAT(r.out, Not(HasSubstr("LLVM back end"))) << r;
   ToolResult ir = run({"compile", "gru", "--time-passes"});
   ASSERT_EQ(ir.exitCode, 0) << ir;
