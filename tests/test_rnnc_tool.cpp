@@ -380,6 +380,22 @@ TEST_F(ToolTest, TheToolMapsNoSharedCxxLibraryAtStart) {
 }
 #endif
 
+#ifdef RNNC_COMPILER_HAS_STATIC_LLVM
+// A compile loads the compiler library with the parts of LLVM it uses linked in, never the
+// shared libLLVM (whose loading was most of a first compile: codegen/CMakeLists.txt). The
+// dynamic loader names every object it maps (LD_DEBUG=files, on stderr).
+TEST_F(ToolTest, ACompileLoadsTheCompilerLibraryWithoutTheSharedLibLLVM) {
+  ToolResult r = run(
+      {"compile", "rnn_tanh", "--size", "input_size=4", "--size", "hidden_size=4", "--emit=asm"},
+      "export LD_DEBUG=files RNNC_NO_CACHE=1; ");
+  ASSERT_EQ(r.exitCode, 0) << r;
+  EXPECT_THAT(r.out, HasSubstr("rnnc_run")) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("librnnc_compiler.so")) << r.err;
+  for (const char* library : {"libLLVM", "libz3", "libxml2", "libffi", "libedit"})
+    EXPECT_THAT(r.err, Not(HasSubstr(library))) << r.err;
+}
+#endif
+
 TEST_F(ToolTest, HelpListsTheSubcommands) {
   ToolResult r = run({"--help"});
   ASSERT_EQ(r.exitCode, 0) << r;
