@@ -25,9 +25,11 @@ inline constexpr const char* kCompilerApiSymbol = "rnnc_compiler_api";
 
 // What a call into the library threw. No exception crosses the library's boundary: the rnnc
 // tool links its own C++ runtime and unwinder (a shared libgcc cost 0.3-0.4 ms of every start in
-// a VM, issue 19) and the library uses the shared ones LLVM brings, and an exception thrown
-// through one unwinder is not caught through the other (the process aborts). So the library
-// catches each exception into this, and the caller throws its like again.
+// a VM, issue 19), the library has its own too (with LLVM's static libraries; the shared ones
+// where it links the shared libLLVM: codegen/CMakeLists.txt), and an exception thrown through
+// one unwinder is not caught through the other (the process aborts). So the library catches
+// each exception into this, and the caller throws its like again. What crosses is data alone
+// (strings, vectors, shared pointers: one layout on both sides, freed through the same malloc).
 struct CompilerFailure {
   enum class Kind : uint32_t { None, User, Internal, OutOfMemory, Other };
   Kind kind = Kind::None;

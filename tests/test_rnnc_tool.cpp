@@ -381,8 +381,9 @@ TEST_F(ToolTest, TheToolMapsNoSharedCxxLibraryAtStart) {
 #endif
 
 #ifdef RNNC_COMPILER_HAS_STATIC_LLVM
-// A compile loads the compiler library with the parts of LLVM it uses linked in, never the
-// shared libLLVM (whose loading was most of a first compile: codegen/CMakeLists.txt). The
+// A compile loads the compiler library with the parts of LLVM it uses linked in, and its own C++
+// runtime, never the shared libLLVM (whose loading was most of a first compile:
+// codegen/CMakeLists.txt) nor the shared libstdc++ (the tool has its own too). The
 // dynamic loader names every object it maps (LD_DEBUG=files, on stderr).
 TEST_F(ToolTest, ACompileLoadsTheCompilerLibraryWithoutTheSharedLibLLVM) {
   ToolResult r = run(
@@ -391,7 +392,8 @@ TEST_F(ToolTest, ACompileLoadsTheCompilerLibraryWithoutTheSharedLibLLVM) {
   ASSERT_EQ(r.exitCode, 0) << r;
   EXPECT_THAT(r.out, HasSubstr("rnnc_run")) << r.out;
   EXPECT_THAT(r.err, HasSubstr("librnnc_compiler.so")) << r.err;
-  for (const char* library : {"libLLVM", "libz3", "libxml2", "libffi", "libedit"})
+  for (const char* library :
+       {"libLLVM", "libz3", "libxml2", "libffi", "libedit", "libstdc++", "libgcc_s"})
     EXPECT_THAT(r.err, Not(HasSubstr(library))) << r.err;
 }
 #endif
