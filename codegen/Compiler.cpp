@@ -8,6 +8,7 @@
 #include "codegen/LLVMHeaders.h"
 #include "codegen/LLVMHostTarget.h"
 #include "codegen/ObjectBundle.h"
+#include "codegen/OptimisationPipeline.h"
 #include "codegen/RunArgs.h"
 #include "codegen/SourceDigest.h"
 #include "ir/Error.h"
@@ -145,42 +146,6 @@ private:
   std::map<std::string, std::vector<std::unique_ptr<llvm::TargetMachine>>> idle;
 };
 
-// The emitter writes vector code and unrolls what needs unrolling itself, so the generic -O1
-// pipeline (inlining, loop rotation and unrolling, vectorisers) mostly costs compile time. What
-// the generated code does need: stack slots promoted to registers, redundant loads and address
-// arithmetic merged, and loop-invariant work hoisted out of the kernels' loops. No instcombine:
-// it was half of this pipeline's time (a tenth of a cold compile's work, in a perf profile of
-// repeated compiles) and bought nothing: without it the default-size LSTM's kernels are 1529
-// instructions instead of 1588, the GRU's 1411 instead of 1435, bf16 LSTM 2004 instead of 2274,
-// and the run times were the same (Zen 4, alternating: fp32 LSTM/GRU at T=100 B=64 and B=1,
-// bf16 and int8 LSTM).
-constexpr const char* kPipeline =
-    "function(sroa,early-cse,simplifycfg,loop-mssa(licm),simplifycfg)";
-
-// A GPU module's regions are inlined into its kernels (and then dropped), once the address
-// spaces the emitter states (GpuEmitter's markGlobal) are carried to their loads and stores:
-// inlining simplifies the casts that say so away.
-constexpr const char* kGpuPipeline =
-    "function(infer-address-spaces),always-inline,globaldce,function(sroa,early-cse,"
-    "simplifycfg,instcombine<no-verify-fixpoint>,loop-mssa(licm),simplifycfg)";
-
-void optimise(llvm::Module& module, llvm::TargetMachine& machine,
-              const char* pipelineText = kPipeline) {
-  llvm::LoopAnalysisManager loops;
-  llvm::FunctionAnalysisManager functions;
-  llvm::CGSCCAnalysisManager cgscc;
-  llvm::ModuleAnalysisManager modules;
-  llvm::PassBuilder passes(&machine);
-  passes.registerModuleAnalyses(modules);
-  passes.registerCGSCCAnalyses(cgscc);
-  passes.registerFunctionAnalyses(functions);
-  passes.registerLoopAnalyses(loops);
-  passes.crossRegisterProxies(loops, functions, cgscc, modules);
-  llvm::ModulePassManager pipeline;
-  check(passes.parsePassPipeline(pipeline, pipelineText), "parsing the optimisation pipeline");
-  pipeline.run(module, modules);
-}
-
 std::string emitMachineCode(llvm::Module& module, llvm::TargetMachine& machine,
                             llvm::CodeGenFileType type) {
   llvm::SmallString<0> bytes;
@@ -222,7 +187,7 @@ std::string finish(std::unique_ptr<llvm::Module> module, const Target& target, S
   TargetMachinePool::Lease machine = TargetMachinePool::lease(target);
   module->setDataLayout(machine->createDataLayout());
   times.targetMachine = millisecondsSince(start);
-  optimise(*module, *machine, target.isGpu() ? kGpuPipeline : kPipeline);
+  optimiseModule(*module, *machine, target.isGpu());
   times.optimise = millisecondsSince(start);
   std::string result;
   switch (stage) {

@@ -252,3 +252,27 @@ TEST(CodegenTargets, ErrorsOfTheCompilerLibraryComeBackAsTheirKind) {
     EXPECT_NE(message.find("the runtime GEMM runs on the CPU"), std::string::npos) << message;
   }
 }
+
+// LLVM's optimiser does its work on our code (codegen/OptimisationPipeline.cpp): on the CPU, loads
+// and address arithmetic merged or hoisted out of the kernels' loops; on the GPU, stack slots
+// promoted to registers, the regions inlined into their kernels and dropped, and the address
+// spaces the emitter states carried to the loads and stores.
+TEST(CodegenTargets, TheOptimiserMergesTheCpusLoadsAndInlinesTheGpusRegions) {
+  const std::string cpu = lstmCode(32, 32, kAvx2, codegen::Stage::LLVM);
+  const std::string cpuOptimised = lstmCode(32, 32, kAvx2, codegen::Stage::OptimisedLLVM);
+  EXPECT_LT(count(cpuOptimised, " = load "), count(cpu, " = load "));
+  EXPECT_LT(count(cpuOptimised, "getelementptr"), count(cpu, "getelementptr"));
+
+  const codegen::Target gpu = codegen::gpuTarget("sm_80");
+  auto lstm = optimisedLstm(32, 32);
+  const codegen::StoragePlan plan = codegen::planStorage(*lstm, gpu);
+  const std::string kernels = codegen::generateGpu(*lstm, plan, gpu, codegen::Stage::LLVM);
+  const std::string optimised =
+      codegen::generateGpu(*lstm, plan, gpu, codegen::Stage::OptimisedLLVM);
+  EXPECT_GT(count(kernels, " alloca "), 0);
+  EXPECT_EQ(count(optimised, " alloca "), 0);
+  EXPECT_GT(count(kernels, "define internal"), 0);
+  EXPECT_EQ(count(optimised, "define internal"), 0);
+  EXPECT_GT(count(optimised, "define void @rnnc_kernel_"), 0);
+  EXPECT_LT(count(optimised, "addrspacecast"), count(kernels, "addrspacecast") / 2);
+}
