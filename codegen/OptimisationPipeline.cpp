@@ -22,36 +22,22 @@ namespace {
 // instructions instead of 1588, the GRU's 1411 instead of 1435, bf16 LSTM 2004 instead of 2274,
 // and the run times were the same (Zen 4, alternating: fp32 LSTM/GRU at T=100 B=64 and B=1,
 // bf16 and int8 LSTM).
-void addCpuPasses(llvm::FunctionPassManager& passes) {
+//
+// A GPU module (`withInstCombine`) needs instcombine as well: its regions are inlined into its
+// kernels (and then dropped), once the address spaces the emitter states (GpuEmitter's
+// markGlobal) are carried to their loads and stores, and inlining leaves the casts that say so
+// for instcombine to simplify away.
+void addFunctionPasses(llvm::FunctionPassManager& passes, bool withInstCombine) {
   passes.addPass(llvm::SROAPass(llvm::SROAOptions::ModifyCFG));
   passes.addPass(llvm::EarlyCSEPass(/*UseMemorySSA=*/false));
   passes.addPass(llvm::SimplifyCFGPass(llvm::SimplifyCFGOptions()));
+  if (withInstCombine)
+    passes.addPass(llvm::InstCombinePass(llvm::InstCombineOptions().setVerifyFixpoint(false)));
   llvm::LoopPassManager loopPasses;
   loopPasses.addPass(llvm::LICMPass(llvm::LICMOptions()));
   passes.addPass(llvm::createFunctionToLoopPassAdaptor(std::move(loopPasses),
                                                        /*UseMemorySSA=*/true));
   passes.addPass(llvm::SimplifyCFGPass(llvm::SimplifyCFGOptions()));
-}
-
-// A GPU module's regions are inlined into its kernels (and then dropped), once the address
-// spaces the emitter states (GpuEmitter's markGlobal) are carried to their loads and stores:
-// inlining simplifies the casts that say so away.
-void addGpuPasses(llvm::ModulePassManager& passes) {
-  passes.addPass(llvm::createModuleToFunctionPassAdaptor(llvm::InferAddressSpacesPass()));
-  passes.addPass(llvm::AlwaysInlinerPass());
-  passes.addPass(llvm::GlobalDCEPass());
-  llvm::FunctionPassManager functionPasses;
-  functionPasses.addPass(llvm::SROAPass(llvm::SROAOptions::ModifyCFG));
-  functionPasses.addPass(llvm::EarlyCSEPass(/*UseMemorySSA=*/false));
-  functionPasses.addPass(llvm::SimplifyCFGPass(llvm::SimplifyCFGOptions()));
-  functionPasses.addPass(
-      llvm::InstCombinePass(llvm::InstCombineOptions().setVerifyFixpoint(false)));
-  llvm::LoopPassManager loopPasses;
-  loopPasses.addPass(llvm::LICMPass(llvm::LICMOptions()));
-  functionPasses.addPass(llvm::createFunctionToLoopPassAdaptor(std::move(loopPasses),
-                                                               /*UseMemorySSA=*/true));
-  functionPasses.addPass(llvm::SimplifyCFGPass(llvm::SimplifyCFGOptions()));
-  passes.addPass(llvm::createModuleToFunctionPassAdaptor(std::move(functionPasses)));
 }
 
 // The analyses the passes above ask for, and those these ask for in turn (PassBuilder's
@@ -108,12 +94,13 @@ void optimiseModule(llvm::Module& module, llvm::TargetMachine& machine, bool gpu
   registerAnalyses(modules, functions, loops, machine);
   llvm::ModulePassManager pipeline;
   if (gpu) {
-    addGpuPasses(pipeline);
-  } else {
-    llvm::FunctionPassManager functionPasses;
-    addCpuPasses(functionPasses);
-    pipeline.addPass(llvm::createModuleToFunctionPassAdaptor(std::move(functionPasses)));
+    pipeline.addPass(llvm::createModuleToFunctionPassAdaptor(llvm::InferAddressSpacesPass()));
+    pipeline.addPass(llvm::AlwaysInlinerPass());
+    pipeline.addPass(llvm::GlobalDCEPass());
   }
+  llvm::FunctionPassManager functionPasses;
+  addFunctionPasses(functionPasses, /*withInstCombine=*/gpu);
+  pipeline.addPass(llvm::createModuleToFunctionPassAdaptor(std::move(functionPasses)));
   pipeline.run(module, modules);
 }
 
