@@ -112,6 +112,91 @@ TEST(ThreadTeam, TheBarrierKnowsWhetherATeammateSharesTheWaitersCore) {
   EXPECT_EQ(teammatesOnMyCpu(cpus[0], cpus[1]), std::vector<int>({0, 0}));
 }
 
+// A thread that finds a teammate on its core can move itself to another core of its mask, and
+// leaves its mask as it was; pinned to the teammate's core alone, it stays.
+TEST(ThreadTeam, AThreadMovesOffItsTeammatesCoreKeepingItsMask) {
+  const std::vector<int> cpus = allowedCpus();
+  if (cpus.size() < 2)
+    GTEST_SKIP() << "one core: there is nowhere to move to";
+  struct Outcome {
+    int moved = -1, cpuAfter = -1, maskKept = 0;
+  };
+  // Thread 1 moves while thread 0 waits beside it, on cpus[0] with `mask`.
+  auto tryMove = [&](const std::vector<int>& mask) {
+    Outcome outcome;
+    pinCallingThread({cpus[0]});
+    ThreadTeam team(2); // its worker starts on cpus[0] as well
+    std::atomic<int> noted{0}, done{0};
+    team.run([&](int thread) {
+      pinCallingThread(mask);
+      team.barrier().recordCpu(); // cpus[0]
+      noted.fetch_add(1);
+      if (thread == 1) {
+        while (noted.load() < 2)
+          std::this_thread::yield();
+        outcome.moved = team.barrier().moveOffTeammatesCpus() ? 1 : 0;
+        outcome.cpuAfter = sched_getcpu();
+        outcome.maskKept = allowedCpus() == mask ? 1 : 0;
+        done.store(1);
+      } else {
+        while (done.load() == 0)
+          std::this_thread::yield();
+      }
+    });
+    pinCallingThread(cpus);
+    return outcome;
+  };
+  Outcome free = tryMove(cpus); // free to go anywhere: elsewhere, the mask kept
+  EXPECT_EQ(free.moved, 1);
+  EXPECT_NE(free.cpuAfter, cpus[0]);
+  EXPECT_EQ(free.maskKept, 1);
+  Outcome pinned = tryMove({cpus[0]}); // nowhere else to go, and the pin kept
+  EXPECT_EQ(pinned.moved, 0);
+  EXPECT_EQ(pinned.cpuAfter, cpus[0]);
+  EXPECT_EQ(pinned.maskKept, 1);
+}
+
+// A worker woken for a run beside its caller moves to another core where the team's steps are
+// short: two threads taking turns on one core would keep it (the scheduler leaves a thread that
+// just ran where it is) while another core idles, a batch-1 run 4-8x slower.
+TEST(ThreadTeam, AWorkerWokenOnItsCallersCoreMovesOff) {
+  const std::vector<int> cpus = allowedCpus();
+  if (cpus.size() < 2)
+    GTEST_SKIP() << "one core: there is nowhere to move to";
+  // Whether a fresh team, its threads on cpus[0] and free to run anywhere, moved apart. A few
+  // tries: the first run's rounds must be short, which a loaded machine (a parallel ctest) may
+  // not allow every time; without the move, every try fails (the threads stay together).
+  auto movedApart = [&] {
+    pinCallingThread({cpus[0]});
+    ThreadTeam team(2); // both on cpus[0]...
+    team.run([&](int) { // ...and free to run anywhere, meeting often (short steps)
+      pinCallingThread(cpus);
+      for (int round = 0; round < 200; ++round)
+        team.barrier().arriveAndWait();
+    });
+    pinCallingThread({cpus[0]}); // the caller stays on cpus[0] for the next run's start
+    std::vector<int> cpu(2, -1);
+    std::atomic<int> spreadRounds{0};
+    team.run([&](int thread) {
+      if (thread == 0)
+        pinCallingThread(cpus);
+      for (int round = 0; round < 500; ++round) {
+        cpu[static_cast<size_t>(thread)] = sched_getcpu();
+        team.barrier().arriveAndWait();
+        if (thread == 0 && cpu[0] != cpu[1])
+          spreadRounds.fetch_add(1);
+        team.barrier().arriveAndWait();
+      }
+    });
+    pinCallingThread(cpus);
+    return team.barrier().moves() >= 1 && spreadRounds.load() > 0;
+  };
+  bool moved = false;
+  for (int attempt = 0; attempt < 3 && !moved; ++attempt)
+    moved = movedApart();
+  EXPECT_TRUE(moved);
+}
+
 // The governor's policy on a clock the test moves by hand.
 class GovernorTest : public ::testing::Test {
 protected:

@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
+#include <fcntl.h>
 #include <sched.h>
+#include <unistd.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -73,9 +77,12 @@ void awaitChange(const std::atomic<T>& word, T seen, ShouldYield shouldYield,
 
 Barrier::Barrier(int threads)
     : threads_(threads), balance_(threads),
-      cpus_(std::make_unique<std::atomic<int>[]>(static_cast<size_t>(threads))) {
-  for (int t = 0; t < threads; ++t)
+      cpus_(std::make_unique<std::atomic<int>[]>(static_cast<size_t>(threads))),
+      tids_(std::make_unique<std::atomic<int>[]>(static_cast<size_t>(threads))) {
+  for (int t = 0; t < threads; ++t) {
     cpus_[t].store(-1, std::memory_order_relaxed);
+    tids_[t].store(0, std::memory_order_relaxed);
+  }
 }
 
 void Barrier::recordCpu() {
@@ -89,6 +96,71 @@ bool Barrier::teammateOnMyCpu() const {
     if (t != teamThread && cpus_[t].load(std::memory_order_relaxed) == mine)
       return true;
   return false;
+}
+
+void Barrier::recordThread() {
+  if (teamThread < threads_)
+    tids_[teamThread].store(static_cast<int>(gettid()), std::memory_order_relaxed);
+  recordCpu();
+}
+
+namespace {
+
+// The core a thread of this process runs on, or last ran on if it waits (field 39 of
+// /proc/self/task/TID/stat, after the name in parentheses, which may hold spaces); -1 if unread.
+int currentCpuOf(int tid) {
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return -1;
+  char text[1024];
+  const ssize_t length = ::read(fd, text, sizeof(text) - 1);
+  ::close(fd);
+  if (length <= 0)
+    return -1;
+  text[length] = '\0';
+  const char* field = std::strrchr(text, ')');
+  // Fields 3 onwards follow the name, one space before each: field 39 is the 37th.
+  for (int n = 0; field && n < 37; ++n)
+    field = std::strchr(field + 1, ' ');
+  return field ? std::atoi(field + 1) : -1;
+}
+
+} // namespace
+
+void Barrier::refreshTeammatesCpus() {
+  for (int t = 0; t < threads_; ++t) {
+    const int tid = tids_[t].load(std::memory_order_relaxed);
+    if (t == teamThread || tid <= 0)
+      continue;
+    const int cpu = currentCpuOf(tid);
+    if (cpu >= 0)
+      cpus_[t].store(cpu, std::memory_order_relaxed);
+  }
+}
+
+bool Barrier::moveOffTeammatesCpus() {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) // more CPUs than a cpu_set_t holds
+    return false;
+  cpu_set_t elsewhere = allowed;
+  const int mine = sched_getcpu();
+  if (mine >= 0 && mine < CPU_SETSIZE)
+    CPU_CLR(mine, &elsewhere);
+  for (int t = 0; t < threads_; ++t) {
+    const int cpu = cpus_[t].load(std::memory_order_relaxed);
+    if (t != teamThread && cpu >= 0 && cpu < CPU_SETSIZE)
+      CPU_CLR(cpu, &elsewhere);
+  }
+  // A mask without the current core moves the thread at once; the old mask, set again, lets it
+  // stay where it went (and go wherever the scheduler sends it later).
+  if (CPU_COUNT(&elsewhere) == 0 || sched_setaffinity(0, sizeof(elsewhere), &elsewhere) != 0)
+    return false;
+  sched_setaffinity(0, sizeof(allowed), &allowed);
+  recordCpu();
+  moves_.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 void Barrier::arriveAndWait() {
@@ -140,6 +212,7 @@ void ThreadTeam::stopWorkers() {
 
 void ThreadTeam::work(int thread) {
   teamThread = thread;
+  barrier_.recordThread();
   uint32_t seen = 0;
   for (;;) {
     // Between runs: nothing to yield to (the caller is not waiting for this thread).
@@ -147,7 +220,27 @@ void ThreadTeam::work(int thread) {
     seen = started_.load(std::memory_order_acquire);
     if (stopping_.load(std::memory_order_acquire))
       return;
+    // Woken for a run, a worker may find itself on its caller's core (Linux places a wakee
+    // beside its waker), and two threads that take turns on one core stay there: the load
+    // balancer leaves a thread that ran within the last half millisecond where it is, and a
+    // batch-1 step is a few microseconds. A 2-thread batch-1 LSTM (T=100, I=H=256) on a
+    // 2-core Zen 5 VM ran 2.6-3.6 ms a run that way in most processes, against 0.55-0.72 (the
+    // other core idle; `perf record -e sched:sched_switch`: ~320 turns of each thread on one
+    // CPU a run). So the worker moves to another core it may run on, judging where its
+    // teammates are from /proc, not from their notes: the caller may have been moved since it
+    // noted its core, and moving onto the core it went to would put the two together again.
+    // Only for teams whose rounds are short (or that have not run yet): a batch-64 step's
+    // pair is parted by the balancer in a moment, and moves there (at every barrier that saw
+    // a teammate on the waiter's core, or by the notes alone) ran slower in some processes;
+    // this way batch 64 measured the same as without moves (12 alternating processes).
+    constexpr int64_t kMoveBelowRoundNs = 50'000;
     barrier_.recordCpu();
+    if (lastRoundNs_.load(std::memory_order_relaxed) < kMoveBelowRoundNs &&
+        barrier_.teammateOnMyCpu()) {
+      barrier_.refreshTeammatesCpus();
+      if (barrier_.teammateOnMyCpu())
+        barrier_.moveOffTeammatesCpus();
+    }
     (*job_)(thread);
     if (finished_.fetch_add(1, std::memory_order_acq_rel) + 1 == size_ - 1)
       finished_.notify_one();
@@ -159,14 +252,21 @@ void ThreadTeam::run(const std::function<void(int)>& job) {
     return job(0);
   job_ = &job;
   teamThread = 0;
-  barrier_.recordCpu();
+  barrier_.recordThread(); // the caller may be another thread than last time
   finished_.store(0, std::memory_order_relaxed);
   started_.fetch_add(1, std::memory_order_acq_rel);
   started_.notify_all();
+  const auto start = std::chrono::steady_clock::now();
+  const uint32_t firstGeneration = barrier_.generation();
   job(0);
   for (int done = finished_.load(std::memory_order_acquire); done != size_ - 1;
        done = finished_.load(std::memory_order_acquire))
     awaitChange(finished_, done, [this] { return barrier_.teammateOnMyCpu(); });
+  const int64_t runNs =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count();
+  const uint32_t rounds = barrier_.generation() - firstGeneration;
+  lastRoundNs_.store(runNs / (int64_t{rounds} + 1), std::memory_order_relaxed);
   job_ = nullptr;
 }
 

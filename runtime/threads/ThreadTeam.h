@@ -31,6 +31,8 @@ public:
   explicit Barrier(int threads);
   void arriveAndWait();
   WorkBalance& balance() { return balance_; }
+  // Rounds completed so far (wraps).
+  uint32_t generation() const { return generation_.load(std::memory_order_acquire); }
   const WorkBalance& balance() const { return balance_; }
   // The time its threads have waited in it past a short spin (spinning on, yielding to a
   // teammate on their core, then asleep) since the last call, all added up: what tells
@@ -39,7 +41,17 @@ public:
   // The calling team thread notes the core it runs on; whether another team thread was last
   // noted on the caller's core (then a waiter yields to it now and then).
   void recordCpu();
+  // The same, and which system thread it is (where teammates read its core from).
+  void recordThread();
   bool teammateOnMyCpu() const;
+  // Notes the core each teammate runs on now, or last ran on if it waits (from /proc).
+  void refreshTeammatesCpus();
+  // Moves the calling thread to a core of its affinity mask where no teammate was noted (the
+  // mask is left as it was: the thread stays where it moved until the scheduler moves it);
+  // false where there is none or the system refused.
+  bool moveOffTeammatesCpus();
+  // How many times a thread of this team moved itself.
+  int64_t moves() const { return moves_.load(std::memory_order_relaxed); }
 
 private:
   const int threads_;
@@ -48,6 +60,8 @@ private:
   std::atomic<uint32_t> generation_{0};
   std::atomic<int64_t> sleptNs_{0};
   std::unique_ptr<std::atomic<int>[]> cpus_; // each team thread's core when last noted
+  std::unique_ptr<std::atomic<int>[]> tids_; // each team thread's system thread id (gettid)
+  std::atomic<int64_t> moves_{0};
 };
 
 class ThreadTeam {
@@ -75,6 +89,8 @@ private:
   std::atomic<uint32_t> started_{0}; // generation of the current job
   std::atomic<int> finished_{0};     // workers done with it
   std::atomic<bool> stopping_{false};
+  // The last run's time over its barrier rounds (+1): how often its threads met (0: no run yet).
+  std::atomic<int64_t> lastRoundNs_{0};
   std::vector<std::thread> workers_;
 };
 
