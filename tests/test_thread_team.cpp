@@ -121,19 +121,21 @@ TEST(ThreadTeam, AThreadMovesOffItsTeammatesCoreKeepingItsMask) {
   struct Outcome {
     int moved = -1, cpuAfter = -1, maskKept = 0;
   };
-  // Thread 1 moves while thread 0 waits beside it, on cpus[0] with `mask`.
+  // Thread 1 moves while thread 0 waits beside it, pinned to cpus[0]; thread 1 notes cpus[0]
+  // while pinned there too, then moves with `mask` (so the scheduler has had no time to part
+  // them itself).
   auto tryMove = [&](const std::vector<int>& mask) {
     Outcome outcome;
     pinCallingThread({cpus[0]});
     ThreadTeam team(2); // its worker starts on cpus[0] as well
     std::atomic<int> noted{0}, done{0};
     team.run([&](int thread) {
-      pinCallingThread(mask);
       team.barrier().recordCpu(); // cpus[0]
       noted.fetch_add(1);
       if (thread == 1) {
         while (noted.load() < 2)
           std::this_thread::yield();
+        pinCallingThread(mask);
         outcome.moved = team.barrier().moveOffTeammatesCpus() ? 1 : 0;
         outcome.cpuAfter = sched_getcpu();
         outcome.maskKept = allowedCpus() == mask ? 1 : 0;
