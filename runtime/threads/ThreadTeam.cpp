@@ -183,7 +183,8 @@ std::chrono::nanoseconds Barrier::takeSlept() {
   return std::chrono::nanoseconds(sleptNs_.exchange(0, std::memory_order_relaxed));
 }
 
-ThreadTeam::ThreadTeam(int threads) : size_(threads), barrier_(threads) {
+ThreadTeam::ThreadTeam(int threads, std::chrono::nanoseconds moveBelowRound)
+    : size_(threads), moveBelowRoundNs_(moveBelowRound.count()), barrier_(threads) {
   try {
     workers_.reserve(static_cast<size_t>(std::max(threads - 1, 0)));
     for (int thread = 1; thread < threads; ++thread)
@@ -233,9 +234,8 @@ void ThreadTeam::work(int thread) {
     // pair is parted by the balancer in a moment, and moves there (at every barrier that saw
     // a teammate on the waiter's core, or by the notes alone) ran slower in some processes;
     // this way batch 64 measured the same as without moves (12 alternating processes).
-    constexpr int64_t kMoveBelowRoundNs = 50'000;
     barrier_.recordCpu();
-    if (lastRoundNs_.load(std::memory_order_relaxed) < kMoveBelowRoundNs &&
+    if (lastRoundNs_.load(std::memory_order_relaxed) < moveBelowRoundNs_ &&
         barrier_.teammateOnMyCpu()) {
       barrier_.refreshTeammatesCpus();
       if (barrier_.teammateOnMyCpu())

@@ -68,7 +68,11 @@ class ThreadTeam {
 public:
   // Throws UserError, with every thread it started stopped again, when the system cannot start
   // them all (thread limits, memory for their stacks).
-  explicit ThreadTeam(int threads);
+  explicit ThreadTeam(int threads,
+                      std::chrono::nanoseconds moveBelowRound = kDefaultMoveBelowRound);
+  // A worker woken for a run on its caller's core moves to another where the team's last run
+  // met at barriers at least this often (ThreadTeam::work says why).
+  static constexpr std::chrono::nanoseconds kDefaultMoveBelowRound{50'000};
   ~ThreadTeam();
   ThreadTeam(const ThreadTeam&) = delete;
   ThreadTeam& operator=(const ThreadTeam&) = delete;
@@ -84,6 +88,7 @@ private:
   void stopWorkers();
 
   const int size_;
+  const int64_t moveBelowRoundNs_;
   Barrier barrier_;
   const std::function<void(int)>* job_ = nullptr;
   std::atomic<uint32_t> started_{0}; // generation of the current job
