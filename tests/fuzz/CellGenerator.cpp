@@ -275,8 +275,12 @@ private:
     // A row of a few nearly equal features has a spread far below the default eps's square
     // root, and the layer norm then scales float rounding (of tanh, exp, ... which interpreter
     // and JIT compute differently) by up to 1/sqrt(eps): up to 3e-5 at 1e-5. The default eps
-    // only for wide rows; narrow ones get an eps that keeps the comparison about the code.
-    std::string eps = featureCount(dim) >= 16 && chance(0.5) ? "" : ", eps=0.001";
+    // only for wide rows of a product (whose features spread as much as they are large); narrow
+    // ones, and other expressions, get an eps that keeps the comparison about the code: a wide
+    // row of log(sigmoid(sigmoid(d)) + 0.5) spans 0.140-0.151, and its layer norm at the
+    // default eps put the engines 6.5e-5 apart (seed 4768, cell 269).
+    const bool wide = featureCount(dim) >= 16 && chance(0.5);
+    std::string eps = wide && e.text.rfind("linear(", 0) == 0 ? "" : ", eps=0.001";
     int affine = uniform(0, 2);
     // A layer norm divides by the row's spread: bound it by sqrt(F) (all but one feature equal).
     double bound = 6.0;
