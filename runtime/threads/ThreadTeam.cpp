@@ -99,8 +99,10 @@ bool Barrier::teammateOnMyCpu() const {
 }
 
 void Barrier::recordThread() {
+  // Once per thread, not a system call per run.
+  static thread_local const int myTid = static_cast<int>(gettid());
   if (teamThread < threads_)
-    tids_[teamThread].store(static_cast<int>(gettid()), std::memory_order_relaxed);
+    tids_[teamThread].store(myTid, std::memory_order_relaxed);
   recordCpu();
 }
 

@@ -31,9 +31,9 @@ public:
   explicit Barrier(int threads);
   void arriveAndWait();
   WorkBalance& balance() { return balance_; }
+  const WorkBalance& balance() const { return balance_; }
   // Rounds completed so far (wraps).
   uint32_t generation() const { return generation_.load(std::memory_order_acquire); }
-  const WorkBalance& balance() const { return balance_; }
   // The time its threads have waited in it past a short spin (spinning on, yielding to a
   // teammate on their core, then asleep) since the last call, all added up: what tells
   // ThreadGovernor that a run was oversubscribed.
