@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -186,17 +187,44 @@ TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
   EXPECT_EQ(packed.panelWidth(3), 32);
 }
 
-// The input projection (over the sequence's rows) and a step's int8 product keep panels of
-// what a pass reads.
-TEST(StoragePlan, OnlyAStepsFp32ProductsPackEverySliceInOnePanel) {
-  auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 20}, {"hidden_size", 20}});
-  for (const codegen::PackedProduct& packed : codegen::planStorage(*lstm, kPlanAvx2).packedProducts)
-    if (packed.splitRows) {
-      EXPECT_EQ(packed.panelSlices, packed.passSlices);
+// A step's products whose tiles are FMAs on fp32 (fp32 weights, fp16 and unpaired bf16 ones
+// widened as they are loaded) keep every slice in one panel, so that a single row reads one
+// stream; the input projection (over the sequence's rows), int8 products and bf16 pairs keep
+// panels of what a pass reads. At I = H = 512 no step's weights fit half of L2, so fp16 ones are
+// not widened at packing.
+TEST(StoragePlan, AStepsFmaProductsPackEverySliceInOnePanel) {
+  auto lstm = optimised(frontend::loadCell("lstm"), {{"input_size", 512}, {"hidden_size", 512}});
+  const codegen::Target avx2{"x86_64-unknown-linux-gnu", "haswell", "+avx2,+fma,+f16c", 8, 16};
+  const codegen::Target avx512{"x86_64-unknown-linux-gnu", "skylake-avx512",
+                               "+avx2,+fma,+avx512f,+f16c", 16, 32};
+  const codegen::Target avx512Bf16{"x86_64-unknown-linux-gnu", "znver4",
+                                   "+avx2,+fma,+avx512f,+f16c,+avx512bf16", 16, 32};
+  struct Case {
+    const codegen::Target& target;
+    codegen::WeightType weights;
+    bool onePanel;
+  };
+  for (const Case& c :
+       {Case{avx2, codegen::WeightType::F32, true}, Case{avx512, codegen::WeightType::F32, true},
+        Case{avx2, codegen::WeightType::F16, true}, Case{avx512, codegen::WeightType::F16, true},
+        Case{avx2, codegen::WeightType::BF16, true},
+        Case{avx512Bf16, codegen::WeightType::BF16, false},
+        Case{avx2, codegen::WeightType::I8, false}, Case{avx512, codegen::WeightType::I8, false}}) {
+    const std::string what = c.target.cpu + " " + std::string(codegen::weightTypeName(c.weights));
+    int steps = 0;
+    for (const codegen::PackedProduct& packed :
+         codegen::planStorage(*lstm, c.target, c.weights).packedProducts) {
+      EXPECT_EQ(packed.weights, c.weights) << what;
+      if (packed.splitRows) {
+        EXPECT_EQ(packed.panelSlices, packed.passSlices) << what;
+        continue;
+      }
+      ++steps;
+      EXPECT_EQ(packed.slices(), 4) << what;
+      EXPECT_EQ(packed.panelSlices, c.onePanel ? 4 : packed.passSlices) << what;
     }
-  const codegen::StoragePlan int8 = codegen::planStorage(*lstm, kPlanAvx2, codegen::WeightType::I8);
-  for (const codegen::PackedProduct& packed : int8.packedProducts)
-    EXPECT_EQ(packed.panelSlices, packed.passSlices);
+    EXPECT_EQ(steps, 1) << what;
+  }
 }
 
 TEST(StoragePlan, ASingleSliceIsTiledFourVectorsWideWhereL1HoldsTheBlock) {
