@@ -253,20 +253,26 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
   const int64_t accumulators = target.vectorRegisters - (weights == WeightType::I8 ? 6 : 4);
   packed.passSlices = packed.slices() <= 3 ? packed.slices() : 2;
   packed.tileRows = accumulators / packed.passSlices;
-  // A step's products keep all their slices in one panel, each depth's weights of every slice
-  // side by side: at batch 1 a step is a row times all of W_hh, walked in one pass, and one
-  // stream of lines is read from L2 faster than one per panel, 16 KB apart (LSTM, 4 slices at
-  // H = 256, two panels: AVX2 GEMV 105 -> 160 GB/s from L2 on Zen 5; the step 5-10% faster,
-  // rnnc bench --batch 1 --input 256 --hidden 256), and from L3 too (fp16 weights, LSTM at
-  // I = H = 512 and batch 1, W_hh's 2 MB past L2: the step's share of `perf` samples beside
-  // the fp32 step's in one process 1.63x -> 1.85x less, on Zen 5). A full tile's pass then
-  // reads `passSlices` of each depth's, a stride the prefetchers follow (batch 64: the same or
-  // 2% faster). Products over the sequence (split rows) and the tiles of int8 and of bf16
-  // pairs keep panels of a pass.
-  // Tiles of FMAs on fp32 (fp16 and unpaired bf16 widened as they are loaded):
-  const bool fmaTiles = weights == WeightType::F32 || weights == WeightType::F16 ||
-                        (weights == WeightType::BF16 && !packed.depthPairs);
-  packed.panelSlices = !packed.splitRows && fmaTiles ? packed.slices() : packed.passSlices;
+  // A step's fp32 products keep all their slices in one panel, each depth's weights of every
+  // slice side by side: at batch 1 a step is a row times all of W_hh, walked in one pass, and
+  // one stream of lines is read from L2 faster than one per panel, 16 KB apart (LSTM, 4 slices
+  // at H = 256, two panels: AVX2 GEMV 105 -> 160 GB/s from L2 on Zen 5; the step 5-10% faster,
+  // rnnc bench --batch 1 --input 256 --hidden 256). A full tile's pass then reads `passSlices`
+  // of each depth's, a stride the prefetchers follow (batch 64: the same or 2% faster).
+  // fp16 and unpaired bf16 weights (widened as they are loaded) do so where the step's weights
+  // are past L2, read from L3 faster as one stream too (LSTM at I = H = 512, batch 1, fp16
+  // W_hh 2 MB: the step 1.63x -> 1.85x faster than fp32's, by their shares of `perf` samples in
+  // one process, Zen 5); within L2 their panels of a pass were 2-3% faster (the same at H = 256:
+  // 1.59x and 1.58x fp32's step, against 1.55x and 1.55x as one panel).
+  // Products over the sequence (split rows) and the tiles of int8 and of bf16 pairs keep panels
+  // of a pass.
+  const bool widened =
+      weights == WeightType::F16 || (weights == WeightType::BF16 && !packed.depthPairs);
+  const int64_t stepWeightBytes = packed.packedDepth() * packed.slices() * packed.width *
+                                  packed.blocks * weightTypeBytes(weights);
+  const bool oneStream =
+      weights == WeightType::F32 || (widened && stepWeightBytes > target.l2Bytes);
+  packed.panelSlices = !packed.splitRows && oneStream ? packed.slices() : packed.passSlices;
   if (packed.slices() == 1) {
     // One slice over many rows (the input projection over T*B rows, an unfused product): the
     // classic SGEMM tile, 2 vectors wide and as many rows as the accumulators allow (AVX2 6x16,
