@@ -259,19 +259,19 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
   // at H = 256, two panels: AVX2 GEMV 105 -> 160 GB/s from L2 on Zen 5; the step 5-10% faster,
   // rnnc bench --batch 1 --input 256 --hidden 256). A full tile's pass then reads `passSlices`
   // of each depth's, a stride the prefetchers follow (batch 64: the same or 2% faster).
-  // fp16 and unpaired bf16 weights (widened as they are loaded) do so where the step's weights
-  // are past L2, read from L3 faster as one stream too (LSTM at I = H = 512, batch 1, fp16
-  // W_hh 2 MB: the step 1.63x -> 1.85x faster than fp32's, by their shares of `perf` samples in
-  // one process, Zen 5); within L2 their panels of a pass were 2-3% faster (the same at H = 256:
-  // 1.59x and 1.58x fp32's step, against 1.55x and 1.55x as one panel).
-  // Products over the sequence (split rows) and the tiles of int8 and of bf16 pairs keep panels
-  // of a pass.
-  const bool widened =
-      weights == WeightType::F16 || (weights == WeightType::BF16 && !packed.depthPairs);
+  // fp16 and bf16 weights do so where the step's weights are past L2, read from L3 faster as one
+  // stream too (LSTM at I = H = 512, batch 1, W_hh 2 MB, Zen 5: fp16 widened as it is loaded,
+  // the step 1.63x -> 1.85x faster than fp32's, by their shares of `perf` samples in one
+  // process; bf16 pairs, the run 2.02x -> 2.16x fp32's speed, medians of 10 alternating
+  // processes); within L2 their panels of a pass were 2-3% faster (fp16 at H = 256: 1.59x and
+  // 1.58x fp32's step, against 1.55x and 1.55x as one panel). Products over the sequence (split
+  // rows), int8 tiles (no faster as one panel at H = 1024) and AMX tiles keep panels of a pass.
+  const bool halfWidth =
+      (weights == WeightType::F16 || weights == WeightType::BF16) && !packed.amxTiles;
   const int64_t stepWeightBytes = packed.packedDepth() * packed.slices() * packed.width *
-                                  packed.blocks * weightTypeBytes(weights);
+                                  packed.blocks * packed.packedElementBytes();
   const bool oneStream =
-      weights == WeightType::F32 || (widened && stepWeightBytes > target.l2Bytes);
+      weights == WeightType::F32 || (halfWidth && stepWeightBytes > target.l2Bytes);
   packed.panelSlices = !packed.splitRows && oneStream ? packed.slices() : packed.passSlices;
   if (packed.slices() == 1) {
     // One slice over many rows (the input projection over T*B rows, an unfused product): the

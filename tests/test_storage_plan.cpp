@@ -188,11 +188,11 @@ TEST(StoragePlan, AFusedProductNeedsOnlyItsPackedWeights) {
 }
 
 // A step's fp32 products keep every slice in one panel, so that a single row reads one stream;
-// fp16 and unpaired bf16 ones (widened as they are loaded) do where the step's weights are past
-// L2 (the targets' 512 KB: the LSTM's W_hh at H = 512 in 2 bytes a weight is 2 MB, at H = 256
-// 512 KB). The input projection (over the sequence's rows), int8 products and bf16 pairs keep
-// panels of what a pass reads. Zen's code widens fp16 weights as it loads them at any size
-// (Target::widensFp16BesideFmas), so none are widened at packing here.
+// fp16 and bf16 ones (widened as they are loaded, or bf16 pairs for vdpbf16ps) do where the
+// step's weights are past L2 (the targets' 512 KB: the LSTM's W_hh at H = 512 in 2 bytes a
+// weight is 2 MB, at H = 256 512 KB). The input projection (over the sequence's rows) and int8
+// products keep panels of what a pass reads. Zen's code widens fp16 weights as it loads them at
+// any size (Target::widensFp16BesideFmas), so none are widened at packing here.
 TEST(StoragePlan, AStepsProductsPackEverySliceInOnePanelWhereOneStreamIsFaster) {
   const codegen::Target avx2{"x86_64-unknown-linux-gnu", "znver3", "+avx2,+fma,+f16c", 8, 16};
   const codegen::Target avx512{"x86_64-unknown-linux-gnu", "znver4", "+avx2,+fma,+avx512f,+f16c",
@@ -212,7 +212,8 @@ TEST(StoragePlan, AStepsProductsPackEverySliceInOnePanelWhereOneStreamIsFaster) 
         Case{avx2, WeightType::F16, 512, true}, Case{avx512, WeightType::F16, 512, true},
         Case{avx2, WeightType::F16, 256, false}, Case{avx512, WeightType::F16, 256, false},
         Case{avx2, WeightType::BF16, 512, true}, Case{avx2, WeightType::BF16, 256, false},
-        Case{avx512Bf16, WeightType::BF16, 512, false}, Case{avx2, WeightType::I8, 512, false},
+        Case{avx512Bf16, WeightType::BF16, 512, true},
+        Case{avx512Bf16, WeightType::BF16, 256, false}, Case{avx2, WeightType::I8, 512, false},
         Case{avx512, WeightType::I8, 512, false}}) {
     auto lstm = optimised(frontend::loadCell("lstm"),
                           {{"input_size", c.hidden}, {"hidden_size", c.hidden}});

@@ -136,10 +136,11 @@ struct CellShape {
 };
 
 // Built-in cell `name` of this shape, compiled for `cpu` with `type` weights, against the
-// interpreter on the same rounded operands.
-void expectBuiltinCellMatchesTheInterpreter(const std::string& name, const CellShape& shape,
-                                            const std::string& cpu, WeightType type,
-                                            float tolerance = 2e-5f, bool widenFp16 = false) {
+// interpreter on the same rounded operands. Returns the compiled cell, whose plan a test may check.
+std::shared_ptr<CompiledCell>
+expectBuiltinCellMatchesTheInterpreter(const std::string& name, const CellShape& shape,
+                                       const std::string& cpu, WeightType type,
+                                       float tolerance = 2e-5f, bool widenFp16 = false) {
   SCOPED_TRACE(name + " I=" + std::to_string(shape.input) + " H=" + std::to_string(shape.hidden) +
                " B=" + std::to_string(shape.batch) + " on " + cpu + ", " +
                std::string(codegen::weightTypeName(type)) + (widenFp16 ? " widened" : ""));
@@ -180,6 +181,7 @@ void expectBuiltinCellMatchesTheInterpreter(const std::string& name, const CellS
   EXPECT_LT(test::maxAbsDiff(actual, expected), tolerance);
   for (size_t i = 0; i < states.size(); ++i)
     EXPECT_LT(test::maxAbsDiff(states[i], expectedStates[i]), tolerance) << "state " << i;
+  return compiled;
 }
 
 TEST(WeightTypes, EveryBuiltinCellMatchesTheInterpreterOnRoundedOperands) {
@@ -214,6 +216,34 @@ TEST(WeightTypes, Fp16WeightsWidenedAtPackingMatchTheInterpreter) {
       for (const std::string& cpu : cpus)
         expectBuiltinCellMatchesTheInterpreter(name, shape, cpu, WeightType::F16, 2e-5f,
                                                /*widenFp16=*/true);
+}
+
+// A step's fp16 and bf16 weights past L2 are packed with every slice in one panel
+// (codegen/StoragePlan.cpp; within L2, as the sizes above, a panel per pass): the LSTM's four
+// gates at H = 1024, 8 MB of 2-byte W_hh, past the L2 of every x86-64 core we run on. A single
+// row (batch 1) reads them as one stream, a tile of 9 rows two slices a pass. The host's code,
+// AVX2's (fp16 and bf16 widened as they are loaded) and, where the host has AVX512_BF16, Zen 4's
+// bf16 pairs (vdpbf16ps). (AMX tiles keep their own packing.)
+TEST(WeightTypes, StepWeightsPastL2InOnePanelMatchTheInterpreter) {
+  std::vector<std::string> cpus = {"", "haswell"};
+  if (codegen::detectHostTarget().has("avx512bf16"))
+    cpus.push_back("znver4");
+  for (const std::string& cpu : cpus)
+    for (WeightType type : {WeightType::F16, WeightType::BF16})
+      for (int64_t batch : {1, 9}) {
+        const std::shared_ptr<CompiledCell> compiled = expectBuiltinCellMatchesTheInterpreter(
+            "lstm", CellShape{24, 1024, 2, batch}, cpu, type, 5e-5f);
+        int steps = 0;
+        for (const codegen::PackedProduct& packed : compiled->plan().packedProducts)
+          if (!packed.splitRows) {
+            ++steps;
+            EXPECT_EQ(packed.weights, type);
+            // AMX tiles (bf16 on a CPU with AMX-BF16) keep their own packing.
+            EXPECT_EQ(packed.panelSlices, packed.amxTiles ? packed.passSlices : 4)
+                << "on " << cpu << " at batch " << batch;
+          }
+        EXPECT_EQ(steps, 1) << "on " << cpu;
+      }
 }
 
 // Batches past one AMX tile of rows (16): on a CPU with AMX-BF16 the host's code multiplies
