@@ -399,9 +399,8 @@ bool ProductKernelEmitter::anotherWalkPrefetches(const PackedProduct& packed) co
 }
 
 bool ProductKernelEmitter::asksForNextPanels(const PackedProduct& packed, const Target& target) {
-  const int64_t panelElements = packed.packedDepth() * packed.slices() * packed.width;
   return packed.weights != WeightType::I8 && !packed.depthPairs &&
-         panelElements * packed.blocks * weightTypeBytes(packed.weights) > target.l2Bytes;
+         packed.packedBytes() > target.l2Bytes;
 }
 
 // Asks for the lines the epilogue of the tile at firstRow will read (the premultiplied input

@@ -268,10 +268,8 @@ PackedProduct planPackedProduct(const ir::Cell& cell, const ir::Block& block,
   // rows), int8 tiles (no faster as one panel at H = 1024) and AMX tiles keep panels of a pass.
   const bool halfWidth =
       (weights == WeightType::F16 || weights == WeightType::BF16) && !packed.amxTiles;
-  const int64_t stepWeightBytes = packed.packedDepth() * packed.slices() * packed.width *
-                                  packed.blocks * packed.packedElementBytes();
   const bool oneStream =
-      weights == WeightType::F32 || (halfWidth && stepWeightBytes > target.l2Bytes);
+      weights == WeightType::F32 || (halfWidth && packed.packedBytes() > target.l2Bytes);
   packed.panelSlices = !packed.splitRows && oneStream ? packed.slices() : packed.passSlices;
   if (packed.slices() == 1) {
     // One slice over many rows (the input projection over T*B rows, an unfused product): the

@@ -177,6 +177,10 @@ struct PackedProduct {
   int64_t packedElementBytes() const {
     return weights == WeightType::I8 || depthPairs ? 4 : weightTypeBytes(weights);
   }
+  // All of its packed weights, every block (what a thread walking every block reads per step).
+  int64_t packedBytes() const {
+    return blocks * packedDepth() * slices() * width * packedElementBytes();
+  }
   // Where the packed elements of (slice, packed depth 0) of block 0 start; packed depth k adds
   // k * panelWidth(slice), block b adds b * packedDepth() * slices() * width.
   int64_t sliceStart(int64_t slice) const;
