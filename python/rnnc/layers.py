@@ -31,6 +31,33 @@ def _packed_sequences():
     return sys.modules.get("torch.nn.utils.rnn")
 
 
+def _records_gradients(*values):
+    """Whether torch's autograd would record a call on these values (grad mode on and one of them
+    a tensor that requires grad; a PackedSequence by its data): rnnc's inference would silently
+    cut the graph there, so such calls run the training forward and its backward instead."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.is_grad_enabled():
+        return False
+    rnn_utils = _packed_sequences()
+    for value in values:
+        if rnn_utils is not None and isinstance(value, rnn_utils.PackedSequence):
+            value = value.data
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            return True
+    return False
+
+
+def _check_differentiable(what, weights_dtype, device):
+    """Gradients run in fp32 on the CPU (the backward rnnc derives); say so rather than cut the
+    graph or give gradients of other weights than the forward used."""
+    if weights_dtype != "fp32" or device != "cpu":
+        raise NotImplementedError(
+            f"{what} with weights_dtype={weights_dtype!r}, device={device!r} runs inference only, "
+            "and a tensor it was given requires grad: gradients need weights_dtype='fp32' on the "
+            "cpu; for inference, call it under torch.no_grad() (or pass tensors that do not "
+            "require grad)")
+
+
 def _installed_torch():
     """torch where it is installed (state_dict gives torch tensors then, as torch.nn's does)."""
     try:
@@ -141,6 +168,7 @@ class Layer:
         self.device = device
         self._weights = None
         self._program = _Program()
+        self._training_program = _Program()  # for calls whose tensors require grad
 
     def load_state_dict(self, state_dict):
         """Weights under the cell's parameter names (PyTorch's for the built-in cells: weight_ih_l0,
@@ -148,6 +176,7 @@ class Layer:
         self._weights = {name: _as_array(value, f"state_dict['{name}']")
                          for name, value in state_dict.items()}
         self._program.reset()
+        self._training_program.reset()
 
     def state_dict(self):
         if self._weights is None:
@@ -181,6 +210,8 @@ class Layer:
         each state [num_layers * num_directions, B, F] (absent ones start at zero), lengths [B]
         (each sequence's own length; outputs past it are zero). Side inputs of a cell with
         several inputs by name, laid out as x. Returns the output and every final state by name."""
+        if _records_gradients(input, *(states or {}).values(), *side_inputs.values()):
+            return self._differentiable_call(input, states or {}, lengths, side_inputs)
         as_torch = _is_torch(input)
         x = _as_array(input, "input")
         given = {name: _as_array(value, f"states['{name}']")
@@ -191,6 +222,45 @@ class Layer:
         return _like(y, as_torch), {name: _like(v, as_torch) for name, v in finals.items()}
 
     forward = __call__
+
+    def _differentiable_call(self, input, states, lengths, side_inputs):
+        """The call when autograd records it: rnnc's training forward (in eval mode: dropouts are
+        the identity, as in inference) as a torch.autograd.Function, whose backward gives the
+        gradients of the input and the initial states (the weights are not torch parameters
+        here; rnnc.nn.Recurrent trains them)."""
+        import torch
+
+        from .nn import _Recurrence
+
+        _check_differentiable(self._describe(), self.weights_dtype, self.device)
+        if side_inputs:
+            raise NotImplementedError(
+                f"{self._describe()}: gradients through a cell with side inputs "
+                f"({', '.join(side_inputs)}); call it under torch.no_grad() for inference")
+        if not _is_torch(input):
+            raise TypeError(f"{self._describe()}: states require grad, so the input must be a "
+                            f"torch tensor too, not {type(input).__name__}")
+        names = self.state_names
+        unknown = sorted(set(states) - set(names))
+        if unknown:
+            raise ValueError(f"the cell has no state {', '.join(unknown)}; its states: "
+                             f"{', '.join(names)}")
+        program = self._training_program.get(self._build_training)
+        x = input.float()
+        initial = []
+        for name in names:
+            state = states.get(name)
+            initial.append(None if state is None else torch.as_tensor(state).float())
+        lens = None if lengths is None else _lengths_array(lengths)
+        y, *finals = _Recurrence.apply(program, names, [], x, lens, *initial)
+        return y, dict(zip(names, finals))
+
+    def _build_training(self):
+        self._layer()  # the same checks and sizes as inference
+        sizes = {name: value for name, value in self.sizes.items() if name != "input_size"}
+        return _rnnc.Training(self.cell, self._weights, sizes, self.num_layers,
+                              self.bidirectional, self.batch_first, self.jit, self.threads,
+                              self.target_cpu, 0.0, 0, training=False)
 
     def ir(self, after=None):
         """The cell's IR through rnnc's passes: after every pass (``after="all"``, each headed by
@@ -244,6 +314,7 @@ class _TorchRNN:
         self._options = dict(threads=threads, jit=jit, target_cpu=target_cpu,
                              weights_dtype=weights_dtype, device=device)
         self._program = _Program()
+        self._differentiable = _Program()  # rnnc.nn's module, for calls that require grad
         # torch.nn's initialisation: every weight and bias uniform in [-1/sqrt(H), 1/sqrt(H)].
         bound = 1.0 / math.sqrt(hidden_size)
         rng = np.random.default_rng()
@@ -297,6 +368,7 @@ class _TorchRNN:
             weights[name] = array
         self._weights = weights
         self._program.reset()
+        self._differentiable.reset()
 
     def state_dict(self):
         as_torch = _installed_torch() is not None
@@ -329,6 +401,10 @@ class _TorchRNN:
                 f"{type(self).__name__} runs inference, where dropout between layers is the "
                 f"identity; call .eval() first, or train with rnnc.nn.{type(self).__name__} (a "
                 "torch.nn.Module whose forward and backward are rnnc's, dropout included)")
+        if _records_gradients(input, *(hx if isinstance(hx, (tuple, list)) else (hx,))):
+            _check_differentiable(f"rnnc.{type(self).__name__}", self._options["weights_dtype"],
+                                  self._options["device"])
+            return self._differentiable.get(self._build_differentiable)(input, hx)
         rnn_utils = _packed_sequences()
         packed = rnn_utils is not None and isinstance(input, rnn_utils.PackedSequence)
         lengths = None
@@ -361,6 +437,28 @@ class _TorchRNN:
         if self._mode == "LSTM":
             return results[0], (results[1], results[2])
         return results[0], results[1]
+
+    def _build_differentiable(self):
+        """rnnc.nn's module of this one's kind, options and weights, in eval mode and with its
+        parameters frozen: autograd reaches the input and hx through rnnc's backward, and the
+        weights stay this module's (not torch parameters)."""
+        import torch
+
+        from . import nn
+
+        options = dict(num_layers=self.num_layers, bias=self.bias, batch_first=self.batch_first,
+                       dropout=self.dropout, bidirectional=self.bidirectional,
+                       threads=self._options["threads"], jit=self._options["jit"],
+                       target_cpu=self._options["target_cpu"])
+        if self._mode == "LSTM":
+            options["proj_size"] = self.proj_size
+        if self._mode == "RNN":
+            options["nonlinearity"] = self.nonlinearity
+        module = getattr(nn, self._mode)(self.input_size, self.hidden_size, **options)
+        module.load_state_dict({name: torch.from_numpy(value)
+                                for name, value in self._weights.items()})
+        module.requires_grad_(False)
+        return module.eval()
 
     def _initial_states(self, hx, batch, batched):
         expected = state_shapes(self, self._mode == "LSTM", batch)

@@ -34,15 +34,18 @@ def _initial_name(state):
 
 
 class _Recurrence(torch.autograd.Function):
-    """y and the final states from x, the initial states and the parameters, all float32."""
+    """y and the final states from x, the initial states and the parameters, all float32. An
+    initial state given as None starts at zero (and has no gradient)."""
 
     @staticmethod
     def forward(ctx, program, state_names, param_names, x, lengths, *tensors):
+        initial = tensors[:len(state_names)]
         states = {name: t.detach().contiguous().numpy()
-                  for name, t in zip(state_names, tensors[:len(state_names)])}
+                  for name, t in zip(state_names, initial) if t is not None}
         y, finals, tape = program.forward(x.detach().contiguous().numpy(), states, lengths)
         ctx.program, ctx.tape = program, tape
         ctx.state_names, ctx.param_names = state_names, param_names
+        ctx.given = [t is not None for t in initial]
         return (torch.from_numpy(y),) + tuple(torch.from_numpy(finals[n]) for n in state_names)
 
     @staticmethod
@@ -50,7 +53,8 @@ class _Recurrence(torch.autograd.Function):
         grads = ctx.program.backward(
             ctx.tape, grad_y.contiguous().numpy(),
             {name: g.contiguous().numpy() for name, g in zip(ctx.state_names, grad_finals)})
-        dstates = [torch.from_numpy(grads[_initial_name(n)]) for n in ctx.state_names]
+        dstates = [torch.from_numpy(grads[_initial_name(n)]) if given else None
+                   for n, given in zip(ctx.state_names, ctx.given)]
         dparams = [torch.from_numpy(grads[n]) if n in grads else None for n in ctx.param_names]
         return (None, None, None, torch.from_numpy(grads["input"]), None, *dstates, *dparams)
 
