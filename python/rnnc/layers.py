@@ -133,6 +133,15 @@ class _Program:
         with self._lock:
             self._layer = None
 
+    # A copy of a module (copy.deepcopy, pickle, torch.save of a model holding one) does not copy
+    # the compiled program, which lives in rnnc's C++ and holds no Python state: the copy builds
+    # its own on first use, from the disk cache.
+    def __getstate__(self):
+        return {}
+
+    def __setstate__(self, state):
+        self.__init__()
+
 
 class Layer:
     """Any cell as a layer: ``cell`` is a built-in name (``rnnc.builtin_cells()``), the path of a

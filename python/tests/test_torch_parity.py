@@ -170,6 +170,49 @@ def test_own_initial_weights_and_state_dict_round_trip():
         compare_outputs("LSTM", ours(x), module(x))
 
 
+@pytest.mark.parametrize("how", ["deepcopy", "pickle", "torch.save"])
+def test_a_module_copies_as_torch_modules_do(how, tmp_path):
+    """copy.deepcopy, pickle and torch.save of a model holding the module (after a call, so that
+    it holds a compiled program): the copy runs as the original, and its weights are its own."""
+    import copy
+    import pickle
+
+    module = torch_module("GRU", 3, 4, num_layers=2, bidirectional=True)
+    ours = rnnc.from_torch(module)
+    model = {"encoder": ours, "note": "a model as a user keeps one"}
+    x = torch.randn(5, 2, 3)
+    before = ours(x)
+    if how == "deepcopy":
+        copied = copy.deepcopy(model)
+    elif how == "pickle":
+        copied = pickle.loads(pickle.dumps(model))
+    else:
+        torch.save(model, tmp_path / "model.pt")
+        copied = torch.load(tmp_path / "model.pt")
+    twin = copied["encoder"]
+    assert type(twin) is rnnc.GRU and repr(twin) == repr(ours)
+    with torch.no_grad():
+        compare_outputs("GRU", twin(x), module(x))
+    twin.load_state_dict({name: value * 2 for name, value in twin.state_dict().items()})
+    compare_outputs("GRU", ours(x), before)
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_layer_copies_with_its_weights(how):
+    import copy
+    import pickle
+
+    module = torch_module("LSTM", 3, 4)
+    layer = rnnc.Layer("lstm", weights_dtype="fp16")
+    layer.load_state_dict(module.state_dict())
+    x = torch.randn(5, 2, 3)
+    y, finals = layer(x)
+    twin = copy.deepcopy(layer) if how == "deepcopy" else pickle.loads(pickle.dumps(layer))
+    y2, finals2 = twin(x)
+    assert torch.equal(y2, y) and torch.equal(finals2["c"], finals["c"])
+    assert twin.weights_dtype == "fp16"
+
+
 def test_dropout_between_layers_in_training_mode_is_refused_and_eval_runs():
     module = torch_module("LSTM", 3, 4, num_layers=2, dropout=0.5)
     ours = rnnc.from_torch(module).train()
