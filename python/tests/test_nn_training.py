@@ -291,3 +291,80 @@ def test_recurrent_refuses_what_it_cannot_train():
     model = rnnc.nn.Recurrent(DROPPING_CELL, input_size=2, hidden_size=3)
     with pytest.raises(ValueError, match="no state c"):
         model(torch.randn(2, 1, 2), {"c": torch.zeros(1, 1, 3)})
+
+
+# ---- calls autograd does not record: one inference program while the weights stay ---------------
+
+def test_evaluation_under_no_grad_reuses_one_program_and_sees_every_weight_change():
+    """Under torch.no_grad() in eval mode the module runs rnnc's inference program, kept between
+    calls; whatever changes a weight (an optimiser step, load_state_dict, a write through .data
+    that torch's version counter does not see) gives torch's result for the new weights."""
+    theirs, ours = twins("LSTM", 4, 6, num_layers=2, bidirectional=True)
+    theirs.eval(), ours.eval()
+    x = torch.randn(5, 3, 4)
+
+    def check(what):
+        with torch.no_grad():
+            got, want = ours(x), theirs(x)
+        assert_close(got[0], want[0], f"{what}: output", 1e-5)
+        assert_close(got[1][1], want[1][1], f"{what}: c_n", 1e-5)
+        return ours.__dict__["_rnnc_inference"][1]
+
+    program = check("first call")
+    assert check("second call") is program, "the second call built another program"
+    optimiser = torch.optim.SGD(ours.parameters(), lr=0.5)
+    ours(x)[0].sum().backward()
+    optimiser.step()
+    theirs.load_state_dict(ours.state_dict())
+    assert check("after an optimiser step") is not program
+    ours.weight_hh_l1_reverse.data.mul_(0.5)  # not counted by torch's version counter
+    theirs.weight_hh_l1_reverse.data.mul_(0.5)
+    check("after a write through .data")
+    state = {name: value * -1 for name, value in theirs.state_dict().items()}
+    ours.load_state_dict(state), theirs.load_state_dict(state)
+    check("after load_state_dict")
+
+
+def test_a_module_that_ran_inference_still_copies():
+    import copy
+    import pickle
+
+    theirs, ours = twins("GRU", 3, 4)
+    x = torch.randn(4, 2, 3)
+    with torch.no_grad():
+        want = ours.eval()(x)[0]
+    for twin in (copy.deepcopy(ours), pickle.loads(pickle.dumps(ours))):
+        with torch.no_grad():
+            assert torch.equal(twin(x)[0], want)
+
+
+def test_inference_calls_keep_trainings_semantics_where_they_differ():
+    """Under no_grad a module in training mode still draws dropout masks (between layers, and a
+    custom cell's), and a module that autograd records still gives gradients."""
+    torch.manual_seed(8)
+    stacked = rnnc.nn.LSTM(3, 16, num_layers=2, dropout=0.5)
+    x = torch.randn(5, 2, 3)
+    with torch.no_grad():
+        assert not torch.equal(stacked(x)[0], stacked(x)[0])
+    cell = rnnc.nn.Recurrent(DROPPING_CELL, input_size=3, hidden_size=4)
+    with torch.no_grad():
+        assert not torch.equal(cell(x)[0], cell(x)[0])
+        cell.eval()
+        assert torch.equal(cell(x)[0], cell(x)[0])
+    y, _ = cell(x)  # eval mode, grad enabled: the parameters require grad
+    y.sum().backward()
+    assert cell.w_l0.grad is not None and float(cell.w_l0.grad.abs().sum()) > 0
+
+
+def test_a_custom_cells_evaluation_matches_torch():
+    torch.manual_seed(9)
+    theirs = torch.nn.GRU(3, 5, num_layers=2).eval()
+    ours = rnnc.nn.Recurrent("gru", num_layers=2, input_size=3, hidden_size=5).eval()
+    ours.load_state_dict(theirs.state_dict())
+    x, h0 = torch.randn(6, 2, 3), torch.randn(2, 2, 5)
+    with torch.no_grad():
+        y, finals = ours(x, {"h": h0})
+        want_y, want_h = theirs(x, h0)
+    assert_close(y, want_y, "output", 1e-5)
+    assert_close(finals["h"], want_h, "h_n", 1e-5)
+    assert ours.__dict__["_rnnc_inference"] is not None
