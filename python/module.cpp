@@ -34,7 +34,7 @@ using IndexArray = py::array_t<int64_t, py::array::c_style | py::array::forcecas
 
 Tensor toTensor(const FloatArray& a) {
   TensorShape shape(a.shape(), a.shape() + a.ndim());
-  Tensor t(std::move(shape));
+  Tensor t = Tensor::uninitialized(std::move(shape)); // written whole below
   std::memcpy(t.data(), a.data(), static_cast<size_t>(t.numel()) * sizeof(float));
   return t;
 }
@@ -215,7 +215,8 @@ public:
     args.options.dropout = dropout;
     args.options.seed = seed;
     py::gil_scoped_release unlocked;
-    program_ = GradientProgram::build(*args.cell, args.weights, "the parameters", args.options);
+    program_ =
+        GradientProgram::build(*args.cell, std::move(args.weights), "the parameters", args.options);
   }
 
   // (output, {state: final value}, tape).

@@ -90,6 +90,17 @@ void readTile(const Layout& p, const Weights& w, int64_t k0, int64_t at, int64_t
         byDepth[d][g] = byColumn[g][d];
     return;
   }
+  // W as [K, N] (a backward's products by a weight, dx = dgates * W_ih): a line of each depth,
+  // copied as it is. Element by element below, this packing was half of building an LSTM's
+  // training program (I=H=512: 3.2 of 7 ms).
+  if (!p.transposed && depths == kGroup && count == kGroup) {
+    for (int64_t d = 0; d < kGroup; ++d) {
+      const float* row = w.w + (k0 + d) * w.rowStride + at;
+      for (int64_t g = 0; g < kGroup; ++g)
+        byDepth[d][g] = row[g];
+    }
+    return;
+  }
   for (int64_t d = 0; d < kGroup; ++d)
     for (int64_t g = 0; g < kGroup; ++g)
       byDepth[d][g] = d < depths && g < count ? w.at(k0 + d, at + g) : 0.0f;

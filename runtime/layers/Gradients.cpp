@@ -179,17 +179,33 @@ int64_t TrainingTape::bytes() const {
   return floats * static_cast<int64_t>(sizeof(float));
 }
 
+namespace {
+
+// The layer program binds every slot's sizes and parameters; the cells that run are derived,
+// so its own forward is not compiled.
+LayerOptions bindingOnly(const LayerOptions& options) {
+  LayerOptions bindOnly = options;
+  bindOnly.engine = Engine::Interpreter;
+  bindOnly.compile.weights = codegen::WeightType::F32; // refused by build, with the reason
+  return bindOnly;
+}
+
+} // namespace
+
 std::shared_ptr<const GradientProgram> GradientProgram::build(const ir::Cell& cell,
                                                               const TensorMap& weights,
                                                               const std::string& weightsSource,
                                                               const LayerOptions& options,
                                                               passes::ForwardValues forwardValues) {
-  // The layer program binds every slot's sizes and parameters; the cells that run are derived,
-  // so its own forward is not compiled.
-  LayerOptions bindOnly = options;
-  bindOnly.engine = Engine::Interpreter;
-  bindOnly.compile.weights = codegen::WeightType::F32; // refused below, with the reason
-  return build(LayerProgram::build(cell, weights, weightsSource, bindOnly), options, forwardValues);
+  return build(LayerProgram::build(cell, weights, weightsSource, bindingOnly(options)), options,
+               forwardValues);
+}
+
+std::shared_ptr<const GradientProgram>
+GradientProgram::build(const ir::Cell& cell, TensorMap&& weights, const std::string& weightsSource,
+                       const LayerOptions& options, passes::ForwardValues forwardValues) {
+  return build(LayerProgram::build(cell, std::move(weights), weightsSource, bindingOnly(options)),
+               options, forwardValues);
 }
 
 std::shared_ptr<const GradientProgram>

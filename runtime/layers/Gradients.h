@@ -62,6 +62,11 @@ public:
   static std::shared_ptr<const GradientProgram>
   build(const ir::Cell& cell, const TensorMap& weights, const std::string& weightsSource,
         const LayerOptions& options, passes::ForwardValues forwardValues = {});
+  // Taking the weights (no copy): a training step builds its program anew from fresh weights.
+  static std::shared_ptr<const GradientProgram> build(const ir::Cell& cell, TensorMap&& weights,
+                                                      const std::string& weightsSource,
+                                                      const LayerOptions& options,
+                                                      passes::ForwardValues forwardValues = {});
   // Over a layer program already built (its slots' bound cells and parameters; its own
   // compiled forward is not used), run as `options` say.
   static std::shared_ptr<const GradientProgram> build(std::shared_ptr<const LayerProgram> layers,
