@@ -413,6 +413,11 @@ class _TorchRNN:
         if _records_gradients(input, *(hx if isinstance(hx, (tuple, list)) else (hx,))):
             _check_differentiable(f"rnnc.{type(self).__name__}", self._options["weights_dtype"],
                                   self._options["device"])
+            if hx is not None:  # rnnc.nn's module takes torch tensors only
+                import torch
+
+                hx = (tuple(torch.as_tensor(h) for h in hx) if isinstance(hx, (tuple, list))
+                      else torch.as_tensor(hx))
             return self._differentiable.get(self._build_differentiable)(input, hx)
         rnn_utils = _packed_sequences()
         packed = rnn_utils is not None and isinstance(input, rnn_utils.PackedSequence)

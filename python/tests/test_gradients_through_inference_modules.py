@@ -173,3 +173,17 @@ cell attend(input_size, hidden_size) {
     with torch.no_grad():
         y, _ = layer(x, context=context)
     assert y.shape == (5, 2, 4)
+
+
+def test_a_numpy_initial_state_beside_an_input_that_requires_grad():
+    torch.manual_seed(7)
+    theirs = torch.nn.GRU(3, 4).eval()
+    ours = rnnc.from_torch(theirs)
+    x, h0 = torch.randn(5, 2, 3), torch.randn(1, 2, 4)
+    grads = []
+    for module, hx in ((theirs, h0), (ours, h0.numpy())):
+        (x_leaf,) = leaves(x)
+        y, _ = module(x_leaf, hx)
+        y.pow(2).sum().backward()
+        grads.append(x_leaf.grad)
+    assert_close(grads[1], grads[0], "d loss / d input")

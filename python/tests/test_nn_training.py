@@ -368,3 +368,26 @@ def test_a_custom_cells_evaluation_matches_torch():
     assert_close(y, want_y, "output", 1e-5)
     assert_close(finals["h"], want_h, "h_n", 1e-5)
     assert ours.__dict__["_rnnc_inference"] is not None
+
+
+EVAL_CASES = [("LSTM", dict(proj_size=3, batch_first=True)), ("GRU", dict(bidirectional=True)),
+              ("RNN", dict(nonlinearity="relu", num_layers=2, dropout=0.5))]
+
+
+@pytest.mark.parametrize("mode,options", EVAL_CASES, ids=[f"{m}-{o}" for m, o in EVAL_CASES])
+def test_evaluation_matches_torch_padded_and_packed(mode, options):
+    theirs, ours = twins(mode, 4, 5, **options)
+    theirs.eval(), ours.eval()
+    batch_first = options.get("batch_first", False)
+    x = torch.randn(3, 6, 4) if batch_first else torch.randn(6, 3, 4)
+    lengths = torch.tensor([6, 2, 5])
+    packed = pack_padded_sequence(x, lengths, batch_first=batch_first, enforce_sorted=False)
+    with torch.no_grad():
+        for given in (x, packed):
+            got, want = ours(given), theirs(given)
+            got_y, want_y = (got[0].data, want[0].data) if given is packed else (got[0], want[0])
+            assert_close(got_y, want_y, f"{mode} output", 1e-5)
+            got_h = got[1][0] if mode == "LSTM" else got[1]
+            want_h = want[1][0] if mode == "LSTM" else want[1]
+            assert_close(got_h, want_h, f"{mode} h_n", 1e-5)
+    assert "_rnnc_inference" in ours.__dict__
