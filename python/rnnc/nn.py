@@ -68,11 +68,11 @@ def _records(*tensors):
 class _InferenceCache:
     """A module's inference program (rnnc's Layer: no tape, weights packed once), for calls that
     autograd does not record, such as evaluation under torch.no_grad(): the training forward
-    builds a program and packs the weights at every call (a batch-1 LSTM, I=H=512: 3x the time
-    of the cached program's call). It is built from a copy of the parameters and kept while they
+    builds a program and packs the weights at every call (a batch-1 LSTM, I=H=512: 8.5 ms a
+    call, against 5.9 with this program). It is built from a copy of the parameters and kept while they
     equal that copy: torch's version counter misses writes through ``p.data`` (hand-written
     optimisers, EMA updates), so the check compares the values, a read of the weights once a
-    call (about 1 ms for the 8 MB of that LSTM, against 5-6 ms for its call)."""
+    call (about 1 ms for the 8 MB of that LSTM)."""
 
     _attribute = "_rnnc_inference"
 
