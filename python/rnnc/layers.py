@@ -101,12 +101,26 @@ def _lengths_array(lengths):
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
-def _like(array, as_torch):
+def _like(array, as_torch, dtype=None):
+    """A float32 result as the caller gave its input: a torch tensor or a numpy array, in the
+    input's floating type (`dtype`, a torch or numpy one; None: float32), as torch.nn's modules
+    answer a float64 or bfloat16 input."""
     if not as_torch:
-        return array
+        return array if dtype is None or dtype == array.dtype else array.astype(dtype)
     import torch
 
-    return torch.from_numpy(array)
+    tensor = torch.from_numpy(array)
+    return tensor if dtype is None or dtype == tensor.dtype else tensor.to(dtype)
+
+
+def _floating_type(x):
+    """x's floating type (torch's or numpy's), None when it has none: the results' type."""
+    if _is_torch(x):
+        return x.dtype if x.is_floating_point() else None
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(x).dtype
+    return dtype if np.issubdtype(dtype, np.floating) else None
 
 
 def _shape(x):
@@ -222,13 +236,15 @@ class Layer:
         if _records_gradients(input, *(states or {}).values(), *side_inputs.values()):
             return self._differentiable_call(input, states or {}, lengths, side_inputs)
         as_torch = _is_torch(input)
+        dtype = _floating_type(input)
         x = _as_array(input, "input")
         given = {name: _as_array(value, f"states['{name}']")
                  for name, value in (states or {}).items()}
         sides = {name: _as_array(value, name) for name, value in side_inputs.items()}
         lens = None if lengths is None else _lengths_array(lengths)
         y, finals = self._layer().forward(x, given, lens, sides)
-        return _like(y, as_torch), {name: _like(v, as_torch) for name, v in finals.items()}
+        return (_like(y, as_torch, dtype),
+                {name: _like(v, as_torch, dtype) for name, v in finals.items()})
 
     forward = __call__
 
@@ -262,6 +278,8 @@ class Layer:
             initial.append(None if state is None else torch.as_tensor(state).float())
         lens = None if lengths is None else _lengths_array(lengths)
         y, *finals = _Recurrence.apply(program, names, [], x, lens, *initial)
+        if input.dtype != torch.float32:
+            y, finals = y.to(input.dtype), [f.to(input.dtype) for f in finals]
         return y, dict(zip(names, finals))
 
     def _build_training(self):
@@ -428,6 +446,7 @@ class _TorchRNN:
         else:
             sequence = input
         as_torch = _is_torch(sequence)
+        dtype = _floating_type(sequence)
         x = _as_array(sequence, "input")
         batched = x.ndim == 3
         if x.ndim == 2 and not packed:  # unbatched, as torch.nn allows: [T, I]
@@ -444,8 +463,7 @@ class _TorchRNN:
             results[0] = y[0] if self.batch_first else y[:, 0]
             results[1:] = [np.ascontiguousarray(f[:, 0]) for f in results[1:]]
             results[0] = np.ascontiguousarray(results[0])
-        if as_torch:
-            results = [_like(r, True) for r in results]
+        results = [_like(r, as_torch, dtype) for r in results]
         if packed:
             results[0] = repack(results[0], input, self.batch_first)
         if self._mode == "LSTM":

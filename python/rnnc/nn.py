@@ -107,6 +107,14 @@ def _infer(layer, x, state_names, states, lengths):
     return torch.from_numpy(y), [torch.from_numpy(finals[name]) for name in state_names]
 
 
+def _in_type(dtype, y, finals):
+    """The output and final states in `dtype` (a float64 or bfloat16 model gets its own type
+    back, as from torch.nn, for the layers after it; autograd flows through the conversion)."""
+    if dtype == torch.float32:
+        return y, finals
+    return y.to(dtype), [f.to(dtype) for f in finals]
+
+
 class _RnncForward:
     """The forward of torch.nn.RNNBase, run by rnnc (mixed into torch's own modules)."""
 
@@ -150,6 +158,7 @@ class _RnncForward:
         elif x.dim() != 3:
             raise ValueError(f"{type(self).__name__}: Expected input to be 2D or 3D, got "
                              f"{x.dim()}D input of shape {list(x.shape)}")
+        dtype = x.dtype  # rnnc computes in float32; the results come back in the input's type
         x = x.float()
         batch = x.shape[0 if self.batch_first else 1]
         states = self._initial_states(hx, batch, batched, x)
@@ -173,6 +182,7 @@ class _RnncForward:
                 training=self.training)
             y, *finals = _Recurrence.apply(program, state_names, names, x, lengths, *states,
                                            *params)
+        y, finals = _in_type(dtype, y, finals)
         if not batched:
             y = y.squeeze(0 if self.batch_first else 1)
             finals = [f.squeeze(1) for f in finals]
@@ -259,6 +269,7 @@ class Recurrent(torch.nn.Module):
         if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dim() != 3:
             raise TypeError("Recurrent takes a 3-D floating-point tensor [T, B, input_size] "
                             f"([B, T, input_size] with batch_first), not {x!r:.80}")
+        dtype = x.dtype  # rnnc computes in float32; the results come back in the input's type
         x = x.float()
         batch = x.shape[0 if self.batch_first else 1]
         slots = self.num_layers * (2 if self.bidirectional else 1)
@@ -297,6 +308,7 @@ class Recurrent(torch.nn.Module):
                 int(seed), training=self.training)
             y, *finals = _Recurrence.apply(program, state_names, names, x, lengths, *initial,
                                            *params)
+        y, finals = _in_type(dtype, y, finals)
         if packed_input is not None:
             y = repack(y, packed_input, self.batch_first)
         return y, dict(zip(state_names, finals))

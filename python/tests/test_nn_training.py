@@ -391,3 +391,22 @@ def test_evaluation_matches_torch_padded_and_packed(mode, options):
             want_h = want[1][0] if mode == "LSTM" else want[1]
             assert_close(got_h, want_h, f"{mode} h_n", 1e-5)
     assert "_rnnc_inference" in ours.__dict__
+
+
+def test_a_float64_model_trains_with_float64_results():
+    """Gradients reach a float64 model's parameters, in float64, through the layer after it."""
+    torch.manual_seed(12)
+    theirs, ours = twins("GRU", 3, 4)
+    theirs, ours = theirs.double(), ours.double()
+    head = torch.nn.Linear(4, 2).double()
+    x = torch.randn(5, 2, 3, dtype=torch.float64)
+    grads = []
+    for module in (theirs, ours):
+        module.zero_grad(), head.zero_grad()
+        y, h = module(x)
+        assert y.dtype == torch.float64 and h.dtype == torch.float64
+        head(y).pow(2).sum().backward()
+        grads.append((module.weight_hh_l0.grad.clone(), head.weight.grad.clone()))
+    assert grads[1][0].dtype == torch.float64
+    for got, want, what in zip(grads[1], grads[0], ["W_hh grad", "the head's weight grad"]):
+        assert_close(got, want, what, 1e-4)

@@ -9,6 +9,7 @@ import pytest
 import rnnc
 
 torch = pytest.importorskip("torch")
+import rnnc.nn  # noqa: E402
 from torch.nn.utils.rnn import pack_padded_sequence  # noqa: E402
 
 TOLERANCE = 1e-5
@@ -123,9 +124,38 @@ def test_numpy_in_numpy_out_and_torch_in_torch_out():
     y_torch, h_torch = ours(torch.from_numpy(x))
     assert isinstance(y_torch, torch.Tensor) and isinstance(h_torch, torch.Tensor)
     np.testing.assert_array_equal(y, y_torch.numpy())
-    # float64 is converted; the result is float32 either way.
-    y64, _ = ours(x.astype(np.float64))
+    # float64 is computed in float32 and comes back as float64, as torch.nn answers in its input's
+    # type (torch tensors too: below).
+    y64, h64 = ours(x.astype(np.float64))
+    assert y64.dtype == np.float64 and h64.dtype == np.float64
     np.testing.assert_allclose(y64, y, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "bfloat16"])
+def test_results_come_back_in_the_inputs_type(dtype):
+    """A float64 or bfloat16 model: rnnc computes in float32, and the next layer of the model
+    gets its own type back, as from torch.nn."""
+    dtype = getattr(torch, dtype)
+    module = torch_module("LSTM", 3, 4, num_layers=2, bidirectional=True)
+    x = torch.randn(5, 2, 3)
+    with torch.no_grad():
+        want_y, (want_h, want_c) = module(x)
+        outputs = [rnnc.from_torch(module)(x.to(dtype)),
+                   rnnc.from_torch(module)(pack_padded_sequence(x.to(dtype), [5, 3])),
+                   rnnc.nn.LSTM(3, 4, num_layers=2, bidirectional=True).to(dtype)]
+        outputs[2].load_state_dict(module.state_dict())
+        outputs[2] = outputs[2].eval()(x.to(dtype))
+        layer = rnnc.Layer("lstm")
+        layer.load_state_dict(module.state_dict())
+        y, finals = layer(x.to(dtype))
+        outputs.append((y, (finals["h"], finals["c"])))
+    tolerance = 1e-5 if dtype == torch.float64 else 2e-2  # bfloat16's own rounding of x and y
+    for i, (y, (h, c)) in enumerate(outputs):
+        y = y.data if isinstance(y, torch.nn.utils.rnn.PackedSequence) else y
+        assert y.dtype == dtype and h.dtype == dtype and c.dtype == dtype, f"call {i}"
+        if i != 1:  # the packed call ran shorter sequences
+            assert float((y.float() - want_y).abs().max()) <= tolerance, f"call {i}"
+            assert float((c.float() - want_c).abs().max()) <= tolerance, f"call {i}"
 
 
 def test_other_dtypes_and_shapes_are_rejected_clearly():
