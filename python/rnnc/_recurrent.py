@@ -1,5 +1,29 @@
 """What rnnc.LSTM (numpy or torch) and rnnc.nn.LSTM (torch) share: the initial states torch.nn
-takes as hx, checked against the shapes it expects, and a PackedSequence out of a padded output."""
+takes as hx, checked against the shapes it expects, a PackedSequence out of a padded output, and
+whether autograd records a call."""
+
+import sys
+
+import numpy as np
+
+
+def records_gradients(*values):
+    """Whether torch's autograd would record a call on these values (grad mode on and one of them
+    a tensor that requires grad; a PackedSequence by its data). rnnc's inference would cut the
+    graph there: such calls run the training forward and its backward instead."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.is_grad_enabled():
+        return False
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            if value.requires_grad:
+                return True
+        elif value is not None and type(value) is not np.ndarray:
+            rnn_utils = sys.modules.get("torch.nn.utils.rnn")
+            if (rnn_utils is not None and isinstance(value, rnn_utils.PackedSequence)
+                    and value.data.requires_grad):
+                return True
+    return False
 
 
 def state_shapes(module, lstm, batch):

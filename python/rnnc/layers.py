@@ -14,7 +14,8 @@ import threading
 import numpy as np
 
 from . import _rnnc
-from ._recurrent import check_state_shape, given_states, repack, state_shapes
+from ._recurrent import (check_state_shape, given_states, records_gradients, repack,
+                         state_shapes)
 
 # torch is imported only where it is needed (importing it takes over a second, most of `import
 # rnnc`): an argument can only be a torch tensor or PackedSequence once the program has imported
@@ -29,25 +30,6 @@ def _is_torch(x):
 def _packed_sequences():
     """torch's PackedSequence module, if the program has imported it."""
     return sys.modules.get("torch.nn.utils.rnn")
-
-
-def _records_gradients(*values):
-    """Whether torch's autograd would record a call on these values (grad mode on and one of them
-    a tensor that requires grad; a PackedSequence by its data): rnnc's inference would silently
-    cut the graph there, so such calls run the training forward and its backward instead."""
-    torch = sys.modules.get("torch")
-    if torch is None or not torch.is_grad_enabled():
-        return False
-    for value in values:
-        if isinstance(value, torch.Tensor):
-            if value.requires_grad:
-                return True
-        elif value is not None and type(value) is not np.ndarray:
-            rnn_utils = _packed_sequences()
-            if (rnn_utils is not None and isinstance(value, rnn_utils.PackedSequence)
-                    and value.data.requires_grad):
-                return True
-    return False
 
 
 def _check_differentiable(what, weights_dtype, device):
@@ -241,7 +223,7 @@ class Layer:
         each state [num_layers * num_directions, B, F] (absent ones start at zero), lengths [B]
         (each sequence's own length; outputs past it are zero). Side inputs of a cell with
         several inputs by name, laid out as x. Returns the output and every final state by name."""
-        if _records_gradients(input, *(states or {}).values(), *side_inputs.values()):
+        if records_gradients(input, *(states or {}).values(), *side_inputs.values()):
             return self._differentiable_call(input, states or {}, lengths, side_inputs)
         as_torch = _is_torch(input)
         dtype = _result_type(input)
@@ -263,7 +245,7 @@ class Layer:
         here; rnnc.nn.Recurrent trains them)."""
         import torch
 
-        from .nn import _Recurrence
+        from .nn import _in_type, _Recurrence
 
         _check_differentiable(self._describe(), self.weights_dtype, self.device)
         if side_inputs:
@@ -286,8 +268,7 @@ class Layer:
             initial.append(None if state is None else torch.as_tensor(state).float())
         lens = None if lengths is None else _lengths_array(lengths)
         y, *finals = _Recurrence.apply(program, names, [], x, lens, *initial)
-        if input.dtype != torch.float32:
-            y, finals = y.to(input.dtype), [f.to(input.dtype) for f in finals]
+        y, finals = _in_type(input.dtype, y, finals)
         return y, dict(zip(names, finals))
 
     def _build_training(self):
@@ -437,7 +418,7 @@ class _TorchRNN:
                 f"identity; call .eval() first, or train with rnnc.nn.{type(self).__name__} (a "
                 "torch.nn.Module whose forward and backward are rnnc's, dropout included)")
         # (numpy input without hx, the cheapest call, needs no look: nothing can require grad)
-        if (type(input) is not np.ndarray or hx is not None) and _records_gradients(
+        if (type(input) is not np.ndarray or hx is not None) and records_gradients(
                 input, *(hx if isinstance(hx, (tuple, list)) else (hx,))):
             _check_differentiable(f"rnnc.{type(self).__name__}", self._options["weights_dtype"],
                                   self._options["device"])

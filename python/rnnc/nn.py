@@ -23,7 +23,8 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
 
 from . import _rnnc
-from ._recurrent import check_state_shape, given_states, repack, state_shapes
+from ._recurrent import (check_state_shape, given_states, records_gradients, repack,
+                         state_shapes)
 
 __all__ = ["LSTM", "GRU", "RNN", "Recurrent"]
 
@@ -59,20 +60,14 @@ class _Recurrence(torch.autograd.Function):
         return (None, None, None, torch.from_numpy(grads["input"]), None, *dstates, *dparams)
 
 
-def _records(*tensors):
-    """Whether autograd records a call on these tensors (grad mode on, one of them requiring
-    grad)."""
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-
-
 class _InferenceCache:
     """A module's inference program (rnnc's Layer: no tape, weights packed once), for calls that
     autograd does not record, such as evaluation under torch.no_grad(): the training forward
     builds a program and packs the weights at every call (a batch-1 LSTM, I=H=512: 8.5 ms a
-    call, against 5.9 with this program). It is built from a copy of the parameters and kept while they
-    equal that copy: torch's version counter misses writes through ``p.data`` (hand-written
-    optimisers, EMA updates), so the check compares the values, a read of the weights once a
-    call (about 1 ms for the 8 MB of that LSTM)."""
+    call, against 5.9 with this program). It is built from a copy of the parameters and kept
+    while they equal that copy: torch's version counter misses writes through ``p.data``
+    (hand-written optimisers, EMA updates), so the check compares the values, a read of the
+    weights once a call (about 1 ms for the 8 MB of that LSTM)."""
 
     _attribute = "_rnnc_inference"
 
@@ -105,6 +100,14 @@ def _infer(layer, x, state_names, states, lengths):
              for name, t in zip(state_names, states) if t is not None}
     y, finals = layer.forward(x.detach().contiguous().numpy(), given, lengths, {})
     return torch.from_numpy(y), [torch.from_numpy(finals[name]) for name in state_names]
+
+
+def _program(make, module, cell, weights, sizes, *training_args, **training_options):
+    """rnnc's inference Layer (make=_rnnc.Layer) or Training program for one of these modules:
+    the cell, numpy weights and sizes given, the layout and options the module's."""
+    return make(cell, weights, sizes, module.num_layers, module.bidirectional, module.batch_first,
+                module._rnnc_options["jit"], module._rnnc_options["threads"],
+                module._rnnc_options["target_cpu"], *training_args, **training_options)
 
 
 def _in_type(dtype, y, finals):
@@ -166,20 +169,16 @@ class _RnncForward:
         params = [p.float() for p in self._flat_weights]
         dropout = self.dropout if self.training and self.num_layers > 1 else 0.0
         state_names = list(state_shapes(self, self.mode == "LSTM", batch))
-        if dropout == 0 and not _records(x, *states, *params):
-            layer = _InferenceCache.layer(self, params, lambda weights: _rnnc.Layer(
-                self._rnnc_cell(), dict(zip(names, weights)), {}, self.num_layers,
-                self.bidirectional, self.batch_first, self._rnnc_options["jit"],
-                self._rnnc_options["threads"], self._rnnc_options["target_cpu"]))
+        if dropout == 0 and not records_gradients(x, *states, *params):
+            layer = _InferenceCache.layer(self, params, lambda weights: _program(
+                _rnnc.Layer, self, self._rnnc_cell(), dict(zip(names, weights)), {}))
             y, finals = _infer(layer, x, state_names, states, lengths)
         else:
             seed = int(torch.randint(0, 2**62, ())) if dropout > 0 else 0
-            program = _rnnc.Training(
-                self._rnnc_cell(),
+            program = _program(
+                _rnnc.Training, self, self._rnnc_cell(),
                 {n: p.detach().contiguous().numpy() for n, p in zip(names, params)}, {},
-                self.num_layers, self.bidirectional, self.batch_first, self._rnnc_options["jit"],
-                self._rnnc_options["threads"], self._rnnc_options["target_cpu"], dropout, seed,
-                training=self.training)
+                dropout, seed, training=self.training)
             y, *finals = _Recurrence.apply(program, state_names, names, x, lengths, *states,
                                            *params)
         y, finals = _in_type(dtype, y, finals)
@@ -293,19 +292,16 @@ class Recurrent(torch.nn.Module):
         params = [getattr(self, attribute).float() for _, attribute in self._params]
         sizes = {n: v for n, v in self.sizes.items() if n != "input_size"}
         state_names = list(self.state_sizes)
-        if not self.training and not _records(x, *initial, *params):  # dropouts: the identity
-            layer = _InferenceCache.layer(self, params, lambda weights: _rnnc.Layer(
-                self.cell, dict(zip(names, weights)), sizes, self.num_layers, self.bidirectional,
-                self.batch_first, self._rnnc_options["jit"], self._rnnc_options["threads"],
-                self._rnnc_options["target_cpu"]))
+        # In eval mode the cell's dropouts are the identity, as in inference.
+        if not self.training and not records_gradients(x, *initial, *params):
+            layer = _InferenceCache.layer(self, params, lambda weights: _program(
+                _rnnc.Layer, self, self.cell, dict(zip(names, weights)), sizes))
             y, finals = _infer(layer, x, state_names, initial, lengths)
         else:
-            program = _rnnc.Training(
-                self.cell, {n: p.detach().contiguous().numpy() for n, p in zip(names, params)},
-                sizes, self.num_layers, self.bidirectional,
-                self.batch_first, self._rnnc_options["jit"], self._rnnc_options["threads"],
-                self._rnnc_options["target_cpu"], self.dropout if self.training else 0.0,
-                int(seed), training=self.training)
+            program = _program(
+                _rnnc.Training, self, self.cell,
+                {n: p.detach().contiguous().numpy() for n, p in zip(names, params)}, sizes,
+                self.dropout if self.training else 0.0, int(seed), training=self.training)
             y, *finals = _Recurrence.apply(program, state_names, names, x, lengths, *initial,
                                            *params)
         y, finals = _in_type(dtype, y, finals)
