@@ -219,14 +219,16 @@ public:
         GradientProgram::build(*args.cell, std::move(args.weights), "the parameters", args.options);
   }
 
-  // (output, {state: final value}, tape).
+  // (output, {state: final value}, tape). Side inputs (a cell's inputs past its first) by name;
+  // the backward gives their gradients under those names.
   py::tuple forward(const FloatArray& input, const std::map<std::string, FloatArray>& states,
-                    const std::optional<IndexArray>& lengths) const {
-    ForwardArgs args = forwardArgs(input, states, lengths, {});
+                    const std::optional<IndexArray>& lengths,
+                    const std::map<std::string, FloatArray>& sideInputs) const {
+    ForwardArgs args = forwardArgs(input, states, lengths, sideInputs);
     auto tape = std::make_shared<TrainingTape>();
     {
       py::gil_scoped_release unlocked;
-      *tape = program_->forward(std::move(args.input), args.states, args.lengths);
+      *tape = program_->forward(std::move(args.input), args.states, args.lengths, args.sideInputs);
     }
     // The output is the caller's (the backward reads its shape only); the tape keeps the final
     // states, whose gradients it checks.
@@ -254,6 +256,8 @@ public:
     }
     return toDict(std::move(result));
   }
+
+  std::vector<std::string> sideInputNames() const { return program_->layers().sideInputNames(); }
 
 private:
   std::shared_ptr<const GradientProgram> program_;
@@ -401,7 +405,9 @@ PYBIND11_MODULE(_rnnc, m) {
            py::arg("cell"), py::arg("weights"), py::arg("sizes"), py::arg("num_layers"),
            py::arg("bidirectional"), py::arg("batch_first"), py::arg("jit"), py::arg("threads"),
            py::arg("target_cpu"), py::arg("dropout"), py::arg("seed"), py::arg("training") = true)
-      .def("forward", &Training::forward, py::arg("input"), py::arg("states"), py::arg("lengths"))
+      .def("forward", &Training::forward, py::arg("input"), py::arg("states"), py::arg("lengths"),
+           py::arg("side_inputs"))
+      .def_property_readonly("side_input_names", &Training::sideInputNames)
       .def("backward", &Training::backward, py::arg("tape"), py::arg("grad_output"),
            py::arg("grad_finals"));
 }

@@ -894,6 +894,25 @@ TEST(Gradients, SideInputsOfAStackMatchCentralDifferences) {
   expectCentralDifferences(*cell, request, options);
 }
 
+// Gradients come back by name: a side input named as another gradient (h0, the initial state
+// h's) would share its entry. Refused when the program is built, naming both; it ran into an
+// internal error ("gradient shapes differ").
+TEST(Gradients, ASideInputNamedAsAnotherGradientIsRefused) {
+  auto cell = frontend::parseCell(R"(cell clash(n) {
+  input x[n], h0[n]
+  state h[n]
+  param w[n, n]
+  return h = tanh(linear(x + h0, w) + h); output h
+})",
+                                  "clash.cell");
+  TensorMap weights{{"w", Tensor({3, 3}, 0.5f)}};
+  LayerOptions options;
+  options.engine = Engine::Interpreter;
+  test::expectUserError([&] { GradientProgram::build(*cell, weights, "weights", options); },
+                        {"cell 'clash': side input 'h0' has the name of initial state h's "
+                         "gradient; rename the input to train the cell"});
+}
+
 // ---- The C++ API: forwardTraining, then backward -------------------------------------------
 
 TEST(Gradients, TheApiGivesPyTorchsGradients) {

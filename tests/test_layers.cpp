@@ -248,6 +248,35 @@ TEST(Layers, SizesOnlyTheInputsOrStatesShowAreReadFromThem) {
       {"size 'n' of cell 'accumulate' appears in no tensor given", "--size n=VALUE"});
 }
 
+// A cell without parameters has no weights to count layers and directions from: it takes those
+// asked for (it ran as one layer, one direction, and refused any other).
+TEST(Layers, ACellWithoutParametersStacksAndRunsBothDirections) {
+  auto cell = frontend::parseCell(R"(cell accumulate(n) {
+    input x[n]
+    state s[n]
+    s2 = s + x
+    return s = s2; output s2
+  })",
+                                  "accumulate.cell");
+  TensorMap none;
+  LayerRequest request;
+  request.weights = &none;
+  request.input = Tensor({3, 1, 1}, 1.0f);
+  for (Engine engine : {Engine::Interpreter, Engine::Jit}) {
+    LayerOptions options;
+    options.engine = engine;
+    options.numLayers = 2; // the running sums of the running sums of ones
+    LayerResult stacked = runLayers(*cell, request, options);
+    EXPECT_EQ(stacked.output.values(), (TensorData{1, 3, 6}));
+    EXPECT_EQ(stacked.finalStates.at("s").values(), (TensorData{3, 6}));
+    options.numLayers = 1;
+    options.bidirectional = true; // [forward | reverse] per step: sums from the start, the end
+    LayerResult both = runLayers(*cell, request, options);
+    EXPECT_EQ(both.output.values(), (TensorData{1, 3, 2, 2, 3, 1}));
+    EXPECT_EQ(both.finalStates.at("s").values(), (TensorData{3, 3}));
+  }
+}
+
 } // namespace
 
 namespace {

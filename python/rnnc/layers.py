@@ -241,20 +241,16 @@ class Layer:
     def _differentiable_call(self, input, states, lengths, side_inputs):
         """The call when autograd records it: rnnc's training forward (in eval mode: dropouts are
         the identity, as in inference) as a torch.autograd.Function, whose backward gives the
-        gradients of the input and the initial states (the weights are not torch parameters
-        here; rnnc.nn.Recurrent trains them)."""
+        gradients of the input, the initial states and the side inputs (the weights are not
+        torch parameters here; rnnc.nn.Recurrent trains them)."""
         import torch
 
         from .nn import _in_type, _Recurrence
 
         _check_differentiable(self._describe(), self.weights_dtype, self.device)
-        if side_inputs:
-            raise NotImplementedError(
-                f"{self._describe()}: gradients through a cell with side inputs "
-                f"({', '.join(side_inputs)}); call it under torch.no_grad() for inference")
         if not _is_torch(input):
-            raise TypeError(f"{self._describe()}: states require grad, so the input must be a "
-                            f"torch tensor too, not {type(input).__name__}")
+            raise TypeError(f"{self._describe()}: a state or side input requires grad, so the "
+                            f"input must be a torch tensor too, not {type(input).__name__}")
         names = self.state_names
         unknown = sorted(set(states) - set(names))
         if unknown:
@@ -266,8 +262,10 @@ class Layer:
         for name in names:
             state = states.get(name)
             initial.append(None if state is None else torch.as_tensor(state).float())
+        sides = {name: torch.as_tensor(value).float() for name, value in side_inputs.items()}
         lens = None if lengths is None else _lengths_array(lengths)
-        y, *finals = _Recurrence.apply(program, names, [], x, lens, *initial)
+        y, *finals = _Recurrence.apply(program, names, list(sides), [], x, lens, *initial,
+                                       *sides.values())
         y, finals = _in_type(input.dtype, y, finals)
         return y, dict(zip(names, finals))
 

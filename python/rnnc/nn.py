@@ -35,17 +35,21 @@ def _initial_name(state):
 
 
 class _Recurrence(torch.autograd.Function):
-    """y and the final states from x, the initial states and the parameters, all float32. An
-    initial state given as None starts at zero (and has no gradient)."""
+    """y and the final states from x, the initial states, the side inputs (a cell's inputs past
+    its first, by name) and the parameters, all float32. An initial state given as None starts at
+    zero (and has no gradient)."""
 
     @staticmethod
-    def forward(ctx, program, state_names, param_names, x, lengths, *tensors):
+    def forward(ctx, program, state_names, side_names, param_names, x, lengths, *tensors):
         initial = tensors[:len(state_names)]
+        sides = tensors[len(state_names):len(state_names) + len(side_names)]
         states = {name: t.detach().contiguous().numpy()
                   for name, t in zip(state_names, initial) if t is not None}
-        y, finals, tape = program.forward(x.detach().contiguous().numpy(), states, lengths)
+        y, finals, tape = program.forward(
+            x.detach().contiguous().numpy(), states, lengths,
+            {name: t.detach().contiguous().numpy() for name, t in zip(side_names, sides)})
         ctx.program, ctx.tape = program, tape
-        ctx.state_names, ctx.param_names = state_names, param_names
+        ctx.state_names, ctx.side_names, ctx.param_names = state_names, side_names, param_names
         ctx.given = [t is not None for t in initial]
         return (torch.from_numpy(y),) + tuple(torch.from_numpy(finals[n]) for n in state_names)
 
@@ -56,8 +60,10 @@ class _Recurrence(torch.autograd.Function):
             {name: g.contiguous().numpy() for name, g in zip(ctx.state_names, grad_finals)})
         dstates = [torch.from_numpy(grads[_initial_name(n)]) if given else None
                    for n, given in zip(ctx.state_names, ctx.given)]
+        dsides = [torch.from_numpy(grads[n]) if n in grads else None for n in ctx.side_names]
         dparams = [torch.from_numpy(grads[n]) if n in grads else None for n in ctx.param_names]
-        return (None, None, None, torch.from_numpy(grads["input"]), None, *dstates, *dparams)
+        return (None, None, None, None, torch.from_numpy(grads["input"]), None, *dstates,
+                *dsides, *dparams)
 
 
 class _InferenceCache:
@@ -94,11 +100,12 @@ class _InferenceCache:
         return state
 
 
-def _infer(layer, x, state_names, states, lengths):
+def _infer(layer, x, state_names, states, lengths, sides=None):
     """y and the final states by the inference program, as torch tensors."""
     given = {name: t.detach().contiguous().numpy()
              for name, t in zip(state_names, states) if t is not None}
-    y, finals = layer.forward(x.detach().contiguous().numpy(), given, lengths, {})
+    sides = {name: t.detach().contiguous().numpy() for name, t in (sides or {}).items()}
+    y, finals = layer.forward(x.detach().contiguous().numpy(), given, lengths, sides)
     return torch.from_numpy(y), [torch.from_numpy(finals[name]) for name in state_names]
 
 
@@ -179,7 +186,7 @@ class _RnncForward:
                 _rnnc.Training, self, self._rnnc_cell(),
                 {n: p.detach().contiguous().numpy() for n, p in zip(names, params)}, {},
                 dropout, seed, training=self.training)
-            y, *finals = _Recurrence.apply(program, state_names, names, x, lengths, *states,
+            y, *finals = _Recurrence.apply(program, state_names, [], names, x, lengths, *states,
                                            *params)
         y, finals = _in_type(dtype, y, finals)
         if not batched:
@@ -214,13 +221,16 @@ class Recurrent(torch.nn.Module):
     modules start. Layers past the first read the layer below (its outputs, both directions side
     by side). ``dropout``: between layers, in training mode.
 
-    ``forward(x, states=None, lengths=None, seed=None)`` returns the output and every final
-    state by name: x [T, B, input_size] ([B, T, input_size] with batch_first) or a
+    ``forward(x, states=None, lengths=None, seed=None, **side_inputs)`` returns the output and
+    every final state by name: x [T, B, input_size] ([B, T, input_size] with batch_first) or a
     PackedSequence (the output one too), each state [num_layers * num_directions, B, F] (absent
-    ones start at zero), lengths [B] (each sequence's own, with a padded x). In training
+    ones start at zero), lengths [B] (each sequence's own, with a padded x). A cell with several
+    inputs (``input x[input_size], context[context_size]``) takes the others by name, laid out
+    as x (padded, or PackedSequences of x's lengths where x is one); every layer and direction
+    reads them at the same step, and they get gradients as x does. In training
     mode the cell's dropouts (and those between layers) draw their masks from ``seed``, or from
     torch's generator when it is None; in eval mode they are the identity. Options as
-    rnnc.nn.LSTM's: threads, jit, target_cpu. Cells with one input."""
+    rnnc.nn.LSTM's: threads, jit, target_cpu."""
 
     def __init__(self, cell, num_layers=1, bidirectional=False, batch_first=False, dropout=0.0,
                  *, threads=0, jit=True, target_cpu="", **sizes):
@@ -235,9 +245,7 @@ class Recurrent(torch.nn.Module):
         self.batch_first, self.dropout = bool(batch_first), float(dropout)
         self._rnnc_options = dict(jit=bool(jit), threads=int(threads), target_cpu=target_cpu)
         signature = _rnnc.cell_signature(self.cell, self.sizes)
-        if len(signature["inputs"]) != 1:
-            raise ValueError(f"rnnc.nn.Recurrent trains cells with one input; this one has "
-                             f"{', '.join(signature['inputs'])}")
+        self.side_input_names = list(signature["inputs"][1:])
         self.state_sizes = dict(signature["states"])
         directions = 2 if self.bidirectional else 1
         # (runtime name, attribute name) of every parameter, in the order the backward returns.
@@ -259,7 +267,7 @@ class Recurrent(torch.nn.Module):
     def __getstate__(self):
         return _InferenceCache.without(super().__getstate__())
 
-    def forward(self, x, states=None, lengths=None, seed=None):
+    def forward(self, x, states=None, lengths=None, seed=None, **side_inputs):
         packed_input = x if isinstance(x, PackedSequence) else None
         if packed_input is not None:
             if lengths is not None:
@@ -270,6 +278,7 @@ class Recurrent(torch.nn.Module):
                             f"([B, T, input_size] with batch_first), not {x!r:.80}")
         dtype = x.dtype  # rnnc computes in float32; the results come back in the input's type
         x = x.float()
+        sides = self._side_inputs(side_inputs, packed_input, lengths)
         batch = x.shape[0 if self.batch_first else 1]
         slots = self.num_layers * (2 if self.bidirectional else 1)
         states = dict(states or {})
@@ -293,19 +302,46 @@ class Recurrent(torch.nn.Module):
         sizes = {n: v for n, v in self.sizes.items() if n != "input_size"}
         state_names = list(self.state_sizes)
         # In eval mode the cell's dropouts are the identity, as in inference.
-        if not self.training and not records_gradients(x, *initial, *params):
+        if not self.training and not records_gradients(x, *initial, *sides.values(), *params):
             layer = _InferenceCache.layer(self, params, lambda weights: _program(
                 _rnnc.Layer, self, self.cell, dict(zip(names, weights)), sizes))
-            y, finals = _infer(layer, x, state_names, initial, lengths)
+            y, finals = _infer(layer, x, state_names, initial, lengths, sides)
         else:
             program = _program(
                 _rnnc.Training, self, self.cell,
                 {n: p.detach().contiguous().numpy() for n, p in zip(names, params)}, sizes,
                 self.dropout if self.training else 0.0, int(seed), training=self.training)
-            y, *finals = _Recurrence.apply(program, state_names, names, x, lengths, *initial,
-                                           *params)
+            y, *finals = _Recurrence.apply(program, state_names, list(sides), names, x, lengths,
+                                           *initial, *sides.values(), *params)
         y, finals = _in_type(dtype, y, finals)
         if packed_input is not None:
             y = repack(y, packed_input, self.batch_first)
         return y, dict(zip(state_names, finals))
 
+    def _side_inputs(self, given, packed_input, lengths):
+        """The side inputs by name, in the cell's order, as float32 tensors laid out as the
+        (padded) input; a PackedSequence where the input is one must have its lengths."""
+        missing = [name for name in self.side_input_names if name not in given]
+        unknown = sorted(set(given) - set(self.side_input_names))
+        if unknown:
+            raise ValueError(f"the cell has no input {', '.join(unknown)}; its side inputs: "
+                             f"{', '.join(self.side_input_names) or 'none'}")
+        if missing:
+            raise ValueError(f"the cell reads {', '.join(missing)} besides x: give each as a "
+                             "keyword argument laid out as x")
+        sides = {}
+        for name in self.side_input_names:
+            side = given[name]
+            if isinstance(side, PackedSequence):
+                if packed_input is None:
+                    raise TypeError(f"side input {name} is a PackedSequence, but x is not: give "
+                                    "both packed, or both padded")
+                side, side_lengths = pad_packed_sequence(side, batch_first=self.batch_first)
+                if not torch.equal(side_lengths, lengths):
+                    raise ValueError(f"side input {name} is packed with lengths "
+                                     f"{side_lengths.tolist()}, x with {lengths.tolist()}")
+            if not isinstance(side, torch.Tensor) or not side.is_floating_point():
+                raise TypeError(f"side input {name} must be a floating-point tensor laid out as "
+                                f"x, not {side!r:.80}")
+            sides[name] = side.float()
+        return sides

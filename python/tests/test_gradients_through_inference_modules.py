@@ -155,26 +155,6 @@ def test_a_custom_cells_layer_passes_gradients_as_its_torch_twin(given_h0):
         assert_close(h_ours.grad, h_theirs.grad, "d loss / d h0")
 
 
-def test_a_layer_refuses_gradients_through_side_inputs():
-    source = """
-cell attend(input_size, hidden_size) {
-  input x[input_size], context[input_size]
-  state h[hidden_size]
-  param w[hidden_size, input_size], u[hidden_size, hidden_size]
-  h2 = tanh(linear(x + context, w) + linear(h, u))
-  return h = h2; output h2
-}
-"""
-    layer = rnnc.Layer(source)
-    layer.load_state_dict({"w": torch.randn(4, 3), "u": torch.randn(4, 4)})
-    x, context = torch.randn(5, 2, 3), torch.randn(5, 2, 3, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="side inputs"):
-        layer(x, context=context)
-    with torch.no_grad():
-        y, _ = layer(x, context=context)
-    assert y.shape == (5, 2, 4)
-
-
 def test_a_numpy_initial_state_beside_an_input_that_requires_grad():
     torch.manual_seed(7)
     theirs = torch.nn.GRU(3, 4).eval()

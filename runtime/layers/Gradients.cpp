@@ -192,6 +192,27 @@ LayerOptions bindingOnly(const LayerOptions& options) {
 
 } // namespace
 
+namespace {
+
+// The backward names each gradient: "input", an initial state's (h0, c0, or the state's name),
+// a parameter's (as the weights name it) and a side input's own name. A side input called as
+// one of the others would have two gradients under one name: refused, naming both.
+void checkGradientNames(const LayerProgram& layers) {
+  std::map<std::string, std::string> taken{{"input", "the input's"}};
+  for (const auto& state : layers.cell().states)
+    taken.emplace(initialStateGradientName(state->name), "initial state " + state->name + "'s");
+  for (const LayerProgram::Slot& slot : layers.slots())
+    for (const std::string& param : slot.paramNames)
+      taken.emplace(param, "parameter " + param + "'s");
+  for (const std::string& side : layers.sideInputNames())
+    if (auto it = taken.find(side); it != taken.end())
+      throw UserError(fmt::format("cell '{}': side input '{}' has the name of {} gradient; "
+                                  "rename the input to train the cell",
+                                  layers.cell().name, side, it->second));
+}
+
+} // namespace
+
 std::shared_ptr<const GradientProgram> GradientProgram::build(const ir::Cell& cell,
                                                               const TensorMap& weights,
                                                               const std::string& weightsSource,
@@ -219,6 +240,7 @@ GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOp
   if (options.compile.weights != codegen::WeightType::F32)
     throw UserError(fmt::format("{} weights are for inference: training runs in fp32",
                                 codegen::weightTypeName(options.compile.weights)));
+  checkGradientNames(*layers);
   // In training, a layer program's cells have no dropout left (passes/TrainingDropout.h: masks
   // drawn per row, or for parameters alone, a mask parameter per run).
   if (options.training)

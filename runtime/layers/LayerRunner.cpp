@@ -101,6 +101,10 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
   if (options.engine == Engine::Cuda)
     CudaDriver::get(); // no GPU: say so before compiling anything
   WeightLayout layout = inferWeightLayout(cell, weights, weightsSource);
+  if (cell.params.empty()) { // no weights to count: the layers and directions asked for
+    layout.numLayers = options.numLayers.value_or(1);
+    layout.bidirectional = options.bidirectional.value_or(false);
+  }
   if (options.numLayers && *options.numLayers != layout.numLayers)
     throw UserError(fmt::format("{} holds {} layer(s) of cell '{}', but {} were asked for",
                                 weightsSource, layout.numLayers, cell.name, *options.numLayers));
