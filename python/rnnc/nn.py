@@ -34,6 +34,25 @@ def _initial_name(state):
     return state + "0" if state in ("h", "c") else state
 
 
+class _NoSecondDerivative(torch.autograd.Function):
+    """A gradient rnnc computed, where autograd records the backward (``create_graph=True``),
+    made to depend on the forward's inputs and the output gradients it came from, so that a
+    second derivative through it reaches this function and is refused. rnnc derives first
+    derivatives only; without this, autograd would see no path from the gradient back to the
+    input and give a second derivative of None (zero with ``allow_unused=True``)."""
+
+    @staticmethod
+    def forward(ctx, gradient, *sources):
+        return gradient.clone()
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError(
+            "rnnc's layers give first derivatives only: a second derivative through one (a "
+            "gradient of gradients taken with create_graph=True, as a gradient penalty needs) is "
+            "not supported")
+
+
 class _Recurrence(torch.autograd.Function):
     """y and the final states from x, the initial states, the side inputs (a cell's inputs past
     its first, by name) and the parameters, all float32. An initial state given as None starts at
@@ -51,19 +70,28 @@ class _Recurrence(torch.autograd.Function):
         ctx.program, ctx.tape = program, tape
         ctx.state_names, ctx.side_names, ctx.param_names = state_names, side_names, param_names
         ctx.given = [t is not None for t in initial]
+        ctx.save_for_backward(x, *tensors)  # references, for _NoSecondDerivative
         return (torch.from_numpy(y),) + tuple(torch.from_numpy(finals[n]) for n in state_names)
 
     @staticmethod
     def backward(ctx, grad_y, *grad_finals):
         grads = ctx.program.backward(
-            ctx.tape, grad_y.contiguous().numpy(),
-            {name: g.contiguous().numpy() for name, g in zip(ctx.state_names, grad_finals)})
-        dstates = [torch.from_numpy(grads[_initial_name(n)]) if given else None
+            ctx.tape, grad_y.detach().contiguous().numpy(),
+            {name: g.detach().contiguous().numpy()
+             for name, g in zip(ctx.state_names, grad_finals)})
+        # Grad mode is on in a backward only with create_graph=True.
+        sources = [t for t in (*ctx.saved_tensors, grad_y, *grad_finals)
+                   if t is not None and t.requires_grad] if torch.is_grad_enabled() else []
+
+        def gradient(name):
+            g = torch.from_numpy(grads[name])
+            return _NoSecondDerivative.apply(g, *sources) if sources else g
+
+        dstates = [gradient(_initial_name(n)) if given else None
                    for n, given in zip(ctx.state_names, ctx.given)]
-        dsides = [torch.from_numpy(grads[n]) if n in grads else None for n in ctx.side_names]
-        dparams = [torch.from_numpy(grads[n]) if n in grads else None for n in ctx.param_names]
-        return (None, None, None, None, torch.from_numpy(grads["input"]), None, *dstates,
-                *dsides, *dparams)
+        dsides = [gradient(n) if n in grads else None for n in ctx.side_names]
+        dparams = [gradient(n) if n in grads else None for n in ctx.param_names]
+        return (None, None, None, None, gradient("input"), None, *dstates, *dsides, *dparams)
 
 
 class _InferenceCache:

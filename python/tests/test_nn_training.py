@@ -404,3 +404,32 @@ def test_a_float64_model_trains_with_float64_results():
     assert grads[1][0].dtype == torch.float64
     for got, want, what in zip(grads[1], grads[0], ["W_hh grad", "the head's weight grad"]):
         assert_close(got, want, what, 1e-4)
+
+
+# ---- second derivatives: refused, never None or zero ----------------------------------------------
+
+@pytest.mark.parametrize("loss", ["weighted", "plain sum"])
+def test_gradients_taken_with_create_graph_are_torchs_and_a_second_derivative_is_refused(loss):
+    """A gradient penalty takes the gradient with create_graph=True, then differentiates it. rnnc
+    gives the first derivatives (they were an error: numpy() of a tensor that requires grad);
+    the second it cannot give is refused, whichever inputs it is taken for. With a plain sum the
+    output gradient is a constant, so only the forward's inputs lead back to the refusal (else
+    autograd saw no path and answered None)."""
+    theirs, ours = twins("GRU", 3, 4)
+    x = torch.randn(5, 2, 3, requires_grad=True)
+    weights = torch.randn(5, 2, 4)
+    for module in (theirs, ours):
+        y, _ = module(x)
+        total = (y * y * weights).sum() if loss == "weighted" else y.sum()
+        grad_x, grad_w = torch.autograd.grad(total, [x, module.weight_hh_l0], create_graph=True)
+        if module is theirs:
+            want_x, want_w = grad_x.detach(), grad_w.detach()
+            continue
+        assert_close(grad_x.detach(), want_x, "d loss / d x")
+        assert_close(grad_w.detach(), want_w, "d loss / d weight_hh_l0")
+        penalty = grad_x.pow(2).sum() + grad_w.pow(2).sum()
+        for wrt in (x, module.weight_ih_l0):
+            with pytest.raises(NotImplementedError, match="first derivatives only"):
+                torch.autograd.grad(penalty, wrt, retain_graph=True)
+        with pytest.raises(NotImplementedError, match="first derivatives only"):
+            penalty.backward()
