@@ -289,44 +289,15 @@ class Layer:
         return self._layer().state_names
 
 
-class _TorchRNN:
-    """torch.nn.LSTM, GRU and RNN: the same constructor, state_dict names, call and results.
-    rnnc's own keyword options: threads, jit, target_cpu, weights_dtype ("fp32"; "fp16": the
-    weights of every matrix product in half the bytes, the math in fp32; "bf16": bf16 products
-    summed in fp32; "int8": dynamic quantization) and device
-    ("cpu", "cuda": the GPU's kernels through the CUDA driver, "cuda-emulated": those kernels run
-    on this CPU)."""
+class _TorchWeights:
+    """What torch.nn's recurrent modules and cells run by rnnc share: weights under torch's
+    state_dict names (numpy float32, initialised as torch does), their loading and checking, the
+    training flag, and the compiled programs built from them (inference, and rnnc.nn's module
+    for calls that autograd records). A subclass gives _shapes() and _cell_name()."""
 
-    _gates = 1
-    _mode = "RNN"
-
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
-                 dropout=0.0, bidirectional=False, proj_size=0, *, threads=0, jit=True,
-                 target_cpu="", weights_dtype="fp32", device="cpu"):
-        if not isinstance(hidden_size, int) or hidden_size <= 0:
-            raise ValueError(f"hidden_size must be a positive integer, not {hidden_size!r}")
-        if not isinstance(num_layers, int) or num_layers <= 0:
-            raise ValueError(f"num_layers must be a positive integer, not {num_layers!r}")
-        if not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or isinstance(dropout, bool):
-            raise ValueError("dropout should be a number in range [0, 1] representing the "
-                             f"probability of an element being zeroed, not {dropout!r}")
-        if proj_size < 0:
-            raise ValueError("proj_size should be a positive integer or zero to disable projections")
-        if proj_size and self._mode != "LSTM":
-            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
-        if proj_size >= hidden_size:
-            raise ValueError("proj_size has to be smaller than hidden_size")
-        self.input_size = int(input_size)
-        self.hidden_size = hidden_size
-        self.num_layers = num_layers
-        self.bias = bool(bias)
-        self.batch_first = bool(batch_first)
-        self.dropout = float(dropout)
-        self.bidirectional = bool(bidirectional)
-        self.proj_size = int(proj_size)
+    def _start(self, hidden_size, options):
         self.training = True
-        self._options = dict(threads=threads, jit=jit, target_cpu=target_cpu,
-                             weights_dtype=weights_dtype, device=device)
+        self._options = options
         self._program = _Program()
         self._differentiable = _Program()  # rnnc.nn's module, for calls that require grad
         # torch.nn's initialisation: every weight and bias uniform in [-1/sqrt(H), 1/sqrt(H)].
@@ -335,27 +306,10 @@ class _TorchRNN:
         self._weights = {name: rng.uniform(-bound, bound, shape).astype(np.float32)
                          for name, shape in self._shapes().items()}
 
-    def _cell(self):
-        return {"LSTM": "lstm", "GRU": "gru"}.get(self._mode)
-
-    def _shapes(self):
-        """Every parameter's name and shape, in torch's order."""
-        shapes = {}
-        directions = 2 if self.bidirectional else 1
-        real_hidden = self.proj_size or self.hidden_size
-        gates = self._gates * self.hidden_size
-        for layer in range(self.num_layers):
-            layer_input = self.input_size if layer == 0 else real_hidden * directions
-            for suffix in [""] + (["_reverse"] if self.bidirectional else []):
-                s = f"_l{layer}{suffix}"
-                shapes["weight_ih" + s] = (gates, layer_input)
-                shapes["weight_hh" + s] = (gates, real_hidden)
-                if self.bias:
-                    shapes["bias_ih" + s] = (gates,)
-                    shapes["bias_hh" + s] = (gates,)
-                if self.proj_size:
-                    shapes["weight_hr" + s] = (self.proj_size, self.hidden_size)
-        return shapes
+    def _cell_name(self):
+        if self._mode == "RNN":
+            return "rnn_tanh" if self.nonlinearity == "tanh" else "rnn_relu"
+        return {"LSTM": "lstm", "GRU": "gru"}[self._mode]
 
     def train(self, mode=True):
         self.training = bool(mode)
@@ -391,22 +345,77 @@ class _TorchRNN:
     def _layer(self):
         return self._program.get(self._build)
 
-    def _build(self):
-        cell = self._cell()
-        if cell is None:  # RNN
-            cell = "rnn_tanh" if self.nonlinearity == "tanh" else "rnn_relu"
-        return _rnnc.Layer(cell, self._weights, {}, self.num_layers, self.bidirectional,
-                           self.batch_first, self._options["jit"], self._options["threads"],
-                           self._options["target_cpu"],
-                           weights_dtype=self._options["weights_dtype"],
-                           device=self._options["device"])
-
     def ir(self, after=None):
         """The cell's IR after rnnc's passes, with this module's sizes (see Layer.ir)."""
         return self._layer().ir(after)
 
-    def __call__(self, input, hx=None):
-        return self.forward(input, hx)
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+
+class _TorchRNN(_TorchWeights):
+    """torch.nn.LSTM, GRU and RNN: the same constructor, state_dict names, call and results.
+    rnnc's own keyword options: threads, jit, target_cpu, weights_dtype ("fp32"; "fp16": the
+    weights of every matrix product in half the bytes, the math in fp32; "bf16": bf16 products
+    summed in fp32; "int8": dynamic quantization) and device
+    ("cpu", "cuda": the GPU's kernels through the CUDA driver, "cuda-emulated": those kernels run
+    on this CPU)."""
+
+    _gates = 1
+    _mode = "RNN"
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False,
+                 dropout=0.0, bidirectional=False, proj_size=0, *, threads=0, jit=True,
+                 target_cpu="", weights_dtype="fp32", device="cpu"):
+        if not isinstance(hidden_size, int) or hidden_size <= 0:
+            raise ValueError(f"hidden_size must be a positive integer, not {hidden_size!r}")
+        if not isinstance(num_layers, int) or num_layers <= 0:
+            raise ValueError(f"num_layers must be a positive integer, not {num_layers!r}")
+        if not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1 or isinstance(dropout, bool):
+            raise ValueError("dropout should be a number in range [0, 1] representing the "
+                             f"probability of an element being zeroed, not {dropout!r}")
+        if proj_size < 0:
+            raise ValueError("proj_size should be a positive integer or zero to disable projections")
+        if proj_size and self._mode != "LSTM":
+            raise ValueError("proj_size argument is only supported for LSTM, not RNN or GRU")
+        if proj_size >= hidden_size:
+            raise ValueError("proj_size has to be smaller than hidden_size")
+        self.input_size = int(input_size)
+        self.hidden_size = hidden_size
+        self.num_layers = num_layers
+        self.bias = bool(bias)
+        self.batch_first = bool(batch_first)
+        self.dropout = float(dropout)
+        self.bidirectional = bool(bidirectional)
+        self.proj_size = int(proj_size)
+        self._start(hidden_size, dict(threads=threads, jit=jit, target_cpu=target_cpu,
+                                      weights_dtype=weights_dtype, device=device))
+
+    def _shapes(self):
+        """Every parameter's name and shape, in torch's order."""
+        shapes = {}
+        directions = 2 if self.bidirectional else 1
+        real_hidden = self.proj_size or self.hidden_size
+        gates = self._gates * self.hidden_size
+        for layer in range(self.num_layers):
+            layer_input = self.input_size if layer == 0 else real_hidden * directions
+            for suffix in [""] + (["_reverse"] if self.bidirectional else []):
+                s = f"_l{layer}{suffix}"
+                shapes["weight_ih" + s] = (gates, layer_input)
+                shapes["weight_hh" + s] = (gates, real_hidden)
+                if self.bias:
+                    shapes["bias_ih" + s] = (gates,)
+                    shapes["bias_hh" + s] = (gates,)
+                if self.proj_size:
+                    shapes["weight_hr" + s] = (self.proj_size, self.hidden_size)
+        return shapes
+
+    def _build(self):
+        return _rnnc.Layer(self._cell_name(), self._weights, {}, self.num_layers,
+                           self.bidirectional, self.batch_first, self._options["jit"],
+                           self._options["threads"], self._options["target_cpu"],
+                           weights_dtype=self._options["weights_dtype"],
+                           device=self._options["device"])
 
     def forward(self, input, hx=None):
         if self.training and self.dropout > 0 and self.num_layers > 1:
@@ -537,14 +546,19 @@ class RNN(_TorchRNN):
 
 
 def from_torch(module, **options):
-    """The rnnc equivalent of a torch.nn.LSTM, GRU or RNN: same options, its weights, its
-    training flag. ``options``: threads, jit, target_cpu, weights_dtype, device."""
+    """The rnnc equivalent of a torch.nn.LSTM, GRU or RNN (or LSTMCell, GRUCell, RNNCell): same
+    options, its weights, its training flag. ``options``: threads, jit, target_cpu,
+    weights_dtype, device."""
     torch = _installed_torch()
     if torch is None:
         raise ImportError("rnnc.from_torch needs torch")
+    if isinstance(module, (torch.nn.LSTMCell, torch.nn.GRUCell, torch.nn.RNNCell)):
+        from .cells import cell_from_torch
+
+        return cell_from_torch(module, **options)
     if not isinstance(module, (torch.nn.LSTM, torch.nn.GRU, torch.nn.RNN)):
-        raise TypeError(f"rnnc.from_torch takes a torch.nn.LSTM, GRU or RNN, not "
-                        f"{type(module).__name__}")
+        raise TypeError(f"rnnc.from_torch takes a torch.nn.LSTM, GRU or RNN (or LSTMCell, "
+                        f"GRUCell, RNNCell), not {type(module).__name__}")
     common = dict(num_layers=module.num_layers, bias=module.bias, batch_first=module.batch_first,
                   dropout=module.dropout, bidirectional=module.bidirectional, **options)
     if isinstance(module, torch.nn.LSTM):

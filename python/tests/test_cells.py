@@ -1,0 +1,154 @@
+"""rnnc.LSTMCell, GRUCell and RNNCell against torch.nn's cells (the oracle) with the same
+weights: one step, batched and unbatched, a decoder loop that feeds back its output, gradients
+through the input and the states, and torch's errors."""
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rnnc  # noqa: E402
+
+KINDS = [("LSTMCell", {}), ("LSTMCell", dict(bias=False)), ("GRUCell", {}),
+         ("RNNCell", {}), ("RNNCell", dict(nonlinearity="relu", bias=False))]
+
+
+def twins(kind, input_size=5, hidden_size=7, **kwargs):
+    torch.manual_seed(31)
+    theirs = getattr(torch.nn, kind)(input_size, hidden_size, **kwargs)
+    return theirs, rnnc.from_torch(theirs)
+
+
+def as_tuple(result):
+    return result if isinstance(result, tuple) else (result,)
+
+
+def states(kind, *shape):
+    if kind == "LSTMCell":
+        return torch.randn(*shape), torch.randn(*shape)
+    return torch.randn(*shape)
+
+
+def assert_close(ours, theirs, what, tolerance=1e-5):
+    assert type(ours) is type(theirs), f"{what}: {type(ours).__name__}, not {type(theirs).__name__}"
+    assert ours.shape == theirs.shape, f"{what}: shape {list(ours.shape)} vs {list(theirs.shape)}"
+    error = float(np.abs(np.asarray(ours, dtype=np.float64) - np.asarray(theirs)).max())
+    assert error <= tolerance, f"{what}: max error {error:.3g}"
+
+
+@pytest.mark.parametrize("kind,options", KINDS)
+def test_a_step_is_torchs(kind, options):
+    theirs, ours = twins(kind, **options)
+    assert type(ours).__name__ == kind and ours.bias == options.get("bias", True)
+    assert sorted(ours.state_dict()) == sorted(theirs.state_dict())
+    x = torch.randn(3, 5)
+    with torch.no_grad():
+        for hx in (None, states(kind, 3, 7)):
+            for got, want in zip(as_tuple(ours(x, hx)), as_tuple(theirs(x, hx))):
+                assert_close(got, want, f"{kind} batched, hx {'given' if hx is not None else 'None'}")
+        # Unbatched: [input_size] and [hidden_size] in, [hidden_size] out.
+        hx = states(kind, 7)
+        for got, want in zip(as_tuple(ours(x[0], hx)), as_tuple(theirs(x[0], hx))):
+            assert_close(got, want, f"{kind} unbatched")
+    # numpy in, numpy out.
+    hx = states(kind, 3, 7)
+    numpy_hx = tuple(h.numpy() for h in hx) if kind == "LSTMCell" else hx.numpy()
+    with torch.no_grad():
+        want = as_tuple(theirs(x, hx))
+    for got, expected in zip(as_tuple(ours(x.numpy(), numpy_hx)), want):
+        assert isinstance(got, np.ndarray)
+        np.testing.assert_allclose(got, expected.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["LSTMCell", "GRUCell"])
+def test_a_decoder_loop_feeding_back_its_state_stays_with_torch(kind):
+    # A greedy decoder's shape: each step's input made from the last step's output.
+    theirs, ours = twins(kind, 7, 7)
+    hx_theirs = hx_ours = states(kind, 2, 7)
+    x = torch.randn(2, 7)
+    x_theirs = x_ours = x
+    with torch.no_grad():
+        for _ in range(30):
+            hx_theirs, hx_ours = theirs(x_theirs, hx_theirs), ours(x_ours, hx_ours)
+            x_theirs = torch.tanh(as_tuple(hx_theirs)[0])
+            x_ours = torch.tanh(as_tuple(hx_ours)[0])
+    for got, want in zip(as_tuple(hx_ours), as_tuple(hx_theirs)):
+        assert_close(got, want, "after 30 steps", 1e-4)
+
+
+@pytest.mark.parametrize("kind,options", KINDS)
+def test_gradients_reach_the_input_and_the_states(kind, options):
+    theirs, ours = twins(kind, **options)
+    torch.manual_seed(32)
+    x, hx = torch.randn(3, 5), states(kind, 3, 7)
+    weights = [torch.randn(3, 7) for _ in as_tuple(hx)]
+    grads = []
+    for module in (theirs, ours):
+        xg = x.clone().requires_grad_()
+        hxg = tuple(h.clone().requires_grad_() for h in as_tuple(hx))
+        out = as_tuple(module(xg, hxg if kind == "LSTMCell" else hxg[0]))
+        sum((o * w).sum() for o, w in zip(out, weights)).backward()
+        grads.append([xg.grad] + [h.grad for h in hxg])
+    for got, want, what in zip(grads[1], grads[0], ["input", "h", "c"]):
+        assert_close(got, want, f"{kind}: d loss / d {what}")
+
+
+def test_results_come_back_in_the_inputs_type():
+    theirs, ours = twins("GRUCell")
+    theirs.double()
+    x, h = torch.randn(3, 5, dtype=torch.float64), torch.randn(3, 7, dtype=torch.float64)
+    got = ours(x, h)
+    assert got.dtype == torch.float64
+    with torch.no_grad():
+        assert_close(got, theirs(x, h), "float64", 1e-5)
+
+
+def test_reduced_precision_weights_stay_within_their_rounding():
+    theirs = torch.nn.LSTMCell(64, 64)
+    x, hx = torch.randn(4, 64), (torch.randn(4, 64), torch.randn(4, 64))
+    with torch.no_grad():
+        want = theirs(x, hx)
+    for dtype in ("bf16", "fp16", "int8"):
+        got = rnnc.from_torch(theirs, weights_dtype=dtype)(x, hx)
+        error = max(float((g - w).abs().max()) for g, w in zip(got, want))
+        assert 0 < error < 3e-2, f"{dtype}: {error}"
+
+
+def test_cells_copy_and_load_state_dicts():
+    theirs, ours = twins("LSTMCell")
+    x = torch.randn(2, 5)
+    before = ours(x)
+    for copied in (copy.deepcopy(ours), pickle.loads(pickle.dumps(ours))):
+        for got, want in zip(copied(x), before):
+            assert torch.equal(got, want)
+    fresh = rnnc.LSTMCell(5, 7)
+    fresh.load_state_dict(theirs.state_dict())
+    for got, want in zip(fresh(x), before):
+        assert torch.equal(got, want)
+    assert repr(rnnc.RNNCell(3, 4, bias=False, nonlinearity="relu")) == \
+        "rnnc.RNNCell(3, 4, bias=False, nonlinearity='relu')"
+
+
+def test_bad_arguments_are_torchs_errors():
+    cell = rnnc.LSTMCell(5, 7)
+    with pytest.raises(ValueError, match="Expected input to be 1D or 2D, got 3D"):
+        cell(torch.randn(1, 2, 5))
+    with pytest.raises(ValueError, match=r"input has shape \[2, 4\], expected \[2, 5\]"):
+        cell(torch.randn(2, 4))
+    with pytest.raises(ValueError, match="hx as a tuple"):
+        cell(torch.randn(2, 5), torch.randn(2, 7))
+    with pytest.raises(ValueError, match=r"hx\[1\] has shape \[3, 7\], expected \[2, 7\]"):
+        cell(torch.randn(2, 5), (torch.randn(2, 7), torch.randn(3, 7)))
+    with pytest.raises(ValueError, match=r"hx has shape \[7\], expected \[2, 7\]"):
+        rnnc.GRUCell(5, 7)(torch.randn(2, 5), torch.randn(7))
+    with pytest.raises(ValueError, match="Unknown nonlinearity"):
+        rnnc.RNNCell(5, 7, nonlinearity="sigmoid")
+    with pytest.raises(ValueError, match="hidden_size must be a positive integer"):
+        rnnc.GRUCell(5, 0)
+    with pytest.raises(KeyError, match="missing keys"):
+        cell.load_state_dict({"weight_ih": torch.zeros(28, 5)})
+    with pytest.raises(ValueError, match=r"state_dict\['weight_hh'\] has shape \[28, 6\]"):
+        cell.load_state_dict({"weight_hh": torch.zeros(28, 6)}, strict=False)
