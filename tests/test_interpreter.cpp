@@ -137,6 +137,32 @@ TEST(Interpreter, SpecialValuesFollowPyTorch) {
     EXPECT_TRUE(std::isnan(runElementwise(f, {nan}).data()[0])) << f << " must propagate NaN";
 }
 
+// exp, log and sqrt at the edges of float's range, against double-precision libm rounded to
+// float: the interpreter is the reference for the JIT (and the fuzzer), which is right there.
+// Eigen's versions were not: exp(88.5) overflowed, log(1e-40) read the subnormal as zero
+// (-87.3), sqrt(inf) was NaN, and a fuzzed cell got NaN states from the reference alone.
+TEST(Interpreter, ExpLogAndSqrtAreRightAtTheEdgesOfFloat) {
+  const float inf = INFINITY;
+  // 32 values: whole vectors of any width, where Eigen takes its vector code (a tail is scalar).
+  std::vector<float> x = {88.5f, 88.7f, -100.0f, 1e-40f, 1e-45f, inf, 3.4e38f, 0.0f};
+  for (int i = 0; i < 3; ++i)
+    x.insert(x.end(), x.begin(), x.begin() + 8);
+  for (const auto& [body, f] : std::vector<std::pair<std::string, double (*)(double)>>{
+           {"exp(x)", std::exp}, {"log(x)", std::log}, {"sqrt(x)", std::sqrt}}) {
+    Tensor y = runElementwise(body, x);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const auto expected = static_cast<float>(f(x[i]));
+      if (std::isnan(expected)) // log and sqrt of -100
+        EXPECT_TRUE(std::isnan(y.data()[i])) << body << " at " << x[i];
+      else if (std::isinf(expected) || expected == 0)
+        EXPECT_EQ(y.data()[i], expected) << body << " at " << x[i];
+      else // libm's float functions are within an ulp or so; subnormals as their spacing allows
+        EXPECT_NEAR(y.data()[i], expected, std::max(2e-7 * std::abs(expected), 1e-44))
+            << body << " at " << x[i];
+    }
+  }
+}
+
 TEST(Interpreter, DropoutIsIdentityInInferenceAndSeededInTraining) {
   auto cell = cellFrom("cell d(n) {\n input x[n]\n y = dropout(x, 0.25)\n return; output y\n}");
   TensorMap none;
