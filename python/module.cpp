@@ -340,6 +340,13 @@ PYBIND11_MODULE(_rnnc, m) {
       "cell_signature",
       [](const std::string& cell, const std::map<std::string, int64_t>& sizes) {
         auto parsed = python::loadCell(cell);
+        // The size that is the first input's width, where one is (input_size in the built-in
+        // cells): the layers past the first bind it to the width of the layer below.
+        const ir::Dim& inputWidth = parsed->inputs.at(0)->shape.back();
+        std::optional<std::string> inputSize;
+        if (inputWidth.terms().size() == 1 &&
+            inputWidth == ir::Dim::symbol(inputWidth.terms().begin()->first))
+          inputSize = inputWidth.terms().begin()->first;
         parsed->bindSizes({sizes.begin(), sizes.end()});
         auto width = [&](const ir::Value* value, const std::string& what) {
           const ir::Dim& d = value->shape.back();
@@ -358,6 +365,7 @@ PYBIND11_MODULE(_rnnc, m) {
         signature["inputs"] = inputs;
         signature["states"] = states;
         signature["output"] = width(parsed->output, "the output");
+        signature["input_size"] = inputSize ? py::object(py::str(*inputSize)) : py::none();
         return signature;
       },
       py::arg("cell"), py::arg("sizes"));

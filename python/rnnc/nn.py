@@ -274,6 +274,7 @@ class Recurrent(torch.nn.Module):
         self._rnnc_options = dict(jit=bool(jit), threads=int(threads), target_cpu=target_cpu)
         signature = _rnnc.cell_signature(self.cell, self.sizes)
         self.side_input_names = list(signature["inputs"][1:])
+        self._input_size = signature["input_size"] or "input_size"
         self.state_sizes = dict(signature["states"])
         directions = 2 if self.bidirectional else 1
         # (runtime name, attribute name) of every parameter, in the order the backward returns.
@@ -281,8 +282,9 @@ class Recurrent(torch.nn.Module):
         bound = self.sizes.get("hidden_size")
         for layer in range(num_layers):
             layer_sizes = dict(self.sizes)
-            if layer > 0:
-                layer_sizes["input_size"] = signature["output"] * directions
+            if layer > 0:  # the layer below's width, under the cell's name for its input size
+                layer_sizes[self._input_size] = \
+                    signature["output"] * directions
             for direction in range(directions):
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
                 for name, shape in _rnnc.cell_params(self.cell, layer_sizes).items():
@@ -327,7 +329,9 @@ class Recurrent(torch.nn.Module):
             seed = int(torch.randint(0, 2**62, ())) if self.training else 0
         names = [name for name, _ in self._params]
         params = [getattr(self, attribute).float() for _, attribute in self._params]
-        sizes = {n: v for n, v in self.sizes.items() if n != "input_size"}
+        # The input's width changes with the layer: the weights give it, where there are some.
+        sizes = {n: v for n, v in self.sizes.items()
+                 if n != self._input_size or not self._params}
         state_names = list(self.state_sizes)
         # In eval mode the cell's dropouts are the identity, as in inference.
         if not self.training and not records_gradients(x, *initial, *sides.values(), *params):

@@ -433,3 +433,32 @@ def test_gradients_taken_with_create_graph_are_torchs_and_a_second_derivative_is
                 torch.autograd.grad(penalty, wrt, retain_graph=True)
         with pytest.raises(NotImplementedError, match="first derivatives only"):
             penalty.backward()
+
+
+GRU_UNDER_OTHER_NAMES = """cell gru(features, units) {
+  input x[features]
+  state h[units]
+  param weight_ih[3*units, features], weight_hh[3*units, units]
+  param bias_ih[3*units], bias_hh[3*units]
+  xr, xz, xn = chunk(linear(x, weight_ih, bias_ih), 3)
+  hr, hz, hn = chunk(linear(h, weight_hh, bias_hh), 3)
+  r = sigmoid(xr + hr)
+  z = sigmoid(xz + hz)
+  h2 = (1 - z) * tanh(xn + r * hn) + z * h
+  return h = h2; output h2
+}"""
+
+
+def test_a_cell_stacks_whatever_it_names_its_input_size():
+    # Layers past the first read the layer below: the size that is the input's width (here
+    # `features`, not input_size) takes its width. It had to be called input_size.
+    theirs = torch.nn.GRU(3, 5, num_layers=2, bidirectional=True)
+    ours = rnnc.nn.Recurrent(GRU_UNDER_OTHER_NAMES, num_layers=2, bidirectional=True,
+                             features=3, units=5)
+    assert ours.weight_ih_l1.shape == theirs.weight_ih_l1.shape == (15, 10)
+    ours.load_state_dict(theirs.state_dict())
+    x = torch.randn(4, 2, 3)
+    y, finals = ours(x)
+    want_y, want_h = theirs(x)
+    assert_close(y.detach(), want_y.detach(), "output", 1e-5)
+    assert_close(finals["h"].detach(), want_h.detach(), "final h", 1e-5)
