@@ -122,13 +122,47 @@ int64_t Layer::sideInputSize(const std::string& name) const {
   return impl_->program->sideInputSize(name);
 }
 
-void Layer::forward(const float* input, int64_t steps, int64_t batch, const float* h0,
-                    const float* c0, const int64_t* lengths, float* output, float* hn,
-                    float* cn) const {
-  forward(input, {}, steps, batch, h0, c0, lengths, output, hn, cn);
+std::vector<std::string> Layer::stateNames() const {
+  std::vector<std::string> names;
+  for (const auto& state : impl_->program->cell().states)
+    names.push_back(state->name);
+  return names;
 }
 
 namespace {
+
+// The h and c of the fixed-form calls as named buffers.
+SequenceBuffers hcBuffers(const float* input, const std::map<std::string, const float*>& sides,
+                          const float* h0, const float* c0, const int64_t* lengths, float* output,
+                          float* hn, float* cn) {
+  SequenceBuffers buffers;
+  buffers.input = input;
+  buffers.sideInputs = sides;
+  buffers.lengths = lengths;
+  buffers.output = output;
+  const float* initial[] = {h0, c0};
+  float* final[] = {hn, cn};
+  const char* names[] = {"h", "c"};
+  for (int i = 0; i < 2; ++i) {
+    if (initial[i])
+      buffers.initialStates[names[i]] = initial[i];
+    if (final[i])
+      buffers.finalStates[names[i]] = final[i];
+  }
+  return buffers;
+}
+
+// A cell's state by name, or an error that names the buffer and lists the cell's states.
+void checkState(const LayerProgram& program, const std::string& state, const std::string& what) {
+  const ir::Value* value = program.cell().findArgument(state);
+  if (value && value->argKind == ir::ArgKind::State)
+    return;
+  std::string states;
+  for (const auto& s : program.cell().states)
+    states += (states.empty() ? "" : ", ") + s->name;
+  throw UserError(what + " is given but cell '" + program.cell().name + "' has no state '" + state +
+                  "' (its states: " + states + ")");
+}
 
 // A forward call's buffers as the layer runner's tensors, checked.
 struct ForwardArgs {
@@ -137,32 +171,30 @@ struct ForwardArgs {
   std::optional<Int64Array> lengths;
 };
 
-ForwardArgs forwardArgs(const Layer::Impl& impl, const char* call, const float* input,
-                        const std::map<std::string, const float*>& sideInputs, int64_t steps,
-                        int64_t batch, const float* h0, const float* c0, const int64_t* lengths,
-                        const float* output) {
+ForwardArgs forwardArgs(const Layer::Impl& impl, const char* call, const SequenceBuffers& buffers,
+                        int64_t steps, int64_t batch) {
   const LayerProgram& program = *impl.program;
-  if (!input || !output || steps < 1 || batch < 1)
+  if (!buffers.input || !buffers.output || steps < 1 || batch < 1)
     throw UserError(std::string(call) + " needs an input, an output, and T and B of at least 1");
   auto sequence = [&](int64_t features) {
     return impl.batchFirst ? TensorShape{batch, steps, features}
                            : TensorShape{steps, batch, features};
   };
   ForwardArgs args;
-  args.input = copyIn(input, sequence(program.inputSize()));
+  args.input = copyIn(buffers.input, sequence(program.inputSize()));
   const int64_t slots = program.numLayers() * program.numDirections();
-  const float* given[] = {h0, c0};
-  const char* names[] = {"h", "c"};
-  for (int i = 0; i < 2; ++i)
-    if (given[i]) {
-      if (!program.cell().findArgument(names[i]))
-        throw UserError(std::string(names[i]) + "0 is given but cell '" + program.cell().name +
-                        "' has no state '" + names[i] + "'");
-      args.initialStates[names[i]] = copyIn(given[i], {slots, batch, program.stateSize(names[i])});
-    }
-  if (lengths)
-    args.lengths = Int64Array{{batch}, std::vector<int64_t>(lengths, lengths + batch)};
-  for (const auto& [name, data] : sideInputs) {
+  for (const auto& [name, data] : buffers.initialStates) {
+    checkState(program, name, "an initial " + name);
+    if (!data)
+      throw UserError("initial state '" + name + "' is a null pointer");
+    args.initialStates[name] = copyIn(data, {slots, batch, program.stateSize(name)});
+  }
+  for (const auto& [name, data] : buffers.finalStates)
+    checkState(program, name, "a buffer for the final " + name);
+  if (buffers.lengths)
+    args.lengths =
+        Int64Array{{batch}, std::vector<int64_t>(buffers.lengths, buffers.lengths + batch)};
+  for (const auto& [name, data] : buffers.sideInputs) {
     const int64_t features = program.sideInputSize(name);
     if (!data)
       throw UserError("side input '" + name + "' is a null pointer");
@@ -171,34 +203,45 @@ ForwardArgs forwardArgs(const Layer::Impl& impl, const char* call, const float* 
   return args;
 }
 
-void copyOutResults(const LayerResult& result, float* output, float* hn, float* cn) {
-  copyOut(result.output, output);
-  if (hn)
-    copyOut(result.finalStates.at("h"), hn);
-  if (cn && result.finalStates.count("c"))
-    copyOut(result.finalStates.at("c"), cn);
+void copyOutResults(const LayerResult& result, const SequenceBuffers& buffers) {
+  copyOut(result.output, buffers.output);
+  for (const auto& [name, to] : buffers.finalStates)
+    copyOut(result.finalStates.at(name), to);
 }
 
 } // namespace
 
+void Layer::forward(const float* input, int64_t steps, int64_t batch, const float* h0,
+                    const float* c0, const int64_t* lengths, float* output, float* hn,
+                    float* cn) const {
+  forward(hcBuffers(input, {}, h0, c0, lengths, output, hn, cn), steps, batch);
+}
+
 void Layer::forward(const float* input, const std::map<std::string, const float*>& sideInputs,
                     int64_t steps, int64_t batch, const float* h0, const float* c0,
                     const int64_t* lengths, float* output, float* hn, float* cn) const {
-  ForwardArgs args =
-      forwardArgs(*impl_, "forward", input, sideInputs, steps, batch, h0, c0, lengths, output);
+  forward(hcBuffers(input, sideInputs, h0, c0, lengths, output, hn, cn), steps, batch);
+}
+
+void Layer::forward(const SequenceBuffers& buffers, int64_t steps, int64_t batch) const {
+  ForwardArgs args = forwardArgs(*impl_, "forward", buffers, steps, batch);
   copyOutResults(impl_->program->run(args.input, args.initialStates, args.lengths, args.sideInputs),
-                 output, hn, cn);
+                 buffers);
 }
 
 TrainingRecord Layer::forwardTraining(const float* input, int64_t steps, int64_t batch,
                                       const float* h0, const float* c0, const int64_t* lengths,
                                       float* output, float* hn, float* cn) const {
-  ForwardArgs args =
-      forwardArgs(*impl_, "forwardTraining", input, {}, steps, batch, h0, c0, lengths, output);
+  return forwardTraining(hcBuffers(input, {}, h0, c0, lengths, output, hn, cn), steps, batch);
+}
+
+TrainingRecord Layer::forwardTraining(const SequenceBuffers& buffers, int64_t steps,
+                                      int64_t batch) const {
+  ForwardArgs args = forwardArgs(*impl_, "forwardTraining", buffers, steps, batch);
   auto impl = std::make_shared<TrainingRecord::Impl>();
   impl->tape = impl_->trainingProgram().forward(std::move(args.input), args.initialStates,
                                                 args.lengths, args.sideInputs);
-  copyOutResults(impl->tape.forward, output, hn, cn);
+  copyOutResults(impl->tape.forward, buffers);
   impl->tape.forward.output = Tensor(); // the caller's now: the backward reads its shape only
   TrainingRecord record;
   record.impl_ = std::move(impl);
@@ -208,22 +251,28 @@ TrainingRecord Layer::forwardTraining(const float* input, int64_t steps, int64_t
 std::map<std::string, WeightTensor> Layer::backward(const TrainingRecord& record,
                                                     const float* gradOutput, const float* gradHn,
                                                     const float* gradCn) const {
+  std::map<std::string, const float*> gradFinalStates;
+  if (gradHn)
+    gradFinalStates["h"] = gradHn;
+  if (gradCn)
+    gradFinalStates["c"] = gradCn;
+  return backward(record, gradOutput, gradFinalStates);
+}
+
+std::map<std::string, WeightTensor>
+Layer::backward(const TrainingRecord& record, const float* gradOutput,
+                const std::map<std::string, const float*>& gradFinalStates) const {
   if (!record.impl_)
     throw UserError("backward needs the record of a forwardTraining() call");
   const TrainingTape& tape = record.impl_->tape;
   GradientInputs grads;
   if (gradOutput)
     grads.output = copyIn(gradOutput, tape.outputShape);
-  const float* given[] = {gradHn, gradCn};
-  const char* names[] = {"h", "c"};
-  for (int i = 0; i < 2; ++i)
-    if (given[i]) {
-      auto it = tape.forward.finalStates.find(names[i]);
-      if (it == tape.forward.finalStates.end())
-        throw UserError(std::string("a gradient of ") + names[i] + "n is given but cell '" +
-                        impl_->program->cell().name + "' has no state '" + names[i] + "'");
-      grads.finalStates[names[i]] = copyIn(given[i], it->second.shape());
-    }
+  for (const auto& [name, data] : gradFinalStates) {
+    checkState(*impl_->program, name, "a gradient of the final " + name);
+    if (data)
+      grads.finalStates[name] = copyIn(data, tape.forward.finalStates.at(name).shape());
+  }
   std::map<std::string, WeightTensor> out;
   for (auto& [name, tensor] : impl_->trainingProgram().backward(tape, grads))
     out[name] = {tensor.shape(),

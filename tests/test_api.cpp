@@ -25,11 +25,11 @@ rnnc::LayerSpec spec(const std::string& cell) {
   return s;
 }
 
-template <class A, class B> float maxAbsDiff(const A& a, const B& b) {
+template <class A, class B> double maxAbsDiff(const A& a, const B& b) {
   EXPECT_EQ(a.size(), b.size());
-  float worst = 0;
+  double worst = 0;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    worst = rnnc::test::worseOf(worst, std::abs(a[i] - b[i]));
+    worst = rnnc::test::worseOf(worst, std::abs(double(a[i]) - double(b[i])));
   return worst;
 }
 
@@ -339,6 +339,100 @@ TEST(Api, CachedMemoryIsKeptWithinItsLimitAndReleasedOnRequest) {
   EXPECT_EQ(rnnc::cachedMemoryLimit(), 0u);
   rnnc::setCachedMemoryLimit(limit);
   EXPECT_EQ(rnnc::cachedMemoryLimit(), limit);
+}
+
+} // namespace
+
+namespace {
+
+// A cell whose state is neither h nor c, with a side input: through the API by name, its results
+// and gradients against the recurrence written out by hand. s' = s * w + x * ctx; for
+// loss = sum(y * dy) + sum(s_T * ds), g_t = dL/ds_t = dy_t + w * g_{t+1} (g_T = dy_T + ds), so
+// dL/dx_t = g_t ctx_t, dL/dctx_t = g_t x_t, dL/ds_0 = w g_1 and dL/dw = sum over t and rows of
+// g_t s_{t-1}.
+class NamedBuffers : public rnnc::test::ScratchDirTest {};
+
+TEST_F(NamedBuffers, AnyCellsStatesAndSideInputsTrainByName) {
+  const std::string cell = writeBytes("scale.cell", R"(cell scale(n) {
+  input x[n], ctx[n]
+  state s[n]
+  param w[n]
+  s2 = s * w + x * ctx
+  return s = s2; output s2
+})");
+  const int64_t steps = 4, batch = 2, n = 3, rows = batch * n;
+  std::vector<float> w = {0.9f, -0.5f, 1.1f}, x(steps * rows), ctx(steps * rows), s0(rows),
+                     dy(steps * rows), ds(rows);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::sin(0.7f * i);
+    ctx[i] = std::cos(0.3f * i);
+    dy[i] = std::sin(1.3f * i + 0.5f);
+  }
+  for (int64_t i = 0; i < rows; ++i) {
+    s0[i] = 0.2f * i - 0.4f;
+    ds[i] = 1.0f - 0.3f * i;
+  }
+  // By hand: the states, then the gradients backwards in time.
+  std::vector<double> s((steps + 1) * rows), g(steps * rows), dx(x.size()), dctx(x.size()),
+      ds0(rows), dw(n);
+  std::copy(s0.begin(), s0.end(), s.begin());
+  for (int64_t t = 0; t < steps; ++t)
+    for (int64_t r = 0; r < rows; ++r)
+      s[(t + 1) * rows + r] =
+          s[t * rows + r] * w[r % n] + double(x[t * rows + r]) * ctx[t * rows + r];
+  for (int64_t t = steps - 1; t >= 0; --t)
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t i = t * rows + r;
+      g[i] = dy[i] + (t == steps - 1 ? ds[r] : w[r % n] * g[i + rows]);
+      dx[i] = g[i] * ctx[i];
+      dctx[i] = g[i] * x[i];
+      dw[r % n] += g[i] * s[t * rows + r];
+      if (t == 0)
+        ds0[r] = w[r % n] * g[i];
+    }
+
+  for (bool jit : {true, false}) {
+    SCOPED_TRACE(jit ? "jit" : "interpreter");
+    rnnc::LayerSpec spec;
+    spec.cell = cell;
+    spec.jit = jit;
+    rnnc::Layer layer = rnnc::Layer::fromWeights(spec, {{"w", {{n}, w}}});
+    EXPECT_EQ(layer.stateNames(), std::vector<std::string>{"s"});
+    std::vector<float> y(x.size()), sn(rows);
+    rnnc::SequenceBuffers buffers;
+    buffers.input = x.data();
+    buffers.sideInputs["ctx"] = ctx.data();
+    buffers.initialStates["s"] = s0.data();
+    buffers.output = y.data();
+    buffers.finalStates["s"] = sn.data();
+    layer.forward(buffers, steps, batch);
+    EXPECT_LE(maxAbsDiff(y, std::vector<double>(s.begin() + rows, s.end())), 1e-5);
+    std::fill(y.begin(), y.end(), 0.0f);
+    rnnc::TrainingRecord record = layer.forwardTraining(buffers, steps, batch);
+    EXPECT_LE(maxAbsDiff(y, std::vector<double>(s.begin() + rows, s.end())), 1e-5);
+    EXPECT_LE(maxAbsDiff(sn, std::vector<double>(s.end() - rows, s.end())), 1e-5);
+    auto grads = layer.backward(record, dy.data(), {{"s", ds.data()}});
+    EXPECT_LE(maxAbsDiff(grads.at("input").values, dx), 1e-5);
+    EXPECT_LE(maxAbsDiff(grads.at("ctx").values, dctx), 1e-5);
+    EXPECT_LE(maxAbsDiff(grads.at("s").values, ds0), 1e-5);
+    EXPECT_LE(maxAbsDiff(grads.at("w").values, dw), 1e-5);
+
+    // A state the cell does not have is an error that lists its states, wherever it is named.
+    rnnc::SequenceBuffers wrong = buffers;
+    wrong.initialStates["h"] = s0.data();
+    rnnc::test::expectUserError([&] { layer.forward(wrong, steps, batch); },
+                                {"an initial h is given but cell 'scale' has no state 'h' "
+                                 "(its states: s)"});
+    wrong = buffers;
+    wrong.finalStates["c"] = sn.data();
+    rnnc::test::expectUserError([&] { layer.forward(wrong, steps, batch); },
+                                {"a buffer for the final c", "no state 'c'"});
+    rnnc::test::expectUserError(
+        [&] {
+          layer.backward(record, dy.data(), {{"h", ds.data()}});
+        },
+        {"a gradient of the final h", "no state 'h'"});
+  }
 }
 
 } // namespace

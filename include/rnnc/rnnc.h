@@ -61,6 +61,18 @@ private:
   std::shared_ptr<const Impl> impl_;
 };
 
+// Every buffer of a call by name, for any cell (states other than h and c, side inputs):
+// caller-owned float32 (lengths int64) in C order, laid out as for Layer::forward() ([B, T, ...]
+// sequences with batchFirst).
+struct SequenceBuffers {
+  const float* input = nullptr;                      // [T, B, inputSize()]
+  std::map<std::string, const float*> sideInputs;    // [T, B, sideInputSize(name)], each of them
+  std::map<std::string, const float*> initialStates; // [L*D, B, stateSize(name)]; absent: zeros
+  const int64_t* lengths = nullptr;                  // [B], each in [1, T]; null: all T steps
+  float* output = nullptr;                           // [T, B, outputSize()], zero past lengths
+  std::map<std::string, float*> finalStates;         // [L*D, B, stateSize(name)]; absent: unwritten
+};
+
 class Layer {
 public:
   // Weights from a safetensors file with PyTorch state_dict names (weight_ih_l0, ...).
@@ -75,6 +87,7 @@ public:
   int64_t outputSize() const; // num_directions * hidden (or proj) size: output features
   // The features of one slot of a state ("h", "c", ...), as in h0 [L*D, B, stateSize].
   int64_t stateSize(const std::string& state) const;
+  std::vector<std::string> stateNames() const; // in the cell's order: "h", "c" for an LSTM
   // A cell with several inputs (`input x[...], y[...]`) reads its first as the layer's input and
   // the others as side inputs: sequences every layer and direction reads at the same step.
   std::vector<std::string> sideInputNames() const; // in the cell's order; empty for one input
@@ -94,6 +107,9 @@ public:
                int64_t steps, int64_t batch, const float* h0, const float* c0,
                const int64_t* lengths, float* output, float* hn, float* cn) const;
 
+  // The same for any cell, every buffer by name.
+  void forward(const SequenceBuffers& buffers, int64_t steps, int64_t batch) const;
+
   // The same on PyTorch's packed form (torch.nn.utils.rnn.PackedSequence):
   //   data         [sum(batchSizes), inputSize()]: step 0's rows, then step 1's, ...; within a
   //                step, sequences in sorted (longest first) order
@@ -101,6 +117,10 @@ public:
   //   sortedIndices [batch]: the caller's batch index of each sorted position (null: identity);
   //                h0/c0/hn/cn are in the caller's order, as PyTorch's are
   //   outputData   [sum(batchSizes), outputSize()], packed like data
+  void forwardPacked(const float* data, const int64_t* batchSizes, int64_t steps,
+                     const int64_t* sortedIndices, const float* h0, const float* c0,
+                     float* outputData, float* hn, float* cn) const;
+
   // Training: forward() that also returns what backward() reads (the first call compiles the
   // layer's training forward and backward, derived from the cell).
   TrainingRecord forwardTraining(const float* input, int64_t steps, int64_t batch, const float* h0,
@@ -112,10 +132,14 @@ public:
   std::map<std::string, WeightTensor> backward(const TrainingRecord& record,
                                                const float* gradOutput, const float* gradHn,
                                                const float* gradCn) const;
-
-  void forwardPacked(const float* data, const int64_t* batchSizes, int64_t steps,
-                     const int64_t* sortedIndices, const float* h0, const float* c0,
-                     float* outputData, float* hn, float* cn) const;
+  // The same for any cell, every buffer by name. backward() then gives, besides the parameters'
+  // and "input", each side input's gradient under its name and each initial state's under
+  // "h0", "c0" or (another state) the state's own name; gradFinalStates by state name.
+  TrainingRecord forwardTraining(const SequenceBuffers& buffers, int64_t steps,
+                                 int64_t batch) const;
+  std::map<std::string, WeightTensor>
+  backward(const TrainingRecord& record, const float* gradOutput,
+           const std::map<std::string, const float*>& gradFinalStates) const;
 
   struct Impl;
 
