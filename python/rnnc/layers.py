@@ -354,7 +354,9 @@ class _TorchWeights:
 
 
 class _TorchRNN(_TorchWeights):
-    """torch.nn.LSTM, GRU and RNN: the same constructor, state_dict names, call and results.
+    """torch.nn.LSTM, GRU and RNN: the same constructor, state_dict names, call and results. Not
+    a torch.nn.Module (rnnc imports without torch): inside a torch model, whose state_dict and
+    .eval() should reach it, use rnnc.nn's module of the same name.
     rnnc's own keyword options: threads, jit, target_cpu, weights_dtype ("fp32"; "fp16": the
     weights of every matrix product in half the bytes, the math in fp32; "bf16": bf16 products
     summed in fp32; "int8": dynamic quantization) and device
