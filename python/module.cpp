@@ -298,6 +298,29 @@ PYBIND11_MODULE(_rnnc, m) {
   });
   m.attr("__version__") = RNNC_VERSION;
   m.def("builtin_cells", &frontend::builtinCellNames);
+  // Whether two contiguous arrays hold the same bytes: rnnc.nn's check that a module's parameters
+  // still equal the copy its compiled program was built from, made at every call. memcmp reads
+  // 2 MB in 49 us where torch.equal took 223 (Zen 5), which a loop stepping a cell pays per step.
+  m.def(
+      "same_bytes",
+      [](const py::buffer& a, const py::buffer& b) {
+        const py::buffer_info x = a.request(), y = b.request();
+        auto contiguousBytes = [](const py::buffer_info& info) -> std::optional<size_t> {
+          py::ssize_t stride = info.itemsize;
+          for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
+            if (info.shape[d] > 1 && info.strides[d] != stride)
+              return std::nullopt;
+            stride *= info.shape[d];
+          }
+          return static_cast<size_t>(info.size * info.itemsize);
+        };
+        const std::optional<size_t> bytes = contiguousBytes(x);
+        if (!bytes || contiguousBytes(y) != bytes || x.shape != y.shape || x.format != y.format)
+          throw UserError("same_bytes compares contiguous arrays of one shape and type");
+        py::gil_scoped_release unlocked;
+        return std::memcmp(x.ptr, y.ptr, *bytes) == 0;
+      },
+      py::arg("a"), py::arg("b"));
   // The memory kept for reuse (runtime/data/AlignedBuffer.h; rnnc.empty_cache and the rest).
   m.def("memory_cached", &cachedLargeBufferBytes);
   m.def("empty_cache", &releaseCachedLargeBuffers);

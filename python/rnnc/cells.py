@@ -85,31 +85,18 @@ class _TorchCell(_TorchWeights):
         return tuple(results) if self._mode == "LSTM" else results[0]
 
     def _differentiable_step(self, input, hx):
-        """The step where autograd records it: rnnc.nn's one-layer module of these weights (rnnc's
-        training forward and derived backward) over one step, so the input and the states get
-        torch's gradients (the weights are not torch parameters here)."""
+        """The step where autograd records it: rnnc.nn's cell of these weights (rnnc's training
+        forward and derived backward, its program kept while the weights stay), so the input
+        and the states get torch's gradients (the weights are not torch parameters here)."""
         import torch
 
         _check_differentiable(f"rnnc.{type(self).__name__}", self._options["weights_dtype"],
                               self._options["device"])
         module = self._differentiable.get(self._build_differentiable)
-        x = torch.as_tensor(input)
-        if x.dim() not in (1, 2):
-            raise ValueError(f"{type(self).__name__}: Expected input to be 1D or 2D, got "
-                             f"{x.dim()}D input of shape {list(x.shape)}")
-        batched = x.dim() == 2
-        step = x[None] if batched else x[None, None]  # [1, batch, input_size]
-        states = None
-        if hx is not None:
-            states = tuple(torch.as_tensor(value)[None] if batched
-                           else torch.as_tensor(value)[None, None]
-                           for _, _, value in self._states(hx))
-            if self._mode != "LSTM":
-                states = states[0]
-        _, finals = module(step, states)
-        finals = finals if self._mode == "LSTM" else (finals,)
-        results = tuple(f[0] if batched else f[0, 0] for f in finals)
-        return results if self._mode == "LSTM" else results[0]
+        if hx is not None:  # rnnc.nn's cell takes torch tensors only
+            hx = (tuple(torch.as_tensor(h) for h in hx) if isinstance(hx, (tuple, list))
+                  else torch.as_tensor(hx))
+        return module(torch.as_tensor(input), hx)
 
     def _build_differentiable(self):
         import torch
@@ -120,8 +107,8 @@ class _TorchCell(_TorchWeights):
                        jit=self._options["jit"], target_cpu=self._options["target_cpu"])
         if self._mode == "RNN":
             options["nonlinearity"] = self.nonlinearity
-        module = getattr(nn, self._mode)(self.input_size, self.hidden_size, **options)
-        module.load_state_dict({name + "_l0": torch.from_numpy(value)
+        module = getattr(nn, type(self).__name__)(self.input_size, self.hidden_size, **options)
+        module.load_state_dict({name: torch.from_numpy(value)
                                 for name, value in self._weights.items()})
         module.requires_grad_(False)
         return module.eval()

@@ -11,6 +11,9 @@ rnnc's own (new masks each call, from torch's random generator).
     y, (h_n, c_n) = lstm(x)
     y.sum().backward()
 
+``rnnc.nn.LSTMCell``, ``GRUCell`` and ``RNNCell`` are torch.nn's one-step cells the same way,
+for loops that step a cell themselves (a decoder trained on its own outputs).
+
 ``rnnc.nn.Recurrent`` is any cell (a ``.cell`` file, its source or a built-in name) as a
 torch.nn.Module trained the same way, its parameters the cell's; in training mode the cell's
 ``dropout`` draws new masks each call, which its backward reuses.
@@ -26,7 +29,7 @@ from . import _rnnc
 from ._recurrent import (check_state_shape, given_states, records_gradients, repack,
                          state_shapes)
 
-__all__ = ["LSTM", "GRU", "RNN", "Recurrent"]
+__all__ = ["LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "Recurrent"]
 
 
 def _initial_name(state):
@@ -94,38 +97,57 @@ class _Recurrence(torch.autograd.Function):
         return (None, None, None, None, gradient("input"), None, *dstates, *dsides, *dparams)
 
 
-class _InferenceCache:
-    """A module's inference program (rnnc's Layer: no tape, weights packed once), for calls that
-    autograd does not record, such as evaluation under torch.no_grad(): the training forward
-    builds a program and packs the weights at every call (a batch-1 LSTM, I=H=512: 8.5 ms a
-    call, against 5.9 with this program). It is built from a copy of the parameters and kept
+class _ProgramCache:
+    """A module's program kept between calls while its parameters keep their values: the
+    inference program (rnnc's Layer: no tape, weights packed once) for calls that autograd does
+    not record, such as evaluation under torch.no_grad() (the training forward builds a program
+    and packs the weights at every call: a batch-1 LSTM, I=H=512, 8.5 ms a call, against 5.9
+    with this program); and a one-step cell's training program, which a loop stepping the cell
+    calls many times between optimiser steps. It is built from a copy of the parameters and kept
     while they equal that copy: torch's version counter misses writes through ``p.data``
     (hand-written optimisers, EMA updates), so the check compares the values, a read of the
-    weights once a call (about 1 ms for the 8 MB of that LSTM)."""
+    weights once a call (memcmp: about 0.2 ms for the 8 MB of that LSTM)."""
 
-    _attribute = "_rnnc_inference"
+    attributes = ("_rnnc_inference", "_rnnc_training")
 
-    @classmethod
-    def layer(cls, module, params, build):
+    def __init__(self, attribute):
+        assert attribute in self.attributes
+        self._attribute = attribute
+
+    def get(self, module, params, build):
         """The program for `params` (float32 tensors); build(weights) makes one from numpy
         arrays."""
-        cached = module.__dict__.get(cls._attribute)
+        cached = module.__dict__.get(self._attribute)
         if cached is not None:
-            copies, layer = cached
-            if len(copies) == len(params) and all(
-                    p.shape == c.shape and torch.equal(p, c) for p, c in zip(params, copies)):
-                return layer
+            copies, program = cached
+            if len(copies) == len(params) and all(_same(p, c) for p, c in zip(params, copies)):
+                return program
         copies = [p.detach().clone() for p in params]
-        layer = build([c.numpy() for c in copies])
-        module.__dict__[cls._attribute] = (copies, layer)
-        return layer
+        program = build([c.numpy() for c in copies])
+        module.__dict__[self._attribute] = (copies, program)
+        return program
 
     @classmethod
     def without(cls, state):
-        """A module's pickled state without the program (copies build their own)."""
+        """A module's pickled state without its programs (copies build their own)."""
         state = dict(state)
-        state.pop(cls._attribute, None)
+        for attribute in cls.attributes:
+            state.pop(attribute, None)
         return state
+
+
+def _same(param, copy):
+    """Whether a float32 parameter holds its copy's values, bit for bit (a NaN weight equals
+    itself: torch.equal would rebuild at every call)."""
+    if param.shape != copy.shape:
+        return False
+    if param.dtype == torch.float32 and param.device.type == "cpu" and param.is_contiguous():
+        return _rnnc.same_bytes(param.detach().numpy(), copy.numpy())
+    return torch.equal(param, copy)
+
+
+_inference_programs = _ProgramCache("_rnnc_inference")
+_training_programs = _ProgramCache("_rnnc_training")
 
 
 def _infer(layer, x, state_names, states, lengths, sides=None):
@@ -157,7 +179,7 @@ class _RnncForward:
     """The forward of torch.nn.RNNBase, run by rnnc (mixed into torch's own modules)."""
 
     def __getstate__(self):
-        return _InferenceCache.without(super().__getstate__())
+        return _ProgramCache.without(super().__getstate__())
 
     def __init__(self, *args, threads=0, jit=True, target_cpu="", **kwargs):
         super().__init__(*args, **kwargs)
@@ -205,7 +227,7 @@ class _RnncForward:
         dropout = self.dropout if self.training and self.num_layers > 1 else 0.0
         state_names = list(state_shapes(self, self.mode == "LSTM", batch))
         if dropout == 0 and not records_gradients(x, *states, *params):
-            layer = _InferenceCache.layer(self, params, lambda weights: _program(
+            layer = _inference_programs.get(self, params, lambda weights: _program(
                 _rnnc.Layer, self, self._rnnc_cell(), dict(zip(names, weights)), {}))
             y, finals = _infer(layer, x, state_names, states, lengths)
         else:
@@ -237,6 +259,92 @@ class GRU(_RnncForward, torch.nn.GRU):
 
 class RNN(_RnncForward, torch.nn.RNN):
     """torch.nn.RNN (tanh or relu) trained through rnnc."""
+
+
+class _RnncCellForward:
+    """The forward of torch.nn.LSTMCell, GRUCell and RNNCell, run by rnnc (mixed into torch's own
+    modules): one step of the built-in cell. Evaluation (a call autograd does not record) runs
+    the inference program; a recorded call runs the training program over the step, both kept
+    while the parameters keep their values, so that a loop stepping the cell between optimiser
+    steps builds each once."""
+
+    def __getstate__(self):
+        return _ProgramCache.without(super().__getstate__())
+
+    def __init__(self, *args, threads=0, jit=True, target_cpu="", **kwargs):
+        super().__init__(*args, **kwargs)
+        self._rnnc_options = dict(jit=bool(jit), threads=int(threads), target_cpu=target_cpu)
+
+    def _rnnc_cell(self):
+        if isinstance(self, torch.nn.RNNCell):
+            return "rnn_tanh" if self.nonlinearity == "tanh" else "rnn_relu"
+        return "lstm" if isinstance(self, torch.nn.LSTMCell) else "gru"
+
+    def forward(self, input, hx=None):
+        lstm = isinstance(self, torch.nn.LSTMCell)
+        if not isinstance(input, torch.Tensor) or not input.is_floating_point():
+            raise TypeError(f"{type(self).__name__} takes a floating-point tensor, not "
+                            f"{getattr(input, 'dtype', type(input).__name__)}")
+        if input.dim() not in (1, 2):
+            raise ValueError(f"{type(self).__name__}: Expected input to be 1D or 2D, got "
+                             f"{input.dim()}D input of shape {list(input.shape)}")
+        batched = input.dim() == 2
+        x = input if batched else input.unsqueeze(0)
+        batch, expected = x.shape[0], [x.shape[0], self.hidden_size]
+        if x.shape[1] != self.input_size:
+            raise ValueError(f"input has shape {list(input.shape)}, expected "
+                             f"{[batch, self.input_size] if batched else [self.input_size]}")
+        if hx is None:
+            states = [x.new_zeros(expected, dtype=torch.float32) for _ in range(1 + lstm)]
+        else:
+            if lstm and (not isinstance(hx, (tuple, list)) or len(hx) != 2):
+                raise ValueError("LSTMCell expects hx as a tuple (h_0, c_0)")
+            given = list(hx) if lstm else [hx]
+            labels = ["hx[0]", "hx[1]"] if lstm else ["hx"]
+            states = []
+            for label, state in zip(labels, given):
+                state = state if batched else state.unsqueeze(0)
+                if list(state.shape) != expected:
+                    raise ValueError(f"{label} has shape {list(state.shape)}, expected "
+                                     f"{expected if batched else [self.hidden_size]}")
+                states.append(state.float())
+        dtype = x.dtype  # rnnc computes in float32; the results come back in the input's type
+        x = x.float().unsqueeze(0)  # a sequence of one step
+        states = [state.unsqueeze(0) for state in states]
+        names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else [])
+        params = [getattr(self, name).float() for name in names]
+        state_names = ["h", "c"] if lstm else ["h"]
+        options = self._rnnc_options
+
+        def build(make, *training_args, **training_options):
+            return lambda weights: make(self._rnnc_cell(), dict(zip(names, weights)), {}, 1,
+                                        False, False, options["jit"], options["threads"],
+                                        options["target_cpu"], *training_args,
+                                        **training_options)
+
+        if not records_gradients(x, *states, *params):
+            layer = _inference_programs.get(self, params, build(_rnnc.Layer))
+            y, finals = _infer(layer, x, state_names, states, None)
+        else:
+            program = _training_programs.get(self, params,
+                                             build(_rnnc.Training, 0.0, 0, training=False))
+            y, *finals = _Recurrence.apply(program, state_names, [], names, x, None, *states,
+                                           *params)
+        _, finals = _in_type(dtype, y, finals)
+        finals = [f[0] if batched else f[0, 0] for f in finals]
+        return (finals[0], finals[1]) if lstm else finals[0]
+
+
+class LSTMCell(_RnncCellForward, torch.nn.LSTMCell):
+    """torch.nn.LSTMCell trained through rnnc (options: threads, jit, target_cpu)."""
+
+
+class GRUCell(_RnncCellForward, torch.nn.GRUCell):
+    """torch.nn.GRUCell trained through rnnc."""
+
+
+class RNNCell(_RnncCellForward, torch.nn.RNNCell):
+    """torch.nn.RNNCell (tanh or relu) trained through rnnc."""
 
 
 class Recurrent(torch.nn.Module):
@@ -295,7 +403,7 @@ class Recurrent(torch.nn.Module):
                     self._params.append((name + suffix, attribute))
 
     def __getstate__(self):
-        return _InferenceCache.without(super().__getstate__())
+        return _ProgramCache.without(super().__getstate__())
 
     def forward(self, x, states=None, lengths=None, seed=None, **side_inputs):
         packed_input = x if isinstance(x, PackedSequence) else None
@@ -335,7 +443,7 @@ class Recurrent(torch.nn.Module):
         state_names = list(self.state_sizes)
         # In eval mode the cell's dropouts are the identity, as in inference.
         if not self.training and not records_gradients(x, *initial, *sides.values(), *params):
-            layer = _InferenceCache.layer(self, params, lambda weights: _program(
+            layer = _inference_programs.get(self, params, lambda weights: _program(
                 _rnnc.Layer, self, self.cell, dict(zip(names, weights)), sizes))
             y, finals = _infer(layer, x, state_names, initial, lengths, sides)
         else:

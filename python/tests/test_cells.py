@@ -152,3 +152,77 @@ def test_bad_arguments_are_torchs_errors():
         cell.load_state_dict({"weight_ih": torch.zeros(28, 5)})
     with pytest.raises(ValueError, match=r"state_dict\['weight_hh'\] has shape \[28, 6\]"):
         cell.load_state_dict({"weight_hh": torch.zeros(28, 6)}, strict=False)
+
+
+# ---- rnnc.nn's cells: torch.nn's cell modules trained through rnnc ------------------------------
+
+import rnnc.nn  # noqa: E402
+
+
+def nn_twins(kind, **kwargs):
+    torch.manual_seed(33)
+    theirs = getattr(torch.nn, kind)(5, 7, **kwargs)
+    ours = getattr(rnnc.nn, kind)(5, 7, **kwargs)
+    ours.load_state_dict(theirs.state_dict())
+    assert isinstance(ours, getattr(torch.nn, kind))
+    return theirs, ours
+
+
+@pytest.mark.parametrize("kind,options", KINDS)
+def test_a_loop_stepping_an_nn_cell_trains_as_torchs(kind, options):
+    # A decoder's training loop: each step reads the last one's state; one loss over all steps,
+    # then an optimiser step, twice (the second with the weights the first changed).
+    theirs, ours = nn_twins(kind, **options)
+    x = torch.randn(6, 3, 5)
+    weights = torch.randn(6, 3, 7)
+    results = []
+    for module in (theirs, ours):
+        optimiser = torch.optim.SGD(module.parameters(), lr=0.5)
+        for _ in range(2):
+            xg = x.clone().requires_grad_()
+            hx, outputs = None, []
+            for t in range(6):
+                hx = module(xg[t], hx)
+                outputs.append(as_tuple(hx)[0])
+            loss = (torch.stack(outputs) * weights).sum() + as_tuple(hx)[-1].sum()
+            optimiser.zero_grad()
+            loss.backward()
+            grads = {name: p.grad.clone() for name, p in module.named_parameters()}
+            optimiser.step()
+        results.append((torch.stack(outputs).detach(), grads, xg.grad))
+    (y_theirs, g_theirs, x_theirs), (y_ours, g_ours, x_ours) = results
+    assert_close(y_ours, y_theirs, "outputs after an optimiser step", 1e-5)
+    assert_close(x_ours, x_theirs, "d loss / d x", 1e-5)
+    for name in g_theirs:
+        assert_close(g_ours[name], g_theirs[name], f"d loss / d {name}", 1e-4)
+
+
+def test_nn_cells_evaluate_through_one_program_and_see_every_weight_change():
+    theirs, ours = nn_twins("GRUCell")
+    theirs.eval(), ours.eval()
+    x, h = torch.randn(3, 5), torch.randn(3, 7)
+    with torch.no_grad():
+        assert_close(ours(x, h), theirs(x, h), "evaluation")
+        program = ours.__dict__["_rnnc_inference"][1]
+        assert_close(ours(x[0], h[0]), theirs(x[0], h[0]), "unbatched")
+        assert ours.__dict__["_rnnc_inference"][1] is program  # kept while the weights stay
+        for p, q in zip(ours.parameters(), theirs.parameters()):
+            p.data.mul_(0.5)  # a write torch's version counter does not see
+            q.data.mul_(0.5)
+        assert_close(ours(x, h), theirs(x, h), "after a write through .data")
+    assert isinstance(ours(x, h), torch.Tensor)
+    restored = pickle.loads(pickle.dumps(ours))
+    with torch.no_grad():
+        assert torch.equal(restored(x, h), ours(x, h))
+
+
+def test_nn_cells_check_their_arguments_as_torch():
+    cell = rnnc.nn.LSTMCell(5, 7)
+    with pytest.raises(ValueError, match="Expected input to be 1D or 2D, got 3D"):
+        cell(torch.randn(1, 2, 5))
+    with pytest.raises(ValueError, match=r"input has shape \[2, 4\], expected \[2, 5\]"):
+        cell(torch.randn(2, 4))
+    with pytest.raises(ValueError, match="hx as a tuple"):
+        cell(torch.randn(2, 5), torch.randn(2, 7))
+    with pytest.raises(ValueError, match=r"hx\[1\] has shape \[3, 7\], expected \[2, 7\]"):
+        cell(torch.randn(2, 5), (torch.randn(2, 7), torch.randn(3, 7)))
