@@ -169,7 +169,7 @@ private:
   Layer layer_;
 };
 
-// Memory rnnc keeps for reuse. Buffers of 2 MB and more (tensors, packed weights, a run's
+// Memory rnnc keeps for reuse. Buffers of 128 KB and more (tensors, packed weights, a run's
 // workspace, a training step's records and gradients) are not returned to the system when
 // freed but kept for the next buffer of their size, so that a layer called again, or the next
 // training step, meets no page faults (the kernel's zeroing of fresh memory costs milliseconds

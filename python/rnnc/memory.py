@@ -1,6 +1,6 @@
 """The memory rnnc keeps for reuse, as torch.cuda's caching allocator keeps GPU memory.
 
-Buffers of 2 MB and more (tensors, packed weights, a run's workspace, a training step's records
+Buffers of 128 KB and more (tensors, packed weights, a run's workspace, a training step's records
 and gradients) are not returned to the system when freed but kept for the next buffer of their
 size: a layer called again, or the next training step, then meets no page faults. At most
 ``memory_cache_limit()`` bytes are kept (a gigabyte unless set); the oldest go first.

@@ -101,7 +101,7 @@ private:
   static size_t unmap(const std::vector<Buffer>& buffers) {
     size_t bytes = 0;
     for (const Buffer& b : buffers) {
-      unmapHugePages(b.data, b.bytes);
+      munmap(b.data, b.bytes); // whole pages, as mapped (mappedBytes)
       bytes += b.bytes;
     }
     return bytes;
@@ -118,17 +118,30 @@ LargeBufferCache& largeBuffers() {
   return *cache;
 }
 
+// What a large buffer of `bytes` maps: whole huge pages from a huge page on, whole 4 KB pages
+// below (a buffer under 2 MB rounded up to one would take up to 16 times its size).
+size_t mappedBytes(size_t bytes) {
+  constexpr size_t kPageBytes = 4096;
+  return bytes >= kHugePageBytes ? wholeHugePages(bytes)
+                                 : (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+}
+
 } // namespace
 
 LargeBuffer takeLargeBuffer(size_t bytes) {
-  const size_t used = wholeHugePages(bytes);
+  const size_t used = mappedBytes(bytes);
   if (void* reused = largeBuffers().take(used))
     return {reused, false};
-  return {mapHugePages(used), true};
+  if (used >= kHugePageBytes)
+    return {mapHugePages(used), true};
+  void* mapping = mmap(nullptr, used, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED)
+    throw std::bad_alloc();
+  return {mapping, true};
 }
 
 void giveLargeBuffer(void* data, size_t bytes) noexcept {
-  largeBuffers().give(data, wholeHugePages(bytes));
+  largeBuffers().give(data, mappedBytes(bytes));
 }
 
 size_t cachedLargeBufferBytes() {
