@@ -101,7 +101,10 @@ private:
   static size_t unmap(const std::vector<Buffer>& buffers) {
     size_t bytes = 0;
     for (const Buffer& b : buffers) {
-      munmap(b.data, b.bytes); // whole pages, as mapped (mappedBytes)
+      if (b.bytes >= kHugePageBytes)
+        unmapHugePages(b.data, b.bytes);
+      else
+        std::free(b.data); // malloc's (takeLargeBuffer)
       bytes += b.bytes;
     }
     return bytes;
@@ -118,30 +121,33 @@ LargeBufferCache& largeBuffers() {
   return *cache;
 }
 
-// What a large buffer of `bytes` maps: whole huge pages from a huge page on, whole 4 KB pages
-// below (a buffer under 2 MB rounded up to one would take up to 16 times its size).
-size_t mappedBytes(size_t bytes) {
-  constexpr size_t kPageBytes = 4096;
-  return bytes >= kHugePageBytes ? wholeHugePages(bytes)
-                                 : (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+// What a large buffer of `bytes` takes: whole huge pages from a huge page on; below, whole cache
+// lines of malloc's memory.
+size_t usedBytes(size_t bytes) {
+  return bytes >= kHugePageBytes
+             ? wholeHugePages(bytes)
+             : (bytes + kCacheLineBytes - 1) / kCacheLineBytes * kCacheLineBytes;
 }
 
 } // namespace
 
 LargeBuffer takeLargeBuffer(size_t bytes) {
-  const size_t used = mappedBytes(bytes);
+  const size_t used = usedBytes(bytes);
   if (void* reused = largeBuffers().take(used))
     return {reused, false};
   if (used >= kHugePageBytes)
     return {mapHugePages(used), true};
-  void* mapping = mmap(nullptr, used, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mapping == MAP_FAILED)
+  // Under a huge page, malloc's memory as before (from the heap where a program keeps freed
+  // blocks there, as the rnnc tool does), kept when given back rather than freed.
+  void* memory = std::aligned_alloc(kCacheLineBytes, used);
+  if (!memory)
     throw std::bad_alloc();
-  return {mapping, true};
+  populateForWriting(memory, used);
+  return {memory, false};
 }
 
 void giveLargeBuffer(void* data, size_t bytes) noexcept {
-  largeBuffers().give(data, mappedBytes(bytes));
+  largeBuffers().give(data, usedBytes(bytes));
 }
 
 size_t cachedLargeBufferBytes() {

@@ -34,9 +34,10 @@ inline bool isLargeBuffer(size_t bytes) {
   return bytes >= kLargeBufferBytes;
 }
 
-// Memory of `bytes` rounded up to whole huge pages (ir/HugePages.h) from 2 MB on, to whole 4 KB
-// pages below, from the buffers of that size given back before (`fresh` false: it holds what
-// was written there) or freshly mapped (`fresh`: it reads as zero). Tensors' large data and
+// Memory of `bytes` rounded up to whole huge pages (ir/HugePages.h) from 2 MB on, from the
+// buffers of that size given back before (`fresh` false: it holds what was written there) or
+// freshly mapped (`fresh`: it reads as zero); below 2 MB, whole cache lines of malloc's memory,
+// given back into the same cache rather than freed (`fresh` always false). Tensors' large data and
 // AlignedBuffer's come from here, so that a training step that allocates and frees the same sizes
 // at every call meets no page faults after its first. Given back with giveLargeBuffer(data, the
 // same bytes), which keeps it for the next taker (up to a limit, a gigabyte unless set below; the

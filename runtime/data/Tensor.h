@@ -22,7 +22,7 @@ using TensorShape = std::vector<int64_t>;
 // instead of thousands (malloc maps anything past 32 MB on 4 KB pages, and in a VM each fault
 // costs microseconds: a quarter of an LSTM training step went to them); freed, they are kept
 // for the next buffer of their size (runtime/data/AlignedBuffer.h, takeLargeBuffer). Contents
-// unspecified. Buffers from 128 KB to 2 MB are kept and reused alike, on 4 KB pages.
+// unspecified. Buffers from 128 KB to 2 MB are kept and reused alike (malloc's memory).
 void* allocateTensorBytes(size_t bytes);
 void freeTensorBytes(void* data, size_t bytes) noexcept;
 
