@@ -175,8 +175,9 @@ def _in_type(dtype, y, finals):
     return y.to(dtype), [f.to(dtype) for f in finals]
 
 
-class _RnncForward:
-    """The forward of torch.nn.RNNBase, run by rnnc (mixed into torch's own modules)."""
+class _RnncModule:
+    """What torch's modules run by rnnc add to them: rnnc's options (threads, jit, target_cpu)
+    and pickling without the compiled programs (a copy builds its own)."""
 
     def __getstate__(self):
         return _ProgramCache.without(super().__getstate__())
@@ -184,6 +185,10 @@ class _RnncForward:
     def __init__(self, *args, threads=0, jit=True, target_cpu="", **kwargs):
         super().__init__(*args, **kwargs)
         self._rnnc_options = dict(jit=bool(jit), threads=int(threads), target_cpu=target_cpu)
+
+
+class _RnncForward(_RnncModule):
+    """The forward of torch.nn.RNNBase, run by rnnc (mixed into torch's own modules)."""
 
     def _rnnc_cell(self):
         return {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh",
@@ -261,19 +266,12 @@ class RNN(_RnncForward, torch.nn.RNN):
     """torch.nn.RNN (tanh or relu) trained through rnnc."""
 
 
-class _RnncCellForward:
+class _RnncCellForward(_RnncModule):
     """The forward of torch.nn.LSTMCell, GRUCell and RNNCell, run by rnnc (mixed into torch's own
     modules): one step of the built-in cell. Evaluation (a call autograd does not record) runs
     the inference program; a recorded call runs the training program over the step, both kept
     while the parameters keep their values, so that a loop stepping the cell between optimiser
     steps builds each once."""
-
-    def __getstate__(self):
-        return _ProgramCache.without(super().__getstate__())
-
-    def __init__(self, *args, threads=0, jit=True, target_cpu="", **kwargs):
-        super().__init__(*args, **kwargs)
-        self._rnnc_options = dict(jit=bool(jit), threads=int(threads), target_cpu=target_cpu)
 
     def _rnnc_cell(self):
         if isinstance(self, torch.nn.RNNCell):
