@@ -389,6 +389,7 @@ PYBIND11_MODULE(_rnnc, m) {
         signature["states"] = states;
         signature["output"] = width(parsed->output, "the output");
         signature["input_size"] = inputSize ? py::object(py::str(*inputSize)) : py::none();
+        signature["dropout"] = ir::containsOp(*parsed, ir::Op::Dropout); // masks in training
         return signature;
       },
       py::arg("cell"), py::arg("sizes"));

@@ -114,17 +114,19 @@ class _ProgramCache:
         assert attribute in self.attributes
         self._attribute = attribute
 
-    def get(self, module, params, build):
-        """The program for `params` (float32 tensors); build(weights) makes one from numpy
+    def get(self, module, params, build, key=None):
+        """The program for `params` (float32 tensors) and `key` (whatever else the program is
+        built with: the training flag, a dropout's seed); build(weights) makes one from numpy
         arrays."""
         cached = module.__dict__.get(self._attribute)
         if cached is not None:
-            copies, program = cached
-            if len(copies) == len(params) and all(_same(p, c) for p, c in zip(params, copies)):
+            cached_key, copies, program = cached
+            if cached_key == key and len(copies) == len(params) and all(
+                    _same(p, c) for p, c in zip(params, copies)):
                 return program
         copies = [p.detach().clone() for p in params]
         program = build([c.numpy() for c in copies])
-        module.__dict__[self._attribute] = (copies, program)
+        module.__dict__[self._attribute] = (key, copies, program)
         return program
 
     @classmethod
@@ -236,11 +238,13 @@ class _RnncForward(_RnncModule):
                 _rnnc.Layer, self, self._rnnc_cell(), dict(zip(names, weights)), {}))
             y, finals = _infer(layer, x, state_names, states, lengths)
         else:
+            # Without masks to draw, the program is the same until the weights change (a loop
+            # calling the module several times per optimiser step builds it once).
             seed = int(torch.randint(0, 2**62, ())) if dropout > 0 else 0
-            program = _program(
-                _rnnc.Training, self, self._rnnc_cell(),
-                {n: p.detach().contiguous().numpy() for n, p in zip(names, params)}, {},
-                dropout, seed, training=self.training)
+            program = _training_programs.get(
+                self, params, lambda weights: _program(
+                    _rnnc.Training, self, self._rnnc_cell(), dict(zip(names, weights)), {},
+                    dropout, seed, training=self.training), key=(self.training, seed))
             y, *finals = _Recurrence.apply(program, state_names, [], names, x, lengths, *states,
                                            *params)
         y, finals = _in_type(dtype, y, finals)
@@ -380,6 +384,7 @@ class Recurrent(torch.nn.Module):
         self._rnnc_options = dict(jit=bool(jit), threads=int(threads), target_cpu=target_cpu)
         signature = _rnnc.cell_signature(self.cell, self.sizes)
         self.side_input_names = list(signature["inputs"][1:])
+        self._cell_drops = signature["dropout"]
         self._input_size = signature["input_size"] or "input_size"
         self.state_sizes = dict(signature["states"])
         directions = 2 if self.bidirectional else 1
@@ -431,8 +436,13 @@ class Recurrent(torch.nn.Module):
             initial.append(state.float())
         if lengths is not None:
             lengths = torch.as_tensor(lengths).cpu().numpy().astype("int64")
-        if seed is None:
-            seed = int(torch.randint(0, 2**62, ())) if self.training else 0
+        # Masks are drawn in training where the cell has a dropout or layers have one between
+        # them; otherwise the seed changes nothing (and the program is kept, as below).
+        draws = self.training and (self._cell_drops or (self.dropout > 0 and self.num_layers > 1))
+        if not draws:
+            seed = 0
+        elif seed is None:
+            seed = int(torch.randint(0, 2**62, ()))
         names = [name for name, _ in self._params]
         params = [getattr(self, attribute).float() for _, attribute in self._params]
         # The input's width changes with the layer: the weights give it, where there are some.
@@ -445,10 +455,11 @@ class Recurrent(torch.nn.Module):
                 _rnnc.Layer, self, self.cell, dict(zip(names, weights)), sizes))
             y, finals = _infer(layer, x, state_names, initial, lengths, sides)
         else:
-            program = _program(
-                _rnnc.Training, self, self.cell,
-                {n: p.detach().contiguous().numpy() for n, p in zip(names, params)}, sizes,
-                self.dropout if self.training else 0.0, int(seed), training=self.training)
+            program = _training_programs.get(
+                self, params, lambda weights: _program(
+                    _rnnc.Training, self, self.cell, dict(zip(names, weights)), sizes,
+                    self.dropout if self.training else 0.0, int(seed), training=self.training),
+                key=(self.training, int(seed)))
             y, *finals = _Recurrence.apply(program, state_names, list(sides), names, x, lengths,
                                            *initial, *sides.values(), *params)
         y, finals = _in_type(dtype, y, finals)

@@ -462,3 +462,34 @@ def test_a_cell_stacks_whatever_it_names_its_input_size():
     want_y, want_h = theirs(x)
     assert_close(y.detach(), want_y.detach(), "output", 1e-5)
     assert_close(finals["h"].detach(), want_h.detach(), "final h", 1e-5)
+
+
+def test_training_calls_reuse_their_program_while_the_weights_and_masks_stay():
+    # Calls between optimiser steps (a decoder stepping a cell, chunks of a long sequence) use
+    # one training program; a weight change (here through .data, which torch's version counter
+    # misses) or new masks build another, and the results follow the weights.
+    torch.manual_seed(6)
+    theirs, ours = twins("GRU", 3, 5)
+    x = torch.randn(4, 2, 3, requires_grad=True)
+    ours(x)[0].sum().backward()
+    program = ours.__dict__["_rnnc_training"][2]
+    ours(x)[0].sum().backward()
+    assert ours.__dict__["_rnnc_training"][2] is program
+    for p, q in zip(ours.parameters(), theirs.parameters()):
+        p.data.mul_(0.5)
+        q.data.mul_(0.5)
+    assert_close(ours(x)[0].detach(), theirs(x)[0].detach(), "after a write through .data", 1e-5)
+    assert ours.__dict__["_rnnc_training"][2] is not program
+
+    # A cell with a dropout draws new masks at each call without a seed, the same with one.
+    model = rnnc.nn.Recurrent(DROPPING_CELL, input_size=3, hidden_size=4)
+    x = torch.randn(5, 2, 3)
+    assert not torch.equal(model(x)[0], model(x)[0])
+    first = model(x, seed=9)[0]
+    program = model.__dict__["_rnnc_training"][2]
+    assert torch.equal(model(x, seed=9)[0], first)
+    assert model.__dict__["_rnnc_training"][2] is program
+    model.eval()  # no masks: the seed changes nothing
+    with torch.enable_grad():
+        x.requires_grad_()
+        assert torch.equal(model(x, seed=1)[0], model(x, seed=2)[0])
