@@ -245,7 +245,7 @@ class Layer:
         torch parameters here; rnnc.nn.Recurrent trains them)."""
         import torch
 
-        from .nn import _in_type, _Recurrence
+        from ._autograd import _in_type, _Recurrence
 
         _check_differentiable(self._describe(), self.weights_dtype, self.device)
         if not _is_torch(input):
