@@ -345,6 +345,21 @@ int64_t CellStep::stateSize(const std::string& state) const {
   return layer_.stateSize(state);
 }
 
+void CellStep::step(const SequenceBuffers& buffers, int64_t batch) const {
+  if (buffers.output) {
+    layer_.forward(buffers, 1, batch);
+    return;
+  }
+  std::vector<float> output(static_cast<size_t>(batch * layer_.outputSize()));
+  SequenceBuffers withOutput = buffers;
+  withOutput.output = output.data();
+  layer_.forward(withOutput, 1, batch);
+}
+
+std::vector<std::string> CellStep::stateNames() const {
+  return layer_.stateNames();
+}
+
 void CellStep::step(const float* x, int64_t batch, const float* h, const float* c, float* hNext,
                     float* cNext) const {
   // A sequence of one step: the output is the new h.

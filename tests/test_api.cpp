@@ -433,6 +433,18 @@ TEST_F(NamedBuffers, AnyCellsStatesAndSideInputsTrainByName) {
         },
         {"a gradient of the final h", "no state 'h'"});
   }
+
+  // One step of it through CellStep: s1 = s0 * w + x_0 * ctx_0, rows [B, n].
+  rnnc::CellStep step = rnnc::CellStep::fromWeights(cell, {{"w", {{n}, w}}});
+  EXPECT_EQ(step.stateNames(), std::vector<std::string>{"s"});
+  std::vector<float> s1(rows);
+  rnnc::SequenceBuffers one;
+  one.input = x.data();
+  one.sideInputs["ctx"] = ctx.data();
+  one.initialStates["s"] = s0.data();
+  one.finalStates["s"] = s1.data();
+  step.step(one, batch);
+  EXPECT_LE(maxAbsDiff(s1, std::vector<double>(s.begin() + rows, s.begin() + 2 * rows)), 1e-6);
 }
 
 } // namespace

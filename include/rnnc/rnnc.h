@@ -163,6 +163,11 @@ public:
   // cells with c), written to hNext and cNext (cNext may be null). Thread-safe.
   void step(const float* x, int64_t batch, const float* h, const float* c, float* hNext,
             float* cNext) const;
+  // Any cell's step, every buffer by name (side inputs, states other than h and c): `buffers`
+  // as for Layer::forward over one step, each sequence [B, features]; finalStates receive the
+  // next states, and output (when not null) the step's output.
+  void step(const SequenceBuffers& buffers, int64_t batch) const;
+  std::vector<std::string> stateNames() const; // in the cell's order
 
 private:
   explicit CellStep(Layer layer) : layer_(std::move(layer)) {}
