@@ -7,7 +7,9 @@
 #include "frontend/CellParser.h"
 #include "ir/Error.h"
 #include "ir/Printer.h"
+#include "passes/Autodiff.h"
 #include "passes/PassManager.h"
+#include "passes/TrainingDropout.h"
 #include "runtime/data/AlignedBuffer.h"
 #include "runtime/data/SafeTensors.h"
 #include "runtime/data/WeightLayouts.h"
@@ -395,14 +397,20 @@ PYBIND11_MODULE(_rnnc, m) {
       py::arg("cell"), py::arg("sizes"));
   m.def(
       "cell_ir",
+      // grad: the backward step a training run derives (rnnc compile CELL --train --grad).
       [](const std::string& cell, const std::map<std::string, int64_t>& sizes,
-         const std::optional<std::string>& after) {
-        auto parsed = python::loadCell(cell);
+         const std::optional<std::string>& after, bool grad) {
+        std::shared_ptr<ir::Cell> parsed = python::loadCell(cell);
         if (!sizes.empty())
           parsed->bindSizes({sizes.begin(), sizes.end()});
+        if (grad) {
+          passes::lowerTrainingDropout(*parsed);
+          passes::lowerParameterDropout(*parsed);
+          parsed = passes::deriveBackward(*parsed).cell;
+        }
         return pipelineIR(*parsed, after);
       },
-      py::arg("cell"), py::arg("sizes"), py::arg("after"));
+      py::arg("cell"), py::arg("sizes"), py::arg("after"), py::arg("grad") = false);
   py::class_<python::Layer>(m, "Layer")
       .def(py::init<const std::string&, const std::map<std::string, FloatArray>&,
                     const std::map<std::string, int64_t>&, std::optional<int>, std::optional<bool>,

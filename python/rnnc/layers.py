@@ -276,13 +276,15 @@ class Layer:
                               self.bidirectional, self.batch_first, self.jit, self.threads,
                               self.target_cpu, 0.0, 0, training=False)
 
-    def ir(self, after=None):
+    def ir(self, after=None, grad=False):
         """The cell's IR through rnnc's passes: after every pass (``after="all"``, each headed by
         its pass), after one pass by name, or the optimised IR (None). With weights loaded, the
-        sizes are theirs; otherwise the sizes given to the constructor."""
-        if self._weights is not None:
-            return self._layer().ir(after)
-        return _rnnc.cell_ir(self.cell, self.sizes, after)
+        sizes are theirs; otherwise the sizes given to the constructor. ``grad=True``: the
+        backward step rnnc derives for training instead (one step of backpropagation through
+        time, as ``rnnc compile CELL --train --grad``), with the constructor's sizes."""
+        if grad or self._weights is None:
+            return _rnnc.cell_ir(self.cell, self.sizes, after, grad)
+        return self._layer().ir(after)
 
     @property
     def state_names(self):
@@ -345,9 +347,19 @@ class _TorchWeights:
     def _layer(self):
         return self._program.get(self._build)
 
-    def ir(self, after=None):
-        """The cell's IR after rnnc's passes, with this module's sizes (see Layer.ir)."""
+    def ir(self, after=None, grad=False):
+        """The cell's IR after rnnc's passes, with this module's sizes (see Layer.ir; grad=True:
+        the backward step of training)."""
+        if grad:
+            return _rnnc.cell_ir(*self._ir_cell(), after, True)
         return self._layer().ir(after)
+
+    def _ir_cell(self):
+        """The cell and its sizes, for ir(grad=True)."""
+        sizes = {"input_size": self.input_size, "hidden_size": self.hidden_size}
+        if getattr(self, "proj_size", 0):
+            return "lstm_proj", dict(sizes, proj_size=self.proj_size)
+        return self._cell_name(), sizes
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)

@@ -35,8 +35,18 @@ __all__ = ["LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "Recurrent"]
 
 
 class _RnncModule:
-    """What torch's modules run by rnnc add to them: rnnc's options (threads, jit, target_cpu)
-    and pickling without the compiled programs (a copy builds its own)."""
+    """What torch's modules run by rnnc add to them: rnnc's options (threads, jit, target_cpu),
+    pickling without the compiled programs (a copy builds its own) and the cell's IR."""
+
+    def ir(self, after=None, grad=False):
+        """The cell's IR through rnnc's passes, with this module's sizes: after every pass
+        (``after="all"``), after one pass by name, or the optimised IR (None); ``grad=True``: the
+        backward step rnnc derives for training."""
+        sizes = {"input_size": self.input_size, "hidden_size": self.hidden_size}
+        cell = self._rnnc_cell()
+        if getattr(self, "proj_size", 0):
+            cell, sizes["proj_size"] = "lstm_proj", self.proj_size
+        return _rnnc.cell_ir(cell, sizes, after, grad)
 
     def __getstate__(self):
         return _ProgramCache.without(super().__getstate__())
@@ -264,6 +274,11 @@ class Recurrent(torch.nn.Module):
 
     def __getstate__(self):
         return _ProgramCache.without(super().__getstate__())
+
+    def ir(self, after=None, grad=False):
+        """The cell's IR through rnnc's passes, with the sizes given (see rnnc.Layer.ir;
+        ``grad=True``: the backward step rnnc derives for training)."""
+        return _rnnc.cell_ir(self.cell, self.sizes, after, grad)
 
     def forward(self, x, states=None, lengths=None, seed=None, **side_inputs):
         packed_input = x if isinstance(x, PackedSequence) else None

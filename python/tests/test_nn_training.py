@@ -493,3 +493,39 @@ def test_training_calls_reuse_their_program_while_the_weights_and_masks_stay():
     with torch.enable_grad():
         x.requires_grad_()
         assert torch.equal(model(x, seed=1)[0], model(x, seed=2)[0])
+
+
+def test_the_backward_steps_ir_is_the_tools(tmp_path):
+    # `rnnc compile CELL --train --grad` prints the backward step a training run derives; the
+    # modules' ir(grad=True) is the same text, for their own cell and sizes.
+    import pathlib
+    import subprocess
+
+    tool = pathlib.Path(rnnc.__file__).resolve().parents[2] / "tools" / "rnnc"
+    if not tool.exists():
+        pytest.skip(f"no rnnc tool at {tool}")
+
+    def compiled(cell, *options, **sizes):
+        args = [str(tool), "compile", cell, "--train", "--grad", *options]
+        for name, value in sizes.items():
+            args += ["--size", f"{name}={value}"]
+        done = subprocess.run(args, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip(), done.stderr
+
+    lstm = rnnc.nn.LSTM(8, 16, proj_size=4)
+    assert lstm.ir(grad=True).startswith("cell @lstm_proj_backward(input_size = 8")
+    assert lstm.ir(grad=True).strip() == \
+        compiled("lstm_proj", input_size=8, hidden_size=16, proj_size=4)[0]
+    assert rnnc.nn.GRUCell(3, 5).ir(grad=True).strip() == \
+        compiled("gru", input_size=3, hidden_size=5)[0]
+    assert rnnc.LSTM(8, 16).ir(grad=True).strip() == \
+        compiled("lstm", input_size=8, hidden_size=16)[0]
+    (tmp_path / "dropping.cell").write_text(DROPPING_CELL)
+    recurrent = rnnc.nn.Recurrent(DROPPING_CELL, input_size=3, hidden_size=4)
+    stdout, stderr = compiled(str(tmp_path / "dropping.cell"), "--print-after-all",
+                              input_size=3, hidden_size=4)
+    assert recurrent.ir(grad=True).strip() == stdout
+    every_pass = recurrent.ir(after="all", grad=True)
+    assert "// ----- IR after fuse-matmul" in every_pass
+    assert every_pass.strip() == stderr.strip()
