@@ -131,10 +131,13 @@ std::vector<std::string> Layer::stateNames() const {
 
 namespace {
 
-// The h and c of the fixed-form calls as named buffers.
-SequenceBuffers hcBuffers(const float* input, const std::map<std::string, const float*>& sides,
-                          const float* h0, const float* c0, const int64_t* lengths, float* output,
-                          float* hn, float* cn) {
+// The h and c of the fixed-form calls as named buffers. A final state's buffer for a state the
+// cell lacks is left unwritten, as these calls always did (a GRU's cn); an initial one is an
+// error below.
+SequenceBuffers hcBuffers(const LayerProgram& program, const float* input,
+                          const std::map<std::string, const float*>& sides, const float* h0,
+                          const float* c0, const int64_t* lengths, float* output, float* hn,
+                          float* cn) {
   SequenceBuffers buffers;
   buffers.input = input;
   buffers.sideInputs = sides;
@@ -146,7 +149,7 @@ SequenceBuffers hcBuffers(const float* input, const std::map<std::string, const 
   for (int i = 0; i < 2; ++i) {
     if (initial[i])
       buffers.initialStates[names[i]] = initial[i];
-    if (final[i])
+    if (final[i] && program.cell().findArgument(names[i]))
       buffers.finalStates[names[i]] = final[i];
   }
   return buffers;
@@ -214,13 +217,14 @@ void copyOutResults(const LayerResult& result, const SequenceBuffers& buffers) {
 void Layer::forward(const float* input, int64_t steps, int64_t batch, const float* h0,
                     const float* c0, const int64_t* lengths, float* output, float* hn,
                     float* cn) const {
-  forward(hcBuffers(input, {}, h0, c0, lengths, output, hn, cn), steps, batch);
+  forward(hcBuffers(*impl_->program, input, {}, h0, c0, lengths, output, hn, cn), steps, batch);
 }
 
 void Layer::forward(const float* input, const std::map<std::string, const float*>& sideInputs,
                     int64_t steps, int64_t batch, const float* h0, const float* c0,
                     const int64_t* lengths, float* output, float* hn, float* cn) const {
-  forward(hcBuffers(input, sideInputs, h0, c0, lengths, output, hn, cn), steps, batch);
+  forward(hcBuffers(*impl_->program, input, sideInputs, h0, c0, lengths, output, hn, cn), steps,
+          batch);
 }
 
 void Layer::forward(const SequenceBuffers& buffers, int64_t steps, int64_t batch) const {
@@ -232,7 +236,8 @@ void Layer::forward(const SequenceBuffers& buffers, int64_t steps, int64_t batch
 TrainingRecord Layer::forwardTraining(const float* input, int64_t steps, int64_t batch,
                                       const float* h0, const float* c0, const int64_t* lengths,
                                       float* output, float* hn, float* cn) const {
-  return forwardTraining(hcBuffers(input, {}, h0, c0, lengths, output, hn, cn), steps, batch);
+  return forwardTraining(hcBuffers(*impl_->program, input, {}, h0, c0, lengths, output, hn, cn),
+                         steps, batch);
 }
 
 TrainingRecord Layer::forwardTraining(const SequenceBuffers& buffers, int64_t steps,

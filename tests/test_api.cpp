@@ -448,3 +448,28 @@ TEST_F(NamedBuffers, AnyCellsStatesAndSideInputsTrainByName) {
 }
 
 } // namespace
+
+namespace {
+
+// The h/c forms keep their contract for cells without c: a cn buffer is left as it is (a c0 is
+// an error, as it always was).
+TEST(Api, AFinalCBufferForACellWithoutCIsLeftUnwritten) {
+  const int64_t input = 3, hidden = 4, batch = 2, steps = 3;
+  std::map<std::string, rnnc::WeightTensor> weights{
+      {"weight_ih_l0", {{3 * hidden, input}, std::vector<float>(3 * hidden * input, 0.1f)}},
+      {"weight_hh_l0", {{3 * hidden, hidden}, std::vector<float>(3 * hidden * hidden, -0.1f)}}};
+  rnnc::Layer gru = rnnc::Layer::fromWeights(spec("gru"), weights);
+  std::vector<float> x(steps * batch * input, 0.5f), y(steps * batch * hidden),
+      hn(batch * hidden, -7.0f), cn(batch * hidden, -7.0f);
+  gru.forward(x.data(), steps, batch, nullptr, nullptr, nullptr, y.data(), hn.data(), cn.data());
+  EXPECT_NE(hn[0], -7.0f);
+  EXPECT_EQ(cn, std::vector<float>(batch * hidden, -7.0f));
+  rnnc::test::expectUserError(
+      [&] {
+        gru.forward(x.data(), steps, batch, nullptr, cn.data(), nullptr, y.data(), nullptr,
+                    nullptr);
+      },
+      {"an initial c is given but cell 'gru' has no state 'c' (its states: h)"});
+}
+
+} // namespace
