@@ -259,8 +259,6 @@ public:
     return toDict(std::move(result));
   }
 
-  std::vector<std::string> sideInputNames() const { return program_->layers().sideInputNames(); }
-
 private:
   std::shared_ptr<const GradientProgram> program_;
 };
@@ -447,7 +445,6 @@ PYBIND11_MODULE(_rnnc, m) {
            py::arg("target_cpu"), py::arg("dropout"), py::arg("seed"), py::arg("training") = true)
       .def("forward", &Training::forward, py::arg("input"), py::arg("states"), py::arg("lengths"),
            py::arg("side_inputs"))
-      .def_property_readonly("side_input_names", &Training::sideInputNames)
       .def("backward", &Training::backward, py::arg("tape"), py::arg("grad_output"),
            py::arg("grad_finals"));
 }

@@ -34,6 +34,7 @@ def __getattr__(name):
         return importlib.import_module(".nn", __name__)
     raise AttributeError(f"module 'rnnc' has no attribute {name!r}")
 
-__all__ = ["LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "Layer", "from_torch", "bench", "builtin_cells", "__version__",
-           "load_safetensors", "save_int8", "save_safetensors", "quantize_rows", "empty_cache",
-           "memory_cached", "memory_cache_limit", "set_memory_cache_limit"]
+__all__ = ["LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "Layer", "from_torch", "bench",
+           "builtin_cells", "__version__", "load_safetensors", "save_int8", "save_safetensors",
+           "quantize_rows", "empty_cache", "memory_cached", "memory_cache_limit",
+           "set_memory_cache_limit"]

@@ -70,9 +70,12 @@ def _infer(layer, x, state_names, states, lengths, sides=None):
     return torch.from_numpy(y), [torch.from_numpy(finals[name]) for name in state_names]
 
 
-def _program(make, module, cell, weights, sizes, *training_args, **training_options):
+def _program(make, module, cell, weights, sizes, *training_args, layout=None,
+             **training_options):
     """rnnc's inference Layer (make=_rnnc.Layer) or Training program for one of these modules:
-    the cell, numpy weights and sizes given, the layout and options the module's."""
-    return make(cell, weights, sizes, module.num_layers, module.bidirectional, module.batch_first,
-                module._rnnc_options["jit"], module._rnnc_options["threads"],
-                module._rnnc_options["target_cpu"], *training_args, **training_options)
+    the cell, numpy weights and sizes given, the options the module's, and its layout
+    (num_layers, bidirectional, batch_first) unless given (a cell's: one step of one layer)."""
+    layout = layout or (module.num_layers, module.bidirectional, module.batch_first)
+    return make(cell, weights, sizes, *layout, module._rnnc_options["jit"],
+                module._rnnc_options["threads"], module._rnnc_options["target_cpu"],
+                *training_args, **training_options)

@@ -1,6 +1,6 @@
-"""What rnnc.LSTM (numpy or torch) and rnnc.nn.LSTM (torch) share: the initial states torch.nn
-takes as hx, checked against the shapes it expects, a PackedSequence out of a padded output, and
-whether autograd records a call."""
+"""What rnnc.LSTM (numpy or torch) and rnnc.nn.LSTM (torch) share, and their one-step cells: the
+initial states torch.nn takes as hx, checked against the shapes it expects, a PackedSequence out
+of a padded output, whether autograd records a call, and the built-in cell a module runs."""
 
 import sys
 
@@ -35,19 +35,25 @@ def state_shapes(module, lstm, batch):
     return shapes
 
 
-def given_states(lstm, hx):
-    """hx as torch.nn takes it ((h_0, c_0) for an LSTM, h_0 otherwise) as (name, label, value)."""
+def given_states(lstm, hx, cell=False):
+    """hx as torch.nn takes it ((h_0, c_0) for an LSTM, h_0 otherwise) as (name, label, value);
+    a one-step cell's (cell=True) labelled as torch's cells name them (hx, hx[0], hx[1])."""
+    h, c = ("", "") if cell else (" (h_0)", " (c_0)")
     if not lstm:
-        return [("h", "hx (h_0)", hx)]
+        return [("h", "hx" + h, hx)]
     if not isinstance(hx, (tuple, list)) or len(hx) != 2:
-        raise ValueError("LSTM expects hx as a tuple (h_0, c_0)")
-    return [("h", "hx[0] (h_0)", hx[0]), ("c", "hx[1] (c_0)", hx[1])]
+        raise ValueError(f"{'LSTMCell' if cell else 'LSTM'} expects hx as a tuple (h_0, c_0)")
+    return [("h", "hx[0]" + h, hx[0]), ("c", "hx[1]" + c, hx[1])]
 
 
-def check_state_shape(label, shape, expected):
+def check_state_shape(label, shape, expected,
+                      layout="[num_layers * num_directions, batch, features]"):
     if list(shape) != list(expected):
-        raise ValueError(f"{label} has shape {list(shape)}, expected {list(expected)} "
-                         "[num_layers * num_directions, batch, features]")
+        raise ValueError(f"{label} has shape {list(shape)}, expected {list(expected)} {layout}")
+
+
+# A one-step cell's states: as its input's batch.
+CELL_STATE_LAYOUT = "(as the input's batch: [batch, hidden_size] or [hidden_size])"
 
 
 def repack(y, packed_input, batch_first):
@@ -66,3 +72,28 @@ def repack(y, packed_input, batch_first):
     data = y[sequences, steps] if batch_first else y[steps, sequences]
     return PackedSequence(data, batch_sizes, packed_input.sorted_indices,
                           packed_input.unsorted_indices)
+
+
+def cell_step(module, input_shape):
+    """A one-step cell's input shape as torch.nn's cells take it ([batch, input_size], or
+    [input_size] unbatched), checked: (batched, batch, the shape each state must have)."""
+    if len(input_shape) not in (1, 2):
+        raise ValueError(f"{type(module).__name__}: Expected input to be 1D or 2D, got "
+                         f"{len(input_shape)}D input of shape {list(input_shape)}")
+    batched = len(input_shape) == 2
+    batch = input_shape[0] if batched else 1
+    if input_shape[-1] != module.input_size:
+        raise ValueError(f"input has shape {list(input_shape)}, expected "
+                         f"{[batch, module.input_size] if batched else [module.input_size]}"
+                         " ([batch, input_size] or [input_size])")
+    return batched, batch, [batch, module.hidden_size] if batched else [module.hidden_size]
+
+
+
+def ir_cell(cell, module):
+    """The built-in cell a torch-shaped module runs and its sizes, as _rnnc.cell_ir takes them (an
+    LSTM with projections runs lstm_proj)."""
+    sizes = {"input_size": module.input_size, "hidden_size": module.hidden_size}
+    if getattr(module, "proj_size", 0):
+        return "lstm_proj", dict(sizes, proj_size=module.proj_size)
+    return cell, sizes

@@ -6,9 +6,9 @@ one-step run of the built-in cell's compiled layer, its weights packed once."""
 
 import numpy as np
 
-from ._recurrent import records_gradients
-from .layers import (_as_array, _check_differentiable, _installed_torch, _is_torch, _like,
-                     _result_type, _rnnc, _shape, _TorchWeights)
+from ._recurrent import (CELL_STATE_LAYOUT, cell_step, check_state_shape, given_states,
+                         records_gradients)
+from .layers import _as_array, _installed_torch, _is_torch, _like, _result_type, _TorchWeights
 
 
 class _TorchCell(_TorchWeights):
@@ -34,84 +34,31 @@ class _TorchCell(_TorchWeights):
             shapes.update(bias_ih=(gates,), bias_hh=(gates,))
         return shapes
 
-    def _build(self):
-        return _rnnc.Layer(self._cell_name(), self._weights, {}, 1, False, False,
-                           self._options["jit"], self._options["threads"],
-                           self._options["target_cpu"],
-                           weights_dtype=self._options["weights_dtype"],
-                           device=self._options["device"])
-
-    def _states(self, hx):
-        """hx as torch takes it, as (name, label, value): (h, c) for an LSTMCell, h otherwise."""
-        if self._mode != "LSTM":
-            return [("h", "hx", hx)]
-        if not isinstance(hx, (tuple, list)) or len(hx) != 2:
-            raise ValueError("LSTMCell expects hx as a tuple (h_0, c_0)")
-        return [("h", "hx[0]", hx[0]), ("c", "hx[1]", hx[1])]
-
     def forward(self, input, hx=None):
         """One step: input [batch, input_size] or [input_size] (unbatched); hx (h, c) for an
         LSTMCell, h otherwise, each [batch, hidden_size] (or unbatched), zeros when None.
         Returns (h', c') for an LSTMCell, h' otherwise, shaped as the input's batch."""
-        states = () if hx is None else tuple(value for _, _, value in self._states(hx))
-        if (type(input) is not np.ndarray or hx is not None) and records_gradients(input,
-                                                                                   *states):
-            return self._differentiable_step(input, hx)
+        lstm = self._mode == "LSTM"
+        given = [] if hx is None else given_states(lstm, hx, cell=True)
+        if (type(input) is not np.ndarray or given) and records_gradients(
+                input, *(value for _, _, value in given)):
+            import torch
+
+            return self._differentiable_forward(torch.as_tensor(input), hx)
         as_torch = _is_torch(input)
         dtype = _result_type(input)
         x = _as_array(input, "input")
-        if x.ndim not in (1, 2):
-            raise ValueError(f"{type(self).__name__}: Expected input to be 1D or 2D, got "
-                             f"{x.ndim}D input of shape {_shape(x)}")
-        batched = x.ndim == 2
-        if x.shape[-1] != self.input_size:
-            raise ValueError(f"input has shape {_shape(x)}, expected "
-                             f"{[x.shape[0], self.input_size] if batched else [self.input_size]}"
-                             " ([batch, input_size] or [input_size])")
-        batch = x.shape[0] if batched else 1
-        expected = [batch, self.hidden_size] if batched else [self.hidden_size]
-        given = {}
-        for name, label, value in (self._states(hx) if hx is not None else ()):
+        _, batch, expected = cell_step(self, x.shape)
+        states = {}
+        for name, label, value in given:
             state = _as_array(value, label)
-            if list(state.shape) != expected:
-                raise ValueError(f"{label} has shape {_shape(state)}, expected {expected} "
-                                 "(as the input's batch: [batch, hidden_size] or [hidden_size])")
-            given[name] = state.reshape(1, batch, self.hidden_size)
-        _, finals = self._layer().forward(x.reshape(1, batch, self.input_size), given, None, {})
-        names = ("h", "c") if self._mode == "LSTM" else ("h",)
-        results = [finals[name].reshape(expected) for name in names]
+            check_state_shape(label, state.shape, expected, CELL_STATE_LAYOUT)
+            states[name] = state.reshape(1, batch, self.hidden_size)
+        _, finals = self._layer().forward(x.reshape(1, batch, self.input_size), states, None, {})
+        results = [finals[name].reshape(expected) for name in (("h", "c") if lstm else ("h",))]
         if as_torch or dtype is not None:
             results = [_like(r, as_torch, dtype) for r in results]
-        return tuple(results) if self._mode == "LSTM" else results[0]
-
-    def _differentiable_step(self, input, hx):
-        """The step where autograd records it: rnnc.nn's cell of these weights (rnnc's training
-        forward and derived backward, its program kept while the weights stay), so the input
-        and the states get torch's gradients (the weights are not torch parameters here)."""
-        import torch
-
-        _check_differentiable(f"rnnc.{type(self).__name__}", self._options["weights_dtype"],
-                              self._options["device"])
-        module = self._differentiable.get(self._build_differentiable)
-        if hx is not None:  # rnnc.nn's cell takes torch tensors only
-            hx = (tuple(torch.as_tensor(h) for h in hx) if isinstance(hx, (tuple, list))
-                  else torch.as_tensor(hx))
-        return module(torch.as_tensor(input), hx)
-
-    def _build_differentiable(self):
-        import torch
-
-        from . import nn
-
-        options = dict(bias=self.bias, threads=self._options["threads"],
-                       jit=self._options["jit"], target_cpu=self._options["target_cpu"])
-        if self._mode == "RNN":
-            options["nonlinearity"] = self.nonlinearity
-        module = getattr(nn, type(self).__name__)(self.input_size, self.hidden_size, **options)
-        module.load_state_dict({name: torch.from_numpy(value)
-                                for name, value in self._weights.items()})
-        module.requires_grad_(False)
-        return module.eval()
+        return tuple(results) if lstm else results[0]
 
     def __repr__(self):
         extra = "" if self.bias else ", bias=False"

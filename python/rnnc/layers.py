@@ -14,7 +14,7 @@ import threading
 import numpy as np
 
 from . import _rnnc
-from ._recurrent import (check_state_shape, given_states, records_gradients, repack,
+from ._recurrent import (check_state_shape, given_states, ir_cell, records_gradients, repack,
                          state_shapes)
 
 # torch is imported only where it is needed (importing it takes over a second, most of `import
@@ -347,19 +347,57 @@ class _TorchWeights:
     def _layer(self):
         return self._program.get(self._build)
 
+    def _layout(self):
+        """(num_layers, bidirectional, batch_first): a cell's, one step of one layer."""
+        return 1, False, False
+
+    def _build(self):
+        return _rnnc.Layer(self._cell_name(), self._weights, {}, *self._layout(),
+                           self._options["jit"], self._options["threads"],
+                           self._options["target_cpu"],
+                           weights_dtype=self._options["weights_dtype"],
+                           device=self._options["device"])
+
+    def _torch_options(self):
+        """rnnc.nn's module's constructor options, as this module's."""
+        options = dict(bias=self.bias, threads=self._options["threads"],
+                       jit=self._options["jit"], target_cpu=self._options["target_cpu"])
+        if self._mode == "RNN":
+            options["nonlinearity"] = self.nonlinearity
+        return options
+
+    def _differentiable_forward(self, input, hx):
+        """A call autograd records: rnnc.nn's module of this one's kind, options and weights, in
+        eval mode and with its parameters frozen (_build_differentiable), so that autograd
+        reaches the input and hx through rnnc's backward (the weights are not torch parameters
+        here)."""
+        import torch
+
+        _check_differentiable(f"rnnc.{type(self).__name__}", self._options["weights_dtype"],
+                              self._options["device"])
+        if hx is not None:  # rnnc.nn's modules take torch tensors only
+            hx = (tuple(torch.as_tensor(h) for h in hx) if isinstance(hx, (tuple, list))
+                  else torch.as_tensor(hx))
+        return self._differentiable.get(self._build_differentiable)(input, hx)
+
+    def _build_differentiable(self):
+        import torch
+
+        from . import nn
+
+        module = getattr(nn, type(self).__name__)(self.input_size, self.hidden_size,
+                                                  **self._torch_options())
+        module.load_state_dict({name: torch.from_numpy(value)
+                                for name, value in self._weights.items()})
+        module.requires_grad_(False)
+        return module.eval()
+
     def ir(self, after=None, grad=False):
         """The cell's IR after rnnc's passes, with this module's sizes (see Layer.ir; grad=True:
         the backward step of training)."""
         if grad:
-            return _rnnc.cell_ir(*self._ir_cell(), after, True)
+            return _rnnc.cell_ir(*ir_cell(self._cell_name(), self), after, True)
         return self._layer().ir(after)
-
-    def _ir_cell(self):
-        """The cell and its sizes, for ir(grad=True)."""
-        sizes = {"input_size": self.input_size, "hidden_size": self.hidden_size}
-        if getattr(self, "proj_size", 0):
-            return "lstm_proj", dict(sizes, proj_size=self.proj_size)
-        return self._cell_name(), sizes
 
     def __call__(self, *args, **kwargs):
         return self.forward(*args, **kwargs)
@@ -424,12 +462,16 @@ class _TorchRNN(_TorchWeights):
                     shapes["weight_hr" + s] = (self.proj_size, self.hidden_size)
         return shapes
 
-    def _build(self):
-        return _rnnc.Layer(self._cell_name(), self._weights, {}, self.num_layers,
-                           self.bidirectional, self.batch_first, self._options["jit"],
-                           self._options["threads"], self._options["target_cpu"],
-                           weights_dtype=self._options["weights_dtype"],
-                           device=self._options["device"])
+    def _layout(self):
+        return self.num_layers, self.bidirectional, self.batch_first
+
+    def _torch_options(self):
+        options = dict(super()._torch_options(), num_layers=self.num_layers,
+                       batch_first=self.batch_first, dropout=self.dropout,
+                       bidirectional=self.bidirectional)
+        if self._mode == "LSTM":
+            options["proj_size"] = self.proj_size
+        return options
 
     def forward(self, input, hx=None):
         if self.training and self.dropout > 0 and self.num_layers > 1:
@@ -441,14 +483,7 @@ class _TorchRNN(_TorchWeights):
         # (numpy input without hx, the cheapest call, needs no look: nothing can require grad)
         if (type(input) is not np.ndarray or hx is not None) and records_gradients(
                 input, *(hx if isinstance(hx, (tuple, list)) else (hx,))):
-            _check_differentiable(f"rnnc.{type(self).__name__}", self._options["weights_dtype"],
-                                  self._options["device"])
-            if hx is not None:  # rnnc.nn's module takes torch tensors only
-                import torch
-
-                hx = (tuple(torch.as_tensor(h) for h in hx) if isinstance(hx, (tuple, list))
-                      else torch.as_tensor(hx))
-            return self._differentiable.get(self._build_differentiable)(input, hx)
+            return self._differentiable_forward(input, hx)
         rnn_utils = _packed_sequences()
         packed = rnn_utils is not None and isinstance(input, rnn_utils.PackedSequence)
         lengths = None
@@ -482,28 +517,6 @@ class _TorchRNN(_TorchWeights):
         if self._mode == "LSTM":
             return results[0], (results[1], results[2])
         return results[0], results[1]
-
-    def _build_differentiable(self):
-        """rnnc.nn's module of this one's kind, options and weights, in eval mode and with its
-        parameters frozen: autograd reaches the input and hx through rnnc's backward, and the
-        weights stay this module's (not torch parameters)."""
-        import torch
-
-        from . import nn
-
-        options = dict(num_layers=self.num_layers, bias=self.bias, batch_first=self.batch_first,
-                       dropout=self.dropout, bidirectional=self.bidirectional,
-                       threads=self._options["threads"], jit=self._options["jit"],
-                       target_cpu=self._options["target_cpu"])
-        if self._mode == "LSTM":
-            options["proj_size"] = self.proj_size
-        if self._mode == "RNN":
-            options["nonlinearity"] = self.nonlinearity
-        module = getattr(nn, self._mode)(self.input_size, self.hidden_size, **options)
-        module.load_state_dict({name: torch.from_numpy(value)
-                                for name, value in self._weights.items()})
-        module.requires_grad_(False)
-        return module.eval()
 
     def _initial_states(self, hx, batch, batched):
         expected = state_shapes(self, self._mode == "LSTM", batch)

@@ -28,8 +28,8 @@ from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
 from . import _rnnc
 from ._autograd import _in_type, _Recurrence
 from ._programs import _infer, _inference_programs, _program, _ProgramCache, _training_programs
-from ._recurrent import (check_state_shape, given_states, records_gradients, repack,
-                         state_shapes)
+from ._recurrent import (CELL_STATE_LAYOUT, cell_step, check_state_shape, given_states, ir_cell,
+                         records_gradients, repack, state_shapes)
 
 __all__ = ["LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "Recurrent"]
 
@@ -42,11 +42,7 @@ class _RnncModule:
         """The cell's IR through rnnc's passes, with this module's sizes: after every pass
         (``after="all"``), after one pass by name, or the optimised IR (None); ``grad=True``: the
         backward step rnnc derives for training."""
-        sizes = {"input_size": self.input_size, "hidden_size": self.hidden_size}
-        cell = self._rnnc_cell()
-        if getattr(self, "proj_size", 0):
-            cell, sizes["proj_size"] = "lstm_proj", self.proj_size
-        return _rnnc.cell_ir(cell, sizes, after, grad)
+        return _rnnc.cell_ir(*ir_cell(self._rnnc_cell(), self), after, grad)
 
     def __getstate__(self):
         return _ProgramCache.without(super().__getstate__())
@@ -154,42 +150,25 @@ class _RnncCellForward(_RnncModule):
         if not isinstance(input, torch.Tensor) or not input.is_floating_point():
             raise TypeError(f"{type(self).__name__} takes a floating-point tensor, not "
                             f"{getattr(input, 'dtype', type(input).__name__)}")
-        if input.dim() not in (1, 2):
-            raise ValueError(f"{type(self).__name__}: Expected input to be 1D or 2D, got "
-                             f"{input.dim()}D input of shape {list(input.shape)}")
-        batched = input.dim() == 2
-        x = input if batched else input.unsqueeze(0)
-        batch, expected = x.shape[0], [x.shape[0], self.hidden_size]
-        if x.shape[1] != self.input_size:
-            raise ValueError(f"input has shape {list(input.shape)}, expected "
-                             f"{[batch, self.input_size] if batched else [self.input_size]}")
+        _, batch, expected = cell_step(self, input.shape)
         if hx is None:
-            states = [x.new_zeros(expected, dtype=torch.float32) for _ in range(1 + lstm)]
+            states = [input.new_zeros((1, batch, self.hidden_size), dtype=torch.float32)
+                      for _ in range(1 + lstm)]
         else:
-            if lstm and (not isinstance(hx, (tuple, list)) or len(hx) != 2):
-                raise ValueError("LSTMCell expects hx as a tuple (h_0, c_0)")
-            given = list(hx) if lstm else [hx]
-            labels = ["hx[0]", "hx[1]"] if lstm else ["hx"]
             states = []
-            for label, state in zip(labels, given):
-                state = state if batched else state.unsqueeze(0)
-                if list(state.shape) != expected:
-                    raise ValueError(f"{label} has shape {list(state.shape)}, expected "
-                                     f"{expected if batched else [self.hidden_size]}")
-                states.append(state.float())
-        dtype = x.dtype  # rnnc computes in float32; the results come back in the input's type
-        x = x.float().unsqueeze(0)  # a sequence of one step
-        states = [state.unsqueeze(0) for state in states]
+            for _, label, state in given_states(lstm, hx, cell=True):
+                check_state_shape(label, state.shape, expected, CELL_STATE_LAYOUT)
+                states.append(state.float().reshape(1, batch, self.hidden_size))
+        dtype = input.dtype  # rnnc computes in float32; the results come back in the input's type
+        x = input.float().reshape(1, batch, self.input_size)  # a sequence of one step
         names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else [])
         params = [getattr(self, name).float() for name in names]
         state_names = ["h", "c"] if lstm else ["h"]
-        options = self._rnnc_options
 
         def build(make, *training_args, **training_options):
-            return lambda weights: make(self._rnnc_cell(), dict(zip(names, weights)), {}, 1,
-                                        False, False, options["jit"], options["threads"],
-                                        options["target_cpu"], *training_args,
-                                        **training_options)
+            return lambda weights: _program(make, self, self._rnnc_cell(),
+                                            dict(zip(names, weights)), {}, *training_args,
+                                            layout=(1, False, False), **training_options)
 
         if not records_gradients(x, *states, *params):
             layer = _inference_programs.get(self, params, build(_rnnc.Layer))
@@ -200,7 +179,7 @@ class _RnncCellForward(_RnncModule):
             y, *finals = _Recurrence.apply(program, state_names, [], names, x, None, *states,
                                            *params)
         _, finals = _in_type(dtype, y, finals)
-        finals = [f[0] if batched else f[0, 0] for f in finals]
+        finals = [f.reshape(expected) for f in finals]
         return (finals[0], finals[1]) if lstm else finals[0]
 
 

@@ -48,7 +48,8 @@ def test_a_step_is_torchs(kind, options):
     with torch.no_grad():
         for hx in (None, states(kind, 3, 7)):
             for got, want in zip(as_tuple(ours(x, hx)), as_tuple(theirs(x, hx))):
-                assert_close(got, want, f"{kind} batched, hx {'given' if hx is not None else 'None'}")
+                given = "given" if hx is not None else "None"
+                assert_close(got, want, f"{kind} batched, hx {given}")
         # Unbatched: [input_size] and [hidden_size] in, [hidden_size] out.
         hx = states(kind, 7)
         for got, want in zip(as_tuple(ours(x[0], hx)), as_tuple(theirs(x[0], hx))):

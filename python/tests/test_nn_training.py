@@ -406,7 +406,7 @@ def test_a_float64_model_trains_with_float64_results():
         assert_close(got, want, what, 1e-4)
 
 
-# ---- second derivatives: refused, never None or zero ----------------------------------------------
+# ---- second derivatives: refused, never None or zero ---------------------------------------------
 
 @pytest.mark.parametrize("loss", ["weighted", "plain sum"])
 def test_gradients_taken_with_create_graph_are_torchs_and_a_second_derivative_is_refused(loss):

@@ -190,10 +190,6 @@ LayerOptions bindingOnly(const LayerOptions& options) {
   return bindOnly;
 }
 
-} // namespace
-
-namespace {
-
 // The backward names each gradient: "input", an initial state's (h0, c0, or the state's name),
 // a parameter's (as the weights name it) and a side input's own name. A side input called as
 // one of the others would have two gradients under one name: refused, naming both.
