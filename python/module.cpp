@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 
 namespace py = pybind11;
@@ -60,6 +61,41 @@ TensorMap toTensors(const std::map<std::string, FloatArray>& arrays) {
   for (const auto& [name, array] : arrays)
     tensors[name] = toTensor(array);
   return tensors;
+}
+
+// Whether `weights` (by name) hold, bit for bit, every weight `program` was built from (its
+// layers' own copies): rnnc.nn's modules keep a program while their parameters do, checked at
+// every call (a loop stepping a cell pays it per step), by memcmp, which sees writes torch's
+// version counter misses (through `p.data`) and takes a NaN for itself. No copy of the weights
+// is kept for it besides the program's.
+bool sameWeights(const LayerProgram& program, const std::map<std::string, py::buffer>& weights) {
+  std::vector<std::pair<py::buffer_info, const Tensor*>> pairs;
+  for (const LayerProgram::Slot& slot : program.slots())
+    for (size_t p = 0; p < slot.params.size(); ++p) {
+      if (!slot.inWeights[p])
+        continue;
+      auto it = weights.find(slot.paramNames[p]);
+      if (it == weights.end())
+        return false;
+      py::buffer_info info = it->second.request();
+      const Tensor& kept = slot.params[p];
+      if (info.format != py::format_descriptor<float>::format() ||
+          TensorShape(info.shape.begin(), info.shape.end()) != kept.shape())
+        return false;
+      py::ssize_t stride = info.itemsize; // C order only (the module passes contiguous ones)
+      for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
+        if (info.shape[static_cast<size_t>(d)] > 1 &&
+            info.strides[static_cast<size_t>(d)] != stride)
+          return false;
+        stride *= info.shape[static_cast<size_t>(d)];
+      }
+      pairs.emplace_back(std::move(info), &kept);
+    }
+  py::gil_scoped_release unlocked;
+  for (const auto& [info, kept] : pairs)
+    if (std::memcmp(info.ptr, kept->data(), static_cast<size_t>(kept->numel()) * sizeof(float)))
+      return false;
+  return true;
 }
 
 // What both the inference and the training layer are built from.
@@ -191,6 +227,10 @@ public:
   std::vector<std::string> sideInputNames() const { return program_->sideInputNames(); }
   const ir::Cell& boundCell() const { return *program_->slots().at(0).bound; }
 
+  bool sameWeights(const std::map<std::string, py::buffer>& weights) const {
+    return python::sameWeights(*program_, weights);
+  }
+
 private:
   std::unique_ptr<ir::Cell> cell_;
   std::shared_ptr<const LayerProgram> program_;
@@ -199,6 +239,27 @@ private:
 // What a training forward kept for its backward; opaque to Python.
 struct Tape {
   std::shared_ptr<const TrainingTape> tape;
+};
+
+// Parameters' gradients summed over several backward calls, in place (a decoder's steps in one
+// autograd graph: rnnc/_autograd.py), until take() hands them to Python. The lock keeps two
+// backward calls from adding at once (threads releasing the GIL).
+class ParameterSums {
+public:
+  // Every sum by parameter name, as numpy arrays that own them; none are left.
+  py::dict take() {
+    TensorMap sums;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sums.swap(sums_);
+    }
+    return toDict(std::move(sums));
+  }
+
+private:
+  friend class Training;
+  std::mutex mutex_;
+  TensorMap sums_;
 };
 
 // A layer for training, built for one set of weights (an optimiser step changes them, and the
@@ -242,8 +303,10 @@ public:
 
   // Every gradient by name (parameters as in the weights, "input", "h0", "c0" or the state's
   // name) for loss = sum(output * grad_output) + sum(final state * its gradient).
+  // With `sums`, the parameters' gradients are added into it instead of returned.
   py::dict backward(const Tape& tape, const std::optional<FloatArray>& gradOutput,
-                    const std::map<std::string, FloatArray>& gradFinals) const {
+                    const std::map<std::string, FloatArray>& gradFinals,
+                    ParameterSums* sums) const {
     if (!tape.tape)
       throw UserError("backward needs the tape of a training forward");
     GradientInputs grads;
@@ -254,9 +317,18 @@ public:
     TensorMap result;
     {
       py::gil_scoped_release unlocked;
-      result = program_->backward(*tape.tape, grads);
+      if (sums) {
+        std::lock_guard<std::mutex> lock(sums->mutex_);
+        result = program_->backward(*tape.tape, grads, sums->sums_);
+      } else {
+        result = program_->backward(*tape.tape, grads);
+      }
     }
     return toDict(std::move(result));
+  }
+
+  bool sameWeights(const std::map<std::string, py::buffer>& weights) const {
+    return python::sameWeights(program_->layers(), weights);
   }
 
 private:
@@ -298,29 +370,6 @@ PYBIND11_MODULE(_rnnc, m) {
   });
   m.attr("__version__") = RNNC_VERSION;
   m.def("builtin_cells", &frontend::builtinCellNames);
-  // Whether two contiguous arrays hold the same bytes: rnnc.nn's check that a module's parameters
-  // still equal the copy its compiled program was built from, made at every call. memcmp reads
-  // 2 MB in 49 us where torch.equal took 223 (Zen 5), which a loop stepping a cell pays per step.
-  m.def(
-      "same_bytes",
-      [](const py::buffer& a, const py::buffer& b) {
-        const py::buffer_info x = a.request(), y = b.request();
-        auto contiguousBytes = [](const py::buffer_info& info) -> std::optional<size_t> {
-          py::ssize_t stride = info.itemsize;
-          for (py::ssize_t d = info.ndim - 1; d >= 0; --d) {
-            if (info.shape[d] > 1 && info.strides[d] != stride)
-              return std::nullopt;
-            stride *= info.shape[d];
-          }
-          return static_cast<size_t>(info.size * info.itemsize);
-        };
-        const std::optional<size_t> bytes = contiguousBytes(x);
-        if (!bytes || contiguousBytes(y) != bytes || x.shape != y.shape || x.format != y.format)
-          throw UserError("same_bytes compares contiguous arrays of one shape and type");
-        py::gil_scoped_release unlocked;
-        return std::memcmp(x.ptr, y.ptr, *bytes) == 0;
-      },
-      py::arg("a"), py::arg("b"));
   // The memory kept for reuse (runtime/data/AlignedBuffer.h; rnnc.empty_cache and the rest).
   m.def("memory_cached", &cachedLargeBufferBytes);
   m.def("empty_cache", &releaseCachedLargeBuffers);
@@ -429,6 +478,7 @@ PYBIND11_MODULE(_rnnc, m) {
       .def_property_readonly("state_names", &python::Layer::stateNames)
       .def_property_readonly("side_input_names", &python::Layer::sideInputNames)
       .def("state_size", &python::Layer::stateSize)
+      .def("same_weights", &python::Layer::sameWeights, py::arg("weights"))
       .def(
           "ir",
           [](const python::Layer& layer, const std::optional<std::string>& after) {
@@ -436,6 +486,7 @@ PYBIND11_MODULE(_rnnc, m) {
           },
           py::arg("after"));
   py::class_<Tape>(m, "Tape");
+  py::class_<ParameterSums>(m, "ParameterSums").def(py::init<>()).def("take", &ParameterSums::take);
   py::class_<Training>(m, "Training")
       .def(py::init<const std::string&, const std::map<std::string, FloatArray>&,
                     const std::map<std::string, int64_t>&, std::optional<int>, std::optional<bool>,
@@ -446,5 +497,6 @@ PYBIND11_MODULE(_rnnc, m) {
       .def("forward", &Training::forward, py::arg("input"), py::arg("states"), py::arg("lengths"),
            py::arg("side_inputs"))
       .def("backward", &Training::backward, py::arg("tape"), py::arg("grad_output"),
-           py::arg("grad_finals"));
+           py::arg("grad_finals"), py::arg("sums") = nullptr)
+      .def("same_weights", &Training::sameWeights, py::arg("weights"));
 }

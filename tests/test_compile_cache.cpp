@@ -77,6 +77,26 @@ TEST_F(CompileCacheTest, SecondCompileComesFromDiskThenFromMemory) {
   EXPECT_EQ(runIt(*fourth), runIt(*first));
 }
 
+// Code no cell holds any more stays in memory for a while: a program rebuilt for new weights
+// (rnnc.nn after an optimiser step), whose predecessor went first so that its buffers serve it,
+// finds its code there rather than loading it from the disk cache again; compileAll then starts
+// no thread.
+TEST_F(CompileCacheTest, CodeDroppedByEveryCellStaysInMemoryForTheNextBuild) {
+  auto other = frontend::loadCell("gru");
+  other->bindSizes({{"input_size", 3}, {"hidden_size", 11}});
+  const TensorData expected = [&] {
+    auto first = CompiledCell::compile(*cell_, options(/*memory=*/true));
+    CompiledCell::compileAll({other.get()}, options(/*memory=*/true));
+    return runIt(*first);
+  }(); // every cell dropped
+  auto again = CompiledCell::compile(*cell_, options(/*memory=*/true));
+  EXPECT_EQ(again->source(), CodeSource::MemoryCache);
+  EXPECT_EQ(runIt(*again), expected);
+  auto both = CompiledCell::compileAll({cell_.get(), other.get()}, options(/*memory=*/true));
+  EXPECT_EQ(both[0]->source(), CodeSource::MemoryCache);
+  EXPECT_EQ(both[1]->source(), CodeSource::MemoryCache);
+}
+
 TEST_F(CompileCacheTest, DifferentSizesAreDifferentEntries) {
   CompiledCell::compile(*cell_, options());
   auto other = frontend::loadCell("gru");

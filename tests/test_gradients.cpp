@@ -913,6 +913,76 @@ TEST(Gradients, ASideInputNamedAsAnotherGradientIsRefused) {
                          "gradient; rename the input to train the cell"});
 }
 
+// backward() into sums: each parameter's gradient added into its sum in place, over several
+// calls (a decoder's steps in one graph, rnnc/_autograd.py), equals the sum of the plain
+// backwards' gradients; the other gradients are the plain ones, and no parameter's is returned.
+// Every kind of parameter gradient: a product's weight (linear, and `@`'s [K, N] weight), a
+// vector's column sums, a weight made of parameters (w_ih * s), in two layers both ways.
+TEST(Gradients, SumsOfParameterGradientsAddUpTheBackwardCalls) {
+  auto cell = frontend::parseCell(R"(cell summed(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w_ih[hidden_size, input_size], s[input_size], v[hidden_size, hidden_size]
+  param b[hidden_size]
+  h2 = tanh(linear(x, w_ih * s, b) + h @ v)
+  return h = h2; output h2
+})",
+                                  "summed.cell");
+  const int64_t steps = 4, batch = 3, input = 5, hidden = 6;
+  std::mt19937 rng(29);
+  TensorMap weights;
+  for (const char* suffix : {"_l0", "_l0_reverse", "_l1", "_l1_reverse"}) {
+    const int64_t width = suffix[2] == '0' ? input : 2 * hidden;
+    weights[std::string("w_ih") + suffix] = test::randomTensor({hidden, width}, rng, 0.5f);
+    weights[std::string("s") + suffix] = test::randomTensor({width}, rng, 1.0f);
+    weights[std::string("v") + suffix] = test::randomTensor({hidden, hidden}, rng, 0.5f);
+    weights[std::string("b") + suffix] = test::randomTensor({hidden}, rng, 0.3f);
+  }
+  LayerOptions options;
+  options.numLayers = 2;
+  options.bidirectional = true;
+  auto program = GradientProgram::build(*cell, weights, "random weights", options);
+  std::vector<TrainingTape> tapes;
+  std::vector<GradientInputs> given(2);
+  std::vector<TensorMap> plain;
+  for (GradientInputs& g : given) {
+    tapes.push_back(program->forward(test::randomTensor({steps, batch, input}, rng, 1.0f),
+                                     {{"h", test::randomTensor({4, batch, hidden}, rng, 0.5f)}},
+                                     std::nullopt));
+    g.output = test::randomTensor({steps, batch, 2 * hidden}, rng, 1.0f);
+    plain.push_back(program->backward(tapes.back(), g));
+  }
+
+  TensorMap sums;
+  for (size_t call = 0; call < 2; ++call) {
+    const TensorMap rest = program->backward(tapes[call], given[call], sums);
+    for (const auto& [name, gradient] : plain[call]) {
+      SCOPED_TRACE(name);
+      if (weights.count(name)) {
+        EXPECT_EQ(rest.count(name), 0u);
+        continue;
+      }
+      ASSERT_EQ(rest.count(name), 1u);
+      EXPECT_EQ(rest.at(name).values(), gradient.values());
+    }
+  }
+  ASSERT_EQ(sums.size(), weights.size());
+  for (const auto& [name, weight] : weights) {
+    SCOPED_TRACE(name);
+    Tensor expected = plain[0].at(name);
+    for (int64_t i = 0; i < expected.numel(); ++i)
+      expected.data()[i] += plain[1].at(name).data()[i];
+    ASSERT_EQ(sums.at(name).shape(), weight.shape());
+    EXPECT_LT(test::maxAbsDiff(sums.at(name), expected), 1e-5f);
+    EXPECT_GT(test::maxAbsDiff(sums.at(name), plain[0].at(name)), 1e-3f); // both calls are in
+  }
+
+  sums["v_l1"] = Tensor({hidden, hidden + 1});
+  test::expectUserError(
+      [&] { program->backward(tapes[0], given[0], sums); },
+      {"the sum of parameter v_l1's gradients has shape [6, 7], expected [6, 6]"});
+}
+
 // ---- The C++ API: forwardTraining, then backward -------------------------------------------
 
 TEST(Gradients, TheApiGivesPyTorchsGradients) {

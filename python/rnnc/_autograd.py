@@ -1,7 +1,11 @@
 """rnnc's training forward and the backward it derives from the cell, as a torch.autograd.Function
 (rnnc.nn's modules, and rnnc.LSTM or rnnc.Layer inside a model that trains)."""
 
+import threading
+
 import torch
+
+from . import _rnnc
 
 
 def _initial_name(state):
@@ -28,13 +32,67 @@ class _NoSecondDerivative(torch.autograd.Function):
             "not supported")
 
 
+class _GradientSums:
+    """The parameters' gradients of a module's calls in one autograd graph, summed in place by
+    rnnc's backward (_rnnc.ParameterSums) and handed on by _SummedParameters, once."""
+
+    def __init__(self, names):
+        self.names = names
+        self.sums = _rnnc.ParameterSums()
+        self.handed_on = False  # once a backward has run _SummedParameters: calls start anew
+
+
+class _SummedParameters(torch.autograd.Function):
+    """Where the parameters' gradients of a module's calls meet. A decoder stepping a cell makes
+    one call per step, each with a gradient for every weight; autograd would add those up one
+    call at a time into new tensors (torch 1.13 adds them out of place: an LSTMCell at H=1024
+    allocates and adds 32 MB per step). Each call takes this function's output instead (a
+    scalar, the token), and its backward adds its parameters' gradients into the sums, in the
+    weight-gradient products themselves; this function runs after every call of the graph (it
+    is their input) and gives autograd the sums as the parameters' gradients, once."""
+
+    @staticmethod
+    def forward(ctx, sums, *params):
+        ctx.sums = sums
+        return params[0].new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _):
+        sums = ctx.sums
+        sums.handed_on = True
+        arrays = sums.sums.take()
+        return (None, *(torch.from_numpy(arrays[name]) if name in arrays else None
+                        for name in sums.names))
+
+
+def summed_parameters(module, names, params):
+    """The token the module's call takes (see _SummedParameters) and its sums: one per module,
+    thread and set of parameter tensors, until a backward hands the sums on; None where autograd
+    records no gradient of a parameter (grad mode off, or none requires grad)."""
+    if not torch.is_grad_enabled() or not any(p.requires_grad for p in params):
+        return None
+    local = module.__dict__.get("_rnnc_sums")
+    if local is None:
+        local = module.__dict__["_rnnc_sums"] = threading.local()
+    current = getattr(local, "current", None)
+    if (current is None or current[0].handed_on or len(current[1]) != len(params)
+            or any(a is not b for a, b in zip(current[1], params))):
+        sums = _GradientSums(list(names))
+        current = local.current = (sums, tuple(params), _SummedParameters.apply(sums, *params))
+    return current[0], current[2]
+
+
 class _Recurrence(torch.autograd.Function):
     """y and the final states from x, the initial states, the side inputs (a cell's inputs past
     its first, by name) and the parameters, all float32. An initial state given as None starts at
-    zero (and has no gradient)."""
+    zero (and has no gradient). With `summed` (summed_parameters' result), the call also takes
+    the token, and its backward adds the parameters' gradients into the sums where the graph
+    this backward runs goes on to _SummedParameters (no gradient of gradients recorded)."""
 
     @staticmethod
-    def forward(ctx, program, state_names, side_names, param_names, x, lengths, *tensors):
+    def forward(ctx, program, state_names, side_names, param_names, summed, x, lengths, *tensors):
+        if summed is not None:
+            tensors = tensors[1:]  # the token
         initial = tensors[:len(state_names)]
         sides = tensors[len(state_names):len(state_names) + len(side_names)]
         states = {name: t.detach().contiguous().numpy()
@@ -45,15 +103,21 @@ class _Recurrence(torch.autograd.Function):
         ctx.program, ctx.tape = program, tape
         ctx.state_names, ctx.side_names, ctx.param_names = state_names, side_names, param_names
         ctx.given = [t is not None for t in initial]
+        ctx.sums, ctx.summing = (summed[0], summed[1].grad_fn) if summed else (None, None)
         ctx.save_for_backward(x, *tensors)  # references, for _NoSecondDerivative
         return (torch.from_numpy(y),) + tuple(torch.from_numpy(finals[n]) for n in state_names)
 
     @staticmethod
     def backward(ctx, grad_y, *grad_finals):
+        # Summed where _SummedParameters runs after this call in this backward (not so for
+        # torch.autograd.grad with respect to the input alone) and records no graph.
+        summing = (ctx.sums is not None and not torch.is_grad_enabled()
+                   and torch._C._will_engine_execute_node(ctx.summing))
         grads = ctx.program.backward(
             ctx.tape, grad_y.detach().contiguous().numpy(),
             {name: g.detach().contiguous().numpy()
-             for name, g in zip(ctx.state_names, grad_finals)})
+             for name, g in zip(ctx.state_names, grad_finals)},
+            ctx.sums.sums if summing else None)
         # Grad mode is on in a backward only with create_graph=True.
         sources = [t for t in (*ctx.saved_tensors, grad_y, *grad_finals)
                    if t is not None and t.requires_grad] if torch.is_grad_enabled() else []
@@ -66,7 +130,9 @@ class _Recurrence(torch.autograd.Function):
                    for n, given in zip(ctx.state_names, ctx.given)]
         dsides = [gradient(n) if n in grads else None for n in ctx.side_names]
         dparams = [gradient(n) if n in grads else None for n in ctx.param_names]
-        return (None, None, None, None, gradient("input"), None, *dstates, *dsides, *dparams)
+        token = [] if ctx.sums is None else [grad_y.new_zeros(()) if summing else None]
+        return (None, None, None, None, None, gradient("input"), None, *token, *dstates, *dsides,
+                *dparams)
 
 
 def _in_type(dtype, y, finals):

@@ -11,11 +11,12 @@ class _ProgramCache:
     inference program (rnnc's Layer: no tape, weights packed once) for calls that autograd does
     not record, such as evaluation under torch.no_grad() (the training forward builds a program
     and packs the weights at every call: a batch-1 LSTM, I=H=512, 8.5 ms a call, against 5.9
-    with this program); and a one-step cell's training program, which a loop stepping the cell
-    calls many times between optimiser steps. It is built from a copy of the parameters and kept
-    while they equal that copy: torch's version counter misses writes through ``p.data``
-    (hand-written optimisers, EMA updates), so the check compares the values, a read of the
-    weights once a call (memcmp: about 0.2 ms for the 8 MB of that LSTM)."""
+    with this program); and the training program, which a loop stepping a cell calls many times
+    between optimiser steps. It is kept while the parameters equal the weights it was built
+    from, bit for bit, which the program checks against its own copies (same_weights): torch's
+    version counter misses writes through ``p.data`` (hand-written optimisers, EMA updates), so
+    the check compares the values, a read of the weights once a call (memcmp: about 0.2 ms for
+    the 8 MB of that LSTM), and no copy of them is kept besides the program's."""
 
     attributes = ("_rnnc_inference", "_rnnc_training")
 
@@ -23,38 +24,36 @@ class _ProgramCache:
         assert attribute in self.attributes
         self._attribute = attribute
 
-    def get(self, module, params, build, key=None):
-        """The program for `params` (float32 tensors) and `key` (whatever else the program is
-        built with: the training flag, a dropout's seed); build(weights) makes one from numpy
-        arrays."""
+    def get(self, module, names, params, build, key=None):
+        """The program for `params` (float32 tensors, by `names`) and `key` (whatever else the
+        program is built with: the training flag, a dropout's seed); build(weights) makes one
+        from numpy arrays (which it copies)."""
+        weights = dict(zip(names, (_array(p) for p in params)))
         cached = module.__dict__.get(self._attribute)
-        if cached is not None:
-            cached_key, copies, program = cached
-            if cached_key == key and len(copies) == len(params) and all(
-                    _same(p, c) for p, c in zip(params, copies)):
-                return program
-        copies = [p.detach().clone() for p in params]
-        program = build([c.numpy() for c in copies])
-        module.__dict__[self._attribute] = (key, copies, program)
+        if cached is not None and cached[0] == key and cached[1].same_weights(weights):
+            return cached[1]
+        # The program replaced goes first (no reference to it left here), so that its buffers
+        # serve its successor (its code stays in the memory cache, runtime/exec/CompiledCell.cpp);
+        # a failed build keeps none.
+        cached = None
+        module.__dict__.pop(self._attribute, None)
+        program = build([weights[name] for name in names])
+        module.__dict__[self._attribute] = (key, program)
         return program
 
     @classmethod
     def without(cls, state):
-        """A module's pickled state without its programs (copies build their own)."""
+        """A module's pickled state without its programs (copies build their own) and the
+        gradient sums of its calls (rnnc/_autograd.py's summed_parameters)."""
         state = dict(state)
-        for attribute in cls.attributes:
+        for attribute in cls.attributes + ("_rnnc_sums",):
             state.pop(attribute, None)
         return state
 
 
-def _same(param, copy):
-    """Whether a float32 parameter holds its copy's values, bit for bit (a NaN weight equals
-    itself: torch.equal would rebuild at every call)."""
-    if param.shape != copy.shape:
-        return False
-    if param.dtype == torch.float32 and param.device.type == "cpu" and param.is_contiguous():
-        return _rnnc.same_bytes(param.detach().numpy(), copy.numpy())
-    return torch.equal(param, copy)
+def _array(param):
+    """A float32 parameter's values as a C-ordered numpy array (its own memory where it can)."""
+    return param.detach().cpu().contiguous().numpy()
 
 
 _inference_programs = _ProgramCache("_rnnc_inference")

@@ -26,12 +26,17 @@ import torch
 from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
 
 from . import _rnnc
-from ._autograd import _in_type, _Recurrence
+from ._autograd import _in_type, _Recurrence, summed_parameters
 from ._programs import _infer, _inference_programs, _program, _ProgramCache, _training_programs
 from ._recurrent import (CELL_STATE_LAYOUT, cell_step, check_state_shape, given_states, ir_cell,
                          records_gradients, repack, state_shapes)
 
 __all__ = ["LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "Recurrent"]
+
+
+def _token(summed):
+    """The inputs a call adds for summed_parameters' result: its token, if any."""
+    return [] if summed is None else [summed[1]]
 
 
 class _RnncModule:
@@ -97,7 +102,7 @@ class _RnncForward(_RnncModule):
         dropout = self.dropout if self.training and self.num_layers > 1 else 0.0
         state_names = list(state_shapes(self, self.mode == "LSTM", batch))
         if dropout == 0 and not records_gradients(x, *states, *params):
-            layer = _inference_programs.get(self, params, lambda weights: _program(
+            layer = _inference_programs.get(self, names, params, lambda weights: _program(
                 _rnnc.Layer, self, self._rnnc_cell(), dict(zip(names, weights)), {}))
             y, finals = _infer(layer, x, state_names, states, lengths)
         else:
@@ -105,11 +110,12 @@ class _RnncForward(_RnncModule):
             # calling the module several times per optimiser step builds it once).
             seed = int(torch.randint(0, 2**62, ())) if dropout > 0 else 0
             program = _training_programs.get(
-                self, params, lambda weights: _program(
+                self, names, params, lambda weights: _program(
                     _rnnc.Training, self, self._rnnc_cell(), dict(zip(names, weights)), {},
                     dropout, seed, training=self.training), key=(self.training, seed))
-            y, *finals = _Recurrence.apply(program, state_names, [], names, x, lengths, *states,
-                                           *params)
+            summed = summed_parameters(self, names, params)
+            y, *finals = _Recurrence.apply(program, state_names, [], names, summed, x, lengths,
+                                           *_token(summed), *states, *params)
         y, finals = _in_type(dtype, y, finals)
         if not batched:
             y = y.squeeze(0 if self.batch_first else 1)
@@ -171,13 +177,14 @@ class _RnncCellForward(_RnncModule):
                                             layout=(1, False, False), **training_options)
 
         if not records_gradients(x, *states, *params):
-            layer = _inference_programs.get(self, params, build(_rnnc.Layer))
+            layer = _inference_programs.get(self, names, params, build(_rnnc.Layer))
             y, finals = _infer(layer, x, state_names, states, None)
         else:
-            program = _training_programs.get(self, params,
+            program = _training_programs.get(self, names, params,
                                              build(_rnnc.Training, 0.0, 0, training=False))
-            y, *finals = _Recurrence.apply(program, state_names, [], names, x, None, *states,
-                                           *params)
+            summed = summed_parameters(self, names, params)
+            y, *finals = _Recurrence.apply(program, state_names, [], names, summed, x, None,
+                                           *_token(summed), *states, *params)
         _, finals = _in_type(dtype, y, finals)
         finals = [f.reshape(expected) for f in finals]
         return (finals[0], finals[1]) if lstm else finals[0]
@@ -302,17 +309,19 @@ class Recurrent(torch.nn.Module):
         state_names = list(self.state_sizes)
         # In eval mode the cell's dropouts are the identity, as in inference.
         if not self.training and not records_gradients(x, *initial, *sides.values(), *params):
-            layer = _inference_programs.get(self, params, lambda weights: _program(
+            layer = _inference_programs.get(self, names, params, lambda weights: _program(
                 _rnnc.Layer, self, self.cell, dict(zip(names, weights)), sizes))
             y, finals = _infer(layer, x, state_names, initial, lengths, sides)
         else:
             program = _training_programs.get(
-                self, params, lambda weights: _program(
+                self, names, params, lambda weights: _program(
                     _rnnc.Training, self, self.cell, dict(zip(names, weights)), sizes,
                     self.dropout if self.training else 0.0, int(seed), training=self.training),
                 key=(self.training, int(seed)))
-            y, *finals = _Recurrence.apply(program, state_names, list(sides), names, x, lengths,
-                                           *initial, *sides.values(), *params)
+            summed = summed_parameters(self, names, params)
+            y, *finals = _Recurrence.apply(program, state_names, list(sides), names, summed, x,
+                                           lengths, *_token(summed), *initial, *sides.values(),
+                                           *params)
         y, finals = _in_type(dtype, y, finals)
         if packed_input is not None:
             y = repack(y, packed_input, self.batch_first)

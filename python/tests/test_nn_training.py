@@ -1,6 +1,7 @@
 """rnnc.nn: torch modules whose forward and backward are rnnc's, against torch autograd and
 torch.autograd.gradcheck."""
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -302,7 +303,7 @@ def test_evaluation_under_no_grad_reuses_one_program_and_sees_every_weight_chang
             got, want = ours(x), theirs(x)
         assert_close(got[0], want[0], f"{what}: output", 1e-5)
         assert_close(got[1][1], want[1][1], f"{what}: c_n", 1e-5)
-        return ours.__dict__["_rnnc_inference"][1]
+        return ours.__dict__["_rnnc_inference"][-1]
 
     program = check("first call")
     assert check("second call") is program, "the second call built another program"
@@ -464,6 +465,31 @@ def test_a_cell_stacks_whatever_it_names_its_input_size():
     assert_close(finals["h"].detach(), want_h.detach(), "final h", 1e-5)
 
 
+def test_a_kept_program_checks_the_parameters_against_its_own_weights():
+    """A module keeps no copy of its parameters: its program compares them with the weights it
+    holds, bit for bit (a NaN is itself), and any difference of value, name, shape or type is a
+    new program."""
+    cell = rnnc.nn.LSTMCell(3, 4)
+    with torch.no_grad():
+        cell.weight_hh[0, 0] = float("nan")
+    cell(torch.randn(2, 3))[0].sum().backward()
+    program = cell.__dict__["_rnnc_training"][-1]
+    weights = {name: p.detach().numpy().copy() for name, p in cell.named_parameters()}
+    assert program.same_weights(weights)
+    changed = dict(weights, weight_ih=weights["weight_ih"].copy())
+    changed["weight_ih"][5, 2] = np.nextafter(changed["weight_ih"][5, 2], np.float32(1))
+    assert not program.same_weights(changed)
+    assert not program.same_weights({k: v for k, v in weights.items() if k != "bias_hh"})
+    assert not program.same_weights(dict(weights, bias_hh=weights["bias_hh"][:-1]))
+    assert not program.same_weights(dict(weights, bias_hh=weights["bias_hh"].astype(np.float64)))
+    assert not program.same_weights(dict(weights, weight_hh=np.asfortranarray(
+        weights["weight_hh"][:4, :4])))
+    # The module's call sees the same: a write torch's version counter misses is a new program.
+    cell.weight_ih.data[5, 2] += 1
+    cell(torch.randn(2, 3))[0].sum().backward()
+    assert cell.__dict__["_rnnc_training"][-1] is not program
+
+
 def test_training_calls_reuse_their_program_while_the_weights_and_masks_stay():
     # Calls between optimiser steps (a decoder stepping a cell, chunks of a long sequence) use
     # one training program; a weight change (here through .data, which torch's version counter
@@ -472,23 +498,23 @@ def test_training_calls_reuse_their_program_while_the_weights_and_masks_stay():
     theirs, ours = twins("GRU", 3, 5)
     x = torch.randn(4, 2, 3, requires_grad=True)
     ours(x)[0].sum().backward()
-    program = ours.__dict__["_rnnc_training"][2]
+    program = ours.__dict__["_rnnc_training"][-1]
     ours(x)[0].sum().backward()
-    assert ours.__dict__["_rnnc_training"][2] is program
+    assert ours.__dict__["_rnnc_training"][-1] is program
     for p, q in zip(ours.parameters(), theirs.parameters()):
         p.data.mul_(0.5)
         q.data.mul_(0.5)
     assert_close(ours(x)[0].detach(), theirs(x)[0].detach(), "after a write through .data", 1e-5)
-    assert ours.__dict__["_rnnc_training"][2] is not program
+    assert ours.__dict__["_rnnc_training"][-1] is not program
 
     # A cell with a dropout draws new masks at each call without a seed, the same with one.
     model = rnnc.nn.Recurrent(DROPPING_CELL, input_size=3, hidden_size=4)
     x = torch.randn(5, 2, 3)
     assert not torch.equal(model(x)[0], model(x)[0])
     first = model(x, seed=9)[0]
-    program = model.__dict__["_rnnc_training"][2]
+    program = model.__dict__["_rnnc_training"][-1]
     assert torch.equal(model(x, seed=9)[0], first)
-    assert model.__dict__["_rnnc_training"][2] is program
+    assert model.__dict__["_rnnc_training"][-1] is program
     model.eval()  # no masks: the seed changes nothing
     with torch.enable_grad():
         x.requires_grad_()

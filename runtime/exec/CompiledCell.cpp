@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <exception>
 #include <mutex>
 #include <numeric>
@@ -70,10 +71,26 @@ int64_t chunkBytesFor(const codegen::StoragePlan& plan, const codegen::Target& t
 // thread takes errs short, so a call it calls short is.
 constexpr double kOneThreadFlopsPerSecond = 100e9;
 
-// Code compiled in this process, by cache key.
+// Code compiled in this process, by cache key: while a cell holds it, and the last few used
+// besides, so that a program rebuilt for new weights (rnnc.nn's modules after each optimiser
+// step, which free the old program first so that its buffers are reused) finds its code here
+// rather than loading it again from the disk cache (a load and relocation of the object, and
+// mapped pages made executable: about 0.2 ms a cell).
 struct MemoryCache {
+  static constexpr size_t kRecentlyUsed = 32;
   std::mutex mutex;
   std::unordered_map<std::string, std::weak_ptr<CompiledCell>> cells;
+  std::deque<std::shared_ptr<CompiledCell>> recent; // most recent first
+
+  // Under the lock.
+  void used(const std::shared_ptr<CompiledCell>& cell) {
+    auto it = std::find(recent.begin(), recent.end(), cell);
+    if (it != recent.end())
+      recent.erase(it);
+    recent.push_front(cell);
+    if (recent.size() > kRecentlyUsed)
+      recent.pop_back();
+  }
 };
 
 MemoryCache& memoryCache() {
@@ -81,11 +98,26 @@ MemoryCache& memoryCache() {
   return cache;
 }
 
+double millisecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
 } // namespace
 
-std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
-                                                    const CompileOptions& options) {
-  auto start = std::chrono::steady_clock::now();
+// What compile() knows before it loads code: the cell through the passes, its plan and the
+// code's cache key, and the result where the memory cache had the code.
+struct CompiledCell::Lookup {
+  std::shared_ptr<CompiledCell> compiled;
+  std::optional<CellBuild> build;
+  std::string key;
+  std::chrono::steady_clock::time_point start;
+  bool found = false;
+};
+
+CompiledCell::Lookup CompiledCell::lookUp(const ir::Cell& cell, const CompileOptions& options) {
+  Lookup lookup;
+  lookup.start = std::chrono::steady_clock::now();
   auto compiled = std::make_shared<CompiledCell>();
   CellBuild build = planCell(optimiseCell(cell, options.pipeline, options.log),
                              runnableTarget(options.targetCpu, options.cache), options.weights,
@@ -99,35 +131,48 @@ std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
       chunkBytesFor(build.plan, build.target, options.sequenceBufferBytes);
   compiled->flopsPerRow_ = ir::matrixProductFlopsPerStep(*build.cell, 1);
   compiled->packingOnOneThread_ = packingTime(build.plan);
-  const std::string key = build.cacheKey();
-  auto elapsed = [&] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-        .count();
-  };
+  lookup.key = build.cacheKey();
+  lookup.compiled = std::move(compiled);
 
-  MemoryCache& memory = memoryCache();
   if (options.memoryCache) {
+    MemoryCache& memory = memoryCache();
     std::lock_guard<std::mutex> lock(memory.mutex);
-    if (auto it = memory.cells.find(key); it != memory.cells.end())
+    if (auto it = memory.cells.find(lookup.key); it != memory.cells.end())
       if (std::shared_ptr<CompiledCell> earlier = it->second.lock()) {
-        compiled->function_ = earlier->function_;
-        compiled->lifetime_ = earlier->lifetime_;
-        compiled->source_ = CodeSource::MemoryCache;
-        compiled->compileMs_ = elapsed();
-        return compiled;
+        lookup.compiled->function_ = earlier->function_;
+        lookup.compiled->lifetime_ = earlier->lifetime_;
+        lookup.compiled->source_ = CodeSource::MemoryCache;
+        lookup.compiled->compileMs_ = millisecondsSince(lookup.start);
+        memory.used(earlier);
+        lookup.found = true;
+        return lookup;
       }
   }
+  lookup.build.emplace(std::move(build));
+  return lookup;
+}
 
-  LoadedCode code = build.load(options.cache);
+std::shared_ptr<CompiledCell> CompiledCell::load(Lookup&& lookup, const CompileOptions& options) {
+  std::shared_ptr<CompiledCell> compiled = std::move(lookup.compiled);
+  if (lookup.found)
+    return compiled;
+  LoadedCode code = lookup.build->load(options.cache);
   compiled->source_ = code.fromDisk ? CodeSource::DiskCache : CodeSource::Compiled;
   compiled->function_ = reinterpret_cast<void (*)(const void*)>(code.loaded.address);
   compiled->lifetime_ = std::move(code.loaded.lifetime);
-  compiled->compileMs_ = elapsed();
+  compiled->compileMs_ = millisecondsSince(lookup.start);
   if (options.memoryCache) {
+    MemoryCache& memory = memoryCache();
     std::lock_guard<std::mutex> lock(memory.mutex);
-    memory.cells[key] = compiled;
+    memory.cells[lookup.key] = compiled;
+    memory.used(compiled);
   }
   return compiled;
+}
+
+std::shared_ptr<CompiledCell> CompiledCell::compile(const ir::Cell& cell,
+                                                    const CompileOptions& options) {
+  return load(lookUp(cell, options), options);
 }
 
 std::vector<std::shared_ptr<CompiledCell>>
@@ -147,14 +192,30 @@ CompiledCell::compileAll(const std::vector<const ir::Cell*>& cells, const Compil
     }
     distinct.push_back(i);
   }
+  // The passes and the memory cache first, one cell after another (a program rebuilt for new
+  // weights finds all its code there, and starts no thread); then the code the cache lacks,
+  // side by side.
   std::vector<std::shared_ptr<CompiledCell>> result(cells.size());
   std::vector<std::exception_ptr> failures(cells.size());
+  std::vector<std::optional<Lookup>> lookups(cells.size());
+  std::vector<size_t> missing;
+  for (size_t i : distinct) {
+    try {
+      lookups[i].emplace(lookUp(*cells[i], options));
+      if (lookups[i]->found)
+        result[i] = std::move(lookups[i]->compiled);
+      else
+        missing.push_back(i);
+    } catch (...) {
+      failures[i] = std::current_exception();
+    }
+  }
   std::atomic<size_t> next{0};
   auto work = [&] {
-    for (size_t d; (d = next.fetch_add(1)) < distinct.size();) {
-      const size_t i = distinct[d];
+    for (size_t d; (d = next.fetch_add(1)) < missing.size();) {
+      const size_t i = missing[d];
       try {
-        result[i] = compile(*cells[i], options);
+        result[i] = load(std::move(*lookups[i]), options);
       } catch (...) {
         failures[i] = std::current_exception();
       }
@@ -163,7 +224,7 @@ CompiledCell::compileAll(const std::vector<const ir::Cell*>& cells, const Compil
   const size_t workers =
       options.log
           ? 1
-          : std::min<size_t>(distinct.size(), std::max(1u, std::thread::hardware_concurrency()));
+          : std::min<size_t>(missing.size(), std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> helpers;
   for (size_t w = 1; w < workers; ++w)
     helpers.emplace_back(work);

@@ -140,6 +140,12 @@ public:
   CodeSource source() const { return source_; }
 
 private:
+  // compile() in two steps: the passes, the plan and the memory cache (lookUp), then the code
+  // from the disk cache or LLVM where the memory cache had none (load).
+  struct Lookup;
+  static Lookup lookUp(const ir::Cell& cell, const CompileOptions& options);
+  static std::shared_ptr<CompiledCell> load(Lookup&& lookup, const CompileOptions& options);
+
   void checkArity(const std::vector<InputRows>& inputs, const std::vector<Tensor>& states) const;
   // About what a run over `rows` rows (steps times sequences) takes on one thread.
   std::chrono::nanoseconds oneThreadTime(int64_t rows) const;

@@ -331,7 +331,8 @@ TrainingTape GradientProgram::forward(Tensor&& input,
   return tape;
 }
 
-TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInputs& given) const {
+void GradientProgram::backwardInto(const TrainingTape& tape, const GradientInputs& given,
+                                   TensorMap& grads) const {
   // The weight gradients' GEMMs in the layer's target's code, as its kernels.
   const std::string& targetCpu = options_.compile.targetCpu;
   const ir::Cell& cell = program_->cell();
@@ -373,7 +374,6 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
                       tensor.shapeString(), it->second.shapeString()));
   }
 
-  TensorMap grads;
   for (const auto& state : cell.states)
     grads[initialStateGradientName(state->name)] =
         Tensor({slotCount, batch, program_->stateSize(state->name)});
@@ -492,7 +492,7 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
           if (!slot.inWeights[p])
             continue;
           weight = &slot.params[p];
-          gradient = &grads.emplace(slot.paramNames[p], Tensor(weight->shape())).first->second;
+          gradient = &grads.try_emplace(slot.paramNames[p], weight->shape()).first->second;
         }
         Eigen::Map<RowMajor> dW(gradient->data(), weight->shape()[0],
                                 weight->rank() == 2 ? weight->shape()[1] : 1);
@@ -537,7 +537,7 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
           if (!slot.inWeights[p])
             continue;
           Tensor& total =
-              grads.emplace(slot.paramNames[p], Tensor(slot.params[p].shape())).first->second;
+              grads.try_emplace(slot.paramNames[p], slot.params[p].shape()).first->second;
           for (int64_t i = 0; i < total.numel(); ++i)
             total.data()[i] += paramGradients[p].data()[i];
         }
@@ -566,12 +566,45 @@ TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInpu
     for (const std::string& side : program_->sideInputNames())
       if (grads.count(side))
         grads[side] = swapLeadingDims(grads[side]);
-  // Parameters no path reaches (none in a well-formed cell) still get their zero gradient.
+  // Parameters no path reaches (none in a well-formed cell) still get their zero gradient
+  // (try_emplace: a Tensor made only where there is none, not zeroed and dropped for each).
   for (size_t i = 0; i < program_->slots().size(); ++i) {
     const LayerProgram::Slot& slot = program_->slots()[i];
     for (size_t p = 0; p < slot.params.size(); ++p)
       if (slot.inWeights[p])
-        grads.emplace(slot.paramNames[p], Tensor(slot.params[p].shape()));
+        grads.try_emplace(slot.paramNames[p], slot.params[p].shape());
+  }
+}
+
+TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInputs& given) const {
+  TensorMap grads;
+  backwardInto(tape, given, grads);
+  return grads;
+}
+
+TensorMap GradientProgram::backward(const TrainingTape& tape, const GradientInputs& given,
+                                    TensorMap& parameterSums) const {
+  // The sums go in as the gradients the products add to, and come out again.
+  TensorMap grads;
+  std::vector<std::pair<const std::string*, TensorShape>> params;
+  for (const LayerProgram::Slot& slot : program_->slots())
+    for (size_t p = 0; p < slot.params.size(); ++p)
+      if (slot.inWeights[p])
+        params.emplace_back(&slot.paramNames[p], slot.params[p].shape());
+  for (const auto& [name, shape] : params) {
+    auto it = parameterSums.find(*name);
+    if (it == parameterSums.end())
+      continue;
+    if (it->second.shape() != shape)
+      throw UserError(fmt::format("the sum of parameter {}'s gradients has shape {}, expected {}",
+                                  *name, it->second.shapeString(), shapeToString(shape)));
+    grads[*name] = std::move(it->second);
+  }
+  backwardInto(tape, given, grads);
+  for (const auto& [name, shape] : params) {
+    auto it = grads.find(*name);
+    parameterSums[*name] = std::move(it->second);
+    grads.erase(it);
   }
   return grads;
 }

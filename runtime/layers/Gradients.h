@@ -87,6 +87,12 @@ public:
   // under its name), and dLoss/d(initial state) as "h0", "c0" (any other state: its name),
   // [L*D, B, F]; for loss = sum(output * grads.output) + sum(final state * its gradient).
   TensorMap backward(const TrainingTape& tape, const GradientInputs& grads) const;
+  // The same, each parameter's gradient added into its entry of `parameterSums` (one absent
+  // starts at zero) rather than returned: a loop that runs the program step by step (a decoder
+  // stepping a cell) sums its parameters' gradients in place, in the products themselves,
+  // instead of a gradient per call to be added up afterwards.
+  TensorMap backward(const TrainingTape& tape, const GradientInputs& grads,
+                     TensorMap& parameterSums) const;
 
   const LayerProgram& layers() const { return *program_; }
 
@@ -94,6 +100,8 @@ public:
 
 private:
   GradientProgram() = default;
+  // backward(), the gradients added into `grads` (any parameter's there already: its sum).
+  void backwardInto(const TrainingTape& tape, const GradientInputs& grads, TensorMap& out) const;
   std::shared_ptr<const LayerProgram> program_; // the slots' bound cells and parameters
   std::vector<std::shared_ptr<const Slot>> slots_;
   LayerOptions options_;
