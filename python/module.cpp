@@ -246,11 +246,15 @@ struct Tape {
 // backward calls from adding at once (threads releasing the GIL).
 class ParameterSums {
 public:
-  // Every sum by parameter name, as numpy arrays that own them; none are left.
+  // Every sum by parameter name, as numpy arrays that own them; none are left. An error where
+  // a backward failed while adding (the sums would miss its part, or hold half of it).
   py::dict take() {
     TensorMap sums;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      if (broken_)
+        throw UserError("the parameters' gradients summed over this graph's calls are incomplete: "
+                        "the backward of one of them failed");
       sums.swap(sums_);
     }
     return toDict(std::move(sums));
@@ -260,6 +264,7 @@ private:
   friend class Training;
   std::mutex mutex_;
   TensorMap sums_;
+  bool broken_ = false;
 };
 
 // A layer for training, built for one set of weights (an optimiser step changes them, and the
@@ -319,7 +324,12 @@ public:
       py::gil_scoped_release unlocked;
       if (sums) {
         std::lock_guard<std::mutex> lock(sums->mutex_);
-        result = program_->backward(*tape.tape, grads, sums->sums_);
+        try {
+          result = program_->backward(*tape.tape, grads, sums->sums_);
+        } catch (...) {
+          sums->broken_ = true;
+          throw;
+        }
       } else {
         result = program_->backward(*tape.tape, grads);
       }

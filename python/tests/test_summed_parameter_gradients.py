@@ -255,3 +255,20 @@ def test_modules_with_an_open_graph_copy_and_pickle():
         assert all(p.grad is not None for p in twin.parameters())
     loss.backward()
     assert all(np.isfinite(p.grad.numpy()).all() for p in ours.parameters())
+
+
+def test_sums_a_failed_backward_added_to_are_refused_not_handed_on():
+    from rnnc import _rnnc
+    _, ours = cell_twins("GRUCell")
+    ours(torch.randn(2, 4))[0].sum().backward()  # builds the training program
+    program = ours.__dict__["_rnnc_training"][-1]
+    x = np.random.default_rng(0).standard_normal((1, 2, 4)).astype(np.float32)
+    sums = _rnnc.ParameterSums()
+    _, _, tape = program.forward(x, {}, None, {})
+    program.backward(tape, np.ones((1, 2, 6), np.float32), {}, sums)
+    _, _, tape = program.forward(x, {}, None, {})
+    with pytest.raises(ValueError, match="final state 'h'"):
+        program.backward(tape, np.ones((1, 2, 6), np.float32),
+                         {"h": np.ones((1, 3, 6), np.float32)}, sums)
+    with pytest.raises(ValueError, match="incomplete: the backward of one of them failed"):
+        sums.take()
