@@ -272,3 +272,25 @@ def test_sums_a_failed_backward_added_to_are_refused_not_handed_on():
                          {"h": np.ones((1, 3, 6), np.float32)}, sums)
     with pytest.raises(ValueError, match="incomplete: the backward of one of them failed"):
         sums.take()
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_checkpointed_segments_give_torchs_gradients(reentrant):
+    """torch.utils.checkpoint runs each segment's calls again inside the backward (the reentrant
+    form in a backward of its own): their sums are handed on there, and all add up."""
+    from torch.utils.checkpoint import checkpoint
+    theirs, ours = cell_twins("GRUCell")
+    xs = torch.randn(8, 2, 4)
+
+    def segment(cell, h, x):
+        for t in range(x.shape[0]):
+            h = cell(x[t], h)
+        return h
+
+    for module in (theirs, ours):
+        h = torch.zeros(2, 6, requires_grad=True)
+        for part in (xs[:3], xs[3:]):
+            h = checkpoint(lambda h, x, m=module: segment(m, h, x), h, part,
+                           use_reentrant=reentrant)
+        (h * torch.arange(6.0)).sum().backward()
+    assert_grads_close(ours, theirs)
