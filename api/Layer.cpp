@@ -34,6 +34,34 @@ struct TrainingRecord::Impl {
   TrainingTape tape;
 };
 
+struct GradientSums::Impl {
+  std::mutex mutex; // backward() calls from several threads add one at a time
+  TensorMap sums;
+  bool broken = false; // a backward() that added into the sums failed
+};
+
+GradientSums::GradientSums() : impl_(std::make_shared<Impl>()) {}
+
+std::map<std::string, WeightTensor> GradientSums::take() {
+  TensorMap sums;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->broken)
+      throw UserError("these gradient sums are incomplete: a backward() adding into them failed");
+    sums.swap(impl_->sums);
+  }
+  std::map<std::string, WeightTensor> out;
+  for (auto& [name, tensor] : sums)
+    out[name] = {tensor.shape(),
+                 std::vector<float>(tensor.values().begin(), tensor.values().end())};
+  return out;
+}
+
+bool GradientSums::empty() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->sums.empty();
+}
+
 int64_t TrainingRecord::workspaceBytes() const {
   return impl_ ? impl_->tape.bytes() : 0;
 }
@@ -264,25 +292,63 @@ std::map<std::string, WeightTensor> Layer::backward(const TrainingRecord& record
   return backward(record, gradOutput, gradFinalStates);
 }
 
-std::map<std::string, WeightTensor>
-Layer::backward(const TrainingRecord& record, const float* gradOutput,
-                const std::map<std::string, const float*>& gradFinalStates) const {
-  if (!record.impl_)
-    throw UserError("backward needs the record of a forwardTraining() call");
-  const TrainingTape& tape = record.impl_->tape;
+namespace {
+
+// The gradients flowing into a backward() call, checked and copied in.
+GradientInputs gradientInputs(const LayerProgram& program, const TrainingTape& tape,
+                              const float* gradOutput,
+                              const std::map<std::string, const float*>& gradFinalStates) {
   GradientInputs grads;
   if (gradOutput)
     grads.output = copyIn(gradOutput, tape.outputShape);
   for (const auto& [name, data] : gradFinalStates) {
-    checkState(*impl_->program, name, "a gradient of the final " + name);
+    checkState(program, name, "a gradient of the final " + name);
     if (data)
       grads.finalStates[name] = copyIn(data, tape.forward.finalStates.at(name).shape());
   }
+  return grads;
+}
+
+std::map<std::string, WeightTensor> toWeightTensors(TensorMap&& tensors) {
   std::map<std::string, WeightTensor> out;
-  for (auto& [name, tensor] : impl_->trainingProgram().backward(tape, grads))
+  for (auto& [name, tensor] : tensors)
     out[name] = {tensor.shape(),
                  std::vector<float>(tensor.values().begin(), tensor.values().end())};
   return out;
+}
+
+const TrainingTape& tapeOf(const TrainingRecord::Impl* record) {
+  if (!record)
+    throw UserError("backward needs the record of a forwardTraining() call");
+  return record->tape;
+}
+
+} // namespace
+
+std::map<std::string, WeightTensor>
+Layer::backward(const TrainingRecord& record, const float* gradOutput,
+                const std::map<std::string, const float*>& gradFinalStates) const {
+  const TrainingTape& tape = tapeOf(record.impl_.get());
+  return toWeightTensors(impl_->trainingProgram().backward(
+      tape, gradientInputs(*impl_->program, tape, gradOutput, gradFinalStates)));
+}
+
+std::map<std::string, WeightTensor>
+Layer::backward(const TrainingRecord& record, const float* gradOutput,
+                const std::map<std::string, const float*>& gradFinalStates,
+                GradientSums& sums) const {
+  const TrainingTape& tape = tapeOf(record.impl_.get());
+  const GradientInputs grads = gradientInputs(*impl_->program, tape, gradOutput, gradFinalStates);
+  GradientSums::Impl& into = *sums.impl_;
+  std::lock_guard<std::mutex> lock(into.mutex);
+  if (into.broken)
+    throw UserError("these gradient sums are incomplete: a backward() adding into them failed");
+  try {
+    return toWeightTensors(impl_->trainingProgram().backward(tape, grads, into.sums));
+  } catch (...) {
+    into.broken = true;
+    throw;
+  }
 }
 
 void Layer::forwardPacked(const float* data, const int64_t* batchSizes, int64_t steps,

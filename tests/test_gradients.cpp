@@ -1024,5 +1024,88 @@ TEST(Gradients, TheApiGivesPyTorchsGradients) {
       layer.backward(record, gy.data(), ghn.data(), gcn.data()).at("weight_hh_l1_reverse").values);
 }
 
+// A decoder trained step by step through the API: one forwardTraining() and one backward() per
+// step, the state's gradient carried back by hand. Passing a GradientSums to each backward()
+// gives the sum of what the plain backward() gives the parameters, and the same input and state
+// gradients; a layer whose parameters differ in shape cannot add into them, and the sums it
+// failed on are refused.
+TEST(Gradients, TheApiSumsADecodersParameterGradientsInPlace) {
+  const int64_t batch = 2, input = 3, hidden = 5, steps = 6;
+  std::mt19937 rng(31);
+  auto weightsOf = [&](int64_t h) {
+    std::map<std::string, rnnc::WeightTensor> weights;
+    for (const auto& [name, shape] :
+         std::map<std::string, TensorShape>{{"weight_ih_l0", {3 * h, input}},
+                                            {"weight_hh_l0", {3 * h, h}},
+                                            {"bias_ih_l0", {3 * h}},
+                                            {"bias_hh_l0", {3 * h}}}) {
+      Tensor t = test::randomTensor(shape, rng, 0.5f);
+      weights[name] = {shape, std::vector<float>(t.values().begin(), t.values().end())};
+    }
+    return weights;
+  };
+  rnnc::LayerSpec spec;
+  spec.cell = "gru";
+  spec.threads = 1;
+  rnnc::Layer layer = rnnc::Layer::fromWeights(spec, weightsOf(hidden));
+  std::vector<rnnc::TrainingRecord> records;
+  std::vector<Tensor> gradOutputs;
+  Tensor h({1, batch, hidden}), y({1, batch, hidden}), next({1, batch, hidden});
+  for (int64_t t = 0; t < steps; ++t) {
+    const Tensor x = test::randomTensor({1, batch, input}, rng, 1.0f);
+    records.push_back(layer.forwardTraining(x.data(), 1, batch, h.data(), nullptr, nullptr,
+                                            y.data(), next.data(), nullptr));
+    h = next;
+    gradOutputs.push_back(test::randomTensor({1, batch, hidden}, rng, 1.0f));
+  }
+
+  // Backwards through the steps, each given the state gradient the step after it gave.
+  auto backThrough = [&](rnnc::GradientSums* sums) {
+    std::vector<std::map<std::string, rnnc::WeightTensor>> perStep(steps);
+    std::vector<float> gradH(batch * hidden, 0.0f);
+    for (int64_t t = steps - 1; t >= 0; --t) {
+      const std::map<std::string, const float*> finals{{"h", gradH.data()}};
+      const float* gy = gradOutputs[t].data();
+      perStep[t] = sums ? layer.backward(records[t], gy, finals, *sums)
+                        : layer.backward(records[t], gy, finals);
+      gradH = perStep[t].at("h0").values;
+    }
+    return perStep;
+  };
+  const auto plain = backThrough(nullptr);
+  rnnc::GradientSums sums;
+  EXPECT_TRUE(sums.empty());
+  const auto summed = backThrough(&sums);
+  EXPECT_FALSE(sums.empty());
+  for (int64_t t = 0; t < steps; ++t) {
+    EXPECT_EQ(summed[t].at("h0").values, plain[t].at("h0").values);
+    EXPECT_EQ(summed[t].at("input").values, plain[t].at("input").values);
+    EXPECT_EQ(summed[t].count("weight_hh_l0"), 0u);
+  }
+  const std::map<std::string, rnnc::WeightTensor> totals = sums.take();
+  EXPECT_TRUE(sums.empty());
+  ASSERT_EQ(totals.size(), 4u);
+  for (const auto& [name, total] : totals) {
+    SCOPED_TRACE(name);
+    std::vector<float> expected(total.values.size(), 0.0f);
+    for (int64_t t = 0; t < steps; ++t)
+      for (size_t i = 0; i < expected.size(); ++i)
+        expected[i] += plain[t].at(name).values[i];
+    EXPECT_EQ(total.shape, plain[0].at(name).shape);
+    for (size_t i = 0; i < expected.size(); ++i)
+      EXPECT_NEAR(total.values[i], expected[i], 1e-5f * (1 + std::abs(expected[i])));
+  }
+
+  rnnc::Layer wider = rnnc::Layer::fromWeights(spec, weightsOf(hidden + 1));
+  Tensor hw({1, batch, hidden + 1}), yw({1, batch, hidden + 1});
+  const Tensor x = test::randomTensor({1, batch, input}, rng, 1.0f);
+  rnnc::TrainingRecord other = wider.forwardTraining(x.data(), 1, batch, nullptr, nullptr, nullptr,
+                                                     yw.data(), hw.data(), nullptr);
+  layer.backward(records[0], gradOutputs[0].data(), {}, sums);
+  test::expectUserError([&] { wider.backward(other, yw.data(), {}, sums); },
+                        {"the sum of parameter", "gradients has shape [15, 3], expected [18, 3]"});
+  test::expectUserError([&] { sums.take(); }, {"these gradient sums are incomplete"});
+}
+
 } // namespace
 } // namespace rnnc

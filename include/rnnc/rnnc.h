@@ -61,6 +61,25 @@ private:
   std::shared_ptr<const Impl> impl_;
 };
 
+// The parameters' gradients of several backward() calls summed in place, by parameter name: a
+// decoder trained step by step makes a forwardTraining() and a backward() per step, and passing
+// one GradientSums to each backward() adds every step's weight gradients into it inside the
+// products that form them, rather than returning (and allocating) a map of full gradients per
+// step for the caller to add up. Layers sharing one must have the same parameters' shapes.
+class GradientSums {
+public:
+  GradientSums();
+  // The sums (as backward() names the gradients), handed over: none are left, and the next
+  // backward() starts from zero.
+  std::map<std::string, WeightTensor> take();
+  bool empty() const;
+  struct Impl;
+
+private:
+  friend class Layer;
+  std::shared_ptr<Impl> impl_;
+};
+
 // Every buffer of a call by name, for any cell (states other than h and c, side inputs):
 // caller-owned float32 (lengths int64) in C order, laid out as for Layer::forward() ([B, T, ...]
 // sequences with batchFirst).
@@ -140,6 +159,12 @@ public:
   std::map<std::string, WeightTensor>
   backward(const TrainingRecord& record, const float* gradOutput,
            const std::map<std::string, const float*>& gradFinalStates) const;
+  // The same, each parameter's gradient added into `sums` instead of returned (the input's,
+  // the side inputs' and the initial states' are returned as above). If it throws, `sums` is
+  // left unusable (take() throws): it may miss the call's part, or hold some of it.
+  std::map<std::string, WeightTensor>
+  backward(const TrainingRecord& record, const float* gradOutput,
+           const std::map<std::string, const float*>& gradFinalStates, GradientSums& sums) const;
 
   struct Impl;
 
