@@ -289,14 +289,17 @@ public:
 
   // (output, {state: final value}, tape). Side inputs (a cell's inputs past its first) by name;
   // the backward gives their gradients under those names.
+  // `seed`: this call's dropout masks' (None: the one the program was built with).
   py::tuple forward(const FloatArray& input, const std::map<std::string, FloatArray>& states,
                     const std::optional<IndexArray>& lengths,
-                    const std::map<std::string, FloatArray>& sideInputs) const {
+                    const std::map<std::string, FloatArray>& sideInputs,
+                    std::optional<uint64_t> seed) const {
     ForwardArgs args = forwardArgs(input, states, lengths, sideInputs);
     auto tape = std::make_shared<TrainingTape>();
     {
       py::gil_scoped_release unlocked;
-      *tape = program_->forward(std::move(args.input), args.states, args.lengths, args.sideInputs);
+      *tape = program_->forward(std::move(args.input), args.states, args.lengths, args.sideInputs,
+                                seed);
     }
     // The output is the caller's (the backward reads its shape only); the tape keeps the final
     // states, whose gradients it checks.
@@ -340,6 +343,7 @@ public:
   bool sameWeights(const std::map<std::string, py::buffer>& weights) const {
     return python::sameWeights(program_->layers(), weights);
   }
+  bool drawsMasksAtBuild() const { return program_->drawsMasksAtBuild(); }
 
 private:
   std::shared_ptr<const GradientProgram> program_;
@@ -505,7 +509,8 @@ PYBIND11_MODULE(_rnnc, m) {
            py::arg("bidirectional"), py::arg("batch_first"), py::arg("jit"), py::arg("threads"),
            py::arg("target_cpu"), py::arg("dropout"), py::arg("seed"), py::arg("training") = true)
       .def("forward", &Training::forward, py::arg("input"), py::arg("states"), py::arg("lengths"),
-           py::arg("side_inputs"))
+           py::arg("side_inputs"), py::arg("seed") = py::none())
+      .def_property_readonly("draws_masks_at_build", &Training::drawsMasksAtBuild)
       .def("backward", &Training::backward, py::arg("tape"), py::arg("grad_output"),
            py::arg("grad_finals"), py::arg("sums") = nullptr)
       .def("same_weights", &Training::sameWeights, py::arg("weights"));

@@ -817,6 +817,69 @@ TEST(Gradients, AWeightsDropoutMatchesCentralDifferencesWithTheRunsMask) {
   EXPECT_GT(dropped, 0);
 }
 
+// A call's own seed: one program draws each call's masks (in the cell, and between layers)
+// from the seed it is given, as a program built with that seed does, and its backward reuses
+// them; on the JIT and the interpreter. A cell that drops a weight drew that mask when it was
+// built: another seed is refused there.
+TEST(Gradients, ACallsSeedDrawsItsMasksFromOneProgram) {
+  auto cell = frontend::parseCell(test::kDroppingCell, "dropping.cell");
+  std::mt19937 rng(37);
+  const int64_t steps = 5, batch = 3, input = 4, hidden = 6;
+  TensorMap weights;
+  for (const char* suffix : {"_l0", "_l1"}) {
+    const int64_t width = suffix[2] == '0' ? input : hidden;
+    weights[std::string("w") + suffix] = test::randomTensor({hidden, width}, rng, 0.5f);
+    weights[std::string("u") + suffix] = test::randomTensor({hidden, hidden}, rng, 0.5f);
+    weights[std::string("b") + suffix] = test::randomTensor({hidden}, rng, 0.3f);
+  }
+  const Tensor x = test::randomTensor({steps, batch, input}, rng, 1.0f);
+  GradientInputs given;
+  given.output = test::randomTensor({steps, batch, hidden}, rng, 1.0f);
+  for (Engine engine : {Engine::Jit, Engine::Interpreter}) {
+    SCOPED_TRACE(engineName(engine));
+    LayerOptions options;
+    options.engine = engine;
+    options.numLayers = 2;
+    options.dropout = 0.4;
+    options.training = true;
+    options.seed = 5;
+    auto shared = GradientProgram::build(*cell, weights, "weights", options);
+    options.seed = 9;
+    auto own = GradientProgram::build(*cell, weights, "weights", options);
+    const TrainingTape a = shared->forward(x, {}, std::nullopt, {}, 9);
+    const TrainingTape b = own->forward(x, {}, std::nullopt);
+    const TrainingTape c = shared->forward(x, {}, std::nullopt);
+    EXPECT_EQ(a.seed, 9u);
+    EXPECT_EQ(a.forward.output.values(), b.forward.output.values());
+    EXPECT_GT(test::maxAbsDiff(a.forward.output, c.forward.output), 1e-3f); // seed 5's masks
+    const TensorMap fromShared = shared->backward(a, given), fromOwn = own->backward(b, given);
+    for (const auto& [name, gradient] : fromOwn) {
+      SCOPED_TRACE(name);
+      EXPECT_EQ(fromShared.at(name).values(), gradient.values());
+    }
+  }
+
+  auto dropsWeight = frontend::parseCell(R"(cell weightdrop(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size]
+  return h = tanh(linear(x, w) + linear(h, dropout(u, 0.4))); output h
+})",
+                                         "weightdrop.cell");
+  TensorMap weightDrop{{"w", weights.at("w_l0")}, {"u", weights.at("u_l0")}};
+  LayerOptions options;
+  options.training = true;
+  options.seed = 5;
+  auto program = GradientProgram::build(*dropsWeight, weightDrop, "weights", options);
+  EXPECT_TRUE(program->drawsMasksAtBuild());
+  EXPECT_FALSE(GradientProgram::build(*cell, weights, "weights", options)->drawsMasksAtBuild());
+  program->forward(x, {}, std::nullopt, {}, 5); // its own seed
+  test::expectUserError([&] { program->forward(x, {}, std::nullopt, {}, 6); },
+                        {"cell 'weightdrop' drops parameters (a weight's dropout), whose masks "
+                         "were drawn from seed 5 when the layer was built: build it again for "
+                         "seed 6"});
+}
+
 // The input reaches the loss only through its dropout: its gradient is zero exactly where the
 // mask dropped it (about p of the entries), on the JIT and the interpreter alike; and keeping
 // only the states (ForwardValues::Recompute) still reads the forward's masks.

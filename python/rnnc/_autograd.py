@@ -87,10 +87,12 @@ class _Recurrence(torch.autograd.Function):
     its first, by name) and the parameters, all float32. An initial state given as None starts at
     zero (and has no gradient). With `summed` (summed_parameters' result), the call also takes
     the token, and its backward adds the parameters' gradients into the sums where the graph
-    this backward runs goes on to _SummedParameters (no gradient of gradients recorded)."""
+    this backward runs goes on to _SummedParameters (no gradient of gradients recorded). `seed`:
+    the call's dropout masks' (None: the program's own), which the backward reuses."""
 
     @staticmethod
-    def forward(ctx, program, state_names, side_names, param_names, summed, x, lengths, *tensors):
+    def forward(ctx, program, state_names, side_names, param_names, summed, x, lengths, seed,
+                *tensors):
         if summed is not None:
             tensors = tensors[1:]  # the token
         initial = tensors[:len(state_names)]
@@ -99,7 +101,7 @@ class _Recurrence(torch.autograd.Function):
                   for name, t in zip(state_names, initial) if t is not None}
         y, finals, tape = program.forward(
             x.detach().contiguous().numpy(), states, lengths,
-            {name: t.detach().contiguous().numpy() for name, t in zip(side_names, sides)})
+            {name: t.detach().contiguous().numpy() for name, t in zip(side_names, sides)}, seed)
         ctx.program, ctx.tape = program, tape
         ctx.state_names, ctx.side_names, ctx.param_names = state_names, side_names, param_names
         ctx.given = [t is not None for t in initial]
@@ -131,8 +133,8 @@ class _Recurrence(torch.autograd.Function):
         dsides = [gradient(n) if n in grads else None for n in ctx.side_names]
         dparams = [gradient(n) if n in grads else None for n in ctx.param_names]
         token = [] if ctx.sums is None else [grad_y.new_zeros(()) if summing else None]
-        return (None, None, None, None, None, gradient("input"), None, *token, *dstates, *dsides,
-                *dparams)
+        return (None, None, None, None, None, gradient("input"), None, None, *token, *dstates,
+                *dsides, *dparams)
 
 
 def _in_type(dtype, y, finals):

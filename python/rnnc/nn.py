@@ -106,16 +106,16 @@ class _RnncForward(_RnncModule):
                 _rnnc.Layer, self, self._rnnc_cell(), dict(zip(names, weights)), {}))
             y, finals = _infer(layer, x, state_names, states, lengths)
         else:
-            # Without masks to draw, the program is the same until the weights change (a loop
-            # calling the module several times per optimiser step builds it once).
+            # The program is the same until the weights change (a loop calling the module several
+            # times per optimiser step builds it once); each call draws its own masks.
             seed = int(torch.randint(0, 2**62, ())) if dropout > 0 else 0
             program = _training_programs.get(
                 self, names, params, lambda weights: _program(
                     _rnnc.Training, self, self._rnnc_cell(), dict(zip(names, weights)), {},
-                    dropout, seed, training=self.training), key=(self.training, seed))
+                    dropout, seed, training=self.training), key=(self.training, dropout))
             summed = summed_parameters(self, names, params)
             y, *finals = _Recurrence.apply(program, state_names, [], names, summed, x, lengths,
-                                           *_token(summed), *states, *params)
+                                           seed, *_token(summed), *states, *params)
         y, finals = _in_type(dtype, y, finals)
         if not batched:
             y = y.squeeze(0 if self.batch_first else 1)
@@ -183,7 +183,7 @@ class _RnncCellForward(_RnncModule):
             program = _training_programs.get(self, names, params,
                                              build(_rnnc.Training, 0.0, 0, training=False))
             summed = summed_parameters(self, names, params)
-            y, *finals = _Recurrence.apply(program, state_names, [], names, summed, x, None,
+            y, *finals = _Recurrence.apply(program, state_names, [], names, summed, x, None, None,
                                            *_token(summed), *states, *params)
         _, finals = _in_type(dtype, y, finals)
         finals = [f.reshape(expected) for f in finals]
@@ -313,15 +313,21 @@ class Recurrent(torch.nn.Module):
                 _rnnc.Layer, self, self.cell, dict(zip(names, weights)), sizes))
             y, finals = _infer(layer, x, state_names, initial, lengths, sides)
         else:
+            # One program until the weights change, each call drawing its masks from its seed;
+            # but a cell dropping a weight draws that mask when the program is built, so there
+            # the seed is part of the program (the module learns which at its first build).
+            seeded = self.__dict__.get("_rnnc_masks_at_build", False)
             program = _training_programs.get(
                 self, names, params, lambda weights: _program(
                     _rnnc.Training, self, self.cell, dict(zip(names, weights)), sizes,
                     self.dropout if self.training else 0.0, int(seed), training=self.training),
-                key=(self.training, int(seed)))
+                key=(self.training, self.dropout, int(seed) if seeded else None))
+            if program.draws_masks_at_build and not seeded:
+                self.__dict__["_rnnc_masks_at_build"] = True  # built with this call's seed
             summed = summed_parameters(self, names, params)
             y, *finals = _Recurrence.apply(program, state_names, list(sides), names, summed, x,
-                                           lengths, *_token(summed), *initial, *sides.values(),
-                                           *params)
+                                           lengths, int(seed), *_token(summed), *initial,
+                                           *sides.values(), *params)
         y, finals = _in_type(dtype, y, finals)
         if packed_input is not None:
             y = repack(y, packed_input, self.batch_first)

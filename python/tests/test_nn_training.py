@@ -507,18 +507,37 @@ def test_training_calls_reuse_their_program_while_the_weights_and_masks_stay():
     assert_close(ours(x)[0].detach(), theirs(x)[0].detach(), "after a write through .data", 1e-5)
     assert ours.__dict__["_rnnc_training"][-1] is not program
 
-    # A cell with a dropout draws new masks at each call without a seed, the same with one.
+    # A cell with a dropout draws new masks at each call without a seed, the same with one, all
+    # from one program while the weights stay (the seed is the call's).
     model = rnnc.nn.Recurrent(DROPPING_CELL, input_size=3, hidden_size=4)
     x = torch.randn(5, 2, 3)
     assert not torch.equal(model(x)[0], model(x)[0])
-    first = model(x, seed=9)[0]
     program = model.__dict__["_rnnc_training"][-1]
+    first = model(x, seed=9)[0]
     assert torch.equal(model(x, seed=9)[0], first)
+    assert not torch.equal(model(x, seed=10)[0], first)
     assert model.__dict__["_rnnc_training"][-1] is program
+    stacked = rnnc.nn.LSTM(3, 4, num_layers=2, dropout=0.5)
+    assert not torch.equal(stacked(x)[0], stacked(x)[0])  # masks between the layers
+    program = stacked.__dict__["_rnnc_training"][-1]
+    stacked(x)[0].sum().backward()
+    assert stacked.__dict__["_rnnc_training"][-1] is program
     model.eval()  # no masks: the seed changes nothing
     with torch.enable_grad():
         x.requires_grad_()
         assert torch.equal(model(x, seed=1)[0], model(x, seed=2)[0])
+
+    # A dropped weight's mask is drawn when the program is built: a program per seed there.
+    weight_drop = rnnc.nn.Recurrent("""cell weightdrop(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size]
+  return h = tanh(linear(x, w) + linear(h, dropout(u, 0.5))); output h
+}""", input_size=3, hidden_size=4)
+    first = weight_drop(x, seed=3)[0]
+    assert torch.equal(weight_drop(x, seed=3)[0], first)
+    assert not torch.equal(weight_drop(x, seed=4)[0], first)
+    assert torch.equal(weight_drop(x, seed=3)[0], first)
 
 
 def test_the_backward_steps_ir_is_the_tools(tmp_path):

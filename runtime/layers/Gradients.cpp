@@ -91,10 +91,16 @@ struct GradientProgram::Slot {
   // The seed of the training forward's dropout masks: the layer runner's for this slot.
   uint64_t maskSeed = 0;
 
-  Executor forwardRun(int threads) const {
-    return forwardCode
-               ? jitExecutor(forwardCode, forwardPrepared, threads, forwardWorkspaces, maskSeed)
-               : interpreterExecutor(forwardInterpreter);
+  // The training forward drawing its masks from `seed` (maskSeed, or a call's own: the
+  // interpreter's is then made for the call, over the slot's parameters).
+  Executor forwardRun(int threads, uint64_t seed, const std::vector<Tensor>& params,
+                      bool training) const {
+    if (forwardCode)
+      return jitExecutor(forwardCode, forwardPrepared, threads, forwardWorkspaces, seed);
+    return interpreterExecutor(seed == maskSeed
+                                   ? forwardInterpreter
+                                   : std::make_shared<Interpreter>(
+                                         *forward.cell, params, ExecutionOptions{training, seed}));
   }
   // The backward cell's inputs `kept.<k>` (its last ones), where the training forward wrote
   // them among its outputs ([T, B, W] `values`).
@@ -288,15 +294,32 @@ GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOp
 TrainingTape GradientProgram::forward(const Tensor& input,
                                       const std::map<std::string, Tensor>& initialStates,
                                       const std::optional<Int64Array>& lengths,
-                                      const std::map<std::string, Tensor>& sideInputs) const {
-  return forward(Tensor(input), initialStates, lengths, sideInputs);
+                                      const std::map<std::string, Tensor>& sideInputs,
+                                      std::optional<uint64_t> seed) const {
+  return forward(Tensor(input), initialStates, lengths, sideInputs, seed);
+}
+
+bool GradientProgram::drawsMasksAtBuild() const {
+  for (const LayerProgram::Slot& slot : program_->slots())
+    if (slot.parameterMasks)
+      return true;
+  return false;
 }
 
 TrainingTape GradientProgram::forward(Tensor&& input,
                                       const std::map<std::string, Tensor>& initialStates,
                                       const std::optional<Int64Array>& lengths,
-                                      const std::map<std::string, Tensor>& sideInputs) const {
+                                      const std::map<std::string, Tensor>& sideInputs,
+                                      std::optional<uint64_t> seed) const {
   TrainingTape tape;
+  tape.seed = seed.value_or(options_.seed);
+  if (tape.seed != options_.seed && drawsMasksAtBuild())
+    throw UserError(fmt::format(
+        "cell '{}' drops parameters (a weight's dropout), whose masks were drawn from seed {} "
+        "when the layer was built: build it again for seed {}",
+        program_->cell().name, options_.seed, tape.seed));
+  LayerOptions masks = options_; // each slot's masks drawn from the call's seed
+  masks.seed = tape.seed;
   tape.slots.resize(slots_.size());
   const int threads = options_.threads;
   // The layer runner (checks, sorting, directions, dropout between layers, batch_first) with
@@ -311,8 +334,10 @@ TrainingTape GradientProgram::forward(Tensor&& input,
     CellInputs rows;
     for (const auto& input : inputs)
       rows.push_back(InputRows::of(*input));
-    DirectionRun out = runDirection(s.forwardRun(threads), rows, steps, batch, std::move(states),
-                                    runLengths, reverse);
+    DirectionRun out = runDirection(
+        s.forwardRun(threads, masks.maskSeedOf(index),
+                     program_->slots()[static_cast<size_t>(index)].params, options_.training),
+        rows, steps, batch, std::move(states), runLengths, reverse);
     // Kept whole; the layer's output copied out of its first columns.
     kept.outputWidth = ir::columnsOf(program_->slots()[static_cast<size_t>(index)].bound->output);
     kept.values = std::move(out.output);
@@ -324,7 +349,8 @@ TrainingTape GradientProgram::forward(Tensor&& input,
     });
     return out;
   };
-  tape.forward = program_->run(std::move(input), initialStates, lengths, sideInputs, trainingRun);
+  tape.forward =
+      program_->run(std::move(input), initialStates, lengths, sideInputs, trainingRun, tape.seed);
   tape.outputShape = tape.forward.output.shape();
   const Tensor& first = *tape.slots[0].inputs.at(0);
   tape.lengths = checkedLengths(lengths, first.dim(0), first.dim(1));
@@ -554,7 +580,7 @@ void GradientProgram::backwardInto(const TrainingTape& tape, const GradientInput
     // Down a layer: through the dropout between layers, as the forward applied it.
     if (layer > 0 && options_.training && options_.dropout > 0) {
       Tensor mask({steps, batch, gradLayerInput.dim(2)}, 1.0f);
-      dropoutBetweenLayers(mask, options_.dropout, options_.seed, layer - 1);
+      dropoutBetweenLayers(mask, options_.dropout, tape.seed, layer - 1);
       for (int64_t i = 0; i < mask.numel(); ++i)
         gradLayerInput.data()[i] *= mask.data()[i];
     }

@@ -43,6 +43,7 @@ struct TrainingTape {
     int64_t outputWidth = 0; // the cell's output's columns, the first of `values`
   };
   std::vector<Slot> slots;
+  uint64_t seed = 0; // the seed the forward drew its dropout masks from
   // The bytes the tape holds beyond what cuDNN's caller keeps for its backward (the input and
   // the output, x and y): the training workspace, cuDNN's reserve space. An LSTM layer: its
   // four gates and c per step, plus the outputs of the layers under the last (the next one's
@@ -74,13 +75,21 @@ public:
                                                       passes::ForwardValues forwardValues = {});
 
   // The forward (as LayerProgram::run) keeping what backward() reads.
-  // The tape keeps the input: a copy of it, or the tensor itself given as an rvalue.
+  // The tape keeps the input: a copy of it, or the tensor itself given as an rvalue. `seed`:
+  // the seed of this call's dropout masks (in the cell and between layers), in place of the
+  // options' (a module in training draws new masks at every call of one program); refused
+  // where masks of parameters were drawn when the program was built (drawsMasksAtBuild()).
   TrainingTape forward(const Tensor& input, const std::map<std::string, Tensor>& initialStates,
                        const std::optional<Int64Array>& lengths,
-                       const std::map<std::string, Tensor>& sideInputs = {}) const;
+                       const std::map<std::string, Tensor>& sideInputs = {},
+                       std::optional<uint64_t> seed = std::nullopt) const;
   TrainingTape forward(Tensor&& input, const std::map<std::string, Tensor>& initialStates,
                        const std::optional<Int64Array>& lengths,
-                       const std::map<std::string, Tensor>& sideInputs = {}) const;
+                       const std::map<std::string, Tensor>& sideInputs = {},
+                       std::optional<uint64_t> seed = std::nullopt) const;
+  // Whether a dropout of parameters alone (a weight's mask, one per run) drew its masks when
+  // the program was built, from the options' seed: forward() then takes no other seed.
+  bool drawsMasksAtBuild() const;
 
   // dLoss/d(each parameter) under its name in the weights (weight_ih_l0, bias_hh_l1_reverse,
   // ...; none for biases a bias-free file lacks), dLoss/d(input) as "input" (each side input

@@ -206,6 +206,7 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
           slot.paramNames.push_back(d.mask->name);
           slot.params.push_back(std::move(mask));
           slot.inWeights.push_back(false);
+          slot.parameterMasks = true;
         }
       }
       if (isGpuEngine(options.engine)) {
@@ -247,28 +248,31 @@ LayerResult LayerProgram::run(const Tensor& input,
                               const std::map<std::string, Tensor>& initialStates,
                               const std::optional<Int64Array>& lengths,
                               const std::map<std::string, Tensor>& sideInputs,
-                              const SlotRunner& slotRunner) const {
+                              const SlotRunner& slotRunner,
+                              std::optional<uint64_t> dropoutSeed) const {
   // Without a slot runner nothing holds the input past this call: it is read where it lies,
   // through a pointer that owns nothing (the default LSTM's input is 13 MB, a copy of it ~1% of
   // a training step). A slot runner (the training forward) keeps it for the backward: a copy.
   return runOn(slotRunner ? std::make_shared<const Tensor>(input)
                           : std::shared_ptr<const Tensor>(std::shared_ptr<const Tensor>(), &input),
-               initialStates, lengths, sideInputs, slotRunner);
+               initialStates, lengths, sideInputs, slotRunner, dropoutSeed);
 }
 
 LayerResult LayerProgram::run(Tensor&& input, const std::map<std::string, Tensor>& initialStates,
                               const std::optional<Int64Array>& lengths,
                               const std::map<std::string, Tensor>& sideInputs,
-                              const SlotRunner& slotRunner) const {
+                              const SlotRunner& slotRunner,
+                              std::optional<uint64_t> dropoutSeed) const {
   return runOn(std::make_shared<const Tensor>(std::move(input)), initialStates, lengths, sideInputs,
-               slotRunner);
+               slotRunner, dropoutSeed);
 }
 
 LayerResult LayerProgram::runOn(std::shared_ptr<const Tensor> given,
                                 const std::map<std::string, Tensor>& initialStates,
                                 const std::optional<Int64Array>& lengthsGiven,
                                 const std::map<std::string, Tensor>& sideInputs,
-                                const SlotRunner& slotRunner) const {
+                                const SlotRunner& slotRunner,
+                                std::optional<uint64_t> dropoutSeed) const {
   const ir::Cell& cell = *cell_;
   const Tensor& rawInput = *given;
   const std::string inputLayout = options_.batchFirst ? "[B, T, input_size]" : "[T, B, input_size]";
@@ -367,7 +371,8 @@ LayerResult LayerProgram::runOn(std::shared_ptr<const Tensor> given,
       layerOutput = std::move(directionOutputs[0]);
     }
     if (options_.training && options_.dropout > 0 && layer + 1 < numLayers_)
-      dropoutBetweenLayers(layerOutput, options_.dropout, options_.seed, layer);
+      dropoutBetweenLayers(layerOutput, options_.dropout, dropoutSeed.value_or(options_.seed),
+                           layer);
     lastOutput = std::make_shared<Tensor>(std::move(layerOutput));
     layerInput = lastOutput;
   }

@@ -98,15 +98,19 @@ public:
 
   // `sideInputs`: one tensor for each input of the cell past its first, by name, laid out like
   // `input`. The input is read where it lies unless a slot runner may keep it past the call:
-  // then it is copied, unless given as an rvalue (moved).
+  // then it is copied, unless given as an rvalue (moved). `dropoutSeed`: the seed of this
+  // call's masks of the dropout between layers, in place of options' (a training forward
+  // drawing new masks at every call of one program).
   LayerResult run(const Tensor& input, const std::map<std::string, Tensor>& initialStates,
                   const std::optional<Int64Array>& lengths,
                   const std::map<std::string, Tensor>& sideInputs = {},
-                  const SlotRunner& slotRunner = {}) const;
+                  const SlotRunner& slotRunner = {},
+                  std::optional<uint64_t> dropoutSeed = std::nullopt) const;
   LayerResult run(Tensor&& input, const std::map<std::string, Tensor>& initialStates,
                   const std::optional<Int64Array>& lengths,
                   const std::map<std::string, Tensor>& sideInputs = {},
-                  const SlotRunner& slotRunner = {}) const;
+                  const SlotRunner& slotRunner = {},
+                  std::optional<uint64_t> dropoutSeed = std::nullopt) const;
 
   int numLayers() const { return numLayers_; }
   int numDirections() const { return directions_; }
@@ -131,6 +135,9 @@ public:
     std::shared_ptr<const GpuCell> gpu; // the GPU engines' code (Engine::Cuda, CudaEmulated)
     // The compiled code's scratch memory, kept between runs.
     std::shared_ptr<WorkspacePool> workspaces = std::make_shared<WorkspacePool>();
+    // Masks of a dropout of parameters alone among `params`: drawn when the slot is built, from
+    // options.seed, so that a run with another seed needs another program.
+    bool parameterMasks = false;
   };
   const std::vector<Slot>& slots() const { return slots_; }
 
@@ -143,8 +150,8 @@ private:
   LayerResult runOn(std::shared_ptr<const Tensor> input,
                     const std::map<std::string, Tensor>& initialStates,
                     const std::optional<Int64Array>& lengths,
-                    const std::map<std::string, Tensor>& sideInputs,
-                    const SlotRunner& slotRunner) const;
+                    const std::map<std::string, Tensor>& sideInputs, const SlotRunner& slotRunner,
+                    std::optional<uint64_t> dropoutSeed) const;
   LayerProgram() = default;
   // build's body: `movable`, when given, is `weights`, whose tensors may be taken.
   static std::shared_ptr<const LayerProgram>
