@@ -1,6 +1,7 @@
 #include "runtime/data/AlignedBuffer.h"
 
 #include "ir/Error.h"
+#include "runtime/threads/ForkSafety.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -26,6 +27,9 @@ namespace {
 class LargeBufferCache {
 public:
   static constexpr size_t kDefaultLimit = size_t{1} << 30;
+
+  // The process has one (largeBuffers()); a child of fork() finds it whole.
+  LargeBufferCache() { holdAcrossFork(mutex_); }
 
   void* take(size_t used) {
     std::lock_guard lock(mutex_);

@@ -8,6 +8,7 @@
 #include "runtime/exec/Kernels.h"
 #include "runtime/exec/TargetMemo.h"
 #include "runtime/layers/PackedBatch.h"
+#include "runtime/threads/ForkSafety.h"
 #include "runtime/threads/ThreadGovernor.h"
 #include "runtime/threads/ThreadTeam.h"
 
@@ -94,8 +95,10 @@ struct MemoryCache {
 };
 
 MemoryCache& memoryCache() {
-  static MemoryCache cache;
-  return cache;
+  static auto* cache = new MemoryCache; // never destroyed: held across fork() for good
+  static const bool heldAcrossFork = (holdAcrossFork(cache->mutex), true);
+  (void)heldAcrossFork;
+  return *cache;
 }
 
 double millisecondsSince(std::chrono::steady_clock::time_point start) {

@@ -1,6 +1,7 @@
 #include "runtime/exec/TargetMemo.h"
 
 #include "codegen/HostTarget.h"
+#include "runtime/threads/ForkSafety.h"
 
 #include <fmt/format.h>
 
@@ -113,6 +114,8 @@ codegen::Target rememberedTarget(const std::string& cpu, const CacheOptions& cac
 codegen::Target runnableTarget(const std::string& cpu, const CacheOptions& cache) {
   static std::mutex mutex;
   static std::map<std::string, codegen::Target> known; // this process's, by CPU name
+  static const bool heldAcrossFork = (holdAcrossFork(mutex), true);
+  (void)heldAcrossFork;
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = known.find(cpu); it != known.end())
     return it->second;

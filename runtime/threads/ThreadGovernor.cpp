@@ -1,5 +1,7 @@
 #include "runtime/threads/ThreadGovernor.h"
 
+#include "runtime/threads/ForkSafety.h"
+
 #include <algorithm>
 
 namespace rnnc {
@@ -8,6 +10,8 @@ ThreadGovernor::ThreadGovernor(std::function<Clock::time_point()> now) : now_(st
 
 ThreadGovernor& ThreadGovernor::shared() {
   static ThreadGovernor governor;
+  static const bool heldAcrossFork = (holdAcrossFork(governor.mutex_), true);
+  (void)heldAcrossFork;
   return governor;
 }
 

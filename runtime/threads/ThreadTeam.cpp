@@ -2,6 +2,7 @@
 
 #include "ir/Environment.h"
 #include "ir/Error.h"
+#include "runtime/threads/ForkSafety.h"
 
 #include <algorithm>
 #include <chrono>
@@ -274,7 +275,19 @@ void ThreadTeam::run(const std::function<void(int)>& job) {
 
 TeamPool& TeamPool::shared() {
   static TeamPool pool;
+  static const bool heldAcrossFork = (holdAcrossFork(pool.mutex_, &forgetParentsTeams), true);
+  (void)heldAcrossFork;
   return pool;
+}
+
+void TeamPool::forgetParentsTeams() {
+  TeamPool& pool = shared();
+  // Their objects are left as they are, never destroyed: destroying one would join threads this
+  // process does not have. (A team leased at the fork was leased by another thread of the
+  // parent's, whose call the child does not continue: it never comes back to this pool.)
+  for (std::unique_ptr<ThreadTeam>& team : pool.idle_)
+    (void)team.release();
+  pool.idle_.clear();
 }
 
 bool TeamPool::hasIdle(int threads) {

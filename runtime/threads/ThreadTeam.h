@@ -102,6 +102,11 @@ private:
 // Idle teams by size.
 class TeamPool {
 public:
+  // The process's pool. A child of fork() starts with none of its idle teams: their threads
+  // were the parent's, and the child has none of them (fork copies only the thread that calls
+  // it), so a run on one would wait at its first barrier forever; the child starts teams of its
+  // own. (A DataLoader worker or a multiprocessing pool that forks a process which has run rnnc
+  // on several threads.)
   static TeamPool& shared();
 
   // Whether a team of `threads` threads is idle, its threads started.
@@ -118,6 +123,10 @@ public:
   Lease acquire(int threads);
 
 private:
+  // In the child of a fork(), with the pool held (runtime/threads/ForkSafety.h): lets go of
+  // the parent's idle teams.
+  static void forgetParentsTeams();
+
   std::mutex mutex_;
   std::vector<std::unique_ptr<ThreadTeam>> idle_;
 };

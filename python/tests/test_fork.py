@@ -1,0 +1,58 @@
+"""Processes forked after rnnc ran on several threads: a multiprocessing pool and a DataLoader's
+workers run the parent's layers on threads of their own. They used to wait forever at the first
+barrier of their first run: fork() copies only the calling thread, and the teams that the parent's
+runs left idle had no threads in the child."""
+
+import multiprocessing
+
+import numpy as np
+import pytest
+
+import rnnc
+
+# What the forked workers run: theirs by inheritance, as a dataset's model is a DataLoader's.
+_inherited = {}
+
+
+def _run_inherited(seed):
+    x = np.random.default_rng(seed).standard_normal((20, 4, 32)).astype(np.float32)
+    y, _ = _inherited["lstm"](x)
+    return seed, y
+
+
+def test_a_forked_pool_runs_the_parents_layer_on_threads():
+    lstm = rnnc.LSTM(32, 48, threads=2)
+    _inherited["lstm"] = lstm
+    expected = {seed: lstm(np.random.default_rng(seed).standard_normal((20, 4, 32))
+                           .astype(np.float32))[0] for seed in range(4)}
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        results = pool.map_async(_run_inherited, range(4)).get(timeout=60)
+    for seed, y in results:
+        np.testing.assert_array_equal(y, expected[seed])
+    np.testing.assert_array_equal(lstm(np.random.default_rng(0).standard_normal((20, 4, 32))
+                                       .astype(np.float32))[0], expected[0])
+
+
+def test_dataloader_workers_run_an_rnnc_module():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    reference = torch.nn.GRU(16, 24)
+    model = rnnc.nn.GRU(16, 24, threads=2)
+    model.load_state_dict(reference.state_dict())
+    inputs = torch.randn(6, 10, 3, 16)
+    with torch.no_grad():
+        model(inputs[0])  # the parent runs first, as a model evaluated before training does
+
+    class Encoded(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(inputs)
+
+        def __getitem__(self, i):
+            with torch.no_grad():
+                return model(inputs[i])[0]
+
+    loader = torch.utils.data.DataLoader(Encoded(), batch_size=None, num_workers=2, timeout=60,
+                                         multiprocessing_context="fork")
+    for i, y in enumerate(loader):
+        with torch.no_grad():
+            torch.testing.assert_close(y, reference(inputs[i])[0], atol=1e-5, rtol=1e-5)
