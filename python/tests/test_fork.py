@@ -56,3 +56,30 @@ def test_dataloader_workers_run_an_rnnc_module():
     for i, y in enumerate(loader):
         with torch.no_grad():
             torch.testing.assert_close(y, reference(inputs[i])[0], atol=1e-5, rtol=1e-5)
+
+
+def _train_inherited(seed):
+    torch = _inherited["torch"]
+    model = _inherited["model"]
+    x = torch.randn(7, 3, 16, generator=torch.Generator().manual_seed(seed))
+    model.zero_grad()
+    model(x)[0].pow(2).sum().backward()
+    return seed, [p.grad.clone() for p in model.parameters()]
+
+
+def test_a_forked_pool_trains_the_parents_module_on_threads():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    reference = torch.nn.LSTM(16, 24, num_layers=2)
+    model = rnnc.nn.LSTM(16, 24, num_layers=2, threads=2)
+    model.load_state_dict(reference.state_dict())
+    _inherited.update(torch=torch, model=model)
+    _train_inherited(99)  # the parent trains first: its forward and backward leave teams idle
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        results = pool.map_async(_train_inherited, range(3)).get(timeout=60)
+    for seed, grads in results:
+        x = torch.randn(7, 3, 16, generator=torch.Generator().manual_seed(seed))
+        reference.zero_grad()
+        reference(x)[0].pow(2).sum().backward()
+        for got, want in zip(grads, reference.parameters()):
+            torch.testing.assert_close(got, want.grad, atol=1e-4, rtol=1e-4)
