@@ -14,23 +14,24 @@ import rnnc
 _inherited = {}
 
 
+def _input(seed):
+    return np.random.default_rng(seed).standard_normal((20, 4, 32)).astype(np.float32)
+
+
 def _run_inherited(seed):
-    x = np.random.default_rng(seed).standard_normal((20, 4, 32)).astype(np.float32)
-    y, _ = _inherited["lstm"](x)
+    y, _ = _inherited["lstm"](_input(seed))
     return seed, y
 
 
 def test_a_forked_pool_runs_the_parents_layer_on_threads():
     lstm = rnnc.LSTM(32, 48, threads=2)
     _inherited["lstm"] = lstm
-    expected = {seed: lstm(np.random.default_rng(seed).standard_normal((20, 4, 32))
-                           .astype(np.float32))[0] for seed in range(4)}
+    expected = {seed: lstm(_input(seed))[0] for seed in range(4)}
     with multiprocessing.get_context("fork").Pool(2) as pool:
         results = pool.map_async(_run_inherited, range(4)).get(timeout=60)
     for seed, y in results:
         np.testing.assert_array_equal(y, expected[seed])
-    np.testing.assert_array_equal(lstm(np.random.default_rng(0).standard_normal((20, 4, 32))
-                                       .astype(np.float32))[0], expected[0])
+    np.testing.assert_array_equal(lstm(_input(0))[0], expected[0])
 
 
 def test_dataloader_workers_run_an_rnnc_module():
@@ -58,10 +59,14 @@ def test_dataloader_workers_run_an_rnnc_module():
             torch.testing.assert_close(y, reference(inputs[i])[0], atol=1e-5, rtol=1e-5)
 
 
+def _training_input(torch, seed):
+    return torch.randn(7, 3, 16, generator=torch.Generator().manual_seed(seed))
+
+
 def _train_inherited(seed):
     torch = _inherited["torch"]
     model = _inherited["model"]
-    x = torch.randn(7, 3, 16, generator=torch.Generator().manual_seed(seed))
+    x = _training_input(torch, seed)
     model.zero_grad()
     model(x)[0].pow(2).sum().backward()
     return seed, [p.grad.clone() for p in model.parameters()]
@@ -78,7 +83,7 @@ def test_a_forked_pool_trains_the_parents_module_on_threads():
     with multiprocessing.get_context("fork").Pool(2) as pool:
         results = pool.map_async(_train_inherited, range(3)).get(timeout=60)
     for seed, grads in results:
-        x = torch.randn(7, 3, 16, generator=torch.Generator().manual_seed(seed))
+        x = _training_input(torch, seed)
         reference.zero_grad()
         reference(x)[0].pow(2).sum().backward()
         for got, want in zip(grads, reference.parameters()):

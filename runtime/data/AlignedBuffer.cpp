@@ -28,9 +28,6 @@ class LargeBufferCache {
 public:
   static constexpr size_t kDefaultLimit = size_t{1} << 30;
 
-  // The process has one (largeBuffers()); a child of fork() finds it whole.
-  LargeBufferCache() { holdAcrossFork(mutex_); }
-
   void* take(size_t used) {
     std::lock_guard lock(mutex_);
     for (auto it = buffers_.rbegin(); it != buffers_.rend(); ++it)
@@ -115,7 +112,8 @@ private:
   }
 
   std::mutex mutex_;
-  std::vector<Buffer> buffers_; // oldest first
+  HeldAcrossFork forkHold_{mutex_}; // the process has one (largeBuffers()): a child finds it whole
+  std::vector<Buffer> buffers_;     // oldest first
   size_t cached_ = 0;
   size_t limit_ = kDefaultLimit;
 };

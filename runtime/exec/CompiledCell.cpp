@@ -96,8 +96,7 @@ struct MemoryCache {
 
 MemoryCache& memoryCache() {
   static auto* cache = new MemoryCache; // never destroyed: held across fork() for good
-  static const bool heldAcrossFork = (holdAcrossFork(cache->mutex), true);
-  (void)heldAcrossFork;
+  static const HeldAcrossFork forkHold(cache->mutex);
   return *cache;
 }
 

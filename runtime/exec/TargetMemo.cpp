@@ -114,8 +114,7 @@ codegen::Target rememberedTarget(const std::string& cpu, const CacheOptions& cac
 codegen::Target runnableTarget(const std::string& cpu, const CacheOptions& cache) {
   static std::mutex mutex;
   static std::map<std::string, codegen::Target> known; // this process's, by CPU name
-  static const bool heldAcrossFork = (holdAcrossFork(mutex), true);
-  (void)heldAcrossFork;
+  static const HeldAcrossFork forkHold(mutex);
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = known.find(cpu); it != known.end())
     return it->second;

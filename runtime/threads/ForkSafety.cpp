@@ -58,7 +58,7 @@ void inChild() {
 
 } // namespace
 
-void holdAcrossFork(std::mutex& mutex, void (*inChildOfFork)()) {
+HeldAcrossFork::HeldAcrossFork(std::mutex& mutex, void (*inChildOfFork)()) {
   static const bool handlersInstalled = pthread_atfork(&beforeFork, &inParent, &inChild) == 0;
   RNNC_INTERNAL_CHECK(handlersInstalled, "pthread_atfork failed");
   ForkHolds& holds = forkHolds();

@@ -9,11 +9,16 @@
 
 namespace rnnc {
 
-// Holds `mutex` across every later fork(): the forking thread locks it first (so that no other
-// thread is inside it while the process is copied), then releases it in the parent, and in the
-// child runs `inChild` (if any; under the lock) and releases it there too. Only for mutexes held
-// briefly and never while waiting for another of them (the forking thread takes them one after
-// another, in the order they were registered). `mutex` must live for the rest of the process.
-void holdAcrossFork(std::mutex& mutex, void (*inChild)() = nullptr);
+// Holds `mutex` across every later fork() from its construction on: the forking thread locks it
+// first (so that no other thread is inside it while the process is copied), then releases it in
+// the parent, and in the child runs `inChild` (if any; under the lock) and releases it there too.
+// Declared beside a process-wide object (a function-local static, or a member after the mutex).
+// Only for mutexes held briefly and never while waiting for another of them (the forking thread
+// takes them one after another, in the order they were registered). `mutex` must live for the
+// rest of the process.
+class HeldAcrossFork {
+public:
+  explicit HeldAcrossFork(std::mutex& mutex, void (*inChild)() = nullptr);
+};
 
 } // namespace rnnc

@@ -10,8 +10,7 @@ ThreadGovernor::ThreadGovernor(std::function<Clock::time_point()> now) : now_(st
 
 ThreadGovernor& ThreadGovernor::shared() {
   static ThreadGovernor governor;
-  static const bool heldAcrossFork = (holdAcrossFork(governor.mutex_), true);
-  (void)heldAcrossFork;
+  static const HeldAcrossFork forkHold(governor.mutex_);
   return governor;
 }
 

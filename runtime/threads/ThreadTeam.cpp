@@ -275,8 +275,7 @@ void ThreadTeam::run(const std::function<void(int)>& job) {
 
 TeamPool& TeamPool::shared() {
   static TeamPool pool;
-  static const bool heldAcrossFork = (holdAcrossFork(pool.mutex_, &forgetParentsTeams), true);
-  (void)heldAcrossFork;
+  static const HeldAcrossFork forkHold(pool.mutex_, &forgetParentsTeams);
   return pool;
 }
 
