@@ -26,6 +26,19 @@ def records_gradients(*values):
     return False
 
 
+def refuse_tracing(what, instead):
+    """torch.jit.trace would record the result of a call that runs on numpy views as a constant
+    (the traced model giving the traced input's output for every input): refused, naming the
+    torch.nn.Module that traces as the operator rnnc::forward."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch._C._get_tracing_state() is not None:
+        raise RuntimeError(
+            f"torch.jit.trace cannot record a call of {what}, which is not a torch.nn.Module: its "
+            f"result would be traced as a constant. Use {instead} (the same layer as a "
+            "torch.nn.Module, which torch.jit.trace and torch.jit.script record as the operator "
+            "rnnc::forward)")
+
+
 def state_shapes(module, lstm, batch):
     """Each state's [num_layers * num_directions, batch, features], by name ("h", and "c")."""
     slots = module.num_layers * (2 if module.bidirectional else 1)

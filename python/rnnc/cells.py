@@ -7,7 +7,7 @@ one-step run of the built-in cell's compiled layer, its weights packed once."""
 import numpy as np
 
 from ._recurrent import (CELL_STATE_LAYOUT, cell_step, check_state_shape, given_states,
-                         records_gradients)
+                         records_gradients, refuse_tracing)
 from .layers import _as_array, _installed_torch, _is_torch, _like, _result_type, _TorchWeights
 
 
@@ -38,6 +38,8 @@ class _TorchCell(_TorchWeights):
         """One step: input [batch, input_size] or [input_size] (unbatched); hx (h, c) for an
         LSTMCell, h otherwise, each [batch, hidden_size] (or unbatched), zeros when None.
         Returns (h', c') for an LSTMCell, h' otherwise, shaped as the input's batch."""
+        if type(input) is not np.ndarray:
+            refuse_tracing(f"rnnc.{type(self).__name__}", f"rnnc.nn.{type(self).__name__}")
         lstm = self._mode == "LSTM"
         given = [] if hx is None else given_states(lstm, hx, cell=True)
         if (type(input) is not np.ndarray or given) and records_gradients(

@@ -14,8 +14,8 @@ import threading
 import numpy as np
 
 from . import _rnnc
-from ._recurrent import (check_state_shape, given_states, ir_cell, records_gradients, repack,
-                         state_shapes)
+from ._recurrent import (check_state_shape, given_states, ir_cell, records_gradients,
+                         refuse_tracing, repack, state_shapes)
 
 # torch is imported only where it is needed (importing it takes over a second, most of `import
 # rnnc`): an argument can only be a torch tensor or PackedSequence once the program has imported
@@ -223,6 +223,8 @@ class Layer:
         each state [num_layers * num_directions, B, F] (absent ones start at zero), lengths [B]
         (each sequence's own length; outputs past it are zero). Side inputs of a cell with
         several inputs by name, laid out as x. Returns the output and every final state by name."""
+        if type(input) is not np.ndarray:
+            refuse_tracing("rnnc.Layer", "rnnc.nn.Recurrent")
         if records_gradients(input, *(states or {}).values(), *side_inputs.values()):
             return self._differentiable_call(input, states or {}, lengths, side_inputs)
         as_torch = _is_torch(input)
@@ -480,6 +482,8 @@ class _TorchRNN(_TorchWeights):
                 f"{type(self).__name__} runs inference, where dropout between layers is the "
                 f"identity; call .eval() first, or train with rnnc.nn.{type(self).__name__} (a "
                 "torch.nn.Module whose forward and backward are rnnc's, dropout included)")
+        if type(input) is not np.ndarray:
+            refuse_tracing(f"rnnc.{type(self).__name__}", f"rnnc.nn.{type(self).__name__}")
         # (numpy input without hx, the cheapest call, needs no look: nothing can require grad)
         if (type(input) is not np.ndarray or hx is not None) and records_gradients(
                 input, *(hx if isinstance(hx, (tuple, list)) else (hx,))):

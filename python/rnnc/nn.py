@@ -22,10 +22,14 @@ torch.nn.Module trained the same way, its parameters the cell's; in training mod
     y, finals = cell(x)            # finals: {"h": h_n}
 """
 
+import os
+from typing import List, Optional, Tuple
+
 import torch
+from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
 
-from . import _rnnc
+from . import _rnnc, _torch_op
 from ._autograd import _in_type, _Recurrence, summed_parameters
 from ._programs import _infer, _inference_programs, _program, _ProgramCache, _training_programs
 from ._recurrent import (CELL_STATE_LAYOUT, cell_step, check_state_shape, given_states, ir_cell,
@@ -55,6 +59,25 @@ class _RnncModule:
     def __init__(self, *args, threads=0, jit=True, target_cpu="", **kwargs):
         super().__init__(*args, **kwargs)
         self._rnnc_options = dict(jit=bool(jit), threads=int(threads), target_cpu=target_cpu)
+        self._rnnc_spec = self._spec()
+
+    def __setstate__(self, state):
+        super().__setstate__(state)
+        if "_rnnc_options" in self.__dict__:
+            self._rnnc_spec = self._spec()
+
+    def __prepare_scriptable__(self):
+        """torch.jit.script reads the spec as it is now (the layout may have changed since
+        the module was built)."""
+        self._rnnc_spec = self._spec()
+        return self
+
+    def _refuse_packed_under_tracing(self, packed):
+        if packed and _torch_op.tracing():
+            raise NotImplementedError(
+                f"torch.jit.trace of rnnc.nn.{type(self).__name__} takes a padded tensor (with "
+                "lengths, rnnc.nn.Recurrent), not a PackedSequence: its batch sizes would be "
+                "recorded as constants")
 
 
 class _RnncForward(_RnncModule):
@@ -63,6 +86,12 @@ class _RnncForward(_RnncModule):
     def _rnnc_cell(self):
         return {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh",
                 "RNN_RELU": "rnn_relu"}[self.mode]
+
+    def _spec(self):
+        states = ["h", "c"] if self.mode == "LSTM" else ["h"]
+        return _torch_op.spec(self._rnnc_cell(), {},
+                              (self.num_layers, self.bidirectional, self.batch_first),
+                              self._flat_weights_names, states, [], self._rnnc_options)
 
     def _initial_states(self, hx, batch, batched, like):
         shapes = state_shapes(self, self.mode == "LSTM", batch)
@@ -76,8 +105,9 @@ class _RnncForward(_RnncModule):
             states.append(state.float())
         return states
 
-    def forward(self, input, hx=None):
+    def _eager_forward(self, input, hx):
         packed = isinstance(input, PackedSequence)
+        self._refuse_packed_under_tracing(packed)
         lengths = None
         if packed:
             x, lengths = pad_packed_sequence(input, batch_first=self.batch_first)
@@ -101,7 +131,9 @@ class _RnncForward(_RnncModule):
         params = [p.float() for p in self._flat_weights]
         dropout = self.dropout if self.training and self.num_layers > 1 else 0.0
         state_names = list(state_shapes(self, self.mode == "LSTM", batch))
-        if dropout == 0 and not records_gradients(x, *states, *params):
+        if dropout == 0 and _torch_op.tracing():
+            y, *finals = torch.ops.rnnc.forward(self._spec(), x, states, None, [], params)
+        elif dropout == 0 and not records_gradients(x, *states, *params):
             layer = _inference_programs.get(self, names, params, lambda weights: _program(
                 _rnnc.Layer, self, self._rnnc_cell(), dict(zip(names, weights)), {}))
             y, finals = _infer(layer, x, state_names, states, lengths)
@@ -126,17 +158,78 @@ class _RnncForward(_RnncModule):
             return y, (finals[0], finals[1])
         return y, finals[0]
 
+    def _scripted(self, input: Tensor, hx: List[Tensor]) -> List[Tensor]:
+        """The forward in TorchScript (torch.jit.script of a model holding the module): what
+        _eager_forward does for a padded or unbatched tensor, around rnnc::forward."""
+        if self.training and self.dropout > 0 and self.num_layers > 1:
+            raise RuntimeError("rnnc.nn's modules in TorchScript run without dropout between "
+                               "layers: call .eval() (or set dropout=0)")
+        # The shapes are checked here: torch 1.13's TorchScript interpreter drops the message
+        # of an exception raised in a Python kernel, such as rnnc::forward's.
+        if (input.dim() != 2 and input.dim() != 3) or input.size(-1) != self.input_size:
+            raise ValueError("input has shape {}, expected [T, B, input_size] ([B, T, input_size] "
+                             "with batch_first, or [T, input_size]) with input_size = {}"
+                             .format(input.shape, self.input_size))
+        batched = input.dim() == 3
+        batch_dim = 0 if self.batch_first else 1
+        x = input.float()
+        if not batched:
+            x = x.unsqueeze(batch_dim)
+        slots = self.num_layers * (2 if self.bidirectional else 1)
+        widths = [self.proj_size if self.proj_size > 0 else self.hidden_size]
+        if self.mode == "LSTM":
+            widths.append(self.hidden_size)
+        states: List[Tensor] = []
+        for i, width in enumerate(widths):
+            if len(hx) == 0:
+                states.append(x.new_zeros([slots, x.size(batch_dim), width]))
+                continue
+            expected = [slots, x.size(batch_dim), width] if batched else [slots, width]
+            if hx[i].shape != expected:
+                raise ValueError("hx[{}] has shape {}, expected {} [num_layers * "
+                                 "num_directions, batch, features]"
+                                 .format(i, hx[i].shape, expected))
+            states.append(hx[i].float() if batched else hx[i].float().unsqueeze(1))
+        params = [p.float() for p in self._flat_weights]
+        out = torch.ops.rnnc.forward(self._rnnc_spec, x, states, None, [], params)
+        results: List[Tensor] = []
+        for i, result in enumerate(out):
+            result = result.to(input.dtype)
+            if not batched:
+                result = result.squeeze(batch_dim if i == 0 else 1)
+            results.append(result)
+        return results
+
 
 class LSTM(_RnncForward, torch.nn.LSTM):
     """torch.nn.LSTM trained through rnnc (options: threads, jit, target_cpu)."""
+
+    def forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None
+                ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        if not torch.jit.is_scripting():
+            return self._eager_forward(input, hx)
+        out = self._scripted(input, [] if hx is None else [hx[0], hx[1]])
+        return out[0], (out[1], out[2])
 
 
 class GRU(_RnncForward, torch.nn.GRU):
     """torch.nn.GRU trained through rnnc."""
 
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        if not torch.jit.is_scripting():
+            return self._eager_forward(input, hx)
+        out = self._scripted(input, [] if hx is None else [hx])
+        return out[0], out[1]
+
 
 class RNN(_RnncForward, torch.nn.RNN):
     """torch.nn.RNN (tanh or relu) trained through rnnc."""
+
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        if not torch.jit.is_scripting():
+            return self._eager_forward(input, hx)
+        out = self._scripted(input, [] if hx is None else [hx])
+        return out[0], out[1]
 
 
 class _RnncCellForward(_RnncModule):
@@ -151,7 +244,15 @@ class _RnncCellForward(_RnncModule):
             return "rnn_tanh" if self.nonlinearity == "tanh" else "rnn_relu"
         return "lstm" if isinstance(self, torch.nn.LSTMCell) else "gru"
 
-    def forward(self, input, hx=None):
+    def _param_names(self):
+        return ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else [])
+
+    def _spec(self):
+        states = ["h", "c"] if isinstance(self, torch.nn.LSTMCell) else ["h"]
+        return _torch_op.spec(self._rnnc_cell(), {}, (1, False, False), self._param_names(),
+                              states, [], self._rnnc_options)
+
+    def _eager_forward(self, input, hx):
         lstm = isinstance(self, torch.nn.LSTMCell)
         if not isinstance(input, torch.Tensor) or not input.is_floating_point():
             raise TypeError(f"{type(self).__name__} takes a floating-point tensor, not "
@@ -167,7 +268,7 @@ class _RnncCellForward(_RnncModule):
                 states.append(state.float().reshape(1, batch, self.hidden_size))
         dtype = input.dtype  # rnnc computes in float32; the results come back in the input's type
         x = input.float().reshape(1, batch, self.input_size)  # a sequence of one step
-        names = ["weight_ih", "weight_hh"] + (["bias_ih", "bias_hh"] if self.bias else [])
+        names = self._param_names()
         params = [getattr(self, name).float() for name in names]
         state_names = ["h", "c"] if lstm else ["h"]
 
@@ -176,7 +277,9 @@ class _RnncCellForward(_RnncModule):
                                             dict(zip(names, weights)), {}, *training_args,
                                             layout=(1, False, False), **training_options)
 
-        if not records_gradients(x, *states, *params):
+        if _torch_op.tracing():
+            y, *finals = torch.ops.rnnc.forward(self._spec(), x, states, None, [], params)
+        elif not records_gradients(x, *states, *params):
             layer = _inference_programs.get(self, names, params, build(_rnnc.Layer))
             y, finals = _infer(layer, x, state_names, states, None)
         else:
@@ -189,17 +292,68 @@ class _RnncCellForward(_RnncModule):
         finals = [f.reshape(expected) for f in finals]
         return (finals[0], finals[1]) if lstm else finals[0]
 
+    def _scripted(self, input: Tensor, hx: List[Tensor], count: int) -> List[Tensor]:
+        """The step in TorchScript: what _eager_forward does, around rnnc::forward over a
+        sequence of one step; `count` states (h, and c for an LSTMCell)."""
+        if (input.dim() != 1 and input.dim() != 2) or input.size(-1) != self.input_size:
+            raise ValueError("input has shape {}, expected [batch, input_size] or [input_size] "
+                             "with input_size = {}".format(input.shape, self.input_size))
+        batched = input.dim() == 2
+        x = input.float()
+        if not batched:
+            x = x.unsqueeze(0)
+        batch = x.size(0)
+        expected = [batch, self.hidden_size] if batched else [self.hidden_size]
+        states: List[Tensor] = []
+        for i in range(count):
+            if len(hx) == 0:
+                states.append(x.new_zeros([1, batch, self.hidden_size]))
+                continue
+            if hx[i].shape != expected:
+                raise ValueError("hx[{}] has shape {}, expected {} (as the input's batch)"
+                                 .format(i, hx[i].shape, expected))
+            states.append(hx[i].float().reshape([1, batch, self.hidden_size]))
+        params = [self.weight_ih.float(), self.weight_hh.float()]
+        biases: List[Optional[Tensor]] = [self.bias_ih, self.bias_hh]
+        for bias in biases:
+            if bias is not None:
+                params.append(bias.float())
+        out = torch.ops.rnnc.forward(self._rnnc_spec, x.reshape([1, batch, self.input_size]),
+                                     states, None, [], params)
+        results: List[Tensor] = []
+        for final in out[1:]:
+            final = final.to(input.dtype).reshape([batch, self.hidden_size])
+            results.append(final if batched else final.squeeze(0))
+        return results
+
 
 class LSTMCell(_RnncCellForward, torch.nn.LSTMCell):
     """torch.nn.LSTMCell trained through rnnc (options: threads, jit, target_cpu)."""
+
+    def forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None
+                ) -> Tuple[Tensor, Tensor]:
+        if not torch.jit.is_scripting():
+            return self._eager_forward(input, hx)
+        out = self._scripted(input, [] if hx is None else [hx[0], hx[1]], 2)
+        return out[0], out[1]
 
 
 class GRUCell(_RnncCellForward, torch.nn.GRUCell):
     """torch.nn.GRUCell trained through rnnc."""
 
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tensor:
+        if not torch.jit.is_scripting():
+            return self._eager_forward(input, hx)
+        return self._scripted(input, [] if hx is None else [hx], 1)[0]
+
 
 class RNNCell(_RnncCellForward, torch.nn.RNNCell):
     """torch.nn.RNNCell (tanh or relu) trained through rnnc."""
+
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tensor:
+        if not torch.jit.is_scripting():
+            return self._eager_forward(input, hx)
+        return self._scripted(input, [] if hx is None else [hx], 1)[0]
 
 
 class Recurrent(torch.nn.Module):
@@ -261,6 +415,13 @@ class Recurrent(torch.nn.Module):
     def __getstate__(self):
         return _ProgramCache.without(super().__getstate__())
 
+    def _cell_source(self):
+        """The cell as a traced model keeps it: a .cell file's source rather than its path."""
+        if "{" not in self.cell and self.cell.endswith(".cell") and os.path.isfile(self.cell):
+            with open(self.cell, encoding="utf-8") as f:
+                return f.read()
+        return self.cell
+
     def ir(self, after=None, grad=False):
         """The cell's IR through rnnc's passes, with the sizes given (see rnnc.Layer.ir;
         ``grad=True``: the backward step rnnc derives for training)."""
@@ -269,6 +430,10 @@ class Recurrent(torch.nn.Module):
     def forward(self, x, states=None, lengths=None, seed=None, **side_inputs):
         packed_input = x if isinstance(x, PackedSequence) else None
         if packed_input is not None:
+            if _torch_op.tracing():
+                raise NotImplementedError(
+                    "torch.jit.trace of rnnc.nn.Recurrent takes a padded tensor and its lengths, "
+                    "not a PackedSequence: its batch sizes would be recorded as constants")
             if lengths is not None:
                 raise ValueError("a PackedSequence carries its lengths: give no lengths")
             x, lengths = pad_packed_sequence(packed_input, batch_first=self.batch_first)
@@ -292,7 +457,8 @@ class Recurrent(torch.nn.Module):
                 state = x.new_zeros((slots, batch, width))
             check_state_shape(name, tuple(state.shape), (slots, batch, width))
             initial.append(state.float())
-        if lengths is not None:
+        traced = _torch_op.tracing()
+        if lengths is not None and not traced:
             lengths = torch.as_tensor(lengths).cpu().numpy().astype("int64")
         # Masks are drawn in training where the cell has a dropout or layers have one between
         # them; otherwise the seed changes nothing (and the program is kept, as below).
@@ -307,8 +473,16 @@ class Recurrent(torch.nn.Module):
         sizes = {n: v for n, v in self.sizes.items()
                  if n != self._input_size or not self._params}
         state_names = list(self.state_sizes)
+        if traced and not draws:
+            if lengths is not None:
+                lengths = torch.as_tensor(lengths)
+            y, *finals = torch.ops.rnnc.forward(
+                _torch_op.spec(self._cell_source(), sizes, (self.num_layers, self.bidirectional,
+                                                            self.batch_first),
+                               names, state_names, list(sides), self._rnnc_options),
+                x, initial, lengths, list(sides.values()), params)
         # In eval mode the cell's dropouts are the identity, as in inference.
-        if not self.training and not records_gradients(x, *initial, *sides.values(), *params):
+        elif not self.training and not records_gradients(x, *initial, *sides.values(), *params):
             layer = _inference_programs.get(self, names, params, lambda weights: _program(
                 _rnnc.Layer, self, self.cell, dict(zip(names, weights)), sizes))
             y, finals = _infer(layer, x, state_names, initial, lengths, sides)

@@ -1,0 +1,247 @@
+"""rnnc.nn's modules inside torch.jit.trace and torch.jit.script: the traced or scripted model runs
+rnnc on the inputs it is given (the operator rnnc::forward), trains, and survives torch.jit.save
+and torch.jit.load, all against torch.nn's modules of the same weights."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rnnc  # noqa: E402
+import rnnc.nn  # noqa: E402
+from torch.nn.utils.rnn import pack_padded_sequence  # noqa: E402
+
+
+class Classifier(torch.nn.Module):
+    """A model as users write them: a recurrent layer (torch's or rnnc's), then a linear head."""
+
+    def __init__(self, library, mode, input_size, hidden_size, **options):
+        super().__init__()
+        self.rnn = getattr(library, mode)(input_size, hidden_size, **options)
+        directions = 2 if options.get("bidirectional") else 1
+        width = (options.get("proj_size") or hidden_size) * directions
+        self.head = torch.nn.Linear(width, 3)
+        self.batch_first = options.get("batch_first", False)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.head(y[:, -1] if self.batch_first else y[-1])
+
+
+def twin_models(mode, **options):
+    torch.manual_seed(5)
+    theirs = Classifier(torch.nn, mode, 6, 8, **options)
+    ours = Classifier(rnnc.nn, mode, 6, 8, **options)
+    ours.load_state_dict(theirs.state_dict())
+    return theirs, ours
+
+
+def assert_close(ours, theirs, what, tolerance=1e-5):
+    scale = max(1e-6, float(theirs.abs().max()))
+    error = float((ours - theirs).abs().max()) / scale
+    assert error <= tolerance, f"{what}: max error {error:.3g} relative to {scale:.3g}"
+
+
+def trace(model, example):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        return torch.jit.trace(model, example)
+
+
+MODELS = [("LSTM", dict(num_layers=2, bidirectional=True)), ("LSTM", dict(proj_size=4)),
+          ("GRU", dict(batch_first=True)), ("RNN", dict(nonlinearity="relu", bias=False))]
+IDS = [f"{mode}-{options}" for mode, options in MODELS]
+
+
+def example(options, steps, batch):
+    return torch.randn(batch, steps, 6) if options.get("batch_first") else \
+        torch.randn(steps, batch, 6)
+
+
+@pytest.mark.parametrize("mode,options", MODELS, ids=IDS)
+def test_a_model_traced_for_inference_runs_rnnc_on_each_new_input(mode, options):
+    # Before rnnc::forward, the trace recorded the layer's output as a constant: every input
+    # gave the example's output.
+    theirs, ours = twin_models(mode, **options)
+    ours.eval()
+    with torch.no_grad():
+        traced = trace(ours, example(options, 5, 3))
+        for steps, batch in ((5, 3), (9, 2), (1, 7)):
+            x = example(options, steps, batch)
+            assert_close(traced(x), theirs(x), f"traced on {steps}x{batch}")
+    assert "rnnc::forward" in str(traced.inlined_graph)
+
+
+@pytest.mark.parametrize("mode,options", MODELS, ids=IDS)
+def test_a_scripted_model_runs_rnnc_and_gives_torchs_results(mode, options):
+    theirs, ours = twin_models(mode, **options)
+    scripted = torch.jit.script(ours)
+    assert isinstance(ours.rnn, getattr(rnnc.nn, mode))  # the model itself is unchanged
+    with torch.no_grad():
+        for steps, batch in ((4, 3), (1, 1)):
+            x = example(options, steps, batch)
+            assert_close(scripted(x), theirs(x), f"scripted on {steps}x{batch}")
+    assert "rnnc::forward" in str(scripted.inlined_graph)
+
+
+@pytest.mark.parametrize("how", ["trace", "script"])
+def test_a_traced_or_scripted_model_trains_with_torchs_gradients(how):
+    theirs, ours = twin_models("LSTM", num_layers=2)
+    compiled = trace(ours, torch.randn(4, 2, 6)) if how == "trace" else torch.jit.script(ours)
+    x = torch.randn(7, 3, 6)
+    for model in (theirs, compiled):
+        model.zero_grad()
+        model(x).pow(2).sum().backward()
+    theirs_grads = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():  # the compiled model's parameters are ours
+        assert p.grad is not None, name
+        assert_close(p.grad, theirs_grads[name].grad, f"{how}: gradient of {name}", 1e-4)
+
+
+def test_a_traced_model_reads_its_parameters_at_each_call():
+    theirs, ours = twin_models("GRU")
+    with torch.no_grad():
+        traced = trace(ours, torch.randn(3, 2, 6))
+        for model in (theirs, ours):
+            model.rnn.weight_hh_l0.mul_(-0.5)
+        x = torch.randn(4, 2, 6)
+        assert_close(traced(x), theirs(x), "after an in-place weight update")
+
+
+def test_two_layers_of_one_shape_in_a_traced_model_keep_their_own_weights():
+    torch.manual_seed(2)
+    theirs = torch.nn.Sequential(torch.nn.GRU(6, 6), Select(), torch.nn.GRU(6, 6), Select())
+    ours = torch.nn.Sequential(rnnc.nn.GRU(6, 6), Select(), rnnc.nn.GRU(6, 6), Select())
+    ours.load_state_dict(theirs.state_dict())
+    with torch.no_grad():
+        traced = trace(ours, torch.randn(3, 2, 6))
+        for _ in range(2):
+            x = torch.randn(5, 4, 6)
+            assert_close(traced(x), theirs(x), "two GRUs of one spec")
+
+
+class Select(torch.nn.Module):
+    def forward(self, pair):
+        return pair[0]
+
+
+@pytest.mark.parametrize("mode", ["LSTMCell", "GRUCell", "RNNCell"])
+@pytest.mark.parametrize("how", ["trace", "script"])
+def test_one_step_cells_trace_and_script(mode, how):
+    torch.manual_seed(3)
+    theirs = getattr(torch.nn, mode)(6, 8)
+    ours = getattr(rnnc.nn, mode)(6, 8)
+    ours.load_state_dict(theirs.state_dict())
+    with torch.no_grad():
+        compiled = trace(ours, torch.randn(2, 6)) if how == "trace" else torch.jit.script(ours)
+        x = torch.randn(5, 6)
+        h = torch.randn(5, 8)
+        hx = (h, torch.randn(5, 8)) if mode == "LSTMCell" else h
+        first = lambda r: r[0] if isinstance(r, tuple) else r  # noqa: E731
+        assert_close(first(compiled(x, hx) if how == "script" else compiled(x)),
+                     first(theirs(x) if how == "trace" else theirs(x, hx)), f"{how} {mode}")
+        if how == "script":  # unbatched, and without hx
+            assert_close(first(compiled(x[0])), first(theirs(x[0])), f"{mode} unbatched")
+
+
+def test_a_traced_model_survives_save_and_load_in_a_new_process(tmp_path):
+    theirs, ours = twin_models("LSTM", bidirectional=True, batch_first=True)
+    ours.eval()
+    with torch.no_grad():
+        traced = trace(ours, torch.randn(2, 5, 6))
+        scripted = torch.jit.script(ours)
+        x = torch.randn(3, 8, 6)
+        expected = theirs(x)
+    torch.jit.save(traced, str(tmp_path / "traced.pt"))
+    torch.jit.save(scripted, str(tmp_path / "scripted.pt"))
+    torch.save(x, str(tmp_path / "x.pt"))
+    torch.save(expected, str(tmp_path / "expected.pt"))
+    check = textwrap.dedent(f"""
+        import torch, rnnc.nn
+        x = torch.load({str(tmp_path / 'x.pt')!r})
+        expected = torch.load({str(tmp_path / 'expected.pt')!r})
+        for name in ("traced", "scripted"):
+            model = torch.jit.load({str(tmp_path)!r} + "/" + name + ".pt")
+            with torch.no_grad():
+                error = float((model(x) - expected).abs().max())
+            assert error < 1e-5, (name, error)
+        print("loaded both")
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "loaded both" in done.stdout
+
+
+def test_a_recurrent_cell_traces_with_lengths_and_side_inputs(tmp_path):
+    source = tmp_path / "gated.cell"
+    source.write_text(textwrap.dedent("""\
+        cell gated(input_size, hidden_size, context_size) {
+          input x[input_size], context[context_size]
+          state h[hidden_size]
+          param w[hidden_size, input_size], v[hidden_size, context_size]
+          param u[hidden_size, hidden_size], b[hidden_size]
+          g = sigmoid(linear(context, v))
+          h2 = g * tanh(linear(x, w) + linear(h, u, b)) + (1 - g) * h
+          return h = h2; output h2
+        }
+    """))
+    torch.manual_seed(4)
+    model = Attending(rnnc.nn.Recurrent(str(source), input_size=6, context_size=2,
+                                        hidden_size=5)).eval()
+    with torch.no_grad():
+        traced = trace(model, (torch.randn(4, 3, 6), torch.tensor([4, 2, 3]),
+                               torch.randn(4, 3, 2)))
+        source.unlink()  # the trace keeps the cell's source, not the file's path
+        x, lengths, context = torch.randn(6, 2, 6), torch.tensor([3, 6]), torch.randn(6, 2, 2)
+        assert_close(traced(x, lengths, context), model(x, lengths, context), "traced Recurrent")
+
+
+class Attending(torch.nn.Module):
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x, lengths, context):
+        return self.layer(x, lengths=lengths, context=context)[0]
+
+
+def test_what_tracing_cannot_record_is_refused_clearly():
+    torch.manual_seed(6)
+    plain = rnnc.LSTM(6, 8)  # not a torch.nn.Module: its weights are rnnc's own
+    with pytest.raises(RuntimeError, match=r"rnnc\.nn\.LSTM"):
+        trace(lambda x: plain(x)[0], torch.randn(3, 2, 6))
+    module = rnnc.nn.GRU(6, 8)
+    packed = pack_padded_sequence(torch.randn(4, 2, 6), torch.tensor([4, 2]))
+    with pytest.raises(NotImplementedError, match="PackedSequence"):
+        trace(lambda data: module(packed._replace(data=data))[0].data, packed.data)
+    dropping = torch.jit.script(Classifier(rnnc.nn, "LSTM", 6, 8, num_layers=2, dropout=0.5))
+    with pytest.raises(Exception, match=r"\.eval\(\)"):
+        dropping(torch.randn(3, 2, 6))
+    dropping.eval()
+    assert dropping(torch.randn(3, 2, 6)).shape == (2, 3)
+
+
+def test_wrong_shapes_are_named_in_scripted_and_traced_models():
+    scripted = torch.jit.script(rnnc.nn.LSTM(6, 8))
+    with pytest.raises(Exception, match=r"input has shape \[5, 3, 7\].*input_size = 6"):
+        scripted(torch.randn(5, 3, 7))
+    with pytest.raises(Exception, match=r"hx\[1\] has shape \[1, 2, 8\], expected \[1, 3, 8\]"):
+        scripted(torch.randn(5, 3, 6), (torch.randn(1, 3, 8), torch.randn(1, 2, 8)))
+    cell = torch.jit.script(rnnc.nn.GRUCell(6, 8))
+    with pytest.raises(Exception, match=r"hx\[0\] has shape \[8\], expected \[2, 8\]"):
+        cell(torch.randn(2, 6), torch.randn(8))
+    # A traced model checks nothing itself: the operator's error comes as a warning, since the
+    # interpreter drops the message of the exception.
+    with torch.no_grad():
+        traced = trace(rnnc.nn.GRU(6, 8), torch.randn(3, 2, 6))
+    with pytest.warns(RuntimeWarning, match=r"rnnc::forward: ValueError: input has shape "
+                                            r"\[3, 2, 5\]"):
+        with pytest.raises(RuntimeError):
+            traced(torch.randn(3, 2, 5))
