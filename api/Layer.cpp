@@ -4,7 +4,7 @@
 #include "codegen/WeightType.h"
 #include "frontend/BuiltinCells.h"
 #include "ir/Error.h"
-#include "runtime/data/SafeTensors.h"
+#include "runtime/data/WeightFile.h"
 #include "runtime/data/WeightLayouts.h"
 #include "runtime/data/Weights.h"
 #include "runtime/layers/Gradients.h"
@@ -106,8 +106,8 @@ void copyOut(const Tensor& t, float* to) {
 
 } // namespace
 
-Layer Layer::fromFile(const LayerSpec& spec, const std::string& safetensorsPath) {
-  return Layer(buildLayer(spec, readSafeTensors(safetensorsPath), safetensorsPath));
+Layer Layer::fromFile(const LayerSpec& spec, const std::string& weightsPath) {
+  return Layer(buildLayer(spec, readWeightFile(weightsPath), weightsPath));
 }
 
 Layer Layer::fromWeights(const LayerSpec& spec,
@@ -392,12 +392,12 @@ void Layer::forwardPacked(const float* data, const int64_t* batchSizes, int64_t 
                   static_cast<size_t>(out) * sizeof(float));
 }
 
-CellStep CellStep::fromFile(const std::string& cell, const std::string& safetensorsPath) {
+CellStep CellStep::fromFile(const std::string& cell, const std::string& weightsPath) {
   LayerSpec spec;
   spec.cell = cell;
   spec.numLayers = 1;
   spec.bidirectional = false;
-  return CellStep(Layer::fromFile(spec, safetensorsPath));
+  return CellStep(Layer::fromFile(spec, weightsPath));
 }
 
 CellStep CellStep::fromWeights(const std::string& cell,

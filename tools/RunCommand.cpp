@@ -3,6 +3,7 @@
 #include "ir/FileIO.h"
 #include "runtime/data/Npy.h"
 #include "runtime/data/SafeTensors.h"
+#include "runtime/data/WeightFile.h"
 #include "runtime/data/WeightLayouts.h"
 #include "runtime/data/Weights.h"
 #include "runtime/layers/Gradients.h"
@@ -114,7 +115,7 @@ TensorMap loadWeights(const RunOptions& o, const std::string& mode) {
   TensorMap weights;
   if (!o.weights.empty()) {
     // Used at once, by this process only: left in the file's pages rather than copied.
-    weights = readSafeTensors(o.weights, TensorReading::inPlace);
+    weights = readWeightFile(o.weights, TensorReading::inPlace);
     if (!o.weightsPrefix.empty()) {
       std::vector<std::string> ignored;
       weights = selectPrefixed(weights, o.weightsPrefix, o.weights, &ignored);
@@ -258,7 +259,10 @@ CLI::App* addLayerCommand(CLI::App& app, const std::string& name, const std::str
   CLI::App* cmd = app.add_subcommand(name, help);
   cmd->add_option("--cell", o->cell, "Built-in cell name, .cell file or .rnnir IR dump")
       ->required();
-  cmd->add_option("--weights", o->weights, "Parameters (.safetensors, PyTorch state_dict names)");
+  cmd->add_option(
+      "--weights", o->weights,
+      "Parameters under PyTorch's state_dict names: a safetensors file, or torch.save's "
+      "(a state_dict, or a checkpoint nesting one: select it with --weights-prefix)");
   cmd->add_option("--flat-weights", o->flatWeights,
                   "Instead: one flat float32 buffer (.npy) in cuDNN/PyTorch order (per layer and "
                   "direction: weight_ih, weight_hh, bias_ih, bias_hh[, weight_hr]); needs --size "

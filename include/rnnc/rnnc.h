@@ -94,8 +94,9 @@ struct SequenceBuffers {
 
 class Layer {
 public:
-  // Weights from a safetensors file with PyTorch state_dict names (weight_ih_l0, ...).
-  static Layer fromFile(const LayerSpec& spec, const std::string& safetensorsPath);
+  // Weights from a file with PyTorch state_dict names (weight_ih_l0, ...): safetensors, or
+  // torch.save's archive of a state_dict (float32, float64, float16 or bfloat16 tensors).
+  static Layer fromFile(const LayerSpec& spec, const std::string& weightsPath);
   // Weights from memory, under the same names.
   static Layer fromWeights(const LayerSpec& spec,
                            const std::map<std::string, WeightTensor>& weights);
@@ -177,7 +178,7 @@ private:
 // weight_hh, bias_ih, bias_hh (a cell's state_dict; layer names such as weight_ih_l0 work too).
 class CellStep {
 public:
-  static CellStep fromFile(const std::string& cell, const std::string& safetensorsPath);
+  static CellStep fromFile(const std::string& cell, const std::string& weightsPath);
   static CellStep fromWeights(const std::string& cell,
                               const std::map<std::string, WeightTensor>& weights);
 

@@ -10,6 +10,7 @@
 #include "ir/IRParser.h"
 #include "runtime/data/Npy.h"
 #include "runtime/data/SafeTensors.h"
+#include "runtime/data/TorchCheckpoint.h"
 
 #include <string>
 #include <string_view>
@@ -33,6 +34,13 @@ inline void irParser(std::string_view data) {
 inline void safeTensors(std::string_view data) {
   try {
     parseSafeTensors(data, "fuzz.safetensors");
+  } catch (const UserError&) {
+  }
+}
+
+inline void torchCheckpoint(std::string_view data) {
+  try {
+    parseTorchCheckpoint(data, "fuzz.pt");
   } catch (const UserError&) {
   }
 }
