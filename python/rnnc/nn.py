@@ -43,6 +43,19 @@ def _token(summed):
     return [] if summed is None else [summed[1]]
 
 
+def _empty_batch(module, x, states, params, width):
+    """What torch.nn's modules give for a batch of no sequences (x [T, 0, I], or [0, T, I] with
+    batch_first): empty outputs and final states, which autograd connects to the input, the
+    initial states and the parameters, so that a backward through them gives zero gradients
+    (rnnc's runtime takes batches of one sequence and more)."""
+    if x.shape[-1] != module.input_size:
+        raise ValueError(f"input has shape {list(x.shape)}, expected input_size = "
+                         f"{module.input_size} features")
+    anchor = sum((t.sum() for t in (x, *states, *params)), x.new_zeros(())) * 0
+    y = x.new_zeros(tuple(x.shape[:2]) + (width,)) + anchor
+    return y, [s.new_zeros(s.shape) + anchor for s in states]
+
+
 class _RnncModule:
     """What torch's modules run by rnnc add to them: rnnc's options (threads, jit, target_cpu),
     pickling without the compiled programs (a copy builds its own) and the cell's IR."""
@@ -131,7 +144,10 @@ class _RnncForward(_RnncModule):
         params = [p.float() for p in self._flat_weights]
         dropout = self.dropout if self.training and self.num_layers > 1 else 0.0
         state_names = list(state_shapes(self, self.mode == "LSTM", batch))
-        if dropout == 0 and _torch_op.tracing():
+        if batch == 0 and x.shape[1 if self.batch_first else 0] > 0:
+            width = (self.proj_size or self.hidden_size) * (2 if self.bidirectional else 1)
+            y, finals = _empty_batch(self, x, states, params, width)
+        elif dropout == 0 and _torch_op.tracing():
             y, *finals = torch.ops.rnnc.forward(self._spec(), x, states, None, [], params)
         elif dropout == 0 and not records_gradients(x, *states, *params):
             layer = _inference_programs.get(self, names, params, lambda weights: _program(
@@ -191,7 +207,11 @@ class _RnncForward(_RnncModule):
                                  .format(i, hx[i].shape, expected))
             states.append(hx[i].float() if batched else hx[i].float().unsqueeze(1))
         params = [p.float() for p in self._flat_weights]
-        out = torch.ops.rnnc.forward(self._rnnc_spec, x, states, None, [], params)
+        if x.size(batch_dim) == 0:  # no sequences: empty results, as torch.nn's modules give
+            directions = 2 if self.bidirectional else 1
+            out = [x.new_zeros([x.size(0), x.size(1), widths[0] * directions])] + states
+        else:
+            out = torch.ops.rnnc.forward(self._rnnc_spec, x, states, None, [], params)
         results: List[Tensor] = []
         for i, result in enumerate(out):
             result = result.to(input.dtype)
@@ -277,7 +297,9 @@ class _RnncCellForward(_RnncModule):
                                             dict(zip(names, weights)), {}, *training_args,
                                             layout=(1, False, False), **training_options)
 
-        if _torch_op.tracing():
+        if batch == 0:
+            y, finals = _empty_batch(self, x, states, params, self.hidden_size)
+        elif _torch_op.tracing():
             y, *finals = torch.ops.rnnc.forward(self._spec(), x, states, None, [], params)
         elif not records_gradients(x, *states, *params):
             layer = _inference_programs.get(self, names, params, build(_rnnc.Layer))
@@ -318,8 +340,12 @@ class _RnncCellForward(_RnncModule):
         for bias in biases:
             if bias is not None:
                 params.append(bias.float())
-        out = torch.ops.rnnc.forward(self._rnnc_spec, x.reshape([1, batch, self.input_size]),
-                                     states, None, [], params)
+        if batch == 0:  # no sequences: empty results, as torch.nn's cells give
+            out = [x.new_zeros([1, 0, self.hidden_size])] + states
+        else:
+            out = torch.ops.rnnc.forward(self._rnnc_spec,
+                                         x.reshape([1, batch, self.input_size]), states, None, [],
+                                         params)
         results: List[Tensor] = []
         for final in out[1:]:
             final = final.to(input.dtype).reshape([batch, self.hidden_size])

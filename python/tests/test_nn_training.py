@@ -574,3 +574,33 @@ def test_the_backward_steps_ir_is_the_tools(tmp_path):
     every_pass = recurrent.ir(after="all", grad=True)
     assert "// ----- IR after fuse-matmul" in every_pass
     assert every_pass.strip() == stderr.strip()
+
+
+EMPTY_CASES = [("LSTM", dict(num_layers=2, bidirectional=True, proj_size=3)),
+               ("GRU", dict(batch_first=True)), ("RNN", dict(nonlinearity="relu")),
+               ("LSTMCell", dict()), ("GRUCell", dict())]
+
+
+@pytest.mark.parametrize("mode,options", EMPTY_CASES, ids=[m for m, _ in EMPTY_CASES])
+def test_an_empty_batch_gives_torchs_empty_results_and_zero_gradients(mode, options):
+    # Was: "input has shape [4, 0, 4]: T and B must be at least 1".
+    theirs, ours = twins(mode, 4, 5, **options)
+    cell = mode.endswith("Cell")
+    x = torch.randn(0, 4) if cell else \
+        torch.randn(0, 6, 4) if options.get("batch_first") else torch.randn(6, 0, 4)
+    results = {}
+    for name, module in (("torch", theirs), ("rnnc", ours), ("scripted", torch.jit.script(ours))):
+        given = x.clone().requires_grad_()
+        out = module(given)
+        flat = [out] if isinstance(out, torch.Tensor) else \
+            [out[0], *(out[1] if isinstance(out[1], tuple) else (out[1],))] if not cell else \
+            list(out)
+        results[name] = [t.shape for t in flat]
+        if name != "scripted":
+            sum(t.sum() for t in flat).backward()
+            for p_name, p in module.named_parameters():
+                assert p.grad is not None and not p.grad.any(), f"{name}: {p_name}"
+            assert given.grad.shape == x.shape
+            module.zero_grad()
+    assert results["rnnc"] == results["torch"]
+    assert results["scripted"] == results["torch"]
