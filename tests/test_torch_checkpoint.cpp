@@ -102,6 +102,18 @@ TEST_F(TorchCheckpointTest, TheToolRunsACheckpointsModelSelectedByPrefix) {
   EXPECT_EQ(fromTorch.values(), fromSafetensors.values());
 }
 
+TEST_F(TorchCheckpointTest, WithoutAPrefixTheToolNamesTheOneThatSelectsTheLayer) {
+  test::ToolRunner tool(dir_);
+  writeNpy(path("x.npy"), Tensor({4, 2, 2}, 0.5f));
+  test::ToolResult r = tool.run({"run", "--cell", "gru", "--weights", kTorchSave + "checkpoint.pt",
+                                 "--input", path("x.npy"), "--output", path("y.npy")});
+  EXPECT_EQ(r.exitCode, 1) << r;
+  EXPECT_NE(r.err.find("is not a parameter of cell 'gru'"), std::string::npos) << r;
+  EXPECT_NE(r.err.find("select the layer's tensors with --weights-prefix model.0."),
+            std::string::npos)
+      << r;
+}
+
 // Every prefix of an archive, and archives with bytes changed, give a UserError naming the file
 // or tensors; never a crash or a read out of bounds (the sanitizer builds run this too).
 TEST_F(TorchCheckpointTest, TruncatedOrCorruptedArchivesAreErrorsNotCrashes) {

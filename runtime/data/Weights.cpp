@@ -167,6 +167,22 @@ std::string findParameterName(const TensorMap& weights, const std::string& param
   return suffixed;
 }
 
+// Where the file's names include a parameter's under a module's prefix ("model.rnn.weight_ih_l0":
+// a layer in a whole model's state_dict or a checkpoint), the option that selects it.
+static std::string prefixHint(const ir::Cell& cell, const TensorMap& weights) {
+  for (const auto& [key, tensor] : weights)
+    for (size_t dot = key.rfind('.'); dot != std::string::npos && dot > 0;
+         dot = key.rfind('.', dot - 1)) {
+      auto name = parseLayerName(key.substr(dot + 1));
+      const ir::Value* param = name ? cell.findArgument(name->base) : nullptr;
+      if (param && param->argKind == ir::ArgKind::Param)
+        return fmt::format("; the file holds a larger model: select the layer's tensors with "
+                           "--weights-prefix {} (LayerSpec::weightsPrefix)",
+                           key.substr(0, dot + 1));
+    }
+  return "";
+}
+
 WeightLayout inferWeightLayout(const ir::Cell& cell, const TensorMap& weights,
                                const std::string& source) {
   WeightLayout layout;
@@ -183,8 +199,8 @@ WeightLayout inferWeightLayout(const ir::Cell& cell, const TensorMap& weights,
     if (!param || param->argKind != ir::ArgKind::Param)
       throw UserError(fmt::format("{}: tensor '{}' is not a parameter of cell '{}' (its "
                                   "parameters, optionally with PyTorch's _l<k> and _reverse "
-                                  "suffixes: {})",
-                                  source, key, cell.name, params));
+                                  "suffixes: {}){}",
+                                  source, key, cell.name, params, prefixHint(cell, weights)));
     layout.numLayers = std::max(layout.numLayers, name->layer + 1);
     layout.bidirectional |= name->reverse;
   }
