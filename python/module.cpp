@@ -12,6 +12,7 @@
 #include "passes/TrainingDropout.h"
 #include "runtime/data/AlignedBuffer.h"
 #include "runtime/data/SafeTensors.h"
+#include "runtime/data/WeightFile.h"
 #include "runtime/data/WeightLayouts.h"
 #include "runtime/exec/CellBuild.h"
 #include "runtime/layers/Gradients.h"
@@ -400,6 +401,9 @@ PYBIND11_MODULE(_rnnc, m) {
       py::arg("bytes"));
   m.def(
       "read_safetensors", [](const std::string& path) { return toDict(readSafeTensors(path)); },
+      py::arg("path"));
+  m.def(
+      "read_weight_file", [](const std::string& path) { return toDict(readWeightFile(path)); },
       py::arg("path"));
   m.def(
       "cell_params",

@@ -22,7 +22,8 @@ from .benchmark import bench
 from .cells import GRUCell, LSTMCell, RNNCell
 from .layers import GRU, LSTM, RNN, Layer, from_torch
 from .memory import empty_cache, memory_cache_limit, memory_cached, set_memory_cache_limit
-from .safetensors import load_safetensors, quantize_rows, save_int8, save_safetensors
+from .safetensors import (load_safetensors, load_weights, quantize_rows, save_int8,
+                          save_safetensors)
 
 
 def __getattr__(name):
@@ -35,6 +36,6 @@ def __getattr__(name):
     raise AttributeError(f"module 'rnnc' has no attribute {name!r}")
 
 __all__ = ["LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "Layer", "from_torch", "bench",
-           "builtin_cells", "__version__", "load_safetensors", "save_int8", "save_safetensors",
-           "quantize_rows", "empty_cache", "memory_cached", "memory_cache_limit",
+           "builtin_cells", "__version__", "load_safetensors", "load_weights", "save_int8",
+           "save_safetensors", "quantize_rows", "empty_cache", "memory_cached", "memory_cache_limit",
            "set_memory_cache_limit"]

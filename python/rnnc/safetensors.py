@@ -3,6 +3,7 @@
     rnnc.save_safetensors(torch.nn.LSTM(512, 512).state_dict(), "lstm.safetensors")
     rnnc.save_int8(torch.nn.LSTM(512, 512).state_dict(), "lstm-int8.safetensors")
     weights = rnnc.load_safetensors("lstm-int8.safetensors")   # {name: float32 array}
+    weights = rnnc.load_weights("model.pt")   # torch.save's file, read without torch
 
 save_safetensors is what `rnnc run --weights` and `rnnc grad` need from a PyTorch module without
 the safetensors package (Debian does not ship it).
@@ -26,6 +27,23 @@ from . import _rnnc
 def load_safetensors(path):
     """Every tensor of a safetensors file as float32 numpy arrays (int8 ones dequantized)."""
     return _rnnc.read_safetensors(os.fspath(path))
+
+
+def load_weights(path, prefix=None):
+    """The float32 numpy arrays of a weight file, without torch: safetensors, or what torch.save
+    wrote (a state_dict, or a checkpoint nesting one, tensors named by the keys on their way:
+    ``model.rnn.weight_ih_l0``; float64, float16 and bfloat16 converted, integer tensors and
+    everything else skipped). With ``prefix``, only the tensors whose names start with it, under
+    the rest of their names (``prefix="model.rnn."`` gives a layer's state_dict)."""
+    arrays = _rnnc.read_weight_file(os.fspath(path))
+    if prefix is None:
+        return arrays
+    selected = {name[len(prefix):]: value for name, value in arrays.items()
+                if name.startswith(prefix) and len(name) > len(prefix)}
+    if not selected:
+        raise ValueError(f"{os.fspath(path)}: no tensor's name starts with {prefix!r}; the file "
+                         f"has: {', '.join(sorted(arrays)) or 'nothing'}")
+    return selected
 
 
 def quantize_rows(weight):

@@ -446,3 +446,40 @@ def test_a_state_dict_saved_as_safetensors_runs_as_torch_in_the_module_and_the_t
 def test_save_safetensors_refuses_a_name_that_is_not_a_string(tmp_path):
     with pytest.raises(ValueError, match="name"):
         rnnc.save_safetensors({3: np.zeros(2, np.float32)}, tmp_path / "bad.safetensors")
+
+
+def test_a_checkpoint_saved_by_torch_loads_without_torch(tmp_path):
+    """rnnc.load_weights reads torch.save's file in a process that cannot import torch (a
+    deployment with numpy and rnnc only): the layer selected by prefix gives torch's results."""
+    import os
+    import subprocess
+    import sys
+    module = torch_module("LSTM", 6, 8, num_layers=2, proj_size=3)
+    torch.save({"model": {"encoder." + k: v for k, v in module.state_dict().items()},
+                "epoch": 4, "step": torch.tensor(17)}, tmp_path / "checkpoint.pt")
+    x = torch.randn(5, 2, 6)
+    with torch.no_grad():
+        np.save(tmp_path / "expected.npy", module(x)[0].numpy())
+    np.save(tmp_path / "x.npy", x.numpy())
+    script = f"""
+import sys
+sys.modules["torch"] = None  # importing torch now fails
+import numpy as np, rnnc
+weights = rnnc.load_weights({str(tmp_path / 'checkpoint.pt')!r}, prefix="model.encoder.")
+assert all(type(v) is np.ndarray and v.dtype == np.float32 for v in weights.values())
+layer = rnnc.LSTM(6, 8, num_layers=2, proj_size=3)
+layer.load_state_dict(weights)
+y, _ = layer(np.load({str(tmp_path / 'x.npy')!r}))
+np.testing.assert_allclose(y, np.load({str(tmp_path / 'expected.npy')!r}), atol=1e-5)
+try:
+    rnnc.load_weights({str(tmp_path / 'checkpoint.pt')!r}, prefix="decoder.")
+except ValueError as e:
+    assert "model.encoder.weight_ih_l0" in str(e), e
+else:
+    raise AssertionError("an unknown prefix was accepted")
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
