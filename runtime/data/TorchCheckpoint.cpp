@@ -12,8 +12,10 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -193,15 +195,17 @@ float toFloat(const char* at, Scalar element) {
 }
 
 // The tensor's values as float32, after checking that every element it reaches lies in its
-// storage's bytes.
-Tensor materialize(const TensorRecord& t, const Storage& s, std::string_view bytes,
-                   const std::string& path, const std::string& name) {
+// storage (the archive's entry `storage`): read straight into the tensor where it is float32 in
+// row-major order, as a state_dict's tensors almost always are; else the span of the storage it
+// reaches, converted element by element.
+Tensor materialize(const TensorRecord& t, const Storage& s, const ZipEntry& storage,
+                   const ByteSource& source, const std::string& path, const std::string& name) {
   auto fail = [&](const std::string& message) {
     throw UserError(fmt::format("{}: tensor '{}': {}", path, name, message));
   };
-  if (s.numel > static_cast<int64_t>(bytes.size()) / s.elementBytes)
+  if (static_cast<uint64_t>(s.numel) > storage.size / static_cast<uint64_t>(s.elementBytes))
     fail(fmt::format("its storage '{}' holds {} bytes, not the {} elements of {} bytes it says",
-                     s.key, bytes.size(), s.numel, s.elementBytes));
+                     s.key, storage.size, s.numel, s.elementBytes));
   for (int64_t size : t.size)
     if (size == 0)
       return Tensor::uninitialized(t.size);
@@ -220,21 +224,26 @@ Tensor materialize(const TensorRecord& t, const Storage& s, std::string_view byt
     count *= size;
     last += (size - 1) * stride;
   }
-  bool contiguous = true; // row-major, as a state_dict's tensors almost always are
+  bool contiguous = true;
   for (int64_t d = static_cast<int64_t>(t.size.size()) - 1, step = 1; d >= 0; --d) {
     contiguous = contiguous && (t.size[d] == 1 || t.stride[d] == step);
     step *= t.size[d];
   }
-  if (contiguous && s.element == Scalar::f32)
-    return Tensor::ofBytes(
-        t.size, bytes.substr(static_cast<size_t>(t.offset) * 4, static_cast<size_t>(count) * 4));
   Tensor tensor = Tensor::uninitialized(t.size);
   float* out = tensor.data();
+  if (contiguous && s.element == Scalar::f32) {
+    source.read(storage.offset + static_cast<uint64_t>(t.offset) * 4,
+                static_cast<size_t>(count) * 4, reinterpret_cast<char*>(out));
+    return tensor;
+  }
+  const std::string span =
+      source.readString(storage.offset + static_cast<uint64_t>(t.offset * s.elementBytes),
+                        static_cast<size_t>((last - t.offset + 1) * s.elementBytes));
   const int64_t rank = static_cast<int64_t>(t.size.size());
   std::vector<int64_t> index(t.size.size(), 0);
-  int64_t at = t.offset;
+  int64_t at = 0; // elements past t.offset
   for (int64_t i = 0; i < count; ++i) {
-    out[i] = toFloat(bytes.data() + at * s.elementBytes, s.element);
+    out[i] = toFloat(span.data() + at * s.elementBytes, s.element);
     for (int64_t d = rank - 1; d >= 0; --d) { // the next index, last dimension fastest
       if (++index[d] < t.size[d]) {
         at += t.stride[d];
@@ -251,10 +260,9 @@ Tensor materialize(const TensorRecord& t, const Storage& s, std::string_view byt
 // walked once (a pickle may share one between places, or nest one in itself).
 class Flattener {
 public:
-  Flattener(const Pickle& p, const TorchResolver& r,
-            const std::map<std::string, std::string_view>& entries, const std::string& prefix,
-            const std::string& path)
-      : p_(p), r_(r), entries_(entries), prefix_(prefix), path_(path) {}
+  Flattener(const Pickle& p, const TorchResolver& r, const std::map<std::string, ZipEntry>& entries,
+            const ByteSource& source, const std::string& prefix, const std::string& path)
+      : p_(p), r_(r), entries_(entries), source_(source), prefix_(prefix), path_(path) {}
 
   void walk(int32_t value, const std::string& name, int depth) {
     const PickleValue& v = p_.at(value);
@@ -290,20 +298,22 @@ private:
     if (entry == entries_.end())
       throw UserError(fmt::format("{}: tensor '{}': its storage '{}' is not in the archive", path_,
                                   name, s.key));
-    if (!tensors.emplace(name, materialize(t, s, entry->second, path_, name)).second)
+    if (!tensors.emplace(name, materialize(t, s, entry->second, source_, path_, name)).second)
       throw UserError(fmt::format("{}: two tensors are named '{}'", path_, name));
   }
 
   const Pickle& p_;
   const TorchResolver& r_;
-  const std::map<std::string, std::string_view>& entries_;
+  const std::map<std::string, ZipEntry>& entries_;
+  const ByteSource& source_;
   const std::string& prefix_;
   const std::string& path_;
   std::set<int32_t> walked_;
 };
 
 // The archive's folder ("NAME/"), by its data.pkl; a TorchScript archive is refused here.
-std::string archiveFolder(const ZipEntries& zip, const std::string& path) {
+std::string archiveFolder(const ZipEntries& zip, const ByteSource& source,
+                          const std::string& path) {
   std::set<std::string> names = zip.compressed;
   for (const auto& [name, bytes] : zip.stored)
     names.insert(name);
@@ -333,9 +343,14 @@ std::string archiveFolder(const ZipEntries& zip, const std::string& path) {
                                 "uncompressed, and rnnc reads them so",
                                 path, name));
   auto order = zip.stored.find(folder + "byteorder");
-  if (order != zip.stored.end() && order->second != "little")
-    throw UserError(fmt::format("{}: its tensors are stored {}-endian; rnnc reads little-endian",
-                                path, order->second));
+  if (order != zip.stored.end()) {
+    const std::string byteOrder =
+        source.readString(order->second.offset, std::min<uint64_t>(order->second.size, 16));
+    if (byteOrder != "little")
+      throw UserError(
+          fmt::format("{}: its tensors are stored in byte order '{}'; rnnc reads little-endian",
+                      path, byteOrder));
+  }
   return folder;
 }
 
@@ -350,9 +365,13 @@ bool looksLikeTorchCheckpoint(std::string_view bytes) {
   return looksLikeZip(bytes) || looksLikeLegacyTorchSave(bytes);
 }
 
-TensorMap parseTorchCheckpoint(std::string_view bytes, const std::string& path) {
-  if (!looksLikeZip(bytes)) {
-    if (looksLikeLegacyTorchSave(bytes))
+namespace {
+
+// The checkpoint's tensors from the archive `source`, whose first bytes are `start`.
+TensorMap readCheckpoint(const ByteSource& source, std::string_view start,
+                         const std::string& path) {
+  if (!looksLikeZip(start)) {
+    if (looksLikeLegacyTorchSave(start))
       throw UserError(fmt::format(
           "{}: torch.save's legacy format (PyTorch before 1.6, or "
           "_use_new_zipfile_serialization=False): save it again with a current torch.save, or "
@@ -360,11 +379,12 @@ TensorMap parseTorchCheckpoint(std::string_view bytes, const std::string& path) 
           path));
     throw UserError(fmt::format("{}: not a torch.save archive (no zip header)", path));
   }
-  const ZipEntries zip = readZipEntries(bytes, path);
-  const std::string folder = archiveFolder(zip, path);
-  const std::map<std::string, std::string_view>& entries = zip.stored;
+  const ZipEntries zip = readZipEntries(source, path);
+  const std::string folder = archiveFolder(zip, source, path);
+  const ZipEntry& pickled = zip.stored.at(folder + "data.pkl");
   TorchResolver resolver(path);
-  const Pickle pickle = unpickle(entries.at(folder + "data.pkl"), resolver, path);
+  const Pickle pickle = unpickle(
+      source.readString(pickled.offset, static_cast<size_t>(pickled.size)), resolver, path);
   const PickleValue& root = pickle.at(pickle.root);
   if (TorchResolver::isTensor(pickle, pickle.root))
     throw UserError(fmt::format("{}: holds one tensor, not a state_dict (a dict of tensors by "
@@ -375,7 +395,7 @@ TensorMap parseTorchCheckpoint(std::string_view bytes, const std::string& path) 
         "{}: holds a pickled {} (a whole object saved with torch.save), not a state_dict: save "
         "model.state_dict() instead (rnnc reads tensors in dicts, and runs no pickled code)",
         path, root.text));
-  Flattener flattener(pickle, resolver, entries, folder, path);
+  Flattener flattener(pickle, resolver, zip.stored, source, folder, path);
   flattener.walk(pickle.root, "", 0);
   if (flattener.tensors.empty())
     throw UserError(fmt::format("{}: no floating-point tensors in it (rnnc reads the "
@@ -384,9 +404,36 @@ TensorMap parseTorchCheckpoint(std::string_view bytes, const std::string& path) 
   return std::move(flattener.tensors);
 }
 
+// A regular file read piece by piece: each tensor straight into its own memory.
+class FileSource : public ByteSource {
+public:
+  explicit FileSource(const PositionalFile& file) : file_(file) {}
+  uint64_t size() const override { return file_.size(); }
+  void read(uint64_t offset, size_t count, char* into) const override {
+    file_.read(offset, into, count);
+  }
+
+private:
+  const PositionalFile& file_;
+};
+
+} // namespace
+
+TensorMap parseTorchCheckpoint(std::string_view bytes, const std::string& path) {
+  return readCheckpoint(MemorySource(bytes), bytes.substr(0, 4), path);
+}
+
 TensorMap readTorchCheckpoint(const std::string& path) {
-  FileBytes file = mapFileBytes(path);
-  return parseTorchCheckpoint(file.view(), path);
+  std::unique_ptr<PositionalFile> file = PositionalFile::open(path);
+  if (!file) { // a pipe: read whole
+    FileBytes bytes = mapFileBytes(path);
+    return parseTorchCheckpoint(bytes.view(), path);
+  }
+  char start[4] = {};
+  const size_t startBytes = file->size() >= 4 ? 4 : 0;
+  if (startBytes > 0)
+    file->read(0, start, startBytes);
+  return readCheckpoint(FileSource(*file), std::string_view(start, startBytes), path);
 }
 
 } // namespace rnnc

@@ -6,7 +6,8 @@
 
 #include "ir/Error.h"
 
-#include <cstdint>
+#include <algorithm>
+#include <cstring>
 #include <optional>
 
 #include <fmt/format.h>
@@ -24,36 +25,45 @@ constexpr size_t kEndRecordBytes = 22, kCentralHeaderBytes = 46, kLocalHeaderByt
 constexpr size_t kZip64LocatorBytes = 20, kZip64EndRecordBytes = 56;
 constexpr size_t kMaxCommentBytes = 0xffff;
 
-// Little-endian fields at checked offsets of the archive.
-class Reader {
+// A little-endian field of `width` bytes at `at` in `b` (which holds it).
+uint64_t le(std::string_view b, size_t at, int width) {
+  uint64_t value = 0;
+  for (int i = width - 1; i >= 0; --i)
+    value = value << 8 | static_cast<unsigned char>(b[at + static_cast<size_t>(i)]);
+  return value;
+}
+uint16_t u16(std::string_view b, size_t at) {
+  return static_cast<uint16_t>(le(b, at, 2));
+}
+uint32_t u32(std::string_view b, size_t at) {
+  return static_cast<uint32_t>(le(b, at, 4));
+}
+uint64_t u64(std::string_view b, size_t at) {
+  return le(b, at, 8);
+}
+
+// The archive's pieces, each checked against its length before it is read.
+class Archive {
 public:
-  Reader(std::string_view bytes, const std::string& path) : bytes_(bytes), path_(path) {}
+  Archive(const ByteSource& source, const std::string& path) : source_(source), path_(path) {}
 
   [[noreturn]] void fail(const std::string& message) const {
     throw UserError(
         fmt::format("{}: not a valid zip archive (torch.save's format): {}", path_, message));
   }
-  void need(uint64_t offset, uint64_t count, const char* what) const {
-    if (offset > bytes_.size() || count > bytes_.size() - offset)
+  void need(uint64_t offset, uint64_t count, const std::string& what) const {
+    if (offset > source_.size() || count > source_.size() - offset)
       fail(fmt::format("{} at byte {} runs past the end of the file ({} bytes)", what, offset,
-                       bytes_.size()));
+                       source_.size()));
   }
-  uint64_t le(uint64_t offset, int width) const {
-    uint64_t value = 0;
-    for (int i = width - 1; i >= 0; --i)
-      value = value << 8 | static_cast<unsigned char>(bytes_[offset + i]);
-    return value;
+  std::string piece(uint64_t offset, uint64_t count, const std::string& what) const {
+    need(offset, count, what);
+    return source_.readString(offset, static_cast<size_t>(count));
   }
-  uint16_t u16(uint64_t offset) const { return static_cast<uint16_t>(le(offset, 2)); }
-  uint32_t u32(uint64_t offset) const { return static_cast<uint32_t>(le(offset, 4)); }
-  uint64_t u64(uint64_t offset) const { return le(offset, 8); }
-  std::string_view slice(uint64_t offset, uint64_t count) const {
-    return bytes_.substr(offset, count);
-  }
-  uint64_t size() const { return bytes_.size(); }
+  uint64_t size() const { return source_.size(); }
 
 private:
-  std::string_view bytes_;
+  const ByteSource& source_;
   const std::string& path_;
 };
 
@@ -61,36 +71,41 @@ struct Directory {
   uint64_t offset = 0, bytes = 0, entries = 0;
 };
 
-// The end of central directory record: the last one whose comment reaches the end of the file.
-std::optional<uint64_t> findEndRecord(const Reader& r) {
-  if (r.size() < kEndRecordBytes)
-    return std::nullopt;
-  const uint64_t last = r.size() - kEndRecordBytes;
-  const uint64_t first = last > kMaxCommentBytes ? last - kMaxCommentBytes : 0;
-  for (uint64_t at = last + 1; at-- > first;)
-    if (r.u32(at) == kEndRecord && at + kEndRecordBytes + r.u16(at + 20) == r.size())
-      return at;
-  return std::nullopt;
-}
-
-Directory readDirectory(const Reader& r) {
-  std::optional<uint64_t> end = findEndRecord(r);
+// The end of central directory record, in the file's last 64 KB: the last one whose comment
+// reaches the end of the file.
+Directory readDirectory(const Archive& a) {
+  if (a.size() < kEndRecordBytes)
+    a.fail("no end of central directory record");
+  const uint64_t tailStart =
+      a.size() - std::min<uint64_t>(a.size(), kEndRecordBytes + kMaxCommentBytes);
+  const std::string tail = a.piece(tailStart, a.size() - tailStart, "the end of the file");
+  std::optional<size_t> end;
+  for (size_t at = tail.size() - kEndRecordBytes + 1; at-- > 0;)
+    if (u32(tail, at) == kEndRecord && at + kEndRecordBytes + u16(tail, at + 20) == tail.size()) {
+      end = at;
+      break;
+    }
   if (!end)
-    r.fail("no end of central directory record");
-  Directory d{r.u32(*end + 16), r.u32(*end + 12), r.u16(*end + 10)};
-  if (r.u16(*end + 4) != 0 || r.u16(*end + 6) != 0)
-    r.fail("a multi-disk archive");
+    a.fail("no end of central directory record");
+  Directory d{u32(tail, *end + 16), u32(tail, *end + 12), u16(tail, *end + 10)};
+  if (u16(tail, *end + 4) != 0 || u16(tail, *end + 6) != 0)
+    a.fail("a multi-disk archive");
   const bool zip64 = d.offset == 0xffffffffu || d.bytes == 0xffffffffu || d.entries == 0xffffu;
   if (zip64) {
-    if (*end < kZip64LocatorBytes || r.u32(*end - kZip64LocatorBytes) != kZip64Locator)
-      r.fail("ZIP64 sizes without a ZIP64 end of central directory locator");
-    const uint64_t record = r.u64(*end - kZip64LocatorBytes + 8);
-    r.need(record, kZip64EndRecordBytes, "the ZIP64 end of central directory record");
-    if (r.u32(record) != kZip64EndRecord)
-      r.fail("the ZIP64 locator does not point at a ZIP64 end of central directory record");
-    d = Directory{r.u64(record + 48), r.u64(record + 40), r.u64(record + 32)};
+    const uint64_t endRecord = tailStart + *end;
+    if (endRecord < kZip64LocatorBytes)
+      a.fail("ZIP64 sizes without a ZIP64 end of central directory locator");
+    const std::string locator =
+        a.piece(endRecord - kZip64LocatorBytes, kZip64LocatorBytes, "the ZIP64 locator");
+    if (u32(locator, 0) != kZip64Locator)
+      a.fail("ZIP64 sizes without a ZIP64 end of central directory locator");
+    const std::string record =
+        a.piece(u64(locator, 8), kZip64EndRecordBytes, "the ZIP64 end of central directory record");
+    if (u32(record, 0) != kZip64EndRecord)
+      a.fail("the ZIP64 locator does not point at a ZIP64 end of central directory record");
+    d = Directory{u64(record, 48), u64(record, 40), u64(record, 32)};
   }
-  r.need(d.offset, d.bytes, "the central directory");
+  a.need(d.offset, d.bytes, "the central directory");
   return d;
 }
 
@@ -100,71 +115,83 @@ struct Sizes {
   uint64_t compressed, uncompressed, localHeader;
 };
 
-Sizes zip64Sizes(const Reader& r, uint64_t extra, uint64_t extraBytes, Sizes sizes,
-                 const std::string& name) {
+Sizes zip64Sizes(const Archive& a, std::string_view extra, Sizes sizes, const std::string& name) {
   uint64_t* fields[] = {&sizes.uncompressed, &sizes.compressed, &sizes.localHeader};
   const bool wanted[] = {sizes.uncompressed == 0xffffffffu, sizes.compressed == 0xffffffffu,
                          sizes.localHeader == 0xffffffffu};
   if (!wanted[0] && !wanted[1] && !wanted[2])
     return sizes;
-  for (uint64_t at = extra; at + 4 <= extra + extraBytes;) {
-    const uint16_t id = r.u16(at), bytes = r.u16(at + 2);
-    if (at + 4 + bytes > extra + extraBytes)
+  for (size_t at = 0; at + 4 <= extra.size();) {
+    const uint16_t id = u16(extra, at), bytes = u16(extra, at + 2);
+    if (at + 4 + bytes > extra.size())
       break;
     if (id == kZip64ExtraId) {
-      uint64_t field = at + 4;
+      size_t field = at + 4;
       for (int i = 0; i < 3; ++i)
         if (wanted[i]) {
           if (field + 8 > at + 4 + bytes)
-            r.fail(fmt::format("entry '{}': its ZIP64 extra field is too short", name));
-          *fields[i] = r.u64(field);
+            a.fail(fmt::format("entry '{}': its ZIP64 extra field is too short", name));
+          *fields[i] = u64(extra, field);
           field += 8;
         }
       return sizes;
     }
     at += 4 + bytes;
   }
-  r.fail(fmt::format("entry '{}': ZIP64 sizes without a ZIP64 extra field", name));
+  a.fail(fmt::format("entry '{}': ZIP64 sizes without a ZIP64 extra field", name));
 }
 
 } // namespace
+
+std::string ByteSource::readString(uint64_t offset, size_t count) const {
+  std::string bytes(count, '\0');
+  if (count > 0)
+    read(offset, count, bytes.data());
+  return bytes;
+}
+
+void MemorySource::read(uint64_t offset, size_t count, char* into) const {
+  std::memcpy(into, bytes_.data() + offset, count);
+}
 
 bool looksLikeZip(std::string_view bytes) {
   return bytes.size() >= 4 && bytes.substr(0, 4) == std::string_view("PK\x03\x04", 4);
 }
 
-ZipEntries readZipEntries(std::string_view archive, const std::string& path) {
-  const Reader r(archive, path);
-  const Directory d = readDirectory(r);
+ZipEntries readZipEntries(const ByteSource& source, const std::string& path) {
+  const Archive a(source, path);
+  const Directory d = readDirectory(a);
+  const std::string directory = a.piece(d.offset, d.bytes, "the central directory");
   ZipEntries entries;
-  uint64_t at = d.offset;
+  size_t at = 0;
   for (uint64_t i = 0; i < d.entries; ++i) {
-    if (at < d.offset || at - d.offset + kCentralHeaderBytes > d.bytes)
-      r.fail(fmt::format("the central directory ends after {} of its {} entries", i, d.entries));
-    if (r.u32(at) != kCentralHeader)
-      r.fail(fmt::format("central directory record {} has no signature", i));
-    const uint16_t flags = r.u16(at + 8), method = r.u16(at + 10);
-    const uint16_t nameBytes = r.u16(at + 28), extraBytes = r.u16(at + 30);
-    const uint16_t commentBytes = r.u16(at + 32);
-    const uint64_t recordBytes = kCentralHeaderBytes + nameBytes + extraBytes + commentBytes;
-    if (at - d.offset + recordBytes > d.bytes)
-      r.fail(fmt::format("central directory record {} runs past the directory", i));
-    std::string name(r.slice(at + kCentralHeaderBytes, nameBytes));
-    const Sizes sizes = zip64Sizes(r, at + kCentralHeaderBytes + nameBytes, extraBytes,
-                                   Sizes{r.u32(at + 20), r.u32(at + 24), r.u32(at + 42)}, name);
+    if (at + kCentralHeaderBytes > directory.size())
+      a.fail(fmt::format("the central directory ends after {} of its {} entries", i, d.entries));
+    if (u32(directory, at) != kCentralHeader)
+      a.fail(fmt::format("central directory record {} has no signature", i));
+    const uint16_t flags = u16(directory, at + 8), method = u16(directory, at + 10);
+    const uint16_t nameBytes = u16(directory, at + 28), extraBytes = u16(directory, at + 30);
+    const uint16_t commentBytes = u16(directory, at + 32);
+    const size_t recordBytes = kCentralHeaderBytes + nameBytes + extraBytes + commentBytes;
+    if (at + recordBytes > directory.size())
+      a.fail(fmt::format("central directory record {} runs past the directory", i));
+    const std::string_view record = std::string_view(directory).substr(at, recordBytes);
+    std::string name(record.substr(kCentralHeaderBytes, nameBytes));
+    const Sizes sizes = zip64Sizes(a, record.substr(kCentralHeaderBytes + nameBytes, extraBytes),
+                                   Sizes{u32(record, 20), u32(record, 24), u32(record, 42)}, name);
     if (flags & 1u)
-      r.fail(fmt::format("entry '{}' is encrypted", name));
+      a.fail(fmt::format("entry '{}' is encrypted", name));
     const bool stored = method == 0 && sizes.compressed == sizes.uncompressed;
-    const uint64_t local = sizes.localHeader;
-    r.need(local, kLocalHeaderBytes, fmt::format("entry '{}': its local header", name).c_str());
-    if (r.u32(local) != kLocalHeader)
-      r.fail(fmt::format("entry '{}': no local header at byte {}", name, local));
-    const uint64_t data = local + kLocalHeaderBytes + r.u16(local + 26) + r.u16(local + 28);
-    r.need(data, sizes.compressed, fmt::format("entry '{}': its data", name).c_str());
+    const std::string local = a.piece(sizes.localHeader, kLocalHeaderBytes,
+                                      fmt::format("entry '{}': its local header", name));
+    if (u32(local, 0) != kLocalHeader)
+      a.fail(fmt::format("entry '{}': no local header at byte {}", name, sizes.localHeader));
+    const uint64_t data = sizes.localHeader + kLocalHeaderBytes + u16(local, 26) + u16(local, 28);
+    a.need(data, sizes.compressed, fmt::format("entry '{}': its data", name));
     if (entries.stored.count(name) || entries.compressed.count(name))
-      r.fail(fmt::format("entry '{}' is named twice", name));
+      a.fail(fmt::format("entry '{}' is named twice", name));
     if (stored)
-      entries.stored.emplace(name, r.slice(data, sizes.compressed));
+      entries.stored.emplace(name, ZipEntry{data, sizes.compressed});
     else
       entries.compressed.insert(name);
     at += recordBytes;
