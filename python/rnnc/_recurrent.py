@@ -71,19 +71,18 @@ CELL_STATE_LAYOUT = "(as the input's batch: [batch, hidden_size] or [hidden_size
 
 def repack(y, packed_input, batch_first):
     """The padded output y (the caller's batch order) as a PackedSequence laid out as
-    packed_input: step t's rows are the first batch_sizes[t] sequences in sorted order.
-    Indexing, so autograd flows through it."""
+    packed_input: step t's rows are the first batch_sizes[t] sequences in sorted order, which is
+    y in sorted order masked where a sequence has a step, read row by row. Tensor operations
+    only, so that autograd flows through it and torch.jit.trace records it for any lengths."""
     import torch
     from torch.nn.utils.rnn import PackedSequence
 
     batch_sizes = packed_input.batch_sizes
-    order = packed_input.sorted_indices
-    if order is None:
-        order = torch.arange(int(batch_sizes[0]))
-    steps = torch.repeat_interleave(torch.arange(len(batch_sizes)), batch_sizes)
-    sequences = order[torch.cat([torch.arange(int(n)) for n in batch_sizes])]
-    data = y[sequences, steps] if batch_first else y[steps, sequences]
-    return PackedSequence(data, batch_sizes, packed_input.sorted_indices,
+    by_step = y.transpose(0, 1) if batch_first else y  # [T, B, F]
+    if packed_input.sorted_indices is not None:
+        by_step = by_step.index_select(1, packed_input.sorted_indices.to(y.device))
+    has_step = torch.arange(by_step.shape[1])[None, :] < batch_sizes[:, None]
+    return PackedSequence(by_step[has_step], batch_sizes, packed_input.sorted_indices,
                           packed_input.unsorted_indices)
 
 

@@ -85,12 +85,6 @@ class _RnncModule:
         self._rnnc_spec = self._spec()
         return self
 
-    def _refuse_packed_under_tracing(self, packed):
-        if packed and _torch_op.tracing():
-            raise NotImplementedError(
-                f"torch.jit.trace of rnnc.nn.{type(self).__name__} takes a padded tensor (with "
-                "lengths, rnnc.nn.Recurrent), not a PackedSequence: its batch sizes would be "
-                "recorded as constants")
 
 
 class _RnncForward(_RnncModule):
@@ -120,11 +114,10 @@ class _RnncForward(_RnncModule):
 
     def _eager_forward(self, input, hx):
         packed = isinstance(input, PackedSequence)
-        self._refuse_packed_under_tracing(packed)
-        lengths = None
+        lengths = traced_lengths = None
         if packed:
-            x, lengths = pad_packed_sequence(input, batch_first=self.batch_first)
-            lengths = lengths.numpy()
+            x, traced_lengths = pad_packed_sequence(input, batch_first=self.batch_first)
+            lengths = None if _torch_op.tracing() else traced_lengths.numpy()
         else:
             x = input
         if not isinstance(x, torch.Tensor) or not x.is_floating_point():
@@ -144,11 +137,12 @@ class _RnncForward(_RnncModule):
         params = [p.float() for p in self._flat_weights]
         dropout = self.dropout if self.training and self.num_layers > 1 else 0.0
         state_names = list(state_shapes(self, self.mode == "LSTM", batch))
-        if batch == 0 and x.shape[1 if self.batch_first else 0] > 0:
+        if dropout == 0 and _torch_op.tracing():
+            y, *finals = torch.ops.rnnc.forward(self._spec(), x, states, traced_lengths, [],
+                                                params)
+        elif batch == 0 and x.shape[1 if self.batch_first else 0] > 0:
             width = (self.proj_size or self.hidden_size) * (2 if self.bidirectional else 1)
             y, finals = _empty_batch(self, x, states, params, width)
-        elif dropout == 0 and _torch_op.tracing():
-            y, *finals = torch.ops.rnnc.forward(self._spec(), x, states, None, [], params)
         elif dropout == 0 and not records_gradients(x, *states, *params):
             layer = _inference_programs.get(self, names, params, lambda weights: _program(
                 _rnnc.Layer, self, self._rnnc_cell(), dict(zip(names, weights)), {}))
@@ -297,10 +291,10 @@ class _RnncCellForward(_RnncModule):
                                             dict(zip(names, weights)), {}, *training_args,
                                             layout=(1, False, False), **training_options)
 
-        if batch == 0:
-            y, finals = _empty_batch(self, x, states, params, self.hidden_size)
-        elif _torch_op.tracing():
+        if _torch_op.tracing():
             y, *finals = torch.ops.rnnc.forward(self._spec(), x, states, None, [], params)
+        elif batch == 0:
+            y, finals = _empty_batch(self, x, states, params, self.hidden_size)
         elif not records_gradients(x, *states, *params):
             layer = _inference_programs.get(self, names, params, build(_rnnc.Layer))
             y, finals = _infer(layer, x, state_names, states, None)
@@ -456,10 +450,6 @@ class Recurrent(torch.nn.Module):
     def forward(self, x, states=None, lengths=None, seed=None, **side_inputs):
         packed_input = x if isinstance(x, PackedSequence) else None
         if packed_input is not None:
-            if _torch_op.tracing():
-                raise NotImplementedError(
-                    "torch.jit.trace of rnnc.nn.Recurrent takes a padded tensor and its lengths, "
-                    "not a PackedSequence: its batch sizes would be recorded as constants")
             if lengths is not None:
                 raise ValueError("a PackedSequence carries its lengths: give no lengths")
             x, lengths = pad_packed_sequence(packed_input, batch_first=self.batch_first)

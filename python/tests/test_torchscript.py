@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 import rnnc  # noqa: E402
 import rnnc.nn  # noqa: E402
-from torch.nn.utils.rnn import pack_padded_sequence  # noqa: E402
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence  # noqa: E402
 
 
 class Classifier(torch.nn.Module):
@@ -212,15 +212,65 @@ class Attending(torch.nn.Module):
         return self.layer(x, lengths=lengths, context=context)[0]
 
 
+class Packing(torch.nn.Module):
+    """The usual way to run padded batches of several lengths: packed inside the model."""
+
+    def __init__(self, rnn):
+        super().__init__()
+        self.rnn = rnn
+
+    def forward(self, x, lengths):
+        packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+        out, final = self.rnn(packed)
+        padded, _ = pad_packed_sequence(out, total_length=x.shape[0])
+        return padded, final["h"] if isinstance(final, dict) else final
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "Recurrent"])
+def test_a_model_packing_its_batch_traces_for_any_lengths(mode):
+    # Was refused: the PackedSequence's batch sizes became constants of the trace.
+    torch.manual_seed(8)
+    if mode == "Recurrent":
+        theirs = torch.nn.GRU(6, 5, num_layers=2, bidirectional=True)
+        ours = rnnc.nn.Recurrent("gru", num_layers=2, bidirectional=True, input_size=6,
+                                 hidden_size=5)
+        ours.load_state_dict(theirs.state_dict())
+    else:
+        theirs = getattr(torch.nn, mode)(6, 5, num_layers=2, bidirectional=True)
+        ours = getattr(rnnc.nn, mode)(6, 5, num_layers=2, bidirectional=True)
+        ours.load_state_dict(theirs.state_dict())
+    theirs, ours = Packing(theirs).eval(), Packing(ours).eval()
+    with torch.no_grad():
+        traced = trace(ours, (torch.randn(5, 3, 6), torch.tensor([5, 2, 4])))
+        for lengths in ([3, 7, 1, 6], [2, 2]):
+            x = torch.randn(max(lengths), len(lengths), 6)
+            lengths = torch.tensor(lengths)
+            y, final = traced(x, lengths)
+            want_y, want_final = theirs(x, lengths)
+            assert_close(y, want_y, f"output, lengths {lengths.tolist()}")
+            if mode == "LSTM":
+                final, want_final = final[0], want_final[0]
+            assert_close(final, want_final, f"h_n, lengths {lengths.tolist()}")
+
+
+def test_a_traced_packing_model_trains_with_torchs_gradients():
+    torch.manual_seed(9)
+    theirs, ours = torch.nn.LSTM(6, 5), rnnc.nn.LSTM(6, 5)
+    ours.load_state_dict(theirs.state_dict())
+    traced = trace(Packing(ours), (torch.randn(5, 3, 6), torch.tensor([5, 2, 4])))
+    x, lengths = torch.randn(7, 4, 6), torch.tensor([7, 3, 5, 1])
+    for model in (Packing(theirs), traced):
+        model.zero_grad()
+        model(x, lengths)[0].pow(2).sum().backward()
+    for (name, want), got in zip(theirs.named_parameters(), ours.parameters()):
+        assert_close(got.grad, want.grad, f"gradient of {name}", 1e-4)
+
+
 def test_what_tracing_cannot_record_is_refused_clearly():
     torch.manual_seed(6)
     plain = rnnc.LSTM(6, 8)  # not a torch.nn.Module: its weights are rnnc's own
     with pytest.raises(RuntimeError, match=r"rnnc\.nn\.LSTM"):
         trace(lambda x: plain(x)[0], torch.randn(3, 2, 6))
-    module = rnnc.nn.GRU(6, 8)
-    packed = pack_padded_sequence(torch.randn(4, 2, 6), torch.tensor([4, 2]))
-    with pytest.raises(NotImplementedError, match="PackedSequence"):
-        trace(lambda data: module(packed._replace(data=data))[0].data, packed.data)
     dropping = torch.jit.script(Classifier(rnnc.nn, "LSTM", 6, 8, num_layers=2, dropout=0.5))
     with pytest.raises(Exception, match=r"\.eval\(\)"):
         dropping(torch.randn(3, 2, 6))
