@@ -182,3 +182,49 @@ TEST(ZipArchive, AStoredArchiveGivesEachEntrysBytes) {
 
 } // namespace
 } // namespace rnnc
+
+namespace rnnc {
+namespace {
+
+TEST(ZipArchive, Zip64SizesOffsetsAndCountsAreRead) {
+  // One stored entry whose central record says 0xffffffff for its sizes and local header offset
+  // and gives them in its ZIP64 extra field; the end record says 0xffff entries and 0xffffffff
+  // for the directory, with a ZIP64 locator and end record giving them (as a zip of 4 GB or of
+  // 65535 entries and more has them).
+  auto le = [](uint64_t v, int bytes) {
+    std::string out;
+    for (int i = 0; i < bytes; ++i)
+      out += static_cast<char>((v >> (8 * i)) & 0xff);
+    return out;
+  };
+  const std::string name = "a/data/0", data = "0123456789";
+  std::string archive = le(0x04034b50, 4) + le(45, 2) + le(0, 2) + le(0, 2) + le(0, 4) + le(0, 4) +
+                        le(data.size(), 4) + le(data.size(), 4) + le(name.size(), 2) + le(0, 2) +
+                        name + data;
+  const std::string extra = le(0x0001, 2) + le(24, 2) + le(data.size(), 8) + le(data.size(), 8) +
+                            le(0, 8); // uncompressed, compressed, offset
+  const std::string directory = le(0x02014b50, 4) + le(45, 2) + le(45, 2) + le(0, 2) + le(0, 2) +
+                                le(0, 4) + le(0, 4) + le(0xffffffffu, 4) + le(0xffffffffu, 4) +
+                                le(name.size(), 2) + le(extra.size(), 2) + le(0, 2) + le(0, 2) +
+                                le(0, 2) + le(0, 4) + le(0xffffffffu, 4) + name + extra;
+  const uint64_t directoryAt = archive.size();
+  archive += directory;
+  const uint64_t zip64EndAt = archive.size();
+  archive += le(0x06064b50, 4) + le(44, 8) + le(45, 2) + le(45, 2) + le(0, 4) + le(0, 4) +
+             le(1, 8) + le(1, 8) + le(directory.size(), 8) + le(directoryAt, 8);
+  archive += le(0x07064b50, 4) + le(0, 4) + le(zip64EndAt, 8) + le(1, 4);
+  archive += le(0x06054b50, 4) + le(0, 2) + le(0, 2) + le(0xffff, 2) + le(0xffff, 2) +
+             le(0xffffffffu, 4) + le(0xffffffffu, 4) + le(0, 2);
+  const MemorySource source(archive);
+  ZipEntries entries = readZipEntries(source, "z64.zip");
+  ASSERT_EQ(entries.stored.size(), 1u);
+  const ZipEntry entry = entries.stored.at(name);
+  EXPECT_EQ(source.readString(entry.offset, entry.size), data);
+  // The locator pointing anywhere else is an error naming the file.
+  std::string broken = archive;
+  broken[broken.size() - 22 - 20 + 8] ^= 1;
+  EXPECT_THROW(readZipEntries(MemorySource(broken), "z64.zip"), UserError);
+}
+
+} // namespace
+} // namespace rnnc
