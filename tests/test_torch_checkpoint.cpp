@@ -34,19 +34,19 @@ void expectSameTensors(const TensorMap& read, const TensorMap& expected) {
 }
 
 TEST_F(TorchCheckpointTest, AStateDictGivesEveryTensorByItsName) {
-  expectSameTensors(readTorchCheckpoint(kTorchSave + "lstm_state_dict.pt"),
+  expectSameTensors(readWeightFile(kTorchSave + "lstm_state_dict.pt"),
                     readSafeTensors(kTorchSave + "lstm_state_dict.expected.safetensors"));
 }
 
 TEST_F(TorchCheckpointTest, ACheckpointGivesItsFloatTensorsNamedByTheirPathAndSkipsTheRest) {
   // model.*, optimizer.state.N.momentum_buffer; not the epoch, the argparse.Namespace, the
   // optimiser's settings or the int64 step.
-  expectSameTensors(readTorchCheckpoint(kTorchSave + "checkpoint.pt"),
+  expectSameTensors(readWeightFile(kTorchSave + "checkpoint.pt"),
                     readSafeTensors(kTorchSave + "checkpoint.expected.safetensors"));
 }
 
 TEST_F(TorchCheckpointTest, StridedViewsSharedStoragesAndOtherFloatTypesAreConverted) {
-  expectSameTensors(readTorchCheckpoint(kTorchSave + "layouts.pt"),
+  expectSameTensors(readWeightFile(kTorchSave + "layouts.pt"),
                     readSafeTensors(kTorchSave + "layouts.expected.safetensors"));
 }
 

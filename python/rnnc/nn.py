@@ -72,19 +72,13 @@ class _RnncModule:
     def __init__(self, *args, threads=0, jit=True, target_cpu="", **kwargs):
         super().__init__(*args, **kwargs)
         self._rnnc_options = dict(jit=bool(jit), threads=int(threads), target_cpu=target_cpu)
-        self._rnnc_spec = self._spec()
-
-    def __setstate__(self, state):
-        super().__setstate__(state)
-        if "_rnnc_options" in self.__dict__:
-            self._rnnc_spec = self._spec()
 
     def __prepare_scriptable__(self):
-        """torch.jit.script reads the spec as it is now (the layout may have changed since
-        the module was built)."""
+        """torch.jit.script calls this on every module it compiles, first: the TorchScript
+        forward reads the spec (rnnc::forward's) as an attribute, set here as the module is
+        now."""
         self._rnnc_spec = self._spec()
         return self
-
 
 
 class _RnncForward(_RnncModule):
@@ -226,24 +220,22 @@ class LSTM(_RnncForward, torch.nn.LSTM):
         return out[0], (out[1], out[2])
 
 
-class GRU(_RnncForward, torch.nn.GRU):
+class _HiddenStateForward(_RnncForward):
+    """The forward of the modules whose state is h alone (GRU, RNN), typed for TorchScript."""
+
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        if not torch.jit.is_scripting():
+            return self._eager_forward(input, hx)
+        out = self._scripted(input, [] if hx is None else [hx])
+        return out[0], out[1]
+
+
+class GRU(_HiddenStateForward, torch.nn.GRU):
     """torch.nn.GRU trained through rnnc."""
 
-    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        if not torch.jit.is_scripting():
-            return self._eager_forward(input, hx)
-        out = self._scripted(input, [] if hx is None else [hx])
-        return out[0], out[1]
 
-
-class RNN(_RnncForward, torch.nn.RNN):
+class RNN(_HiddenStateForward, torch.nn.RNN):
     """torch.nn.RNN (tanh or relu) trained through rnnc."""
-
-    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        if not torch.jit.is_scripting():
-            return self._eager_forward(input, hx)
-        out = self._scripted(input, [] if hx is None else [hx])
-        return out[0], out[1]
 
 
 class _RnncCellForward(_RnncModule):
@@ -358,22 +350,21 @@ class LSTMCell(_RnncCellForward, torch.nn.LSTMCell):
         return out[0], out[1]
 
 
-class GRUCell(_RnncCellForward, torch.nn.GRUCell):
+class _HiddenCellForward(_RnncCellForward):
+    """The step of the cells whose state is h alone (GRUCell, RNNCell), typed for TorchScript."""
+
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tensor:
+        if not torch.jit.is_scripting():
+            return self._eager_forward(input, hx)
+        return self._scripted(input, [] if hx is None else [hx], 1)[0]
+
+
+class GRUCell(_HiddenCellForward, torch.nn.GRUCell):
     """torch.nn.GRUCell trained through rnnc."""
 
-    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tensor:
-        if not torch.jit.is_scripting():
-            return self._eager_forward(input, hx)
-        return self._scripted(input, [] if hx is None else [hx], 1)[0]
 
-
-class RNNCell(_RnncCellForward, torch.nn.RNNCell):
+class RNNCell(_HiddenCellForward, torch.nn.RNNCell):
     """torch.nn.RNNCell (tanh or relu) trained through rnnc."""
-
-    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tensor:
-        if not torch.jit.is_scripting():
-            return self._eager_forward(input, hx)
-        return self._scripted(input, [] if hx is None else [hx], 1)[0]
 
 
 class Recurrent(torch.nn.Module):

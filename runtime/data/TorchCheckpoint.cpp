@@ -6,7 +6,6 @@
 #include "runtime/data/TorchCheckpoint.h"
 
 #include "ir/Error.h"
-#include "ir/FileIO.h"
 #include "runtime/data/Unpickler.h"
 #include "runtime/data/ZipArchive.h"
 
@@ -15,7 +14,6 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <set>
 #include <vector>
 
@@ -71,7 +69,7 @@ public:
     if (callable == "collections.OrderedDict") {
       if (!a.empty())
         fail("OrderedDict is called with arguments");
-      return add(p, PickleValue::Kind::dict, "", 0);
+      return p.add({.kind = PickleValue::Kind::dict});
     }
     if (callable == "torch._utils._rebuild_tensor_v2" || callable == "torch._utils._rebuild_tensor")
       return rebuildTensor(p, a);
@@ -81,7 +79,7 @@ public:
         fail(callable + " is called without a tensor");
       return a[0];
     }
-    return add(p, PickleValue::Kind::object, callable, -1);
+    return p.add({.kind = PickleValue::Kind::object, .integer = -1, .text = callable});
   }
 
   int32_t persistentLoad(Pickle& p, int32_t id) override {
@@ -94,23 +92,17 @@ public:
     Storage s;
     s.key = p.at(t[2]).text;
     s.numel = p.at(t[4]).integer;
-    const std::string& type = p.at(t[1]).text;
-    bool known = false;
+    // An unknown type stays a storage of bytes (Storage's defaults) whose tensors are skipped.
     for (const StorageType& candidate : kStorageTypes)
-      if (type == candidate.name) {
+      if (p.at(t[1]).text == candidate.name) {
         s.element = candidate.element;
         s.elementBytes = candidate.bytes;
-        known = true;
       }
-    if (!known) // read as a storage of bytes whose tensors are skipped
-      s.elementBytes = 1;
-    auto found = storageByKey_.find(s.key);
-    if (found != storageByKey_.end())
-      return add(p, PickleValue::Kind::object, kStorageObject, found->second);
-    storageByKey_[s.key] = static_cast<int64_t>(storages.size());
-    storages.push_back(std::move(s));
-    return add(p, PickleValue::Kind::object, kStorageObject,
-               static_cast<int64_t>(storages.size() - 1));
+    auto [found, added] = storageByKey_.emplace(s.key, static_cast<int64_t>(storages.size()));
+    if (added)
+      storages.push_back(std::move(s));
+    return p.add(
+        {.kind = PickleValue::Kind::object, .integer = found->second, .text = kStorageObject});
   }
 
   static bool isTensor(const Pickle& p, int32_t v) {
@@ -123,15 +115,6 @@ public:
 private:
   [[noreturn]] void fail(const std::string& message) const {
     throw UserError(fmt::format("{}: not a torch.save archive rnnc can read: {}", path_, message));
-  }
-
-  static int32_t add(Pickle& p, PickleValue::Kind kind, std::string text, int64_t integer) {
-    PickleValue v;
-    v.kind = kind;
-    v.text = std::move(text);
-    v.integer = integer;
-    p.values.push_back(std::move(v));
-    return static_cast<int32_t>(p.values.size() - 1);
   }
 
   TensorShape integers(const Pickle& p, int32_t v, const char* what) const {
@@ -158,8 +141,9 @@ private:
     if (t.offset < 0 || t.size.size() != t.stride.size())
       fail("a tensor's offset is negative, or its size and stride differ in length");
     tensors.push_back(std::move(t));
-    return add(p, PickleValue::Kind::object, kTensorObject,
-               static_cast<int64_t>(tensors.size() - 1));
+    return p.add({.kind = PickleValue::Kind::object,
+                  .integer = static_cast<int64_t>(tensors.size() - 1),
+                  .text = kTensorObject});
   }
 
   const std::string& path_;
@@ -338,10 +322,10 @@ std::string archiveFolder(const ZipEntries& zip, const ByteSource& source,
                                   "state_dicts; save one with torch.save(model.state_dict(), "
                                   "PATH)",
                                   path));
-  for (const std::string& name : zip.compressed)
+  if (!zip.compressed.empty())
     throw UserError(fmt::format("{}: entry '{}' is compressed: torch.save stores its entries "
                                 "uncompressed, and rnnc reads them so",
-                                path, name));
+                                path, *zip.compressed.begin()));
   auto order = zip.stored.find(folder + "byteorder");
   if (order != zip.stored.end()) {
     const std::string byteOrder =
@@ -365,11 +349,8 @@ bool looksLikeTorchCheckpoint(std::string_view bytes) {
   return looksLikeZip(bytes) || looksLikeLegacyTorchSave(bytes);
 }
 
-namespace {
-
-// The checkpoint's tensors from the archive `source`, whose first bytes are `start`.
-TensorMap readCheckpoint(const ByteSource& source, std::string_view start,
-                         const std::string& path) {
+TensorMap readTorchCheckpoint(const ByteSource& source, const std::string& path) {
+  const std::string start = source.readString(0, std::min<uint64_t>(source.size(), 4));
   if (!looksLikeZip(start)) {
     if (looksLikeLegacyTorchSave(start))
       throw UserError(fmt::format(
@@ -404,36 +385,8 @@ TensorMap readCheckpoint(const ByteSource& source, std::string_view start,
   return std::move(flattener.tensors);
 }
 
-// A regular file read piece by piece: each tensor straight into its own memory.
-class FileSource : public ByteSource {
-public:
-  explicit FileSource(const PositionalFile& file) : file_(file) {}
-  uint64_t size() const override { return file_.size(); }
-  void read(uint64_t offset, size_t count, char* into) const override {
-    file_.read(offset, into, count);
-  }
-
-private:
-  const PositionalFile& file_;
-};
-
-} // namespace
-
 TensorMap parseTorchCheckpoint(std::string_view bytes, const std::string& path) {
-  return readCheckpoint(MemorySource(bytes), bytes.substr(0, 4), path);
-}
-
-TensorMap readTorchCheckpoint(const std::string& path) {
-  std::unique_ptr<PositionalFile> file = PositionalFile::open(path);
-  if (!file) { // a pipe: read whole
-    FileBytes bytes = mapFileBytes(path);
-    return parseTorchCheckpoint(bytes.view(), path);
-  }
-  char start[4] = {};
-  const size_t startBytes = file->size() >= 4 ? 4 : 0;
-  if (startBytes > 0)
-    file->read(0, start, startBytes);
-  return readCheckpoint(FileSource(*file), std::string_view(start, startBytes), path);
+  return readTorchCheckpoint(MemorySource(bytes), path);
 }
 
 } // namespace rnnc

@@ -15,6 +15,7 @@
 #pragma once
 
 #include "runtime/data/Tensor.h"
+#include "runtime/data/ZipArchive.h"
 
 #include <map>
 #include <string>
@@ -24,8 +25,10 @@ namespace rnnc {
 
 using TensorMap = std::map<std::string, Tensor>;
 
-TensorMap readTorchCheckpoint(const std::string& path);
-// The same over the file's bytes; `path` names it in messages.
+// The archive's tensors (a file: readWeightFile, runtime/data/WeightFile.h); `path` names it in
+// messages.
+TensorMap readTorchCheckpoint(const ByteSource& archive, const std::string& path);
+// The same over bytes in memory.
 TensorMap parseTorchCheckpoint(std::string_view bytes, const std::string& path);
 
 // Whether the bytes start as torch.save's files do (a zip, or the legacy format's pickle of its

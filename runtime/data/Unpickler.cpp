@@ -65,13 +65,7 @@ private:
   int32_t add(PickleValue value) {
     if (pickle_.values.size() >= static_cast<size_t>(INT32_MAX))
       fail("too many values");
-    pickle_.values.push_back(std::move(value));
-    return static_cast<int32_t>(pickle_.values.size() - 1);
-  }
-  int32_t add(PickleValue::Kind kind) {
-    PickleValue v;
-    v.kind = kind;
-    return add(std::move(v));
+    return pickle_.add(std::move(value));
   }
   void push(int32_t v) { stack_.push_back(v); }
   int32_t pop() {
@@ -105,17 +99,9 @@ private:
   }
 
   int32_t text(PickleValue::Kind kind, uint64_t count) {
-    PickleValue v;
-    v.kind = kind;
-    v.text = std::string(take(count));
-    return add(std::move(v));
+    return add({.kind = kind, .text = std::string(take(count))});
   }
-  int32_t integer(int64_t n) {
-    PickleValue v;
-    v.kind = PickleValue::Kind::integer;
-    v.integer = n;
-    return add(std::move(v));
-  }
+  int32_t integer(int64_t n) { return add({.kind = PickleValue::Kind::integer, .integer = n}); }
   int32_t longInteger(uint64_t count) { // two's complement, little-endian
     if (count > 8)
       fail(fmt::format("an integer of {} bytes", count));
@@ -127,10 +113,10 @@ private:
     return integer(static_cast<int64_t>(raw));
   }
   int32_t sequence(PickleValue::Kind kind, std::vector<int32_t> items) {
-    PickleValue v;
-    v.kind = kind;
-    v.items = std::move(items);
-    return add(std::move(v));
+    return add({.kind = kind, .items = std::move(items)});
+  }
+  int32_t global(std::string module, const std::string& name) {
+    return add({.kind = PickleValue::Kind::global, .text = std::move(module) + "." + name});
   }
   void appendTo(int32_t list, const std::vector<int32_t>& items) {
     PickleValue& l = value(list);
@@ -191,15 +177,12 @@ private:
       push(top());
       return;
     case 'N':
-      push(add(K::none));
+      push(add({.kind = K::none}));
       return;
     case 0x88:
-    case 0x89: {
-      int32_t v = add(K::boolean);
-      value(v).integer = op == 0x88;
-      push(v);
+    case 0x89:
+      push(add({.kind = K::boolean, .integer = op == 0x88}));
       return;
-    }
     case 'J':
       push(integer(static_cast<int32_t>(little(4))));
       return;
@@ -220,9 +203,7 @@ private:
       uint64_t raw = 0;
       for (char c : b)
         raw = raw << 8 | static_cast<unsigned char>(c);
-      int32_t v = add(K::real);
-      value(v).real = std::bit_cast<double>(raw);
-      push(v);
+      push(add({.kind = K::real, .real = std::bit_cast<double>(raw)}));
       return;
     }
     case 'X':
@@ -299,22 +280,14 @@ private:
     }
     case 'c': {
       std::string module = line();
-      std::string name = line();
-      PickleValue v;
-      v.kind = K::global;
-      v.text = module + "." + name;
-      push(add(std::move(v)));
+      push(global(std::move(module), line()));
       return;
     }
     case 0x93: { // STACK_GLOBAL
       int32_t name = pop(), module = pop();
-      const PickleValue &m = value(module), &n = value(name);
-      if (m.kind != K::string || n.kind != K::string)
+      if (value(module).kind != K::string || value(name).kind != K::string)
         fail("STACK_GLOBAL of values that are not strings");
-      PickleValue v;
-      v.kind = K::global;
-      v.text = m.text + "." + n.text;
-      push(add(std::move(v)));
+      push(global(value(module).text, value(name).text));
       return;
     }
     case 'R': {

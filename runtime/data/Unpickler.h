@@ -30,8 +30,8 @@ struct PickleValue {
   Kind kind = Kind::none;
   int64_t integer = 0; // boolean, integer; object: the resolver's own index
   double real = 0;
-  std::string text;           // string, bytes; global: "module.name"; object: the callable's name
-  std::vector<int32_t> items; // tuple, list; dict: key, value, key, value, ...
+  std::string text = {}; // string, bytes; global: "module.name"; object: the callable's name
+  std::vector<int32_t> items = {}; // tuple, list; dict: key, value, key, value, ...
 };
 
 class PickleResolver;
@@ -40,6 +40,11 @@ struct Pickle {
   std::vector<PickleValue> values;
   int32_t root = -1;
   const PickleValue& at(int32_t index) const { return values[static_cast<size_t>(index)]; }
+  // Appends `value`; its index.
+  int32_t add(PickleValue value) {
+    values.push_back(std::move(value));
+    return static_cast<int32_t>(values.size() - 1);
+  }
 };
 
 class PickleResolver {
