@@ -1,6 +1,6 @@
 """What rnnc.LSTM (numpy or torch) and rnnc.nn.LSTM (torch) share, and their one-step cells: the
-initial states torch.nn takes as hx, checked against the shapes it expects, a PackedSequence out
-of a padded output, whether autograd records a call, and the built-in cell a module runs."""
+initial states torch.nn takes as hx, checked against the shapes it expects, whether autograd
+records a call, and the built-in cell a module runs."""
 
 import sys
 
@@ -67,23 +67,6 @@ def check_state_shape(label, shape, expected,
 
 # A one-step cell's states: as its input's batch.
 CELL_STATE_LAYOUT = "(as the input's batch: [batch, hidden_size] or [hidden_size])"
-
-
-def repack(y, packed_input, batch_first):
-    """The padded output y (the caller's batch order) as a PackedSequence laid out as
-    packed_input: step t's rows are the first batch_sizes[t] sequences in sorted order, which is
-    y in sorted order masked where a sequence has a step, read row by row. Tensor operations
-    only, so that autograd flows through it and torch.jit.trace records it for any lengths."""
-    import torch
-    from torch.nn.utils.rnn import PackedSequence
-
-    batch_sizes = packed_input.batch_sizes
-    by_step = y.transpose(0, 1) if batch_first else y  # [T, B, F]
-    if packed_input.sorted_indices is not None:
-        by_step = by_step.index_select(1, packed_input.sorted_indices.to(y.device))
-    has_step = torch.arange(by_step.shape[1])[None, :] < batch_sizes[:, None]
-    return PackedSequence(by_step[has_step], batch_sizes, packed_input.sorted_indices,
-                          packed_input.unsorted_indices)
 
 
 def cell_step(module, input_shape):

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _rnnc
 from ._recurrent import (check_state_shape, given_states, ir_cell, records_gradients,
-                         refuse_tracing, repack, state_shapes)
+                         refuse_tracing, state_shapes)
 
 # torch is imported only where it is needed (importing it takes over a second, most of `import
 # rnnc`): an argument can only be a torch tensor or PackedSequence once the program has imported
@@ -517,6 +517,7 @@ class _TorchRNN(_TorchWeights):
         if as_torch or dtype is not None:
             results = [_like(r, as_torch, dtype) for r in results]
         if packed:
+            from ._packed import repack  # (torch is imported: the input is its PackedSequence)
             results[0] = repack(results[0], input, self.batch_first)
         if self._mode == "LSTM":
             return results[0], (results[1], results[2])

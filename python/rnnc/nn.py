@@ -22,7 +22,9 @@ torch.nn.Module trained the same way, its parameters the cell's; in training mod
     y, finals = cell(x)            # finals: {"h": h_n}
 """
 
+import copy
 import os
+import sys
 from typing import List, Optional, Tuple
 
 import torch
@@ -31,9 +33,10 @@ from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
 
 from . import _rnnc, _torch_op
 from ._autograd import _in_type, _Recurrence, summed_parameters
+from ._packed import repack
 from ._programs import _infer, _inference_programs, _program, _ProgramCache, _training_programs
 from ._recurrent import (CELL_STATE_LAYOUT, cell_step, check_state_shape, given_states, ir_cell,
-                         records_gradients, repack, state_shapes)
+                         records_gradients, state_shapes)
 
 __all__ = ["LSTM", "GRU", "RNN", "LSTMCell", "GRUCell", "RNNCell", "Recurrent"]
 
@@ -81,8 +84,32 @@ class _RnncModule:
         return self
 
 
+def _scripted_alone():
+    """Whether torch.jit.script was given the module calling __prepare_scriptable__ itself,
+    rather than a model holding it: torch.jit.script calls call_prepare_scriptable_func(obj),
+    whose _impl calls the hook and then itself on every submodule. (Were torch to rename these,
+    this says False, and the module scripts as torch.nn's own.)"""
+    caller = sys._getframe(2)  # 0: here; 1: __prepare_scriptable__; 2: the hook's caller
+    above = caller.f_back
+    return (caller.f_code.co_name == "call_prepare_scriptable_func_impl" and above is not None
+            and above.f_code.co_name == "call_prepare_scriptable_func")
+
+
 class _RnncForward(_RnncModule):
     """The forward of torch.nn.RNNBase, run by rnnc (mixed into torch's own modules)."""
+
+    def __prepare_scriptable__(self):
+        """A module scripted alone scripts a copy whose forward takes a padded tensor only:
+        its forward is declared for a tensor and for a PackedSequence (as torch.nn's are, so
+        that a model holding it calls it with either), and torch compiles such a forward only
+        where a caller picks one, so that the scripted torch.nn.LSTM itself has no forward
+        (pytorch/pytorch#32976). The copy shares the module's parameters."""
+        module = super().__prepare_scriptable__()
+        if not _scripted_alone():
+            return module
+        alone = copy.copy(module)
+        alone.forward = alone._padded_forward
+        return alone
 
     def _rnnc_cell(self):
         return {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh",
@@ -162,9 +189,11 @@ class _RnncForward(_RnncModule):
             return y, (finals[0], finals[1])
         return y, finals[0]
 
-    def _scripted(self, input: Tensor, hx: List[Tensor]) -> List[Tensor]:
+    def _scripted(self, input: Tensor, hx: List[Tensor],
+                  lengths: Optional[Tensor] = None) -> List[Tensor]:
         """The forward in TorchScript (torch.jit.script of a model holding the module): what
-        _eager_forward does for a padded or unbatched tensor, around rnnc::forward."""
+        _eager_forward does for a padded or unbatched tensor, around rnnc::forward; lengths are
+        a packed input's (each sequence's own, in the batch's order)."""
         if self.training and self.dropout > 0 and self.num_layers > 1:
             raise RuntimeError("rnnc.nn's modules in TorchScript run without dropout between "
                                "layers: call .eval() (or set dropout=0)")
@@ -199,7 +228,7 @@ class _RnncForward(_RnncModule):
             directions = 2 if self.bidirectional else 1
             out = [x.new_zeros([x.size(0), x.size(1), widths[0] * directions])] + states
         else:
-            out = torch.ops.rnnc.forward(self._rnnc_spec, x, states, None, [], params)
+            out = torch.ops.rnnc.forward(self._rnnc_spec, x, states, lengths, [], params)
         results: List[Tensor] = []
         for i, result in enumerate(out):
             result = result.to(input.dtype)
@@ -208,34 +237,97 @@ class _RnncForward(_RnncModule):
             results.append(result)
         return results
 
+    def _padded_forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """The TorchScript forward of a padded tensor (GRU's and RNN's; LSTM's states are two)."""
+        out = self._scripted(input, [] if hx is None else [hx])
+        return out[0], out[1]
+
+    def _scripted_packed(self, input: PackedSequence,
+                         hx: List[Tensor]) -> Tuple[PackedSequence, List[Tensor]]:
+        """The TorchScript forward of a PackedSequence: padded, run with its lengths and packed
+        again as it was (the states in the batch's own order, as torch.nn's modules take and
+        give them)."""
+        padded, lengths = pad_packed_sequence(input, self.batch_first)
+        out = self._scripted(padded, hx, lengths)
+        return repack(out[0], input, self.batch_first), out[1:]
+
+
+# TorchScript compiles a forward once per signature declared by torch._jit_internal.
+# _overload_method, as torch.nn's own modules declare theirs (a padded tensor gives a tensor, a
+# PackedSequence a PackedSequence). It finds a class's declarations by the class's name and its
+# lines, so each module declares them in its own body and shares the rest.
+
 
 class LSTM(_RnncForward, torch.nn.LSTM):
     """torch.nn.LSTM trained through rnnc (options: threads, jit, target_cpu)."""
 
+    @torch._jit_internal._overload_method  # noqa: F811
     def forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None
                 ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        pass
+
+    @torch._jit_internal._overload_method  # noqa: F811
+    def forward(self, input: PackedSequence, hx: Optional[Tuple[Tensor, Tensor]] = None
+                ) -> Tuple[PackedSequence, Tuple[Tensor, Tensor]]:
+        pass
+
+    def forward(self, input, hx=None):  # noqa: F811
         if not torch.jit.is_scripting():
             return self._eager_forward(input, hx)
+        if isinstance(input, PackedSequence):
+            y, finals = self._scripted_packed(input, [] if hx is None else [hx[0], hx[1]])
+            return y, (finals[0], finals[1])
+        else:
+            return self._padded_forward(input, hx)
+
+    def _padded_forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None
+                        ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         out = self._scripted(input, [] if hx is None else [hx[0], hx[1]])
         return out[0], (out[1], out[2])
 
 
-class _HiddenStateForward(_RnncForward):
-    """The forward of the modules whose state is h alone (GRU, RNN), typed for TorchScript."""
-
-    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        if not torch.jit.is_scripting():
-            return self._eager_forward(input, hx)
-        out = self._scripted(input, [] if hx is None else [hx])
-        return out[0], out[1]
-
-
-class GRU(_HiddenStateForward, torch.nn.GRU):
+class GRU(_RnncForward, torch.nn.GRU):
     """torch.nn.GRU trained through rnnc."""
 
+    @torch._jit_internal._overload_method  # noqa: F811
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        pass
 
-class RNN(_HiddenStateForward, torch.nn.RNN):
+    @torch._jit_internal._overload_method  # noqa: F811
+    def forward(self, input: PackedSequence, hx: Optional[Tensor] = None
+                ) -> Tuple[PackedSequence, Tensor]:
+        pass
+
+    def forward(self, input, hx=None):  # noqa: F811
+        if not torch.jit.is_scripting():
+            return self._eager_forward(input, hx)
+        if isinstance(input, PackedSequence):
+            y, finals = self._scripted_packed(input, [] if hx is None else [hx])
+            return y, finals[0]
+        else:
+            return self._padded_forward(input, hx)
+
+
+class RNN(_RnncForward, torch.nn.RNN):
     """torch.nn.RNN (tanh or relu) trained through rnnc."""
+
+    @torch._jit_internal._overload_method  # noqa: F811
+    def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        pass
+
+    @torch._jit_internal._overload_method  # noqa: F811
+    def forward(self, input: PackedSequence, hx: Optional[Tensor] = None
+                ) -> Tuple[PackedSequence, Tensor]:
+        pass
+
+    def forward(self, input, hx=None):  # noqa: F811
+        if not torch.jit.is_scripting():
+            return self._eager_forward(input, hx)
+        if isinstance(input, PackedSequence):
+            y, finals = self._scripted_packed(input, [] if hx is None else [hx])
+            return y, finals[0]
+        else:
+            return self._padded_forward(input, hx)
 
 
 class _RnncCellForward(_RnncModule):

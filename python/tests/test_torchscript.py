@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from typing import Optional, Tuple
 
 import pytest
 
@@ -266,6 +267,84 @@ def test_a_traced_packing_model_trains_with_torchs_gradients():
         assert_close(got.grad, want.grad, f"gradient of {name}", 1e-4)
 
 
+class ScriptablePacking(torch.nn.Module):
+    """A scripted model's packing: the layer takes a PackedSequence (torch.nn's modules declare
+    it to TorchScript) and, in the same model, the padded batch."""
+
+    def __init__(self, rnn, batch_first):
+        super().__init__()
+        self.rnn, self.batch_first = rnn, batch_first
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, h0: torch.Tensor
+                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        packed = pack_padded_sequence(x, lengths, self.batch_first, enforce_sorted=False)
+        out, h_n = self.rnn(packed, h0)
+        padded, _ = pad_packed_sequence(out, self.batch_first,
+                                        total_length=x.size(1 if self.batch_first else 0))
+        whole, _ = self.rnn(x, h0)
+        return padded, h_n, whole
+
+
+class ScriptableLstmPacking(ScriptablePacking):
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, h0: torch.Tensor
+                ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        packed = pack_padded_sequence(x, lengths, self.batch_first, enforce_sorted=False)
+        c0 = torch.zeros(h0.size(0), h0.size(1), self.rnn.hidden_size)
+        out, (h_n, c_n) = self.rnn(packed, (h0, c0))
+        padded, _ = pad_packed_sequence(out, self.batch_first,
+                                        total_length=x.size(1 if self.batch_first else 0))
+        whole, _ = self.rnn(x, (h0, c0))
+        return padded, torch.cat([h_n.flatten(), c_n.flatten()]), whole
+
+
+PACKED = [("LSTM", dict(num_layers=2, bidirectional=True, proj_size=3)),
+          ("GRU", dict(batch_first=True)), ("RNN", dict(nonlinearity="relu", num_layers=2))]
+
+
+def packing_twins(mode, options):
+    torch.manual_seed(10)
+    theirs = getattr(torch.nn, mode)(6, 5, **options)
+    ours = getattr(rnnc.nn, mode)(6, 5, **options)
+    ours.load_state_dict(theirs.state_dict())
+    model = ScriptableLstmPacking if mode == "LSTM" else ScriptablePacking
+    batch_first = options.get("batch_first", False)
+    return model(theirs, batch_first), model(ours, batch_first), batch_first
+
+
+def packing_inputs(options, lengths):
+    slots = options.get("num_layers", 1) * (2 if options.get("bidirectional") else 1)
+    x = example(options, max(lengths), len(lengths))
+    return x, torch.tensor(lengths), torch.randn(slots, len(lengths),
+                                                 options.get("proj_size") or 5)
+
+
+@pytest.mark.parametrize("mode,options", PACKED, ids=[m for m, _ in PACKED])
+def test_a_scripted_model_packs_its_batch_as_with_torchs_modules(mode, options):
+    # Was refused: the scripted forward was typed for a Tensor ("Expected a value of type
+    # 'Tensor' for argument 'input' but instead found type 'PackedSequence'").
+    theirs, ours, _ = packing_twins(mode, options)
+    scripted = torch.jit.script(ours)
+    with torch.no_grad():
+        for lengths in ([3, 7, 1, 6], [2, 2], [4]):
+            x, lengths, h0 = packing_inputs(options, lengths)
+            got, want = scripted(x, lengths, h0), theirs(x, lengths, h0)
+            for what, g, w in zip(("packed output", "final states", "padded output"), got, want):
+                assert_close(g, w, f"{what}, lengths {lengths.tolist()}")
+    assert "rnnc::forward" in str(scripted.inlined_graph)
+
+
+def test_a_scripted_packing_model_trains_with_torchs_gradients():
+    theirs, ours, _ = packing_twins("GRU", dict(num_layers=2, bidirectional=True))
+    scripted = torch.jit.script(ours)
+    x, lengths, h0 = packing_inputs(dict(num_layers=2, bidirectional=True), [5, 2, 4])
+    for model in (theirs, scripted):
+        model.zero_grad()
+        y, h_n, _ = model(x, lengths, h0)
+        (y.pow(2).sum() + h_n.sum()).backward()
+    for (name, want), got in zip(theirs.rnn.named_parameters(), ours.rnn.parameters()):
+        assert_close(got.grad, want.grad, f"gradient of {name}", 1e-4)
+
+
 def test_what_tracing_cannot_record_is_refused_clearly():
     torch.manual_seed(6)
     plain = rnnc.LSTM(6, 8)  # not a torch.nn.Module: its weights are rnnc's own
@@ -276,6 +355,29 @@ def test_what_tracing_cannot_record_is_refused_clearly():
         dropping(torch.randn(3, 2, 6))
     dropping.eval()
     assert dropping(torch.randn(3, 2, 6)).shape == (2, 3)
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
+def test_a_layer_scripted_alone_runs_and_shares_its_parameters(mode, tmp_path):
+    # torch 1.13's own scripted torch.nn.LSTM has no forward (pytorch/pytorch#32976): its
+    # forward is declared for a tensor and a PackedSequence, and compiled only where a caller
+    # picks one. rnnc.nn's layers declare the same, and script alone with the tensor's.
+    torch.manual_seed(11)
+    theirs = getattr(torch.nn, mode)(6, 5, num_layers=2)
+    ours = getattr(rnnc.nn, mode)(6, 5, num_layers=2)
+    ours.load_state_dict(theirs.state_dict())
+    scripted = torch.jit.script(ours)
+    x = torch.randn(4, 3, 6)
+    with torch.no_grad():
+        assert_close(scripted(x)[0], theirs(x)[0], "scripted alone")
+        for module in (ours, theirs):
+            module.weight_hh_l1.mul_(-0.5)
+        assert_close(scripted(x)[0], theirs(x)[0], "after an in-place weight edit")
+        torch.jit.save(scripted, tmp_path / "alone.pt")
+        assert_close(torch.jit.load(tmp_path / "alone.pt")(x)[0], theirs(x)[0], "loaded")
+        packed = pack_padded_sequence(x, torch.tensor([4, 1, 2]), enforce_sorted=False)
+        assert_close(ours(packed)[0].data, theirs(packed)[0].data, "the module, eager, packed")
+    assert "forward" not in vars(ours)  # the module itself is unchanged
 
 
 def test_wrong_shapes_are_named_in_scripted_and_traced_models():
