@@ -25,7 +25,7 @@ torch.nn.Module trained the same way, its parameters the cell's; in training mod
 import copy
 import os
 import sys
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -478,7 +478,10 @@ class Recurrent(torch.nn.Module):
     reads them at the same step, and they get gradients as x does. In training
     mode the cell's dropouts (and those between layers) draw their masks from ``seed``, or from
     torch's generator when it is None; in eval mode they are the identity. Options as
-    rnnc.nn.LSTM's: threads, jit, target_cpu."""
+    rnnc.nn.LSTM's: threads, jit, target_cpu.
+
+    In TorchScript (torch.jit.script of a model holding it, or of the layer), forward takes x
+    padded, states as a Dict[str, Tensor] and lengths; side inputs are for torch.jit.trace."""
 
     def __init__(self, cell, num_layers=1, bidirectional=False, batch_first=False, dropout=0.0,
                  *, threads=0, jit=True, target_cpu="", **sizes):
@@ -530,7 +533,81 @@ class Recurrent(torch.nn.Module):
         ``grad=True``: the backward step rnnc derives for training)."""
         return _rnnc.cell_ir(self.cell, self.sizes, after, grad)
 
+    def __prepare_scriptable__(self):
+        """What the TorchScript forward reads, as the module is now: rnnc::forward's spec, the
+        parameters in the cell's order, and the states' names and widths."""
+        names = [name for name, _ in self._params]
+        self._rnnc_spec = _torch_op.spec(
+            self._cell_source(), self._sizes_of_program(),
+            (self.num_layers, self.bidirectional, self.batch_first), names,
+            list(self.state_sizes), [], self._rnnc_options)
+        self._rnnc_params = [getattr(self, attribute) for _, attribute in self._params]
+        self._rnnc_state_names = list(self.state_sizes)
+        self._rnnc_state_widths = list(self.state_sizes.values())
+        self._rnnc_sides = ", ".join(self.side_input_names)
+        self._rnnc_draws = bool(self._cell_drops or (self.dropout > 0 and self.num_layers > 1))
+        self._rnnc_input_width = int(self.sizes.get(self._input_size, -1))
+        return self
+
+    def _sizes_of_program(self):
+        """The sizes a program is built with: the input's width changes with the layer, so the
+        weights give it where there are some."""
+        return {n: v for n, v in self.sizes.items() if n != self._input_size or not self._params}
+
+    def _scripted_forward(self, x: Tensor, states: Optional[Dict[str, Tensor]] = None,
+                          lengths: Optional[Tensor] = None) -> Tuple[Tensor, Dict[str, Tensor]]:
+        """The forward in TorchScript: a padded x (and lengths), around rnnc::forward. The
+        shapes are checked here, as torch 1.13's interpreter drops the message of an exception
+        raised in a Python kernel."""
+        if self._rnnc_sides != "":
+            raise RuntimeError("a cell with side inputs ({}) runs in TorchScript through "
+                               "torch.jit.trace, which records them".format(self._rnnc_sides))
+        if self.training and self._rnnc_draws:
+            raise RuntimeError("rnnc.nn.Recurrent in TorchScript draws no dropout masks: call "
+                               ".eval()")
+        if x.dim() != 3 or (self._rnnc_input_width >= 0
+                            and x.size(2) != self._rnnc_input_width):
+            raise ValueError("x has shape {}, expected [T, B, {}] ([B, T, {}] with batch_first)"
+                             .format(x.shape, self._rnnc_input_width, self._rnnc_input_width))
+        batch = x.size(0 if self.batch_first else 1)
+        slots = self.num_layers * (2 if self.bidirectional else 1)
+        given: Dict[str, Tensor] = {}
+        if states is not None:
+            given = states
+        for name in given.keys():
+            if name not in self._rnnc_state_names:
+                raise ValueError("the cell has no state {}; its states: {}"
+                                 .format(name, ", ".join(self._rnnc_state_names)))
+        if lengths is not None and lengths.shape != [batch]:
+            raise ValueError("lengths has shape {}, expected [{}] (one per sequence)"
+                             .format(lengths.shape, batch))
+        initial: List[Tensor] = []
+        for name, width in zip(self._rnnc_state_names, self._rnnc_state_widths):
+            if name in given:
+                state = given[name]
+                if state.shape != [slots, batch, width]:
+                    raise ValueError("{} has shape {}, expected {} [num_layers * num_directions, "
+                                     "batch, features]".format(name, state.shape,
+                                                               [slots, batch, width]))
+                initial.append(state.float())
+            else:
+                initial.append(x.new_zeros([slots, batch, width]).float())
+        out = torch.ops.rnnc.forward(self._rnnc_spec, x.float(), initial, lengths, [],
+                                     [p.float() for p in self._rnnc_params])
+        finals: Dict[str, Tensor] = {}
+        for i, name in enumerate(self._rnnc_state_names):
+            finals[name] = out[i + 1].to(x.dtype)
+        return out[0].to(x.dtype), finals
+
     def forward(self, x, states=None, lengths=None, seed=None, **side_inputs):
+        return self._eager_forward(x, states, lengths, seed, side_inputs)
+
+    # TorchScript cannot compile **side_inputs; it reads a forward's source and signature through
+    # inspect, which follows __wrapped__, so a scripted model compiles the typed forward above
+    # while Python calls this one.
+    forward.__wrapped__ = _scripted_forward
+
+    def _eager_forward(self, x, states, lengths, seed, side_inputs):
         packed_input = x if isinstance(x, PackedSequence) else None
         if packed_input is not None:
             if lengths is not None:
@@ -568,9 +645,7 @@ class Recurrent(torch.nn.Module):
             seed = int(torch.randint(0, 2**62, ()))
         names = [name for name, _ in self._params]
         params = [getattr(self, attribute).float() for _, attribute in self._params]
-        # The input's width changes with the layer: the weights give it, where there are some.
-        sizes = {n: v for n, v in self.sizes.items()
-                 if n != self._input_size or not self._params}
+        sizes = self._sizes_of_program()
         state_names = list(self.state_sizes)
         if traced and not draws:
             if lengths is not None:

@@ -267,6 +267,90 @@ def test_a_traced_packing_model_trains_with_torchs_gradients():
         assert_close(got.grad, want.grad, f"gradient of {name}", 1e-4)
 
 
+class RunningACell(torch.nn.Module):
+    """A scripted model calling rnnc.nn.Recurrent with lengths and an initial state."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, h0: torch.Tensor
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        y, finals = self.layer(x, {"h": h0}, lengths)
+        return y, finals["h"]
+
+
+def torch_gru_packed(gru, x, lengths, h0):
+    y, h_n = gru(pack_padded_sequence(x, lengths, enforce_sorted=False), h0)
+    return pad_packed_sequence(y, total_length=x.shape[0])[0], h_n
+
+
+def test_a_scripted_model_runs_a_recurrent_cell_with_lengths_and_states():
+    # Was refused: Recurrent's forward takes **side_inputs, which TorchScript cannot compile.
+    torch.manual_seed(12)
+    theirs = torch.nn.GRU(6, 5, num_layers=2, bidirectional=True)
+    ours = rnnc.nn.Recurrent("gru", num_layers=2, bidirectional=True, input_size=6,
+                             hidden_size=5)
+    ours.load_state_dict(theirs.state_dict())
+    scripted = torch.jit.script(RunningACell(ours))
+    for lengths in ([3, 7, 1, 6], [2, 2]):
+        x, h0 = torch.randn(max(lengths), len(lengths), 6), torch.randn(4, len(lengths), 5)
+        lengths = torch.tensor(lengths)
+        with torch.no_grad():
+            got, want = scripted(x, lengths, h0), torch_gru_packed(theirs, x, lengths, h0)
+        assert_close(got[0], want[0], f"output, lengths {lengths.tolist()}")
+        assert_close(got[1], want[1], f"h_n, lengths {lengths.tolist()}")
+    x, lengths, h0 = torch.randn(5, 3, 6), torch.tensor([5, 2, 4]), torch.randn(4, 3, 5)
+    for model in (scripted, lambda *args: torch_gru_packed(theirs, *args)):
+        y, h_n = model(x, lengths, h0)
+        (y.pow(2).sum() + h_n.sum()).backward()
+    for (name, want), got in zip(theirs.named_parameters(), ours.parameters()):
+        assert_close(got.grad, want.grad, f"gradient of {name}", 1e-4)
+    assert "rnnc::forward" in str(scripted.inlined_graph)
+
+
+def test_a_scripted_custom_cell_survives_save_and_load_without_its_file(tmp_path):
+    source = tmp_path / "mgu.cell"
+    source.write_text(open(os.path.join(os.path.dirname(__file__), "..", "..", "examples",
+                                        "mgu.cell")).read())
+    torch.manual_seed(13)
+    layer = rnnc.nn.Recurrent(str(source), input_size=6, hidden_size=5).eval()
+    scripted = torch.jit.script(layer)  # alone, as Recurrent's forward is not overloaded
+    torch.jit.save(scripted, tmp_path / "mgu.pt")
+    x, h0 = torch.randn(4, 2, 6), torch.randn(1, 2, 5)
+    want_y, want_finals = layer(x, {"h": h0})
+    source.unlink()  # the scripted module keeps the cell's source, not the file's path
+    loaded = torch.jit.load(tmp_path / "mgu.pt")
+    got_y, got_finals = loaded(x, {"h": h0})
+    assert_close(got_y, want_y, "output")
+    assert_close(got_finals["h"], want_finals["h"], "h_n")
+
+
+def test_a_scripted_recurrent_cell_refuses_what_it_cannot_run():
+    with_context = rnnc.nn.Recurrent(textwrap.dedent("""\
+        cell gated(input_size, hidden_size, context_size) {
+          input x[input_size], context[context_size]
+          state h[hidden_size]
+          param w[hidden_size, input_size], v[hidden_size, context_size]
+          return h = tanh(linear(x, w) + linear(context, v) + h); output h
+        }"""), input_size=6, context_size=2, hidden_size=5)
+    with pytest.raises(Exception, match=r"side inputs \(context\).*torch\.jit\.trace"):
+        torch.jit.script(with_context)(torch.randn(3, 2, 6))
+    dropping = torch.jit.script(rnnc.nn.Recurrent("gru", num_layers=2, dropout=0.5,
+                                                  input_size=6, hidden_size=5))
+    with pytest.raises(Exception, match=r"\.eval\(\)"):
+        dropping(torch.randn(3, 2, 6))
+    gru = torch.jit.script(rnnc.nn.Recurrent("gru", input_size=6, hidden_size=5))
+    with pytest.raises(Exception, match=r"x has shape \[3, 2, 4\], expected \[T, B, 6\]"):
+        gru(torch.randn(3, 2, 4))
+    with pytest.raises(Exception, match=r"the cell has no state c; its states: h"):
+        gru(torch.randn(3, 2, 6), {"c": torch.zeros(1, 2, 5)})
+    with pytest.raises(Exception, match=r"h has shape \[1, 3, 5\], expected \[1, 2, 5\]"):
+        gru(torch.randn(3, 2, 6), {"h": torch.zeros(1, 3, 5)})
+    with pytest.raises(Exception, match=r"lengths has shape \[3\], expected \[2\]"):
+        gru(torch.randn(3, 2, 6), None, torch.tensor([1, 2, 3]))
+
+
 class ScriptablePacking(torch.nn.Module):
     """A scripted model's packing: the layer takes a PackedSequence (torch.nn's modules declare
     it to TorchScript) and, in the same model, the padded batch."""
