@@ -15,6 +15,7 @@ records the call it runs rnnc's training forward as a torch.autograd.Function, a
 scripted model trains as the module does (without dropout: its masks are drawn per call)."""
 
 import json
+import re
 import threading
 import warnings
 from collections import OrderedDict
@@ -76,6 +77,20 @@ def _stand(spec_text, params):
         return stand
 
 
+# torch.nn's recurrent modules' cells, as rnnc names them, and as ONNX's operators do.
+_TORCH_CELLS = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN_TANH", "rnn_relu": "RNN_RELU"}
+
+
+def empty_results(x, states, params, width):
+    """What torch.nn's modules give for a batch of no sequences (x [T, 0, I], or [0, T, I] with
+    batch_first): empty outputs of `width` features and final states, which autograd connects
+    to the input, the initial states and the parameters, so that a backward through them gives
+    zero gradients (rnnc's runtime takes batches of one sequence and more)."""
+    anchor = sum((t.sum() for t in (x, *states, *params)), x.new_zeros(())) * 0
+    y = x.new_zeros(tuple(x.shape[:2]) + (width,)) + anchor
+    return [y] + [s.new_zeros(s.shape) + anchor for s in states]
+
+
 def _forward(spec_text, x, states, lengths, sides, params):
     """The kernel: x [T, B, I] (as the layout's batch_first says), every initial state and side
     input and the parameters, float32; returns [y, *final states]."""
@@ -89,6 +104,12 @@ def _forward(spec_text, x, states, lengths, sides, params):
     states = [s.float() for s in states]
     sides = [s.float() for s in sides]
     params = [p.float() for p in params]
+    if x.shape[0 if stand.batch_first else 1] == 0 and stand.cell in _TORCH_CELLS:
+        if x.shape[-1] != params[0].shape[1]:  # weight_ih_l0 [gates, input_size]
+            raise ValueError(f"input has shape {list(x.shape)}, expected input_size = "
+                             f"{params[0].shape[1]} features")
+        return empty_results(x, states, params,
+                             states[0].shape[-1] * (2 if stand.bidirectional else 1))
     lens = None if lengths is None else lengths.cpu().numpy().astype("int64")
     if not records_gradients(x, *states, *sides, *params):
         layer = _inference_programs.get(stand, stand.names, params, stand.build(_rnnc.Layer))
@@ -115,6 +136,36 @@ def _kernel(*args):
 _library = torch.library.Library("rnnc", "DEF")
 _library.define(_SCHEMA)
 _library.impl("forward", _kernel, "CompositeImplicitAutograd")
+
+def _onnx_symbolic(g, spec_value, x, states, lengths, sides, params):
+    """rnnc::forward in torch.onnx.export of a scripted or traced model: the graph torch's
+    exporter gives for torch.nn's LSTM, GRU and RNN (their symbolic's own helper), with the
+    layout from the spec. Other cells, lengths and side inputs have no ONNX operator."""
+    from torch.onnx import symbolic_helper, symbolic_opset9
+
+    parsed = json.loads(symbolic_helper._maybe_get_const(spec_value, "s"))
+    variant = _TORCH_CELLS.get(parsed["cell"])
+    if variant is None or parsed["sides"] or not symbolic_helper._is_none(lengths):
+        named = re.search(r"\bcell\s+(\w+)", parsed["cell"])  # a cell's source, or its path
+        what = (f"the cell {named.group(1) if named else parsed['cell']!r}" if variant is None else
+                "side inputs" if parsed["sides"] else "sequence lengths")
+        return symbolic_helper._unimplemented(
+            "rnnc::forward", f"{what} (ONNX's recurrent operators are LSTM, GRU and RNN, for "
+            "rnnc.nn.LSTM, GRU and RNN over a padded batch)", x)
+    if states.node().kind() != "prim::ListConstruct":  # built by a loop in the scripted forward
+        return symbolic_helper._unimplemented(
+            "rnnc::forward", "a scripted model (export the model itself, or its trace: "
+            "torch.onnx.export(model, ...) with model a torch.nn.Module)", x)
+    num_layers, bidirectional, batch_first = parsed["layout"]
+    initial = symbolic_helper._unpack_list(states)
+    outputs = symbolic_opset9._generic_rnn(
+        g, variant, x, initial if variant == "LSTM" else initial[0],
+        symbolic_helper._unpack_list(params), any(n.startswith("bias") for n in parsed["names"]),
+        num_layers, 0.0, False, bidirectional, batch_first)
+    return g.op("prim::ListConstruct", *outputs)
+
+
+torch.onnx.register_custom_op_symbolic("rnnc::forward", _onnx_symbolic, 9)
 
 
 def tracing():

@@ -47,16 +47,13 @@ def _token(summed):
 
 
 def _empty_batch(module, x, states, params, width):
-    """What torch.nn's modules give for a batch of no sequences (x [T, 0, I], or [0, T, I] with
-    batch_first): empty outputs and final states, which autograd connects to the input, the
-    initial states and the parameters, so that a backward through them gives zero gradients
-    (rnnc's runtime takes batches of one sequence and more)."""
+    """torch.nn's results for a batch of no sequences (_torch_op.empty_results), the input's
+    width checked."""
     if x.shape[-1] != module.input_size:
         raise ValueError(f"input has shape {list(x.shape)}, expected input_size = "
                          f"{module.input_size} features")
-    anchor = sum((t.sum() for t in (x, *states, *params)), x.new_zeros(())) * 0
-    y = x.new_zeros(tuple(x.shape[:2]) + (width,)) + anchor
-    return y, [s.new_zeros(s.shape) + anchor for s in states]
+    y, *finals = _torch_op.empty_results(x, states, params, width)
+    return y, finals
 
 
 class _RnncModule:
@@ -75,6 +72,14 @@ class _RnncModule:
     def __init__(self, *args, threads=0, jit=True, target_cpu="", **kwargs):
         super().__init__(*args, **kwargs)
         self._rnnc_options = dict(jit=bool(jit), threads=int(threads), target_cpu=target_cpu)
+
+    def _onnx_forward(self, *args):
+        """The forward under torch.onnx.export: torch.nn's own (the module's class among its
+        bases), which the exporter maps onto ONNX's LSTM, GRU and RNN operators, so the graph is
+        the one torch.nn's module exports (rnnc::forward has no ONNX form)."""
+        torch_type = next(base for base in type(self).__mro__
+                          if base.__module__ == "torch.nn.modules.rnn")
+        return torch_type.forward(self, *args)
 
     def __prepare_scriptable__(self):
         """torch.jit.script calls this on every module it compiles, first: the TorchScript
@@ -134,6 +139,8 @@ class _RnncForward(_RnncModule):
         return states
 
     def _eager_forward(self, input, hx):
+        if torch.onnx.is_in_onnx_export():
+            return self._onnx_forward(input, hx)
         packed = isinstance(input, PackedSequence)
         lengths = traced_lengths = None
         if packed:
@@ -189,67 +196,69 @@ class _RnncForward(_RnncModule):
             return y, (finals[0], finals[1])
         return y, finals[0]
 
-    def _scripted(self, input: Tensor, hx: List[Tensor],
-                  lengths: Optional[Tensor] = None) -> List[Tensor]:
-        """The forward in TorchScript (torch.jit.script of a model holding the module): what
-        _eager_forward does for a padded or unbatched tensor, around rnnc::forward; lengths are
-        a packed input's (each sequence's own, in the batch's order)."""
+    # The forward in TorchScript (torch.jit.script of a model holding the module): what
+    # _eager_forward does for a padded or unbatched tensor (or a PackedSequence's padded tensor
+    # and lengths), around rnnc::forward. The shapes are checked here: torch 1.13's TorchScript
+    # interpreter drops the message of an exception raised in a Python kernel, such as
+    # rnnc::forward's. The code is straight-line, states and results by name rather than in
+    # loops, so that torch.onnx.export of a scripted model finds the operator's lists as
+    # written (its ONNX symbolic reads them).
+
+    def _scripted_input(self, input: Tensor) -> Tensor:
+        """x as rnnc::forward takes it: float32, with a batch."""
         if self.training and self.dropout > 0 and self.num_layers > 1:
             raise RuntimeError("rnnc.nn's modules in TorchScript run without dropout between "
                                "layers: call .eval() (or set dropout=0)")
-        # The shapes are checked here: torch 1.13's TorchScript interpreter drops the message
-        # of an exception raised in a Python kernel, such as rnnc::forward's.
         if (input.dim() != 2 and input.dim() != 3) or input.size(-1) != self.input_size:
             raise ValueError("input has shape {}, expected [T, B, input_size] ([B, T, input_size] "
                              "with batch_first, or [T, input_size]) with input_size = {}"
                              .format(input.shape, self.input_size))
-        batched = input.dim() == 3
-        batch_dim = 0 if self.batch_first else 1
-        x = input.float()
-        if not batched:
-            x = x.unsqueeze(batch_dim)
+        if input.dim() == 2:
+            return input.float().unsqueeze(0 if self.batch_first else 1)
+        return input.float()
+
+    def _scripted_state(self, input: Tensor, x: Tensor, given: Optional[Tensor], index: int,
+                        width: int) -> Tensor:
+        """Initial state `index` (hx[index]) as rnnc::forward takes it, checked; zeros if none."""
         slots = self.num_layers * (2 if self.bidirectional else 1)
-        widths = [self.proj_size if self.proj_size > 0 else self.hidden_size]
-        if self.mode == "LSTM":
-            widths.append(self.hidden_size)
-        states: List[Tensor] = []
-        for i, width in enumerate(widths):
-            if len(hx) == 0:
-                states.append(x.new_zeros([slots, x.size(batch_dim), width]))
-                continue
-            expected = [slots, x.size(batch_dim), width] if batched else [slots, width]
-            if hx[i].shape != expected:
-                raise ValueError("hx[{}] has shape {}, expected {} [num_layers * "
-                                 "num_directions, batch, features]"
-                                 .format(i, hx[i].shape, expected))
-            states.append(hx[i].float() if batched else hx[i].float().unsqueeze(1))
-        params = [p.float() for p in self._flat_weights]
-        if x.size(batch_dim) == 0:  # no sequences: empty results, as torch.nn's modules give
-            directions = 2 if self.bidirectional else 1
-            out = [x.new_zeros([x.size(0), x.size(1), widths[0] * directions])] + states
-        else:
-            out = torch.ops.rnnc.forward(self._rnnc_spec, x, states, lengths, [], params)
-        results: List[Tensor] = []
-        for i, result in enumerate(out):
-            result = result.to(input.dtype)
-            if not batched:
-                result = result.squeeze(batch_dim if i == 0 else 1)
-            results.append(result)
-        return results
+        batch = x.size(0 if self.batch_first else 1)
+        if given is None:
+            return x.new_zeros([slots, batch, width])
+        expected = [slots, batch, width] if input.dim() == 3 else [slots, width]
+        if given.shape != expected:
+            raise ValueError("hx[{}] has shape {}, expected {} [num_layers * num_directions, "
+                             "batch, features]".format(index, given.shape, expected))
+        return given.float() if input.dim() == 3 else given.float().unsqueeze(1)
+
+    def _scripted_result(self, input: Tensor, result: Tensor, is_state: bool) -> Tensor:
+        """An output or final state in the input's type, without a batch where it had none."""
+        result = result.to(input.dtype)
+        if input.dim() == 2:
+            return result.squeeze(1 if is_state or not self.batch_first else 0)
+        return result
+
+    def _scripted_hidden(self, input: Tensor, hx: Optional[Tensor],
+                         lengths: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        """GRU's and RNN's TorchScript forward of a padded tensor (LSTM has its own: two
+        states)."""
+        x = self._scripted_input(input)
+        h0 = self._scripted_state(input, x, hx, 0,
+                                  self.proj_size if self.proj_size > 0 else self.hidden_size)
+        y, h_n = torch.ops.rnnc.forward(self._rnnc_spec, x, [h0], lengths, [],
+                                        self._flat_weights)
+        return self._scripted_result(input, y, False), self._scripted_result(input, h_n, True)
 
     def _padded_forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        """The TorchScript forward of a padded tensor (GRU's and RNN's; LSTM's states are two)."""
-        out = self._scripted(input, [] if hx is None else [hx])
-        return out[0], out[1]
+        return self._scripted_hidden(input, hx, None)
 
-    def _scripted_packed(self, input: PackedSequence,
-                         hx: List[Tensor]) -> Tuple[PackedSequence, List[Tensor]]:
+    def _packed_hidden(self, input: PackedSequence,
+                       hx: Optional[Tensor]) -> Tuple[PackedSequence, Tensor]:
         """The TorchScript forward of a PackedSequence: padded, run with its lengths and packed
         again as it was (the states in the batch's own order, as torch.nn's modules take and
         give them)."""
         padded, lengths = pad_packed_sequence(input, self.batch_first)
-        out = self._scripted(padded, hx, lengths)
-        return repack(out[0], input, self.batch_first), out[1:]
+        y, h_n = self._scripted_hidden(padded, hx, lengths)
+        return repack(y, input, self.batch_first), h_n
 
 
 # TorchScript compiles a forward once per signature declared by torch._jit_internal.
@@ -275,15 +284,26 @@ class LSTM(_RnncForward, torch.nn.LSTM):
         if not torch.jit.is_scripting():
             return self._eager_forward(input, hx)
         if isinstance(input, PackedSequence):
-            y, finals = self._scripted_packed(input, [] if hx is None else [hx[0], hx[1]])
-            return y, (finals[0], finals[1])
+            padded, lengths = pad_packed_sequence(input, self.batch_first)
+            y, finals = self._scripted_lstm(padded, hx, lengths)
+            return repack(y, input, self.batch_first), finals
         else:
-            return self._padded_forward(input, hx)
+            return self._scripted_lstm(input, hx, None)
 
     def _padded_forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None
                         ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
-        out = self._scripted(input, [] if hx is None else [hx[0], hx[1]])
-        return out[0], (out[1], out[2])
+        return self._scripted_lstm(input, hx, None)
+
+    def _scripted_lstm(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]],
+                       lengths: Optional[Tensor]) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        x = self._scripted_input(input)
+        h0 = self._scripted_state(input, x, None if hx is None else hx[0], 0,
+                                  self.proj_size if self.proj_size > 0 else self.hidden_size)
+        c0 = self._scripted_state(input, x, None if hx is None else hx[1], 1, self.hidden_size)
+        y, h_n, c_n = torch.ops.rnnc.forward(self._rnnc_spec, x, [h0, c0], lengths, [],
+                                             self._flat_weights)
+        return self._scripted_result(input, y, False), (self._scripted_result(input, h_n, True),
+                                                        self._scripted_result(input, c_n, True))
 
 
 class GRU(_RnncForward, torch.nn.GRU):
@@ -302,10 +322,9 @@ class GRU(_RnncForward, torch.nn.GRU):
         if not torch.jit.is_scripting():
             return self._eager_forward(input, hx)
         if isinstance(input, PackedSequence):
-            y, finals = self._scripted_packed(input, [] if hx is None else [hx])
-            return y, finals[0]
+            return self._packed_hidden(input, hx)
         else:
-            return self._padded_forward(input, hx)
+            return self._scripted_hidden(input, hx, None)
 
 
 class RNN(_RnncForward, torch.nn.RNN):
@@ -324,10 +343,9 @@ class RNN(_RnncForward, torch.nn.RNN):
         if not torch.jit.is_scripting():
             return self._eager_forward(input, hx)
         if isinstance(input, PackedSequence):
-            y, finals = self._scripted_packed(input, [] if hx is None else [hx])
-            return y, finals[0]
+            return self._packed_hidden(input, hx)
         else:
-            return self._padded_forward(input, hx)
+            return self._scripted_hidden(input, hx, None)
 
 
 class _RnncCellForward(_RnncModule):
@@ -351,6 +369,8 @@ class _RnncCellForward(_RnncModule):
                               states, [], self._rnnc_options)
 
     def _eager_forward(self, input, hx):
+        if torch.onnx.is_in_onnx_export():
+            return self._onnx_forward(input, hx)
         lstm = isinstance(self, torch.nn.LSTMCell)
         if not isinstance(input, torch.Tensor) or not input.is_floating_point():
             raise TypeError(f"{type(self).__name__} takes a floating-point tensor, not "
@@ -392,43 +412,40 @@ class _RnncCellForward(_RnncModule):
         finals = [f.reshape(expected) for f in finals]
         return (finals[0], finals[1]) if lstm else finals[0]
 
-    def _scripted(self, input: Tensor, hx: List[Tensor], count: int) -> List[Tensor]:
-        """The step in TorchScript: what _eager_forward does, around rnnc::forward over a
-        sequence of one step; `count` states (h, and c for an LSTMCell)."""
+    # The step in TorchScript: what _eager_forward does, around rnnc::forward over a sequence of
+    # one step, straight-line as the layers' (see _RnncForward).
+
+    def _scripted_input(self, input: Tensor) -> Tensor:
+        """x as rnnc::forward takes it: float32, a sequence of one step [1, batch, input_size]."""
         if (input.dim() != 1 and input.dim() != 2) or input.size(-1) != self.input_size:
             raise ValueError("input has shape {}, expected [batch, input_size] or [input_size] "
                              "with input_size = {}".format(input.shape, self.input_size))
-        batched = input.dim() == 2
-        x = input.float()
-        if not batched:
-            x = x.unsqueeze(0)
-        batch = x.size(0)
-        expected = [batch, self.hidden_size] if batched else [self.hidden_size]
-        states: List[Tensor] = []
-        for i in range(count):
-            if len(hx) == 0:
-                states.append(x.new_zeros([1, batch, self.hidden_size]))
-                continue
-            if hx[i].shape != expected:
-                raise ValueError("hx[{}] has shape {}, expected {} (as the input's batch)"
-                                 .format(i, hx[i].shape, expected))
-            states.append(hx[i].float().reshape([1, batch, self.hidden_size]))
-        params = [self.weight_ih.float(), self.weight_hh.float()]
-        biases: List[Optional[Tensor]] = [self.bias_ih, self.bias_hh]
-        for bias in biases:
-            if bias is not None:
-                params.append(bias.float())
-        if batch == 0:  # no sequences: empty results, as torch.nn's cells give
-            out = [x.new_zeros([1, 0, self.hidden_size])] + states
-        else:
-            out = torch.ops.rnnc.forward(self._rnnc_spec,
-                                         x.reshape([1, batch, self.input_size]), states, None, [],
-                                         params)
-        results: List[Tensor] = []
-        for final in out[1:]:
-            final = final.to(input.dtype).reshape([batch, self.hidden_size])
-            results.append(final if batched else final.squeeze(0))
-        return results
+        return input.float().reshape([1, -1, self.input_size])
+
+    def _scripted_state(self, input: Tensor, x: Tensor, given: Optional[Tensor],
+                        index: int) -> Tensor:
+        """Initial state `index` (hx[index]) as rnnc::forward takes it, checked; zeros if none."""
+        batch = x.size(1)
+        if given is None:
+            return x.new_zeros([1, batch, self.hidden_size])
+        expected = [batch, self.hidden_size] if input.dim() == 2 else [self.hidden_size]
+        if given.shape != expected:
+            raise ValueError("hx[{}] has shape {}, expected {} (as the input's batch)"
+                             .format(index, given.shape, expected))
+        return given.float().reshape([1, batch, self.hidden_size])
+
+    def _scripted_params(self) -> List[Tensor]:
+        bias_ih, bias_hh = self.bias_ih, self.bias_hh
+        if bias_ih is not None and bias_hh is not None:
+            return [self.weight_ih, self.weight_hh, bias_ih, bias_hh]
+        return [self.weight_ih, self.weight_hh]
+
+    def _scripted_result(self, input: Tensor, final: Tensor) -> Tensor:
+        """A final state as torch.nn's cells give it: [batch, hidden_size], or [hidden_size]."""
+        final = final.to(input.dtype)
+        if input.dim() == 2:
+            return final.reshape([input.size(0), self.hidden_size])
+        return final.reshape([self.hidden_size])
 
 
 class LSTMCell(_RnncCellForward, torch.nn.LSTMCell):
@@ -438,8 +455,12 @@ class LSTMCell(_RnncCellForward, torch.nn.LSTMCell):
                 ) -> Tuple[Tensor, Tensor]:
         if not torch.jit.is_scripting():
             return self._eager_forward(input, hx)
-        out = self._scripted(input, [] if hx is None else [hx[0], hx[1]], 2)
-        return out[0], out[1]
+        x = self._scripted_input(input)
+        h0 = self._scripted_state(input, x, None if hx is None else hx[0], 0)
+        c0 = self._scripted_state(input, x, None if hx is None else hx[1], 1)
+        _, h_n, c_n = torch.ops.rnnc.forward(self._rnnc_spec, x, [h0, c0], None, [],
+                                             self._scripted_params())
+        return self._scripted_result(input, h_n), self._scripted_result(input, c_n)
 
 
 class _HiddenCellForward(_RnncCellForward):
@@ -448,7 +469,11 @@ class _HiddenCellForward(_RnncCellForward):
     def forward(self, input: Tensor, hx: Optional[Tensor] = None) -> Tensor:
         if not torch.jit.is_scripting():
             return self._eager_forward(input, hx)
-        return self._scripted(input, [] if hx is None else [hx], 1)[0]
+        x = self._scripted_input(input)
+        h0 = self._scripted_state(input, x, hx, 0)
+        _, h_n = torch.ops.rnnc.forward(self._rnnc_spec, x, [h0], None, [],
+                                        self._scripted_params())
+        return self._scripted_result(input, h_n)
 
 
 class GRUCell(_HiddenCellForward, torch.nn.GRUCell):
@@ -608,6 +633,10 @@ class Recurrent(torch.nn.Module):
     forward.__wrapped__ = _scripted_forward
 
     def _eager_forward(self, x, states, lengths, seed, side_inputs):
+        if torch.onnx.is_in_onnx_export():
+            raise RuntimeError("rnnc.nn.Recurrent has no ONNX form: ONNX's recurrent operators "
+                               "are LSTM, GRU and RNN, which torch.onnx.export gives for "
+                               "rnnc.nn.LSTM, GRU and RNN (and their cells)")
         packed_input = x if isinstance(x, PackedSequence) else None
         if packed_input is not None:
             if lengths is not None:
