@@ -6,6 +6,24 @@ import torch
 from . import _rnnc
 
 
+WEIGHTS_DTYPES = ("fp32", "bf16", "fp16", "int8")
+
+
+def rnnc_options(jit, threads, target_cpu, weights_dtype):
+    """rnnc's options of a torch module (those of rnnc.Layer), checked."""
+    if weights_dtype not in WEIGHTS_DTYPES:
+        raise ValueError(f"weights_dtype must be one of {', '.join(WEIGHTS_DTYPES)}, not "
+                         f"{weights_dtype!r}")
+    return dict(jit=bool(jit), threads=int(threads), target_cpu=str(target_cpu),
+                weights_dtype=weights_dtype)
+
+
+def weights_dtype(module):
+    """The module's weights_dtype option (fp32 in a module pickled, or a spec traced, before it
+    had one)."""
+    return module._rnnc_options.get("weights_dtype", "fp32")
+
+
 class _ProgramCache:
     """A module's program kept between calls while its parameters keep their values: the
     inference program (rnnc's Layer: no tape, weights packed once) for calls that autograd does
@@ -28,6 +46,7 @@ class _ProgramCache:
         """The program for `params` (float32 tensors, by `names`) and `key` (whatever else the
         program is built with: the training flag, a dropout's seed); build(weights) makes one
         from numpy arrays (which it copies)."""
+        key = (key, weights_dtype(module))  # (the option may change between calls)
         weights = dict(zip(names, (_array(p) for p in params)))
         cached = module.__dict__.get(self._attribute)
         if cached is not None and cached[0] == key and cached[1].same_weights(weights):
@@ -75,6 +94,14 @@ def _program(make, module, cell, weights, sizes, *training_args, layout=None,
     the cell, numpy weights and sizes given, the options the module's, and its layout
     (num_layers, bidirectional, batch_first) unless given (a cell's: one step of one layer)."""
     layout = layout or (module.num_layers, module.bidirectional, module.batch_first)
+    dtype = weights_dtype(module)
+    if make is _rnnc.Training and dtype != "fp32":  # (the inference Layer takes the dtype)
+        raise NotImplementedError(
+            f"weights_dtype={dtype!r} runs inference only, and autograd records this call (grad "
+            "mode is on and a parameter or an input requires grad): gradients need "
+            "weights_dtype='fp32'; for inference, call the module under torch.no_grad() or "
+            "torch.inference_mode()")
+    reduced = {} if make is _rnnc.Training else {"weights_dtype": dtype}
     return make(cell, weights, sizes, *layout, module._rnnc_options["jit"],
                 module._rnnc_options["threads"], module._rnnc_options["target_cpu"],
-                *training_args, **training_options)
+                *training_args, **training_options, **reduced)

@@ -20,6 +20,10 @@ torch.nn.Module trained the same way, its parameters the cell's; in training mod
 
     cell = rnnc.nn.Recurrent("mgu.cell", input_size=2, hidden_size=32)
     y, finals = cell(x)            # finals: {"h": h_n}
+
+Every module takes rnnc's options as keywords: threads, jit, target_cpu and weights_dtype, which
+may change between calls: a model trained in fp32 runs inference with int8, fp16 or bf16 weights
+after ``module.weights_dtype = "int8"`` (under torch.no_grad() or torch.inference_mode()).
 """
 
 import copy
@@ -34,7 +38,8 @@ from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
 from . import _rnnc, _torch_op
 from ._autograd import _in_type, _Recurrence, summed_parameters
 from ._packed import repack
-from ._programs import _infer, _inference_programs, _program, _ProgramCache, _training_programs
+from ._programs import (_infer, _inference_programs, _program, _ProgramCache, _training_programs,
+                        rnnc_options, weights_dtype)
 from ._recurrent import (CELL_STATE_LAYOUT, cell_step, check_state_shape, given_states, ir_cell,
                          records_gradients, state_shapes)
 
@@ -56,9 +61,28 @@ def _empty_batch(module, x, states, params, width):
     return y, finals
 
 
-class _RnncModule:
-    """What torch's modules run by rnnc add to them: rnnc's options (threads, jit, target_cpu),
-    pickling without the compiled programs (a copy builds its own) and the cell's IR."""
+class _WeightsDtype:
+    """The weights_dtype option of rnnc's torch modules, which may change between calls (train in
+    fp32, then ``module.weights_dtype = "int8"`` for inference): fp32; fp16 or bf16 (half the
+    bytes); int8 (dynamic quantization). Reduced weights run inference only (under
+    torch.no_grad() or torch.inference_mode()); a call that autograd records is refused."""
+
+    # TorchScript compiles a module's properties unless told (torch.nn.RNNBase's own too).
+    __jit_unused_properties__ = ["all_weights", "weights_dtype"]
+
+    @property
+    def weights_dtype(self):
+        return weights_dtype(self)
+
+    @weights_dtype.setter
+    def weights_dtype(self, dtype):
+        self._rnnc_options = rnnc_options(**dict(self._rnnc_options, weights_dtype=dtype))
+
+
+class _RnncModule(_WeightsDtype):
+    """What torch's modules run by rnnc add to them: rnnc's options (threads, jit, target_cpu,
+    weights_dtype), pickling without the compiled programs (a copy builds its own) and the
+    cell's IR."""
 
     def ir(self, after=None, grad=False):
         """The cell's IR through rnnc's passes, with this module's sizes: after every pass
@@ -69,9 +93,10 @@ class _RnncModule:
     def __getstate__(self):
         return _ProgramCache.without(super().__getstate__())
 
-    def __init__(self, *args, threads=0, jit=True, target_cpu="", **kwargs):
+    def __init__(self, *args, threads=0, jit=True, target_cpu="", weights_dtype="fp32",
+                 **kwargs):
         super().__init__(*args, **kwargs)
-        self._rnnc_options = dict(jit=bool(jit), threads=int(threads), target_cpu=target_cpu)
+        self._rnnc_options = rnnc_options(jit, threads, target_cpu, weights_dtype)
 
     def _onnx_forward(self, *args):
         """The forward under torch.onnx.export: torch.nn's own (the module's class among its
@@ -268,7 +293,7 @@ class _RnncForward(_RnncModule):
 
 
 class LSTM(_RnncForward, torch.nn.LSTM):
-    """torch.nn.LSTM trained through rnnc (options: threads, jit, target_cpu)."""
+    """torch.nn.LSTM trained through rnnc (options: threads, jit, target_cpu, weights_dtype)."""
 
     @torch._jit_internal._overload_method  # noqa: F811
     def forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None
@@ -449,7 +474,8 @@ class _RnncCellForward(_RnncModule):
 
 
 class LSTMCell(_RnncCellForward, torch.nn.LSTMCell):
-    """torch.nn.LSTMCell trained through rnnc (options: threads, jit, target_cpu)."""
+    """torch.nn.LSTMCell trained through rnnc (options: threads, jit, target_cpu,
+    weights_dtype)."""
 
     def forward(self, input: Tensor, hx: Optional[Tuple[Tensor, Tensor]] = None
                 ) -> Tuple[Tensor, Tensor]:
@@ -484,7 +510,7 @@ class RNNCell(_HiddenCellForward, torch.nn.RNNCell):
     """torch.nn.RNNCell (tanh or relu) trained through rnnc."""
 
 
-class Recurrent(torch.nn.Module):
+class Recurrent(_WeightsDtype, torch.nn.Module):
     """Any cell as a layer trained through rnnc: ``cell`` is a ``.cell`` file, the cell's source
     or a built-in name, and every size its parameters need is a keyword (``input_size=8,
     hidden_size=32, ...``). The parameters are the cell's, one set per layer and direction,
@@ -503,13 +529,13 @@ class Recurrent(torch.nn.Module):
     reads them at the same step, and they get gradients as x does. In training
     mode the cell's dropouts (and those between layers) draw their masks from ``seed``, or from
     torch's generator when it is None; in eval mode they are the identity. Options as
-    rnnc.nn.LSTM's: threads, jit, target_cpu.
+    rnnc.nn.LSTM's: threads, jit, target_cpu, weights_dtype.
 
     In TorchScript (torch.jit.script of a model holding it, or of the layer), forward takes x
     padded, states as a Dict[str, Tensor] and lengths; side inputs are for torch.jit.trace."""
 
     def __init__(self, cell, num_layers=1, bidirectional=False, batch_first=False, dropout=0.0,
-                 *, threads=0, jit=True, target_cpu="", **sizes):
+                 *, threads=0, jit=True, target_cpu="", weights_dtype="fp32", **sizes):
         super().__init__()
         if not isinstance(num_layers, int) or num_layers <= 0:
             raise ValueError(f"num_layers must be a positive integer, not {num_layers!r}")
@@ -519,7 +545,7 @@ class Recurrent(torch.nn.Module):
         self.sizes = {name: int(value) for name, value in sizes.items()}
         self.num_layers, self.bidirectional = num_layers, bool(bidirectional)
         self.batch_first, self.dropout = bool(batch_first), float(dropout)
-        self._rnnc_options = dict(jit=bool(jit), threads=int(threads), target_cpu=target_cpu)
+        self._rnnc_options = rnnc_options(jit, threads, target_cpu, weights_dtype)
         signature = _rnnc.cell_signature(self.cell, self.sizes)
         self.side_input_names = list(signature["inputs"][1:])
         self._cell_drops = signature["dropout"]
