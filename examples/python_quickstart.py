@@ -42,3 +42,38 @@ print(f"custom cell: output {out.shape}, final states {list(final)}")
 # 3. What rnnc made of it: the IR after every pass.
 print(layer.ir(after="all").splitlines()[0])
 print(layer.ir())
+
+# 4. Inside a torch model: rnnc.nn's layers are torch.nn's (parameters, state_dict, optimisers)
+#    with rnnc's forward and backward. Train in fp32, evaluate with int8 weights, and deploy
+#    through TorchScript, which records rnnc's operator (torch.jit.load needs `import rnnc.nn`).
+import rnnc.nn  # noqa: E402
+
+
+class Classifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = rnnc.nn.GRU(8, 32, batch_first=True)
+        self.head = torch.nn.Linear(32, 3)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.head(y[:, -1])
+
+
+model = Classifier()
+optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
+inputs, labels = torch.randn(64, 12, 8), torch.randint(0, 3, (64,))
+for step in range(20):
+    optimiser.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+    loss.backward()
+    optimiser.step()
+model.eval()
+model.rnn.weights_dtype = "int8"
+with torch.inference_mode():
+    agreement = (model(inputs).argmax(1) == labels).float().mean()
+scripted = torch.jit.script(model)
+with torch.inference_mode():
+    same = torch.equal(scripted(inputs), model(inputs))
+print(f"trained: loss {float(loss):.3f}; with int8 weights {float(agreement):.0%} of the labels "
+      f"right; the scripted model gives the same: {same}")
