@@ -32,6 +32,54 @@ class _NoSecondDerivative(torch.autograd.Function):
             "not supported")
 
 
+# torch's own recurrences (what torch.nn's modules call), by rnnc's name of the cell.
+_TORCH_RECURRENCES = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "rnn_tanh", "rnn_relu": "rnn_relu"}
+
+
+def torch_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, lengths):
+    """The forward of a built-in cell's layer in torch's own operations (those torch.nn's
+    modules run), for a second derivative: f(x, initial states, parameters) -> (y, finals),
+    parameters in torch.nn's order, a state given as None starting at zero, `lengths` (numpy,
+    the batch's order, or None) as torch.nn's packed path takes them, y zero past them. None
+    for other cells."""
+    name = _TORCH_RECURRENCES.get(cell)
+    if name is None:
+        return None
+    recurrence = getattr(torch._VF, name)
+
+    def forward(x, initial, params):
+        batch = x.shape[0 if batch_first else 1]
+        slots = num_layers * (2 if bidirectional else 1)
+        states = [s if s is not None else x.new_zeros(slots, batch, width)
+                  for s, width in zip(initial, _state_widths(cell, params))]
+        if lengths is None:
+            hx = tuple(states) if cell == "lstm" else states[0]
+            y, *finals = recurrence(x, hx, list(params), has_biases, num_layers, 0.0, False,
+                                    bidirectional, batch_first)
+            return y, finals
+        from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+        packed = pack_padded_sequence(x, torch.as_tensor(lengths), batch_first,
+                                      enforce_sorted=False)
+        states = [s.index_select(1, packed.sorted_indices) for s in states]
+        hx = tuple(states) if cell == "lstm" else states[0]
+        y, *finals = recurrence(packed.data, packed.batch_sizes, hx, list(params), has_biases,
+                                num_layers, 0.0, False, bidirectional)
+        y, _ = pad_packed_sequence(PackedSequence(y, packed.batch_sizes, packed.sorted_indices,
+                                                  packed.unsorted_indices),
+                                   batch_first, total_length=x.shape[1 if batch_first else 0])
+        return y, [f.index_select(1, packed.unsorted_indices) for f in finals]
+
+    return forward
+
+
+def _state_widths(cell, params):
+    """h's width (weight_hh's columns: the projection's, where there is one) and c's."""
+    if cell != "lstm":
+        return [params[1].shape[1]]
+    return [params[1].shape[1], params[1].shape[0] // 4]
+
+
 class _GradientSums:
     """The parameters' gradients of a module's calls in one autograd graph, summed in place by
     rnnc's backward (_rnnc.ParameterSums) and handed on by _SummedParameters, once."""
@@ -91,8 +139,8 @@ class _Recurrence(torch.autograd.Function):
     the call's dropout masks' (None: the program's own), which the backward reuses."""
 
     @staticmethod
-    def forward(ctx, program, state_names, side_names, param_names, summed, x, lengths, seed,
-                *tensors):
+    def forward(ctx, program, state_names, side_names, param_names, summed, recompute, x,
+                lengths, seed, *tensors):
         if summed is not None:
             tensors = tensors[1:]  # the token
         initial = tensors[:len(state_names)]
@@ -106,11 +154,15 @@ class _Recurrence(torch.autograd.Function):
         ctx.state_names, ctx.side_names, ctx.param_names = state_names, side_names, param_names
         ctx.given = [t is not None for t in initial]
         ctx.sums, ctx.summing = (summed[0], summed[1].grad_fn) if summed else (None, None)
-        ctx.save_for_backward(x, *tensors)  # references, for _NoSecondDerivative
+        ctx.recompute = recompute
+        ctx.save_for_backward(x, *tensors)  # references, for a second derivative
         return (torch.from_numpy(y),) + tuple(torch.from_numpy(finals[n]) for n in state_names)
 
     @staticmethod
     def backward(ctx, grad_y, *grad_finals):
+        token = [] if ctx.sums is None else [None]
+        if torch.is_grad_enabled() and ctx.recompute is not None:  # create_graph=True
+            return (None,) * 6 + _Recurrence._recorded_backward(ctx, grad_y, grad_finals, token)
         # Summed where _SummedParameters runs after this call in this backward (not so for
         # torch.autograd.grad with respect to the input alone) and records no graph.
         summing = (ctx.sums is not None and not torch.is_grad_enabled()
@@ -133,8 +185,42 @@ class _Recurrence(torch.autograd.Function):
         dsides = [gradient(n) if n in grads else None for n in ctx.side_names]
         dparams = [gradient(n) if n in grads else None for n in ctx.param_names]
         token = [] if ctx.sums is None else [grad_y.new_zeros(()) if summing else None]
-        return (None, None, None, None, None, gradient("input"), None, None, *token, *dstates,
-                *dsides, *dparams)
+        return (None, None, None, None, None, None, gradient("input"), None, None, *token,
+                *dstates, *dsides, *dparams)
+
+    @staticmethod
+    def _recorded_backward(ctx, grad_y, grad_finals, token):
+        """The backward where autograd records it (create_graph=True, for a second derivative:
+        a gradient penalty, a Hessian-vector product): the forward again in torch's own
+        operations (ctx.recompute, a built-in cell's) on the saved tensors, and its vector-
+        Jacobian product, recorded, so that the gradients it gives have derivatives of their
+        own. rnnc's derived backward is first order only."""
+        # Fresh views of the saved tensors: the products are taken with respect to them, so
+        # that they hold this call's part alone (with respect to a saved tensor itself, a
+        # parameter's would also take in its paths through the earlier calls that made this
+        # call's inputs, which autograd adds up besides), and they stay differentiable.
+        def fresh(t):
+            return t.view_as(t) if t is not None and t.requires_grad else t
+
+        x, *tensors = [fresh(t) for t in ctx.saved_tensors]
+        count = len(ctx.state_names)
+        initial, params = tensors[:count], tensors[count + len(ctx.side_names):]
+        wanted = [t for t in (x, *initial, *params) if t is not None and t.requires_grad]
+        with torch.enable_grad():
+            y, finals = ctx.recompute(x, initial, params)
+            pairs = [(out, g) for out, g in zip((y, *finals), (grad_y, *grad_finals))
+                     if g is not None]
+            grads = iter(torch.autograd.grad([out for out, _ in pairs], wanted,
+                                             [g for _, g in pairs], create_graph=True,
+                                             allow_unused=True))
+
+        def next_gradient(t):
+            return next(grads) if t is not None and t.requires_grad else None
+
+        dx = next_gradient(x)
+        dstates = [next_gradient(t) for t in initial]
+        dparams = [next_gradient(t) for t in params]
+        return (dx, None, None, *token, *dstates, *([None] * len(ctx.side_names)), *dparams)
 
 
 def _in_type(dtype, y, finals):

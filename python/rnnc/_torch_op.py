@@ -24,7 +24,7 @@ import torch
 import torch.library
 
 from . import _rnnc
-from ._autograd import _Recurrence
+from ._autograd import _Recurrence, torch_recurrence
 from ._programs import _infer, _inference_programs, _program, _training_programs
 from ._recurrent import records_gradients
 
@@ -118,8 +118,11 @@ def _forward(spec_text, x, states, lengths, sides, params):
         return [y, *finals]
     program = _training_programs.get(stand, stand.names, params,
                                      stand.build(_rnnc.Training, 0.0, 0, training=False))
+    recompute = None if stand.side_names else torch_recurrence(
+        stand.cell, stand.num_layers, stand.bidirectional, stand.batch_first,
+        any(name.startswith("bias") for name in stand.names), lens)
     y, *finals = _Recurrence.apply(program, stand.state_names, stand.side_names, stand.names,
-                                   None, x, lens, 0, *states, *sides, *params)
+                                   None, recompute, x, lens, 0, *states, *sides, *params)
     return [y, *finals]
 
 

@@ -266,8 +266,8 @@ class Layer:
             initial.append(None if state is None else torch.as_tensor(state).float())
         sides = {name: torch.as_tensor(value).float() for name, value in side_inputs.items()}
         lens = None if lengths is None else _lengths_array(lengths)
-        y, *finals = _Recurrence.apply(program, names, list(sides), [], None, x, lens, None,
-                                       *initial, *sides.values())
+        y, *finals = _Recurrence.apply(program, names, list(sides), [], None, None, x, lens,
+                                       None, *initial, *sides.values())
         y, finals = _in_type(input.dtype, y, finals)
         return y, dict(zip(names, finals))
 

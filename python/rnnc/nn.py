@@ -36,7 +36,7 @@ from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
 
 from . import _rnnc, _torch_op
-from ._autograd import _in_type, _Recurrence, summed_parameters
+from ._autograd import _in_type, _Recurrence, summed_parameters, torch_recurrence
 from ._packed import repack
 from ._programs import (_infer, _inference_programs, _program, _ProgramCache, _training_programs,
                         rnnc_options, weights_dtype)
@@ -209,8 +209,11 @@ class _RnncForward(_RnncModule):
                     _rnnc.Training, self, self._rnnc_cell(), dict(zip(names, weights)), {},
                     dropout, seed, training=self.training), key=(self.training, dropout))
             summed = summed_parameters(self, names, params)
-            y, *finals = _Recurrence.apply(program, state_names, [], names, summed, x, lengths,
-                                           seed, *_token(summed), *states, *params)
+            recompute = None if dropout > 0 else torch_recurrence(
+                self._rnnc_cell(), self.num_layers, self.bidirectional, self.batch_first,
+                self.bias, lengths)
+            y, *finals = _Recurrence.apply(program, state_names, [], names, summed, recompute, x,
+                                           lengths, seed, *_token(summed), *states, *params)
         y, finals = _in_type(dtype, y, finals)
         if not batched:
             y = y.squeeze(0 if self.batch_first else 1)
@@ -431,8 +434,9 @@ class _RnncCellForward(_RnncModule):
             program = _training_programs.get(self, names, params,
                                              build(_rnnc.Training, 0.0, 0, training=False))
             summed = summed_parameters(self, names, params)
-            y, *finals = _Recurrence.apply(program, state_names, [], names, summed, x, None, None,
-                                           *_token(summed), *states, *params)
+            recompute = torch_recurrence(self._rnnc_cell(), 1, False, False, self.bias, None)
+            y, *finals = _Recurrence.apply(program, state_names, [], names, summed, recompute, x,
+                                           None, None, *_token(summed), *states, *params)
         _, finals = _in_type(dtype, y, finals)
         finals = [f.reshape(expected) for f in finals]
         return (finals[0], finals[1]) if lstm else finals[0]
@@ -728,9 +732,13 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
             if program.draws_masks_at_build and not seeded:
                 self.__dict__["_rnnc_masks_at_build"] = True  # built with this call's seed
             summed = summed_parameters(self, names, params)
-            y, *finals = _Recurrence.apply(program, state_names, list(sides), names, summed, x,
-                                           lengths, int(seed), *_token(summed), *initial,
-                                           *sides.values(), *params)
+            # (a built-in cell named as such: its parameters are in torch.nn's order)
+            recompute = None if draws or sides else torch_recurrence(
+                self.cell, self.num_layers, self.bidirectional, self.batch_first,
+                any(name.startswith("bias") for name in names), lengths)
+            y, *finals = _Recurrence.apply(program, state_names, list(sides), names, summed,
+                                           recompute, x, lengths, int(seed), *_token(summed),
+                                           *initial, *sides.values(), *params)
         y, finals = _in_type(dtype, y, finals)
         if packed_input is not None:
             y = repack(y, packed_input, self.batch_first)

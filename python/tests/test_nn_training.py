@@ -407,33 +407,43 @@ def test_a_float64_model_trains_with_float64_results():
         assert_close(got, want, what, 1e-4)
 
 
-# ---- second derivatives: refused, never None or zero ---------------------------------------------
+# ---- second derivatives: torch's for the built-in cells, refused (never None or zero) otherwise ---
 
 @pytest.mark.parametrize("loss", ["weighted", "plain sum"])
-def test_gradients_taken_with_create_graph_are_torchs_and_a_second_derivative_is_refused(loss):
-    """A gradient penalty takes the gradient with create_graph=True, then differentiates it. rnnc
-    gives the first derivatives (they were an error: numpy() of a tensor that requires grad);
-    the second it cannot give is refused, whichever inputs it is taken for. With a plain sum the
-    output gradient is a constant, so only the forward's inputs lead back to the refusal (else
-    autograd saw no path and answered None)."""
-    theirs, ours = twins("GRU", 3, 4)
+def test_gradients_taken_with_create_graph_have_torchs_second_derivatives(loss):
+    """A gradient penalty takes the gradient with create_graph=True, then differentiates it.
+    rnnc's backward is first order: recorded, the backward of a built-in cell runs the forward
+    again in torch's own operations and differentiates that (they were refused). With a plain
+    sum the output gradient is a constant, so only the forward's inputs carry the second
+    derivative."""
+    theirs, ours = twins("GRU", 3, 4, num_layers=2, bidirectional=True)
     x = torch.randn(5, 2, 3, requires_grad=True)
-    weights = torch.randn(5, 2, 4)
+    weights = torch.randn(5, 2, 8)
+    second = []
     for module in (theirs, ours):
         y, _ = module(x)
         total = (y * y * weights).sum() if loss == "weighted" else y.sum()
         grad_x, grad_w = torch.autograd.grad(total, [x, module.weight_hh_l0], create_graph=True)
-        if module is theirs:
-            want_x, want_w = grad_x.detach(), grad_w.detach()
-            continue
-        assert_close(grad_x.detach(), want_x, "d loss / d x")
-        assert_close(grad_w.detach(), want_w, "d loss / d weight_hh_l0")
         penalty = grad_x.pow(2).sum() + grad_w.pow(2).sum()
-        for wrt in (x, module.weight_ih_l0):
+        second.append(torch.autograd.grad(penalty, [x, module.weight_ih_l0,
+                                                    module.weight_hh_l1_reverse]))
+    for got, want, what in zip(second[1], second[0], ["x", "weight_ih_l0", "weight_hh_l1_rev"]):
+        assert_close(got, want, f"second derivative, {what}", 1e-4)
+
+
+def test_a_second_derivative_through_a_custom_cell_or_dropout_is_refused():
+    """Where no torch twin of the forward exists (a custom cell; dropout masks drawn by rnnc),
+    a second derivative is refused, whichever inputs it is taken for: never None or zero."""
+    custom = rnnc.nn.Recurrent(GRU_UNDER_OTHER_NAMES, features=3, units=4)
+    dropping = rnnc.nn.LSTM(3, 4, num_layers=2, dropout=0.3)
+    x = torch.randn(5, 2, 3, requires_grad=True)
+    for module in (custom, dropping):
+        y = module(x)[0]
+        grad_x, = torch.autograd.grad((y * y).sum(), [x], create_graph=True)
+        penalty = grad_x.pow(2).sum()
+        for wrt in (x, next(module.parameters())):
             with pytest.raises(NotImplementedError, match="first derivatives only"):
                 torch.autograd.grad(penalty, wrt, retain_graph=True)
-        with pytest.raises(NotImplementedError, match="first derivatives only"):
-            penalty.backward()
 
 
 GRU_UNDER_OTHER_NAMES = """cell gru(features, units) {
