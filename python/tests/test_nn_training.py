@@ -407,7 +407,7 @@ def test_a_float64_model_trains_with_float64_results():
         assert_close(got, want, what, 1e-4)
 
 
-# ---- second derivatives: torch's for the built-in cells, refused (never None or zero) otherwise ---
+# ---- second derivatives: torch's for the built-in cells, refused (never None or zero) otherwise
 
 @pytest.mark.parametrize("loss", ["weighted", "plain sum"])
 def test_gradients_taken_with_create_graph_have_torchs_second_derivatives(loss):
