@@ -461,6 +461,17 @@ PYBIND11_MODULE(_rnnc, m) {
       },
       py::arg("cell"), py::arg("sizes"));
   m.def(
+      "parsed_cell_ir",
+      // The cell as parsed, its sizes bound, before any pass (rnnc compile CELL --emit ir):
+      // what rnnc.nn evaluates in torch's operations for a second derivative.
+      [](const std::string& cell, const std::map<std::string, int64_t>& sizes) {
+        std::shared_ptr<ir::Cell> parsed = python::loadCell(cell);
+        if (!sizes.empty())
+          parsed->bindSizes({sizes.begin(), sizes.end()});
+        return ir::toString(*parsed);
+      },
+      py::arg("cell"), py::arg("sizes"));
+  m.def(
       "cell_ir",
       // grad: the backward step a training run derives (rnnc compile CELL --train --grad).
       [](const std::string& cell, const std::map<std::string, int64_t>& sizes,

@@ -36,18 +36,25 @@ class _NoSecondDerivative(torch.autograd.Function):
 _TORCH_RECURRENCES = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "rnn_tanh", "rnn_relu": "rnn_relu"}
 
 
-def torch_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, lengths):
-    """The forward of a built-in cell's layer in torch's own operations (those torch.nn's
-    modules run), for a second derivative: f(x, initial states, parameters) -> (y, finals),
-    parameters in torch.nn's order, a state given as None starting at zero, `lengths` (numpy,
-    the batch's order, or None) as torch.nn's packed path takes them, y zero past them. None
-    for other cells."""
+def torch_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, lengths,
+                     sizes=None, input_size_name=None):
+    """A layer's forward in torch's own operations, for a second derivative: f(x, initial
+    states, side inputs, parameters) -> (y, finals), a state given as None starting at zero,
+    `lengths` (numpy, the batch's order, or None) as rnnc takes them (y zero past them). torch.nn's
+    own recurrences for its cells (parameters in torch.nn's order); any other cell from its IR
+    (_torch_cell.py) where its sizes are given (all of them: `input_size_name` names the input's
+    width), else None."""
     name = _TORCH_RECURRENCES.get(cell)
     if name is None:
-        return None
+        if sizes is None:
+            return None
+        from ._torch_cell import ir_recurrence
+
+        return ir_recurrence(cell, sizes, input_size_name, num_layers, bidirectional,
+                             batch_first, lengths)
     recurrence = getattr(torch._VF, name)
 
-    def forward(x, initial, params):
+    def forward(x, initial, sides, params):
         batch = x.shape[0 if batch_first else 1]
         slots = num_layers * (2 if bidirectional else 1)
         states = [s if s is not None else x.new_zeros(slots, batch, width)
@@ -192,7 +199,7 @@ class _Recurrence(torch.autograd.Function):
     def _recorded_backward(ctx, grad_y, grad_finals, token):
         """The backward where autograd records it (create_graph=True, for a second derivative:
         a gradient penalty, a Hessian-vector product): the forward again in torch's own
-        operations (ctx.recompute, a built-in cell's) on the saved tensors, and its vector-
+        operations (ctx.recompute: torch_recurrence's) on the saved tensors, and its vector-
         Jacobian product, recorded, so that the gradients it gives have derivatives of their
         own. rnnc's derived backward is first order only."""
         # Fresh views of the saved tensors: the products are taken with respect to them, so
@@ -204,10 +211,11 @@ class _Recurrence(torch.autograd.Function):
 
         x, *tensors = [fresh(t) for t in ctx.saved_tensors]
         count = len(ctx.state_names)
-        initial, params = tensors[:count], tensors[count + len(ctx.side_names):]
-        wanted = [t for t in (x, *initial, *params) if t is not None and t.requires_grad]
+        initial, sides = tensors[:count], tensors[count:count + len(ctx.side_names)]
+        params = tensors[count + len(ctx.side_names):]
+        wanted = [t for t in (x, *initial, *sides, *params) if t is not None and t.requires_grad]
         with torch.enable_grad():
-            y, finals = ctx.recompute(x, initial, params)
+            y, finals = ctx.recompute(x, initial, sides, params)
             pairs = [(out, g) for out, g in zip((y, *finals), (grad_y, *grad_finals))
                      if g is not None]
             grads = iter(torch.autograd.grad([out for out, _ in pairs], wanted,
@@ -219,8 +227,9 @@ class _Recurrence(torch.autograd.Function):
 
         dx = next_gradient(x)
         dstates = [next_gradient(t) for t in initial]
+        dsides = [next_gradient(t) for t in sides]
         dparams = [next_gradient(t) for t in params]
-        return (dx, None, None, *token, *dstates, *([None] * len(ctx.side_names)), *dparams)
+        return (dx, None, None, *token, *dstates, *dsides, *dparams)
 
 
 def _in_type(dtype, y, finals):

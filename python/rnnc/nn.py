@@ -732,10 +732,10 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
             if program.draws_masks_at_build and not seeded:
                 self.__dict__["_rnnc_masks_at_build"] = True  # built with this call's seed
             summed = summed_parameters(self, names, params)
-            # (a built-in cell named as such: its parameters are in torch.nn's order)
-            recompute = None if draws or sides else torch_recurrence(
+            recompute = None if draws else torch_recurrence(
                 self.cell, self.num_layers, self.bidirectional, self.batch_first,
-                any(name.startswith("bias") for name in names), lengths)
+                any(name.startswith("bias") for name in names), lengths, self.sizes,
+                self._input_size)
             y, *finals = _Recurrence.apply(program, state_names, list(sides), names, summed,
                                            recompute, x, lengths, int(seed), *_token(summed),
                                            *initial, *sides.values(), *params)

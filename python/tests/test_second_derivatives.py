@@ -112,3 +112,112 @@ def test_a_recurrent_built_in_cell_has_torchs_second_derivatives():
     got = penalty_gradients(Output(ours), x, None, False)
     for g, w in zip(got, want):
         assert_close(g, w, "Recurrent('gru'): second derivative")
+
+
+GRU_NAMED_OTHERWISE = """cell renamed_gru(features, units) {
+  input x[features]
+  state h[units]
+  param weight_ih[3*units, features], weight_hh[3*units, units]
+  param bias_ih[3*units], bias_hh[3*units]
+  xr, xz, xn = chunk(linear(x, weight_ih, bias_ih), 3)
+  hr, hz, hn = chunk(linear(h, weight_hh, bias_hh), 3)
+  r = sigmoid(xr + hr)
+  z = sigmoid(xz + hz)
+  h2 = (1 - z) * tanh(xn + r * hn) + z * h
+  return h = h2; output h2
+}"""
+
+
+@pytest.mark.parametrize("lengths", [None, [3, 1]])
+def test_a_custom_cell_has_the_second_derivatives_of_its_torch_twin(lengths):
+    # A custom cell's forward in torch's operations is read from its IR (_torch_cell.py): this
+    # one is torch's GRU under other names, stacked, both directions, packed lengths or none.
+    torch.manual_seed(32)
+    theirs = torch.nn.GRU(3, 4, num_layers=2, bidirectional=True)
+    ours = rnnc.nn.Recurrent(GRU_NAMED_OTHERWISE, num_layers=2, bidirectional=True, features=3,
+                             units=4)
+    ours.load_state_dict(theirs.state_dict())
+    lengths = None if lengths is None else torch.tensor(lengths)
+
+    class Padded(torch.nn.Module):
+        def __init__(self, layer, packs):
+            super().__init__()
+            self.layer, self.packs = layer, packs
+
+        def forward(self, x):
+            if lengths is None:
+                return self.layer(x)[0]
+            if not self.packs:
+                return self.layer(x, lengths=lengths)[0]
+            packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+            return pad_packed_sequence(self.layer(packed)[0], total_length=x.shape[0])[0]
+
+    x = torch.randn(3, 2, 3)
+    want = penalty_gradients(Padded(theirs, True), x, None, False)
+    got = penalty_gradients(Padded(ours, False), x, None, False)
+    for g, w in zip(got, want):
+        assert_close(g, w, f"custom cell, lengths {lengths}: second derivative")
+
+
+EVERY_OPERATION = """cell every_operation(input_size, hidden_size, context_size) {
+  input x[input_size], ctx[context_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size]
+  param v[hidden_size, context_size], m[hidden_size, hidden_size]
+  a = clamp(linear(x, w), -2.5, 3) + linear(h, u)
+  b = layernorm(exp(min(a, 1.0)) - log(sqrt(relu(a) + 1)) / max(a, 0.5))
+  p, q = chunk(cat(b, -a), 2)
+  r = (h @ m) * linear(ctx, v)
+  h2 = tanh(p) * sigmoid(q) + r
+  return h = h2; output h2
+}"""
+
+
+def every_operation_by_hand(x, ctx, h, w, u, v, m):
+    """The cell above written in torch, step by step: the oracle."""
+    ys = []
+    for t in range(x.shape[0]):
+        a = torch.clamp(x[t] @ w.T, -2.5, 3) + h @ u.T
+        b = torch.nn.functional.layer_norm(
+            torch.exp(torch.clamp(a, max=1.0)) - torch.log(torch.sqrt(torch.relu(a) + 1))
+            / torch.clamp(a, min=0.5), (a.shape[-1],), eps=1e-5)
+        h = torch.tanh(b) * torch.sigmoid(-a) + (h @ m) * (ctx[t] @ v.T)
+        ys.append(h)
+    return torch.stack(ys)
+
+
+def test_every_operation_and_a_side_input_have_second_derivatives():
+    torch.manual_seed(33)
+    layer = rnnc.nn.Recurrent(EVERY_OPERATION, input_size=3, hidden_size=4, context_size=2)
+    x = torch.randn(5, 2, 3, requires_grad=True)
+    ctx = torch.randn(5, 2, 2, requires_grad=True)
+    params = [layer.w_l0, layer.u_l0, layer.v_l0, layer.m_l0]
+    results = []
+    for run in (lambda: every_operation_by_hand(x, ctx, x.new_zeros(2, 4), *params),
+                lambda: layer(x, ctx=ctx)[0]):
+        y = run()
+        grad_x, grad_ctx = torch.autograd.grad(y.pow(2).sum(), [x, ctx], create_graph=True)
+        penalty = grad_x.pow(2).sum() + grad_ctx.pow(2).sum()
+        results.append((y.detach(),) + torch.autograd.grad(penalty, [x, ctx, *params]))
+    for what, got, want in zip(["output", "x", "ctx", "w", "u", "v", "m"], results[1],
+                               results[0]):
+        # (float32 both, in another order: a second derivative through layernorm, exp, log
+        # and a division keeps about 4 digits)
+        assert_close(got, want, f"every operation: {what}", 5e-4)
+
+
+def test_a_cell_drawing_dropout_masks_still_refuses_a_second_derivative():
+    layer = rnnc.nn.Recurrent("""cell dropping(input_size, hidden_size) {
+      input x[input_size]
+      state h[hidden_size]
+      param w[hidden_size, input_size], u[hidden_size, hidden_size]
+      h2 = tanh(dropout(linear(x, w), 0.3) + linear(h, u))
+      return h = h2; output h2
+    }""", input_size=3, hidden_size=4)
+    x = torch.randn(4, 2, 3, requires_grad=True)
+    grad_x, = torch.autograd.grad(layer(x)[0].pow(2).sum(), x, create_graph=True)
+    with pytest.raises(NotImplementedError, match="first derivatives only"):
+        torch.autograd.grad(grad_x.pow(2).sum(), layer.w_l0)
+    layer.eval()  # no masks drawn: the identity, as in torch's operations
+    grad_x, = torch.autograd.grad(layer(x)[0].pow(2).sum(), x, create_graph=True)
+    assert torch.autograd.grad(grad_x.pow(2).sum(), layer.w_l0)[0].abs().sum() > 0
