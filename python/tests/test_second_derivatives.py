@@ -221,3 +221,25 @@ def test_a_cell_drawing_dropout_masks_still_refuses_a_second_derivative():
     layer.eval()  # no masks drawn: the identity, as in torch's operations
     grad_x, = torch.autograd.grad(layer(x)[0].pow(2).sum(), x, create_graph=True)
     assert torch.autograd.grad(grad_x.pow(2).sum(), layer.w_l0)[0].abs().sum() > 0
+
+
+@pytest.mark.parametrize("cell", ["gru", "lnlstm", "lstm", "lstm_proj", "peephole_lstm",
+                                  "rnn_relu", "rnn_tanh"])
+def test_the_torch_form_of_each_built_in_cell_runs_as_rnnc_does(cell):
+    # What a second derivative differentiates must be the forward rnnc ran: each built-in cell's
+    # IR in torch's operations (even those torch has recurrences of), 2 layers, both directions,
+    # lengths, given initial states, against rnnc.nn.Recurrent's own forward.
+    from rnnc._torch_cell import ir_recurrence
+
+    sizes = dict(input_size=3, hidden_size=4, **({"proj_size": 2} if "proj" in cell else {}))
+    torch.manual_seed(34)
+    layer = rnnc.nn.Recurrent(cell, num_layers=2, bidirectional=True, **sizes).eval()
+    x, lengths = torch.randn(5, 3, 3), [5, 2, 4]
+    initial = {name: torch.randn(4, 3, width) for name, width in layer.state_sizes.items()}
+    with torch.no_grad():
+        want_y, want_finals = layer(x, initial, lengths=torch.tensor(lengths))
+        forward = ir_recurrence(cell, sizes, "input_size", 2, True, False, lengths)
+        y, finals = forward(x, list(initial.values()), [], list(layer.parameters()))
+    assert_close(y, want_y, f"{cell}: output", 1e-5)
+    for name, got in zip(layer.state_sizes, finals):
+        assert_close(got, want_finals[name], f"{cell}: final {name}", 1e-5)
