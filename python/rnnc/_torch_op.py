@@ -153,8 +153,9 @@ def _onnx_symbolic(g, spec_value, x, states, lengths, sides, params):
         what = (f"the cell {named.group(1) if named else parsed['cell']!r}" if variant is None else
                 "side inputs" if parsed["sides"] else "sequence lengths")
         return symbolic_helper._unimplemented(
-            "rnnc::forward", f"{what} (ONNX's recurrent operators are LSTM, GRU and RNN, for "
-            "rnnc.nn.LSTM, GRU and RNN over a padded batch)", x)
+            "rnnc::forward", f"{what} in a traced or scripted model (ONNX's recurrent "
+            "operators are LSTM, GRU and RNN; export the model itself, whose rnnc.nn.Recurrent "
+            "then gives its cell's operations, unrolled over the example's steps)", x)
     if states.node().kind() != "prim::ListConstruct":  # built by a loop in the scripted forward
         return symbolic_helper._unimplemented(
             "rnnc::forward", "a scripted model (export the model itself, or its trace: "

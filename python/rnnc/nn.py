@@ -663,10 +663,6 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
     forward.__wrapped__ = _scripted_forward
 
     def _eager_forward(self, x, states, lengths, seed, side_inputs):
-        if torch.onnx.is_in_onnx_export():
-            raise RuntimeError("rnnc.nn.Recurrent has no ONNX form: ONNX's recurrent operators "
-                               "are LSTM, GRU and RNN, which torch.onnx.export gives for "
-                               "rnnc.nn.LSTM, GRU and RNN (and their cells)")
         packed_input = x if isinstance(x, PackedSequence) else None
         if packed_input is not None:
             if lengths is not None:
@@ -706,7 +702,18 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         params = [getattr(self, attribute).float() for _, attribute in self._params]
         sizes = self._sizes_of_program()
         state_names = list(self.state_sizes)
-        if traced and not draws:
+        if torch.onnx.is_in_onnx_export():
+            # rnnc::forward has no ONNX form: the exporter records the forward in torch's own
+            # operations instead (torch.nn's recurrence, ONNX's LSTM, GRU or RNN, for those
+            # cells; any other cell's IR, step by step: unrolled over the example's steps).
+            if draws:
+                raise RuntimeError("rnnc.nn.Recurrent exports in eval mode: in training its "
+                                   "dropout masks are rnnc's own")
+            y, finals = torch_recurrence(
+                self.cell, self.num_layers, self.bidirectional, self.batch_first,
+                any(name.startswith("bias") for name in names), lengths, self.sizes,
+                self._input_size)(x, initial, list(sides.values()), params)
+        elif traced and not draws:
             if lengths is not None:
                 lengths = torch.as_tensor(lengths)
             y, *finals = torch.ops.rnnc.forward(

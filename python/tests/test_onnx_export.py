@@ -199,14 +199,56 @@ def test_what_onnx_has_no_operator_for_is_refused_by_name():
         warnings.simplefilter("ignore")
         custom = torch.jit.trace(Custom().eval(), (x,))
         packing = torch.jit.trace(Packing().eval(), (x, lengths))
-        with pytest.raises(Exception, match=r"rnnc::forward, the cell 'leaky' \(ONNX's "
-                                            r"recurrent operators are LSTM, GRU and RNN"):
+        with pytest.raises(Exception, match=r"rnnc::forward, the cell 'leaky' in a traced or "
+                                            r"scripted model \(ONNX's recurrent operators"):
             torch.onnx.export(custom, (x,), io.BytesIO())
         with pytest.raises(Exception, match=r"rnnc::forward, sequence lengths"):
             torch.onnx.export(packing, (x, lengths), io.BytesIO())
 
 
-def test_a_recurrent_cell_without_an_onnx_form_is_refused_by_name():
-    layer = rnnc.nn.Recurrent("gru", input_size=4, hidden_size=5).eval()
-    with pytest.raises(RuntimeError, match=r"Recurrent has no ONNX form.*rnnc\.nn\.LSTM, GRU"):
-        export(layer, (3, 2, 4))
+class Output(torch.nn.Module):
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x):
+        return self.layer(x)[0]
+
+
+def test_a_recurrent_built_in_cell_exports_as_torchs_module():
+    # Was refused: "rnnc.nn.Recurrent has no ONNX form".
+    torch.manual_seed(19)
+    theirs = torch.nn.GRU(4, 5, bidirectional=True)
+    ours = rnnc.nn.Recurrent("gru", bidirectional=True, input_size=4, hidden_size=5)
+    ours.load_state_dict(theirs.state_dict())
+    ours_graph = onnx_graph(export(Output(ours).eval(), (3, 2, 4)))
+    theirs_graph = onnx_graph(export(Output(theirs).eval(), (3, 2, 4)))
+    assert "GRU" in ours_graph[0]
+    assert ours_graph == theirs_graph
+
+
+def test_a_custom_cell_exports_its_operations_unrolled():
+    # Any other cell exports as its IR in torch's operations (_torch_cell.py, which
+    # test_second_derivatives checks against rnnc's forward), one step after the other over the
+    # example's steps, as a hand-written torch loop would export.
+    torch.manual_seed(20)
+    leaky = textwrap.dedent("""\
+        cell leaky(input_size, hidden_size) {
+          input x[input_size]
+          state h[hidden_size]
+          param w[hidden_size, input_size]
+          h2 = 0.5 * h + tanh(linear(x, w))
+          return h = h2; output h2
+        }""")
+    layer = rnnc.nn.Recurrent(leaky, bidirectional=True, input_size=4, hidden_size=5)
+    operators, weights = onnx_graph(export(Output(layer).eval(), (3, 2, 4)))
+    assert operators.count("Tanh") == 3 * 2  # steps x directions
+    for name, param in layer.named_parameters():
+        forms = {param.detach().numpy().tobytes(), param.detach().T.contiguous().numpy().tobytes()}
+        assert forms & set(weights), f"{name} is not among the ONNX file's weights"
+    dropping = rnnc.nn.Recurrent(leaky, num_layers=2, dropout=0.5, input_size=4, hidden_size=5)
+    with pytest.raises(RuntimeError, match="exports in eval mode"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(Output(dropping), (torch.randn(3, 2, 4),), io.BytesIO(),
+                              training=torch.onnx.TrainingMode.PRESERVE)
