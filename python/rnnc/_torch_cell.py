@@ -80,7 +80,8 @@ class TorchCell:
             elif op == "dropout":  # the identity outside training (a mask drawn is rnnc's)
                 value = args[0]
             elif op == "step":
-                value = (args[0] > 0).to(args[0].dtype) + args[0] * 0  # (NaN stays NaN)
+                value = torch.where(torch.isnan(args[0]), args[0],
+                                    (args[0] > 0).to(args[0].dtype))
             else:  # layernorm
                 value = F.layer_norm(args[0], (args[0].shape[-1],), eps=attributes["eps"])
             values[result] = value

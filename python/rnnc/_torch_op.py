@@ -78,7 +78,7 @@ def _stand(spec_text, params):
 
 
 # torch.nn's recurrent modules' cells, as rnnc names them, and as ONNX's operators do.
-_TORCH_CELLS = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN_TANH", "rnn_relu": "RNN_RELU"}
+TORCH_CELLS = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN_TANH", "rnn_relu": "RNN_RELU"}
 
 
 def empty_results(x, states, params, width):
@@ -104,7 +104,7 @@ def _forward(spec_text, x, states, lengths, sides, params):
     states = [s.float() for s in states]
     sides = [s.float() for s in sides]
     params = [p.float() for p in params]
-    if x.shape[0 if stand.batch_first else 1] == 0 and stand.cell in _TORCH_CELLS:
+    if x.shape[0 if stand.batch_first else 1] == 0 and stand.cell in TORCH_CELLS:
         if x.shape[-1] != params[0].shape[1]:  # weight_ih_l0 [gates, input_size]
             raise ValueError(f"input has shape {list(x.shape)}, expected input_size = "
                              f"{params[0].shape[1]} features")
@@ -147,7 +147,7 @@ def _onnx_symbolic(g, spec_value, x, states, lengths, sides, params):
     from torch.onnx import symbolic_helper, symbolic_opset9
 
     parsed = json.loads(symbolic_helper._maybe_get_const(spec_value, "s"))
-    variant = _TORCH_CELLS.get(parsed["cell"])
+    variant = TORCH_CELLS.get(parsed["cell"])
     if variant is None or parsed["sides"] or not symbolic_helper._is_none(lengths):
         named = re.search(r"\bcell\s+(\w+)", parsed["cell"])  # a cell's source, or its path
         what = (f"the cell {named.group(1) if named else parsed['cell']!r}" if variant is None else

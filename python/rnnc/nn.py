@@ -29,6 +29,7 @@ after ``module.weights_dtype = "int8"`` (under torch.no_grad() or torch.inferenc
 import copy
 import os
 import sys
+import warnings
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -709,6 +710,10 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
             if draws:
                 raise RuntimeError("rnnc.nn.Recurrent exports in eval mode: in training its "
                                    "dropout masks are rnnc's own")
+            if self.cell not in _torch_op.TORCH_CELLS:
+                warnings.warn(f"rnnc.nn.Recurrent exports its cell unrolled over the example's "
+                              f"{x.shape[1 if self.batch_first else 0]} steps: the ONNX model "
+                              "takes sequences of that length only", torch.jit.TracerWarning)
             y, finals = torch_recurrence(
                 self.cell, self.num_layers, self.bidirectional, self.batch_first,
                 any(name.startswith("bias") for name in names), lengths, self.sizes,

@@ -241,6 +241,8 @@ def test_a_custom_cell_exports_its_operations_unrolled():
           return h = h2; output h2
         }""")
     layer = rnnc.nn.Recurrent(leaky, bidirectional=True, input_size=4, hidden_size=5)
+    with pytest.warns(torch.jit.TracerWarning, match="unrolled over the example's 3 steps"):
+        torch.onnx.export(Output(layer).eval(), (torch.randn(3, 2, 4),), io.BytesIO())
     operators, weights = onnx_graph(export(Output(layer).eval(), (3, 2, 4)))
     assert operators.count("Tanh") == 3 * 2  # steps x directions
     for name, param in layer.named_parameters():
