@@ -77,7 +77,8 @@ def _stand(spec_text, params):
         return stand
 
 
-# torch.nn's recurrent modules' cells, as rnnc names them, and as ONNX's operators do.
+# torch.nn's recurrent modules' cells, as rnnc names them, and as torch's ONNX helper
+# (_generic_rnn) takes them.
 TORCH_CELLS = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN_TANH", "rnn_relu": "RNN_RELU"}
 
 
@@ -140,6 +141,7 @@ _library = torch.library.Library("rnnc", "DEF")
 _library.define(_SCHEMA)
 _library.impl("forward", _kernel, "CompositeImplicitAutograd")
 
+
 def _onnx_symbolic(g, spec_value, x, states, lengths, sides, params):
     """rnnc::forward in torch.onnx.export of a scripted or traced model: the graph torch's
     exporter gives for torch.nn's LSTM, GRU and RNN (their symbolic's own helper), with the
@@ -156,7 +158,9 @@ def _onnx_symbolic(g, spec_value, x, states, lengths, sides, params):
             "rnnc::forward", f"{what} in a traced or scripted model (ONNX's recurrent "
             "operators are LSTM, GRU and RNN; export the model itself, whose rnnc.nn.Recurrent "
             "then gives its cell's operations, unrolled over the example's steps)", x)
-    if states.node().kind() != "prim::ListConstruct":  # built by a loop in the scripted forward
+    # The states as a list written out (the scripted forwards write theirs so): a list a loop
+    # built is an ONNX sequence, which the helper cannot read.
+    if states.node().kind() != "prim::ListConstruct":
         return symbolic_helper._unimplemented(
             "rnnc::forward", "a scripted model (export the model itself, or its trace: "
             "torch.onnx.export(model, ...) with model a torch.nn.Module)", x)
