@@ -14,11 +14,13 @@ def _initial_name(state):
 
 
 class _NoSecondDerivative(torch.autograd.Function):
-    """A gradient rnnc computed, where autograd records the backward (``create_graph=True``),
-    made to depend on the forward's inputs and the output gradients it came from, so that a
-    second derivative through it reaches this function and is refused. rnnc derives first
-    derivatives only; without this, autograd would see no path from the gradient back to the
-    input and give a second derivative of None (zero with ``allow_unused=True``)."""
+    """A gradient rnnc computed, where autograd records the backward (``create_graph=True``)
+    and no forward in torch's operations can be differentiated instead (see
+    _Recurrence._recorded_backward), made to depend on the forward's inputs and the output
+    gradients it came from, so that a second derivative through it reaches this function and is
+    refused. rnnc derives first derivatives only; without this, autograd would see no path from
+    the gradient back to the input and give a second derivative of None (zero with
+    ``allow_unused=True``)."""
 
     @staticmethod
     def forward(ctx, gradient, *sources):
@@ -27,9 +29,11 @@ class _NoSecondDerivative(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         raise NotImplementedError(
-            "rnnc's layers give first derivatives only: a second derivative through one (a "
-            "gradient of gradients taken with create_graph=True, as a gradient penalty needs) is "
-            "not supported")
+            "rnnc's layers give first derivatives only here: a second derivative (a gradient of "
+            "gradients taken with create_graph=True, as a gradient penalty needs) is torch's "
+            "where rnnc.nn's modules can run their forward in torch's operations, but not "
+            "through dropout masks rnnc draws, a custom cell or side inputs in a traced or "
+            "scripted model, or rnnc.Layer and rnnc.LSTM (use rnnc.nn's modules)")
 
 
 # torch's own recurrences (what torch.nn's modules call), by rnnc's name of the cell.
@@ -38,12 +42,12 @@ _TORCH_RECURRENCES = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "rnn_tanh", "rnn
 
 def torch_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, lengths,
                      sizes=None, input_size_name=None):
-    """A layer's forward in torch's own operations, for a second derivative: f(x, initial
-    states, side inputs, parameters) -> (y, finals), a state given as None starting at zero,
-    `lengths` (numpy, the batch's order, or None) as rnnc takes them (y zero past them). torch.nn's
-    own recurrences for its cells (parameters in torch.nn's order); any other cell from its IR
-    (_torch_cell.py) where its sizes are given (all of them: `input_size_name` names the input's
-    width), else None."""
+    """A layer's forward in torch's own operations, for a second derivative and an ONNX export:
+    f(x, initial states, side inputs, parameters) -> (y, finals), a state given as None starting
+    at zero, `lengths` (numpy, the batch's order, or None) as rnnc takes them (y zero past
+    them). torch.nn's own recurrences for its cells (parameters in torch.nn's order); any other
+    cell from its IR (_torch_cell.py) where its sizes are given (all of them: `input_size_name`
+    names the input's width), else None."""
     name = _TORCH_RECURRENCES.get(cell)
     if name is None:
         if sizes is None:
