@@ -32,13 +32,17 @@ _SCHEMA = ("forward(str spec, Tensor x, Tensor[] states, Tensor? lengths, Tensor
            "Tensor[] params) -> Tensor[]")
 
 
-def spec(cell, sizes, layout, names, state_names, side_names, options):
+def spec(cell, sizes, layout, names, state_names, side_names, options, input_size_name=None):
     """The operator's spec: everything a program is built from besides the weights. ``cell`` is
     a built-in name, a path or the cell's source (a model saved with torch.jit.save carries the
-    source, so a .cell file is read here); layout is (num_layers, bidirectional, batch_first)."""
-    return json.dumps(dict(cell=cell, sizes=sizes, layout=list(layout), names=list(names),
-                           states=list(state_names), sides=list(side_names),
-                           options=dict(options)), sort_keys=True)
+    source, so a .cell file is read here); layout is (num_layers, bidirectional, batch_first).
+    ``input_size_name``: the size that is the input's width (x's at each call), which the cell's
+    forward in torch's operations needs (a second derivative through a custom cell)."""
+    fields = dict(cell=cell, sizes=sizes, layout=list(layout), names=list(names),
+                  states=list(state_names), sides=list(side_names), options=dict(options))
+    if input_size_name is not None:
+        fields["input_size"] = input_size_name
+    return json.dumps(fields, sort_keys=True)
 
 
 class _Stand:
@@ -53,6 +57,7 @@ class _Stand:
         self.names, self.state_names = parsed["names"], parsed["states"]
         self.side_names = parsed["sides"]
         self._rnnc_options = parsed["options"]
+        self.input_size_name = parsed.get("input_size")  # (absent from older specs)
 
     def build(self, make, *training_args, **training_options):
         return lambda weights: _program(make, self, self.cell, dict(zip(self.names, weights)),
@@ -119,9 +124,12 @@ def _forward(spec_text, x, states, lengths, sides, params):
         return [y, *finals]
     program = _training_programs.get(stand, stand.names, params,
                                      stand.build(_rnnc.Training, 0.0, 0, training=False))
-    recompute = None if stand.side_names else torch_recurrence(
+    sizes = None  # a custom cell's sizes, for its forward in torch's operations
+    if stand.input_size_name is not None:
+        sizes = dict(stand.sizes, **{stand.input_size_name: x.shape[-1]})
+    recompute = torch_recurrence(
         stand.cell, stand.num_layers, stand.bidirectional, stand.batch_first,
-        any(name.startswith("bias") for name in stand.names), lens)
+        any(name.startswith("bias") for name in stand.names), lens, sizes, stand.input_size_name)
     y, *finals = _Recurrence.apply(program, stand.state_names, stand.side_names, stand.names,
                                    None, recompute, x, lens, 0, *states, *sides, *params)
     return [y, *finals]

@@ -596,7 +596,7 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         self._rnnc_spec = _torch_op.spec(
             self._cell_source(), self._sizes_of_program(),
             (self.num_layers, self.bidirectional, self.batch_first), names,
-            list(self.state_sizes), [], self._rnnc_options)
+            list(self.state_sizes), [], self._rnnc_options, self._input_size)
         self._rnnc_params = [getattr(self, attribute) for _, attribute in self._params]
         self._rnnc_state_names = list(self.state_sizes)
         self._rnnc_state_widths = list(self.state_sizes.values())
@@ -724,7 +724,8 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
             y, *finals = torch.ops.rnnc.forward(
                 _torch_op.spec(self._cell_source(), sizes, (self.num_layers, self.bidirectional,
                                                             self.batch_first),
-                               names, state_names, list(sides), self._rnnc_options),
+                               names, state_names, list(sides), self._rnnc_options,
+                               self._input_size),
                 x, initial, lengths, list(sides.values()), params)
         # In eval mode the cell's dropouts are the identity, as in inference.
         elif not self.training and not records_gradients(x, *initial, *sides.values(), *params):

@@ -33,6 +33,17 @@ def assert_close(got, want, what, tolerance=1e-4):
     assert error <= tolerance, f"{what}: error {error:.3g} relative to {scale:.3g}"
 
 
+class Output(torch.nn.Module):
+    """A layer's output alone (rnnc.nn.Recurrent gives its final states by name too)."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x):
+        return self.layer(x)[0]
+
+
 def penalty_gradients(module, x, lengths, batch_first):
     """A gradient penalty's gradients: (|d sum(y^2) / dx| - 1)^2 by x and every parameter."""
     x = x.clone().requires_grad_(True)
@@ -99,14 +110,6 @@ def test_a_recurrent_built_in_cell_has_torchs_second_derivatives():
     ours = rnnc.nn.Recurrent("gru", bidirectional=True, input_size=4, hidden_size=5)
     ours.load_state_dict(theirs.state_dict())
     x = torch.randn(3, 2, 4)
-
-    class Output(torch.nn.Module):
-        def __init__(self, layer):
-            super().__init__()
-            self.layer = layer
-
-        def forward(self, x):
-            return self.layer(x)[0]
 
     want = penalty_gradients(theirs, x, None, False)
     got = penalty_gradients(Output(ours), x, None, False)
@@ -243,3 +246,47 @@ def test_the_torch_form_of_each_built_in_cell_runs_as_rnnc_does(cell):
     assert_close(y, want_y, f"{cell}: output", 1e-5)
     for name, got in zip(layer.state_sizes, finals):
         assert_close(got, want_finals[name], f"{cell}: final {name}", 1e-5)
+
+
+def test_a_traced_custom_cell_with_a_side_input_has_second_derivatives():
+    # The trace holds rnnc::forward, whose spec names the size that is the input's width: the
+    # kernel reads the cell's IR with it and replays the forward in torch's operations.
+    torch.manual_seed(35)
+    layer = rnnc.nn.Recurrent(EVERY_OPERATION, input_size=3, hidden_size=4, context_size=2)
+
+    class Attending(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x, ctx):
+            return self.layer(x, ctx=ctx)[0]
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(Attending(), (torch.randn(4, 2, 3), torch.randn(4, 2, 2)))
+    x = torch.randn(5, 2, 3, requires_grad=True)
+    ctx = torch.randn(5, 2, 2, requires_grad=True)
+    params = [layer.w_l0, layer.u_l0, layer.v_l0, layer.m_l0]
+    results = []
+    for run in (lambda: every_operation_by_hand(x, ctx, x.new_zeros(2, 4), *params),
+                lambda: traced(x, ctx)):
+        grad_x, grad_ctx = torch.autograd.grad(run().pow(2).sum(), [x, ctx], create_graph=True)
+        results.append(torch.autograd.grad(grad_x.pow(2).sum() + grad_ctx.pow(2).sum(),
+                                           [x, ctx, *params]))
+    for what, got, want in zip(["x", "ctx", "w", "u", "v", "m"], *reversed(results)):
+        assert_close(got, want, f"traced: {what}", 5e-4)
+
+
+def test_a_scripted_custom_cell_has_torchs_second_derivatives():
+    torch.manual_seed(36)
+    theirs = torch.nn.GRU(3, 4, bidirectional=True)
+    ours = rnnc.nn.Recurrent(GRU_NAMED_OTHERWISE, bidirectional=True, features=3, units=4)
+    ours.load_state_dict(theirs.state_dict())
+    scripted = torch.jit.script(ours)
+
+    x = torch.randn(4, 2, 3)
+    want = penalty_gradients(Output(theirs), x, None, False)
+    got = penalty_gradients(Output(scripted), x, None, False)
+    for g, w in zip(got, want):
+        assert_close(g, w, "scripted custom cell: second derivative")
