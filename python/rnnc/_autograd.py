@@ -220,11 +220,14 @@ class _Recurrence(torch.autograd.Function):
         wanted = [t for t in (x, *initial, *sides, *params) if t is not None and t.requires_grad]
         with torch.enable_grad():
             y, finals = ctx.recompute(x, initial, sides, params)
+            # (an output none of the wanted tensors reaches, such as a state a cell sets to a
+            # constant, has no gradient to give)
             pairs = [(out, g) for out, g in zip((y, *finals), (grad_y, *grad_finals))
-                     if g is not None]
+                     if g is not None and out.requires_grad]
             grads = iter(torch.autograd.grad([out for out, _ in pairs], wanted,
                                              [g for _, g in pairs], create_graph=True,
-                                             allow_unused=True))
+                                             allow_unused=True)
+                         if pairs and wanted else [None] * len(wanted))
 
         def next_gradient(t):
             return next(grads) if t is not None and t.requires_grad else None

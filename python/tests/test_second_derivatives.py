@@ -290,3 +290,26 @@ def test_a_scripted_custom_cell_has_torchs_second_derivatives():
     got = penalty_gradients(Output(scripted), x, None, False)
     for g, w in zip(got, want):
         assert_close(g, w, "scripted custom cell: second derivative")
+
+
+def test_a_state_nothing_differentiable_reaches_does_not_stop_a_second_derivative():
+    # c decays on its own: in the recorded backward its final value has no graph, and autograd
+    # refused the whole product ("element 0 of tensors does not require grad"). Found by
+    # running fuzz_cells' random cells through the recorded backward.
+    layer = rnnc.nn.Recurrent("""cell decaying(input_size, hidden_size) {
+      input x[input_size]
+      state h[hidden_size], c[hidden_size]
+      param w[hidden_size, input_size]
+      h2 = tanh(linear(x, w)) + 0.5 * h
+      return h = h2, c = 0.5 * c; output h2
+    }""", input_size=3, hidden_size=4)
+    x = torch.randn(4, 2, 3, requires_grad=True)
+    first = []
+    for create_graph in (False, True):
+        y, finals = layer(x)
+        loss = y.pow(2).sum() + finals["c"].sum()
+        first.append(torch.autograd.grad(loss, [x, layer.w_l0], create_graph=create_graph))
+    for got, want in zip(first[1], first[0]):
+        assert_close(got.detach(), want, "first derivative, recorded against rnnc's")
+    second, = torch.autograd.grad(first[1][0].pow(2).sum(), layer.w_l0)
+    assert second.abs().sum() > 0
