@@ -1,0 +1,73 @@
+"""Random valid cells (the C++ fuzzer's generator, `fuzz_cells --print`) in torch's operations
+(_torch_cell.py, what a second derivative and an ONNX export of rnnc.nn.Recurrent run): the
+forward against rnnc's interpreter, and the first derivatives of the recorded backward
+(create_graph=True) against the backward rnnc derives, over 2 layers, both directions and
+lengths (1 layer where a side input shares the input's width, which a stack changes)."""
+
+import os
+import re
+import subprocess
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rnnc  # noqa: E402
+import rnnc.nn  # noqa: E402
+from rnnc._torch_cell import ir_recurrence  # noqa: E402
+
+# In the build tree, the package sits in build/python/rnnc and the fuzzer in build/tests/fuzz.
+FUZZER = os.path.join(os.path.dirname(rnnc.__file__), "..", "..", "tests", "fuzz", "fuzz_cells")
+
+
+def random_cells(seed, count, cache_dir):
+    if not os.path.exists(FUZZER):
+        pytest.skip("fuzz_cells is not built beside this rnnc package")
+    printed = subprocess.run([FUZZER, "--count", str(count), "--seed", str(seed), "--print",
+                              "--target-cpu", ""], capture_output=True, text=True, check=True,
+                             env=dict(os.environ, RNNC_CACHE_DIR=str(cache_dir))).stdout
+    return re.findall(r"(cell fuzz\(.*?\n\})", printed, re.S)
+
+
+def relative(got, want):
+    got = torch.zeros(()) if got is None else got
+    want = torch.zeros(()) if want is None else want
+    return float((got - want).abs().max()) / (float(want.abs().max()) + 1e-6)
+
+
+def test_random_cells_in_torchs_operations_run_and_differentiate_as_rnnc(tmp_path):
+    cells = random_cells(4840, 40, tmp_path)
+    assert len(cells) == 40
+    for index, source in enumerate(cells):
+        sizes = {name: 4 for name in re.search(r"cell fuzz\(([^)]*)\)", source)[1].split(", ")}
+        sizes.update(input_size=5, hidden_size=6)
+        declared = dict(re.findall(r"(\w+)\[([^\]]+)\]", re.search(r"input (.*)", source)[1]))
+        stacked = all("input_size" not in width for name, width in declared.items()
+                      if name != "x")
+        layout = dict(num_layers=2, bidirectional=True) if stacked else {}
+        torch.manual_seed(index)
+        layer = rnnc.nn.Recurrent(source, jit=False, **layout, **sizes).eval()
+        x, lengths = torch.randn(4, 3, 5, requires_grad=True), [4, 1, 3]
+        sides = {name: torch.randn(4, 3, eval(declared[name], {}, dict(sizes)))
+                 for name in layer.side_input_names}
+        what = f"cell {index} of fuzz_cells --seed 4840"
+        with torch.no_grad():
+            want_y, want_finals = layer(x, lengths=torch.tensor(lengths), **sides)
+            forward = ir_recurrence(source, sizes, layer._input_size, layout.get("num_layers", 1),
+                                    layout.get("bidirectional", False), False, lengths)
+            y, finals = forward(x, [None] * len(layer.state_sizes), list(sides.values()),
+                                list(layer.parameters()))
+        assert relative(y, want_y) <= 1e-4, f"{what}: output"
+        for name, got in zip(layer.state_sizes, finals):
+            assert relative(got, want_finals[name]) <= 1e-4, f"{what}: final {name}"
+        grads = []
+        for create_graph in (False, True):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                y = layer(x, lengths=torch.tensor(lengths), **sides)[0]
+                weights = torch.linspace(-1, 1, y.shape[-1])
+                grads.append(torch.autograd.grad((y * weights).sum(), [x, *layer.parameters()],
+                                                 create_graph=create_graph, allow_unused=True))
+        for got, want in zip(*reversed(grads)):
+            assert relative(got, want) <= 1e-3, f"{what}: a first derivative"
