@@ -36,8 +36,9 @@ class _NoSecondDerivative(torch.autograd.Function):
             "scripted model, or rnnc.Layer and rnnc.LSTM (use rnnc.nn's modules)")
 
 
-# torch's own recurrences (what torch.nn's modules call), by rnnc's name of the cell.
-_TORCH_RECURRENCES = {"lstm": "lstm", "gru": "gru", "rnn_tanh": "rnn_tanh", "rnn_relu": "rnn_relu"}
+# The cells torch.nn's modules run, by rnnc's names, which are also those of torch's own
+# recurrences (torch._VF.lstm, ...).
+TORCH_RECURRENCES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 
 
 def torch_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, lengths,
@@ -48,15 +49,14 @@ def torch_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, l
     them). torch.nn's own recurrences for its cells (parameters in torch.nn's order); any other
     cell from its IR (_torch_cell.py) where its sizes are given (all of them: `input_size_name`
     names the input's width), else None."""
-    name = _TORCH_RECURRENCES.get(cell)
-    if name is None:
+    if cell not in TORCH_RECURRENCES:
         if sizes is None:
             return None
         from ._torch_cell import ir_recurrence
 
         return ir_recurrence(cell, sizes, input_size_name, num_layers, bidirectional,
                              batch_first, lengths)
-    recurrence = getattr(torch._VF, name)
+    recurrence = getattr(torch._VF, cell)
 
     def forward(x, initial, sides, params):
         batch = x.shape[0 if batch_first else 1]

@@ -24,7 +24,7 @@ import torch
 import torch.library
 
 from . import _rnnc
-from ._autograd import _Recurrence, torch_recurrence
+from ._autograd import TORCH_RECURRENCES, _Recurrence, torch_recurrence
 from ._programs import _infer, _inference_programs, _program, _training_programs
 from ._recurrent import records_gradients
 
@@ -84,7 +84,7 @@ def _stand(spec_text, params):
 
 # torch.nn's recurrent modules' cells, as rnnc names them, and as torch's ONNX helper
 # (_generic_rnn) takes them.
-TORCH_CELLS = {"lstm": "LSTM", "gru": "GRU", "rnn_tanh": "RNN_TANH", "rnn_relu": "RNN_RELU"}
+TORCH_CELLS = {cell: cell.upper() for cell in TORCH_RECURRENCES}
 
 
 def empty_results(x, states, params, width):

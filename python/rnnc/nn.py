@@ -714,10 +714,8 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
                 warnings.warn(f"rnnc.nn.Recurrent exports its cell unrolled over the example's "
                               f"{x.shape[1 if self.batch_first else 0]} steps: the ONNX model "
                               "takes sequences of that length only", torch.jit.TracerWarning)
-            y, finals = torch_recurrence(
-                self.cell, self.num_layers, self.bidirectional, self.batch_first,
-                any(name.startswith("bias") for name in names), lengths, self.sizes,
-                self._input_size)(x, initial, list(sides.values()), params)
+            y, finals = self._torch_form(names, lengths)(x, initial, list(sides.values()),
+                                                         params)
         elif traced and not draws:
             if lengths is not None:
                 lengths = torch.as_tensor(lengths)
@@ -745,10 +743,7 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
             if program.draws_masks_at_build and not seeded:
                 self.__dict__["_rnnc_masks_at_build"] = True  # built with this call's seed
             summed = summed_parameters(self, names, params)
-            recompute = None if draws else torch_recurrence(
-                self.cell, self.num_layers, self.bidirectional, self.batch_first,
-                any(name.startswith("bias") for name in names), lengths, self.sizes,
-                self._input_size)
+            recompute = None if draws else self._torch_form(names, lengths)
             y, *finals = _Recurrence.apply(program, state_names, list(sides), names, summed,
                                            recompute, x, lengths, int(seed), *_token(summed),
                                            *initial, *sides.values(), *params)
@@ -756,6 +751,13 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         if packed_input is not None:
             y = repack(y, packed_input, self.batch_first)
         return y, dict(zip(state_names, finals))
+
+    def _torch_form(self, names, lengths):
+        """The forward in torch's own operations (for a second derivative and an ONNX
+        export): torch_recurrence's, for this layer's cell, layout and call's lengths."""
+        return torch_recurrence(self.cell, self.num_layers, self.bidirectional, self.batch_first,
+                                any(name.startswith("bias") for name in names), lengths,
+                                self.sizes, self._input_size)
 
     def _side_inputs(self, given, packed_input, lengths):
         """The side inputs by name, in the cell's order, as float32 tensors laid out as the
