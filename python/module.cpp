@@ -277,9 +277,12 @@ public:
   Training(const std::string& cellSpec, const std::map<std::string, FloatArray>& weights,
            const std::map<std::string, int64_t>& sizes, std::optional<int> numLayers,
            std::optional<bool> bidirectional, bool batchFirst, bool jit, int threads,
-           const std::string& targetCpu, double dropout, uint64_t seed, bool training) {
+           const std::string& targetCpu, double dropout, uint64_t seed, bool training,
+           const std::string& weightsDtype) {
+    // weightsDtype bf16 or fp16: mixed precision (the products' weights rounded, the rest fp32).
     LayerArgs args = layerArgs(cellSpec, weights, sizes, numLayers, bidirectional, batchFirst, jit,
-                               threads, targetCpu);
+                               threads, targetCpu, /*fuse=*/true, weightsDtype);
+    weightsDtype_ = codegen::weightTypeName(args.options.compile.weights);
     args.options.training = training;
     args.options.dropout = dropout;
     args.options.seed = seed;
@@ -345,9 +348,12 @@ public:
     return python::sameWeights(program_->layers(), weights);
   }
   bool drawsMasksAtBuild() const { return program_->drawsMasksAtBuild(); }
+  // "fp32", or "bf16"/"fp16" for mixed precision.
+  const std::string& weightsDtype() const { return weightsDtype_; }
 
 private:
   std::shared_ptr<const GradientProgram> program_;
+  std::string weightsDtype_;
 };
 
 // The IR of `cell` (sizes bound) through the pipeline: after every pass ("all"), after the named
@@ -519,13 +525,16 @@ PYBIND11_MODULE(_rnnc, m) {
   py::class_<Training>(m, "Training")
       .def(py::init<const std::string&, const std::map<std::string, FloatArray>&,
                     const std::map<std::string, int64_t>&, std::optional<int>, std::optional<bool>,
-                    bool, bool, int, const std::string&, double, uint64_t, bool>(),
+                    bool, bool, int, const std::string&, double, uint64_t, bool,
+                    const std::string&>(),
            py::arg("cell"), py::arg("weights"), py::arg("sizes"), py::arg("num_layers"),
            py::arg("bidirectional"), py::arg("batch_first"), py::arg("jit"), py::arg("threads"),
-           py::arg("target_cpu"), py::arg("dropout"), py::arg("seed"), py::arg("training") = true)
+           py::arg("target_cpu"), py::arg("dropout"), py::arg("seed"), py::arg("training") = true,
+           py::arg("weights_dtype") = "fp32")
       .def("forward", &Training::forward, py::arg("input"), py::arg("states"), py::arg("lengths"),
            py::arg("side_inputs"), py::arg("seed") = py::none())
       .def_property_readonly("draws_masks_at_build", &Training::drawsMasksAtBuild)
+      .def_property_readonly("weights_dtype", &Training::weightsDtype)
       .def("backward", &Training::backward, py::arg("tape"), py::arg("grad_output"),
            py::arg("grad_finals"), py::arg("sums") = nullptr)
       .def("same_weights", &Training::sameWeights, py::arg("weights"));

@@ -1,5 +1,6 @@
 // A PyTorch layer fixture (tests/fixtures/layers/NAME: its weights and input) run through the JIT
-// with its weights stored as `type`, from zero initial states: what the reduced-precision tests
+// (or the interpreter, which rounds as the JIT does) with its weights stored as `type`, from zero
+// initial states: what the reduced-precision tests
 // compare against the same layer in fp32.
 #pragma once
 
@@ -17,9 +18,10 @@
 namespace rnnc::test {
 
 inline Tensor fixtureLayerOutput(const std::string& cell, const std::string& fixture,
-                                 codegen::WeightType type) {
+                                 codegen::WeightType type, Engine engine = Engine::Jit) {
   const std::string path = kLayerFixtures + fixture + "/";
   LayerOptions options;
+  options.engine = engine;
   options.compile.cache.disk = false;
   options.compile.weights = type;
   return LayerProgram::build(*frontend::loadCell(cell),

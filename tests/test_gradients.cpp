@@ -351,6 +351,40 @@ TEST_F(GradTool, WritesEveryGradientAsPyTorchNamesIt) {
   }
 }
 
+// `rnnc grad --weights-dtype fp16|bf16`: mixed-precision gradients, those the interpreter gives
+// computing its products alike (--interpret), near PyTorch's fp32 ones but not equal to them.
+TEST_F(GradTool, MixedPrecisionGradientsAreTheInterpretersAndNearFp32) {
+  const std::string name = "lstm_l2_bi_len";
+  const TensorMap fp32 = readSafeTensors(fixture(name, "grads.safetensors"));
+  for (const std::string dtype : {"fp16", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    std::vector<std::string> args = gradToolArgs(name, path("jit.safetensors"));
+    args.insert(args.end(), {"--weights-dtype", dtype});
+    test::ToolResult r = test::ToolRunner(dir_).run(args);
+    ASSERT_EQ(r.exitCode, 0) << r;
+    args = gradToolArgs(name, path("interpreted.safetensors"));
+    args.insert(args.end(), {"--weights-dtype", dtype, "--interpret"});
+    r = test::ToolRunner(dir_).run(args);
+    ASSERT_EQ(r.exitCode, 0) << r;
+    const TensorMap jit = readSafeTensors(path("jit.safetensors"));
+    const TensorMap interpreted = readSafeTensors(path("interpreted.safetensors"));
+    ASSERT_EQ(jit.size(), fp32.size());
+    double worstAgainstFp32 = 0;
+    for (const auto& [gradient, want] : fp32) {
+      float scale = 1e-6f;
+      for (float v : want.values())
+        scale = std::max(scale, std::fabs(v));
+      EXPECT_LT(test::maxAbsDiff(jit.at(gradient), interpreted.at(gradient)) / scale,
+                dtype == "fp16" ? 1e-4f : 2e-3f)
+          << gradient;
+      worstAgainstFp32 =
+          std::max<double>(worstAgainstFp32, test::maxAbsDiff(jit.at(gradient), want) / scale);
+    }
+    EXPECT_LT(worstAgainstFp32, 5e-2);
+    EXPECT_GT(worstAgainstFp32, dtype == "fp16" ? 1e-5 : 1e-4) << "the weights were not reduced";
+  }
+}
+
 // The backward's recurrent product (dgates W_hh) divided unevenly between two threads
 // (RNNC_THREAD_SHARES; runtime/threads/WorkBalance.h moves the blocks at every barrier) gives
 // PyTorch's gradients.
@@ -1085,6 +1119,45 @@ TEST(Gradients, TheApiGivesPyTorchsGradients) {
   EXPECT_EQ(
       again.at("weight_hh_l1_reverse").values,
       layer.backward(record, gy.data(), ghn.data(), gcn.data()).at("weight_hh_l1_reverse").values);
+}
+
+// Mixed precision through the API (LayerSpec::weightsDtype "bf16" in forwardTraining and
+// backward): the JIT's gradients are those of the interpreter computing its products alike, and
+// its training forward gives inference's output.
+TEST(Gradients, TheApiTrainsInMixedPrecision) {
+  const std::string name = "gru_l2_bi_bf_len";
+  Tensor x = readNpyFloat32(fixture(name, "input.npy"));
+  Tensor h0 = readNpyFloat32(fixture(name, "h0.npy"));
+  Int64Array lengths = readNpyInt64(fixture(name, "lengths.npy"));
+  Tensor gy = readNpyFloat32(fixture(name, "grad_output.npy"));
+  Tensor ghn = readNpyFloat32(fixture(name, "grad_hn.npy"));
+  std::map<std::string, Tensor> results[2];
+  for (bool jit : {true, false}) {
+    rnnc::LayerSpec spec;
+    spec.batchFirst = true;
+    spec.cell = "gru";
+    spec.jit = jit;
+    spec.weightsDtype = "bf16";
+    rnnc::Layer layer = rnnc::Layer::fromFile(spec, fixture(name, "weights.safetensors"));
+    const int64_t batch = x.dim(0), steps = x.dim(1);
+    Tensor y({batch, steps, layer.outputSize()}), hn(h0.shape());
+    rnnc::TrainingRecord record =
+        layer.forwardTraining(x.data(), steps, batch, h0.data(), nullptr, lengths.values.data(),
+                              y.data(), hn.data(), nullptr);
+    Tensor yInference(y.shape());
+    layer.forward(x.data(), steps, batch, h0.data(), nullptr, lengths.values.data(),
+                  yInference.data(), nullptr, nullptr);
+    EXPECT_LT(test::maxAbsDiff(y, yInference), 1e-6) << (jit ? "jit" : "interpreter");
+    for (auto& [key, w] : layer.backward(record, gy.data(), ghn.data(), nullptr))
+      results[jit ? 0 : 1][key] = Tensor(w.shape, w.values);
+  }
+  ASSERT_EQ(results[0].size(), results[1].size());
+  for (const auto& [key, want] : results[1]) {
+    float scale = 1e-6f;
+    for (float v : want.values())
+      scale = std::max(scale, std::abs(v));
+    EXPECT_LT(test::maxAbsDiff(results[0].at(key), want) / scale, 2e-3f) << key;
+  }
 }
 
 // A decoder trained step by step through the API: one forwardTraining() and one backward() per

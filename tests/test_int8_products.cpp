@@ -351,7 +351,8 @@ TEST(Int8Products, WhatCannotWorkIsAClearError) {
   training.training = true;
   training.compile.weights = WeightType::I8;
   test::expectUserError([&] { LayerProgram::build(*cell, weights, "weights", training); },
-                        {"int8 weights are for inference: training runs in fp32"});
+                        {"int8 weights are for inference: train in fp32, bf16 or fp16, then "
+                         "run the trained weights as int8"});
 }
 
 } // namespace

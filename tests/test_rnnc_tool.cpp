@@ -740,12 +740,39 @@ TEST_F(ToolTest, WeightsDtypeOnBenchRunAndCompile) {
   EXPECT_GT(runError, 0.0f) << "the weights were not reduced";
   EXPECT_LT(runError, 1e-2f);
 
+  // The interpreter rounds its products as the JIT does: the same output, to fp32's sums.
+  ToolResult interpreted =
+      run({"run", "--cell", "lstm", "--weights", fixtureFile("lstm_small", "weights.safetensors"),
+           "--input", fixtureFile("lstm_small", "input.npy"), "--h0",
+           fixtureFile("lstm_small", "h0.npy"), "--c0", fixtureFile("lstm_small", "c0.npy"),
+           "--output", "y_interpreted.npy", "--weights-dtype", "fp16", "--interpret"});
+  ASSERT_EQ(interpreted.exitCode, 0) << interpreted;
+  EXPECT_LT(test::maxAbsDiff(readNpyFloat32(path("y_interpreted.npy")), actual), 1e-5f);
+
   ToolResult asm16 = run({"compile", "gru", "--size", "input_size=16", "--size", "hidden_size=16",
                           "--emit=asm", "--target-cpu", "haswell", "--weights-dtype", "fp16"});
   ASSERT_EQ(asm16.exitCode, 0) << asm16.err;
   EXPECT_THAT(asm16.out, HasSubstr("vcvtph2ps"));
   // Packed by the runtime (runtime/exec/WeightPacking.h), which the code calls.
   EXPECT_THAT(asm16.out, HasSubstr("rnnc_pack_weights"));
+}
+
+// `rnnc bench --backward --weights-dtype bf16`: mixed-precision training timed beside fp32's, and
+// its gradients' error against fp32's.
+TEST_F(ToolTest, BenchBackwardTimesMixedPrecisionTraining) {
+  ToolResult r =
+      run({"bench", "--backward", "--seq", "3", "--batch", "2", "--input", "4", "--hidden", "5",
+           "--repeat", "1", "--jit-only", "--json", "--weights-dtype", "bf16"});
+  ASSERT_EQ(r.exitCode, 0) << r;
+  nlohmann::json report = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(report["paths"].contains("train_jit")) << r;
+  EXPECT_TRUE(report["paths"].contains("train_jit_bf16")) << r;
+  EXPECT_EQ(report["weights_dtype"]["dtype"], "bf16");
+  EXPECT_EQ(report["weights_dtype"]["compared"], "gradients");
+  const double error = report["weights_dtype"]["max_abs_error_relative"];
+  EXPECT_GT(error, 0.0) << "the weights were not reduced";
+  EXPECT_LT(error, 2e-2);
+  EXPECT_GT(report["weights_dtype"]["speedup_over_fp32"].get<double>(), 0.0);
 }
 
 // `rnnc bench --backward`: training (forward + derived backward) on every path, and the size of
@@ -989,12 +1016,10 @@ TEST_F(ToolErrorTest, WeightsDtypesThatCannotRun) {
   RunArgs a;
   a.extra = {"--weights-dtype", "fp8"};
   expectRunError(a, {"unknown weights dtype 'fp8': expected fp32, bf16, fp16 or int8"});
-  a.extra = {"--weights-dtype", "bf16", "--interpret"};
-  expectRunError(a, {"bf16 weights run on the JIT only, not on the interpreter"});
-  a.extra = {"--weights-dtype", "fp16", "--train"};
-  expectRunError(a, {"fp16 weights are for inference: training runs in fp32"});
-  expectError({"bench", "--backward", "--weights-dtype", "bf16"},
-              {"--weights-dtype times inference: training runs in fp32"});
+  a.extra = {"--weights-dtype", "int8", "--train"};
+  expectRunError(a, {"int8 weights are for inference: train in fp32, bf16 or fp16"});
+  expectError({"bench", "--backward", "--weights-dtype", "int8"},
+              {"--weights-dtype int8 times inference: training takes fp32, bf16 or fp16"});
 }
 
 TEST_F(ToolErrorTest, ZeroSize) {

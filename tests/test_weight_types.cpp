@@ -359,20 +359,52 @@ TEST(WeightTypes, WhatCannotWorkIsAClearError) {
   std::mt19937 rng(3);
   cell = frontend::loadCell("gru");
   TensorMap weights = test::randomWeights(*cell, {{"input_size", 3}, {"hidden_size", 4}}, rng);
+  // Training takes bf16 and fp16 (tests/test_mixed_precision_training.cpp), not int8.
   for (auto engine : {Engine::Interpreter, Engine::Jit}) {
     LayerOptions options;
     options.engine = engine;
-    options.training = engine == Engine::Jit;
-    options.compile.weights = WeightType::BF16;
+    options.training = true;
+    options.compile.weights = WeightType::I8;
     test::expectUserError([&] { LayerProgram::build(*cell, weights, "weights", options); },
-                          {engine == Engine::Jit
-                               ? "bf16 weights are for inference: training runs in fp32"
-                               : "bf16 weights run on the JIT only, not on the interpreter"});
+                          {"int8 weights are for inference: train in fp32, bf16 or fp16, then run "
+                           "the trained weights as int8"});
   }
-  LayerOptions training;
-  training.compile.weights = WeightType::F16;
-  test::expectUserError([&] { GradientProgram::build(*cell, weights, "weights", training); },
-                        {"fp16 weights are for inference: training runs in fp32"});
+  // A cell whose products have no weights: on the interpreter too.
+  auto elementwise = frontend::parseCell(R"(cell scale(input_size) {
+  input x[input_size]
+  state h[input_size]
+  param a[input_size]
+  return h = tanh(x + a * h); output h
+})",
+                                         "scale.cell");
+  LayerOptions interpreted;
+  interpreted.engine = Engine::Interpreter;
+  interpreted.compile.weights = WeightType::F16;
+  test::expectUserError(
+      [&] {
+        LayerProgram::build(*elementwise,
+                            test::randomWeights(*elementwise, {{"input_size", 3}}, rng), "weights",
+                            interpreted);
+      },
+      {"cell 'scale' has no linear or matmul with parameter weights: fp16 weights would change "
+       "nothing"});
+}
+
+// The interpreter engine runs reduced weights as the generated code computes them (bf16's
+// operands rounded, fp16's weights, int8's quantized products: withProductsAs), in its own way:
+// a layer's output on it matches the JIT's, and differs from fp32's by the rounding.
+TEST(WeightTypes, TheInterpreterRunsReducedWeightsAsTheJit) {
+  const std::pair<const char*, const char*> layers[] = {{"lstm", "lstm_l3_bi_len"},
+                                                        {"gru", "gru_l3_uni_len"}};
+  for (const auto& [cell, fixture] : layers)
+    for (WeightType type : {WeightType::BF16, WeightType::F16, WeightType::I8}) {
+      SCOPED_TRACE(std::string(fixture) + ", " + std::string(codegen::weightTypeName(type)));
+      const Tensor jit = test::fixtureLayerOutput(cell, fixture, type);
+      const Tensor interpreted = test::fixtureLayerOutput(cell, fixture, type, Engine::Interpreter);
+      const Tensor fp32 = test::fixtureLayerOutput(cell, fixture, WeightType::F32);
+      EXPECT_LT(test::relativeError(interpreted, jit), 1e-5f);
+      EXPECT_GT(test::relativeError(interpreted, fp32), 1e-4f);
+    }
 }
 
 } // namespace

@@ -160,6 +160,24 @@ WeightsAccuracy compareOutputs(const Tensor& fp32, const Tensor& reduced) {
   return a;
 }
 
+// Mixed-precision training against fp32: each gradient's errors, the worst of them (the
+// relative error the worst of each gradient's max abs error over its own largest |value|).
+WeightsAccuracy compareGradients(const TensorMap& fp32, const TensorMap& reduced) {
+  RNNC_INTERNAL_CHECK(fp32.size() == reduced.size(), "different gradients");
+  WeightsAccuracy worst;
+  double sum = 0;
+  int64_t count = 0;
+  for (const auto& [name, gradient] : fp32) {
+    WeightsAccuracy a = compareOutputs(gradient, reduced.at(name));
+    worst.maxAbs = std::max(worst.maxAbs, a.maxAbs);
+    worst.maxAbsRelative = std::max(worst.maxAbsRelative, a.maxAbsRelative);
+    sum += a.meanAbs * static_cast<double>(gradient.numel());
+    count += gradient.numel();
+  }
+  worst.meanAbs = count > 0 ? sum / static_cast<double>(count) : 0;
+  return worst;
+}
+
 // Multiply-add work of one sequence: 2*M*N*K per matrix product and step, M = B.
 double matmulFlops(const ir::Cell& cell, int64_t steps, int64_t batch) {
   return ir::matrixProductFlopsPerStep(cell, batch) * static_cast<double>(steps);
@@ -186,8 +204,8 @@ int bench(const BenchOptions& o) {
   // Checked before any work: an unknown CPU, or one whose code this host cannot run.
   const codegen::Target target = runnableTarget(o.targetCpu, CacheOptions::fromEnvironment());
   const codegen::WeightType reduced = codegen::parseWeightType(o.weightsDtype);
-  if (reduced != codegen::WeightType::F32 && o.backward)
-    throw UserError("--weights-dtype times inference: training runs in fp32");
+  if (reduced == codegen::WeightType::I8 && o.backward)
+    throw UserError("--weights-dtype int8 times inference: training takes fp32, bf16 or fp16");
   const bool cuda = o.device == "cuda";
   if (cuda && (o.backward || reduced != codegen::WeightType::F32))
     throw UserError("--device cuda times fp32 inference (training and reduced weights run on the "
@@ -231,8 +249,10 @@ int bench(const BenchOptions& o) {
     Timing timing;
   };
   std::vector<Path> paths;
-  // The outputs of the last timed run of the fp32 and the reduced-precision JIT, compared below.
+  // The outputs (gradients, in training) of the last timed run of the fp32 and the
+  // reduced-precision JIT, compared below.
   Tensor fp32Output, reducedOutput;
+  TensorMap fp32Gradients, reducedGradients;
   bool widenedFp16 = false; // whether the fp16 path's step products are widened at packing
   auto jitTiming = [&](passes::PipelineOptions pipeline,
                        codegen::WeightType weights = codegen::WeightType::F32,
@@ -263,8 +283,15 @@ int bench(const BenchOptions& o) {
   // Training: the forward that keeps the states, then the backward derived from the cell, on
   // random output gradients; every path on the same data.
   int64_t trainingBytes = 0, recomputeBytes = 0;
+  // Every path the same random output gradient, so that their gradients compare.
+  const Tensor outputGradient =
+      o.backward ? randomTensor({o.seq, o.batch, ir::columnsOf(cell->output)}, 1.0f, rng)
+                 : Tensor();
+  // With `keptGradients`, the gradients of the last timed run are kept there.
   auto trainingTiming = [&](Engine engine, passes::PipelineOptions pipeline,
-                            passes::ForwardValues forwardValues, int64_t& bytes) {
+                            passes::ForwardValues forwardValues, int64_t& bytes,
+                            codegen::WeightType weightType = codegen::WeightType::F32,
+                            TensorMap* keptGradients = nullptr) {
     TensorMap weights;
     for (size_t i = 0; i < cell->params.size(); ++i)
       weights[cell->params[i]->name] = params[i];
@@ -275,13 +302,14 @@ int bench(const BenchOptions& o) {
     options.compile.pipeline = pipeline;
     options.compile.cache.disk = false;
     options.compile.targetCpu = o.targetCpu;
+    options.compile.weights = weightType;
     auto program = GradientProgram::build(*cell, weights, "random weights", options, forwardValues);
     std::map<std::string, Tensor> initial;
     for (size_t i = 0; i < cell->states.size(); ++i)
       initial[cell->states[i]->name] =
           initialStates[i].reshaped({1, initialStates[i].dim(0), initialStates[i].dim(1)});
     GradientInputs grads;
-    grads.output = randomTensor({o.seq, o.batch, ir::columnsOf(cell->output)}, 1.0f, rng);
+    grads.output = outputGradient;
     // Each run hands the forward its input, a copy made before the run's timing, as a training
     // loop hands over each batch it has just made (PyTorch's autograd too keeps the tensor it
     // was given): the tape keeps it without a copy of its own.
@@ -292,7 +320,9 @@ int bench(const BenchOptions& o) {
           TrainingTape tape = program->forward(std::move(handed), initial, std::nullopt);
           tape.forward.output = Tensor(); // the caller's y, as cuDNN's caller keeps it
           bytes = tape.bytes();
-          program->backward(tape, grads);
+          TensorMap gradients = program->backward(tape, grads);
+          if (keptGradients)
+            *keptGradients = std::move(gradients);
         });
   };
   if (o.backward) {
@@ -311,7 +341,8 @@ int bench(const BenchOptions& o) {
                        trainingTiming(Engine::Jit, {}, ForwardValues::Recompute, recomputeBytes)});
     }
     paths.push_back({"train_jit", "fwd+bwd, jit, all passes",
-                     trainingTiming(Engine::Jit, {}, ForwardValues::Keep, trainingBytes)});
+                     trainingTiming(Engine::Jit, {}, ForwardValues::Keep, trainingBytes,
+                                    codegen::WeightType::F32, &fp32Gradients)});
   }
   if (!onlyJit && !o.backward) {
     Interpreter interpreter(*cell, params);
@@ -370,9 +401,17 @@ int bench(const BenchOptions& o) {
   }
   std::optional<WeightsAccuracy> accuracy;
   const std::string reducedName(codegen::weightTypeName(reduced));
-  const std::string reducedKey = "jit_" + reducedName,
-                    reducedRow = "jit, " + reducedName + " weights";
-  if (reduced != codegen::WeightType::F32) {
+  const std::string reducedKey = (o.backward ? "train_jit_" : "jit_") + reducedName,
+                    reducedRow =
+                        (o.backward ? "fwd+bwd, jit, " : "jit, ") + reducedName + " weights";
+  if (reduced != codegen::WeightType::F32 && o.backward) {
+    int64_t bytes = 0;
+    paths.push_back({reducedKey.c_str(), reducedRow.c_str(),
+                     trainingTiming(Engine::Jit, {}, passes::ForwardValues::Keep, bytes, reduced,
+                                    &reducedGradients)});
+    accuracy = compareGradients(fp32Gradients, reducedGradients);
+    accuracy->speedup = paths[paths.size() - 2].timing.median / paths.back().timing.median;
+  } else if (reduced != codegen::WeightType::F32) {
     paths.push_back(
         {reducedKey.c_str(), reducedRow.c_str(), jitTiming({}, reduced, &reducedOutput)});
     accuracy = compareOutputs(fp32Output, reducedOutput);
@@ -415,6 +454,7 @@ int bench(const BenchOptions& o) {
                                 {"mean_ms", path.timing.mean}};
     if (accuracy)
       out["weights_dtype"] = {{"dtype", reducedName},
+                              {"compared", o.backward ? "gradients" : "output"},
                               {"max_abs_error", accuracy->maxAbs},
                               {"mean_abs_error", accuracy->meanAbs},
                               {"max_abs_error_relative", accuracy->maxAbsRelative},
@@ -452,7 +492,13 @@ int bench(const BenchOptions& o) {
     fmt::print("{:<32}{:>12.3f}{:>10.3f}{:>10.3f}{:>10.1f}{:>8.2f}x\n", path.name, t.median, t.min,
                t.max, gflop / (t.median * 1e-3), paths.front().timing.median / t.median);
   }
-  if (accuracy)
+  if (accuracy && o.backward)
+    fmt::print("\n{} weights against fp32 (the gradients of the same run, each against its own "
+               "largest value): max abs error {:.3g} ({:.3g} of the largest), mean abs error "
+               "{:.3g}; {:.2f}x the fp32 speed\n",
+               reducedName, accuracy->maxAbs, accuracy->maxAbsRelative, accuracy->meanAbs,
+               accuracy->speedup);
+  else if (accuracy)
     fmt::print("\n{} weights against fp32 (outputs of the same run): max abs error {:.3g} ({:.3g} "
                "of the largest output), mean abs error {:.3g}; {:.2f}x the fp32 speed\n",
                reducedName, accuracy->maxAbs, accuracy->maxAbsRelative, accuracy->meanAbs,
@@ -522,7 +568,8 @@ CommandAction addBenchCommand(CLI::App& app) {
                   "Also time the JIT with its weights stored as fp16 (widened to fp32 in "
                   "registers), bf16 (bf16 products summed in fp32: AMX tiles where the CPU has "
                   "them, vdpbf16ps on AMD's AVX512_BF16) or "
-                  "int8 (dynamic quantization), and report its error against fp32")
+                  "int8 (dynamic quantization), and report its error against fp32; with "
+                  "--backward, mixed-precision training in bf16 or fp16 (the gradients' error)")
       ->default_val("fp32");
   return [o] { return bench(*o); };
 }

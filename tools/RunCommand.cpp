@@ -312,14 +312,17 @@ CLI::App* addLayerCommand(CLI::App& app, const std::string& name, const std::str
                   "but fewer while other processes keep cores busy, and one for a call too short "
                   "to pay for starting threads")
       ->default_val(0);
-  if (!grad)
-    cmd->add_option("--weights-dtype", o->weightsDtype,
-                    "How the JIT stores the weights of every linear/matmul: fp32; fp16 (half "
-                    "the bytes, widened to fp32 in registers); bf16 (half the bytes; products of "
-                    "bf16 inputs and weights summed in fp32: on AMX tiles where the CPU has them, "
-                    "by vdpbf16ps on AMD's AVX512_BF16); or "
-                    "int8 (dynamic quantization)")
-        ->default_val("fp32");
+  cmd->add_option("--weights-dtype", o->weightsDtype,
+                  grad ? "Mixed precision: the weights of every linear/matmul stored as bf16 or "
+                         "fp16 in the forward's and the backward's products (the gradients of "
+                         "the forward that ran; everything else fp32), or fp32"
+                       : "How the JIT stores the weights of every linear/matmul: fp32; fp16 "
+                         "(half the bytes, widened to fp32 in registers); bf16 (half the bytes; "
+                         "products of bf16 inputs and weights summed in fp32: on AMX tiles where "
+                         "the CPU has them, by vdpbf16ps on AMD's AVX512_BF16); or int8 (dynamic "
+                         "quantization). With --interpret, the interpreter computes its products "
+                         "alike")
+      ->default_val("fp32");
   cmd->add_option("--device", o->device,
                   "cpu (the JIT), cuda (an NVIDIA GPU through the CUDA driver: the cell's PTX "
                   "kernels) or cuda-emulated (those kernels' own code run on this CPU, GPU thread "

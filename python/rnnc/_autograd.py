@@ -33,7 +33,8 @@ class _NoSecondDerivative(torch.autograd.Function):
             "gradients taken with create_graph=True, as a gradient penalty needs) is torch's "
             "where rnnc.nn's modules can run their forward in torch's operations, but not "
             "through dropout masks rnnc draws, a custom cell or side inputs in a traced or "
-            "scripted model, or rnnc.Layer and rnnc.LSTM (use rnnc.nn's modules)")
+            "scripted model, mixed precision (weights_dtype 'bf16' or 'fp16': train in fp32 "
+            "there), or rnnc.Layer and rnnc.LSTM (use rnnc.nn's modules)")
 
 
 # The cells torch.nn's modules run, by rnnc's names, which are also those of torch's own
@@ -165,7 +166,9 @@ class _Recurrence(torch.autograd.Function):
         ctx.state_names, ctx.side_names, ctx.param_names = state_names, side_names, param_names
         ctx.given = [t is not None for t in initial]
         ctx.sums, ctx.summing = (summed[0], summed[1].grad_fn) if summed else (None, None)
-        ctx.recompute = recompute
+        # A mixed-precision program's forward rounds its weights (and the products' other operands)
+        # as torch's operations would not: its gradients have no second derivative.
+        ctx.recompute = recompute if program.weights_dtype == "fp32" else None
         ctx.save_for_backward(x, *tensors)  # references, for a second derivative
         return (torch.from_numpy(y),) + tuple(torch.from_numpy(finals[n]) for n in state_names)
 

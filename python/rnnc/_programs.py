@@ -95,13 +95,12 @@ def _program(make, module, cell, weights, sizes, *training_args, layout=None,
     (num_layers, bidirectional, batch_first) unless given (a cell's: one step of one layer)."""
     layout = layout or (module.num_layers, module.bidirectional, module.batch_first)
     dtype = weights_dtype(module)
-    if make is _rnnc.Training and dtype != "fp32":  # (the inference Layer takes the dtype)
+    if make is _rnnc.Training and dtype == "int8":
         raise NotImplementedError(
-            f"weights_dtype={dtype!r} runs inference only, and autograd records this call (grad "
-            "mode is on and a parameter or an input requires grad): gradients need "
-            "weights_dtype='fp32'; for inference, call the module under torch.no_grad() or "
-            "torch.inference_mode()")
-    reduced = {} if make is _rnnc.Training else {"weights_dtype": dtype}
+            "weights_dtype='int8' runs inference only, and autograd records this call (grad mode "
+            "is on and a parameter or an input requires grad): train in fp32, or in mixed "
+            "precision with weights_dtype='bf16' or 'fp16', then run the trained module as int8 "
+            "under torch.no_grad() or torch.inference_mode()")
     return make(cell, weights, sizes, *layout, module._rnnc_options["jit"],
                 module._rnnc_options["threads"], module._rnnc_options["target_cpu"],
-                *training_args, **training_options, **reduced)
+                *training_args, **training_options, weights_dtype=dtype)

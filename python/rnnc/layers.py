@@ -33,14 +33,15 @@ def _packed_sequences():
 
 
 def _check_differentiable(what, weights_dtype, device):
-    """Gradients run in fp32 on the CPU (the backward rnnc derives); say so rather than cut the
-    graph or give gradients of other weights than the forward used."""
-    if weights_dtype != "fp32" or device != "cpu":
+    """Gradients run on the CPU in fp32, or in mixed precision with bf16 or fp16 weights (the
+    backward rnnc derives); say so rather than cut the graph or give gradients of other weights
+    than the forward used."""
+    if weights_dtype == "int8" or device != "cpu":
         raise NotImplementedError(
             f"{what} with weights_dtype={weights_dtype!r}, device={device!r} runs inference only, "
-            "and a tensor it was given requires grad: gradients need weights_dtype='fp32' on the "
-            "cpu; for inference, call it under torch.no_grad() (or pass tensors that do not "
-            "require grad)")
+            "and a tensor it was given requires grad: gradients need weights_dtype 'fp32', "
+            "'bf16' or 'fp16' on the cpu; for inference, call it under torch.no_grad() (or pass "
+            "tensors that do not require grad)")
 
 
 def _installed_torch():
@@ -276,7 +277,8 @@ class Layer:
         sizes = {name: value for name, value in self.sizes.items() if name != "input_size"}
         return _rnnc.Training(self.cell, self._weights, sizes, self.num_layers,
                               self.bidirectional, self.batch_first, self.jit, self.threads,
-                              self.target_cpu, 0.0, 0, training=False)
+                              self.target_cpu, 0.0, 0, training=False,
+                              weights_dtype=self.weights_dtype)
 
     def ir(self, after=None, grad=False):
         """The cell's IR through rnnc's passes: after every pass (``after="all"``, each headed by
@@ -363,7 +365,8 @@ class _TorchWeights:
     def _torch_options(self):
         """rnnc.nn's module's constructor options, as this module's."""
         options = dict(bias=self.bias, threads=self._options["threads"],
-                       jit=self._options["jit"], target_cpu=self._options["target_cpu"])
+                       jit=self._options["jit"], target_cpu=self._options["target_cpu"],
+                       weights_dtype=self._options["weights_dtype"])
         if self._mode == "RNN":
             options["nonlinearity"] = self.nonlinearity
         return options

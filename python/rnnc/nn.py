@@ -22,8 +22,9 @@ torch.nn.Module trained the same way, its parameters the cell's; in training mod
     y, finals = cell(x)            # finals: {"h": h_n}
 
 Every module takes rnnc's options as keywords: threads, jit, target_cpu and weights_dtype, which
-may change between calls: a model trained in fp32 runs inference with int8, fp16 or bf16 weights
-after ``module.weights_dtype = "int8"`` (under torch.no_grad() or torch.inference_mode()).
+may change between calls: a model trained in fp32 (or in mixed precision, with bf16 or fp16
+weights) runs inference with int8, fp16 or bf16 weights after ``module.weights_dtype = "int8"``
+(int8 under torch.no_grad() or torch.inference_mode()).
 """
 
 import copy
@@ -65,8 +66,10 @@ def _empty_batch(module, x, states, params, width):
 class _WeightsDtype:
     """The weights_dtype option of rnnc's torch modules, which may change between calls (train in
     fp32, then ``module.weights_dtype = "int8"`` for inference): fp32; fp16 or bf16 (half the
-    bytes); int8 (dynamic quantization). Reduced weights run inference only (under
-    torch.no_grad() or torch.inference_mode()); a call that autograd records is refused."""
+    bytes), which also train (mixed precision: the products read the rounded weights, the
+    parameters and gradients stay fp32; no second derivatives); int8 (dynamic quantization),
+    inference only (under torch.no_grad() or torch.inference_mode()): a call that autograd
+    records is refused."""
 
     # TorchScript compiles a module's properties unless told (torch.nn.RNNBase's own too).
     __jit_unused_properties__ = ["all_weights", "weights_dtype"]

@@ -11,6 +11,25 @@
 #include <unordered_map>
 
 namespace rnnc {
+
+ExecutionOptions withProductsAs(codegen::WeightType weights, ExecutionOptions options) {
+  options.bf16Products = weights == codegen::WeightType::BF16;
+  options.f16Weights = weights == codegen::WeightType::F16;
+  options.int8Products = weights == codegen::WeightType::I8;
+  return options;
+}
+
+void checkReducedWeightsChangeSomething(const ir::Cell& cell, codegen::WeightType weights) {
+  if (weights == codegen::WeightType::F32)
+    return;
+  for (const ir::Block* block : {&cell.pre, &cell.step})
+    for (const auto& instr : *block)
+      if (ir::isMatrixProduct(instr->op) && !instr->operands[1]->isBatched())
+        return;
+  throw UserError("cell '" + cell.name + "' has no linear or matmul with parameter weights: " +
+                  std::string(codegen::weightTypeName(weights)) + " weights would change nothing");
+}
+
 namespace {
 
 using ir::Op;

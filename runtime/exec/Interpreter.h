@@ -3,6 +3,7 @@
 // oracle for every faster path, so it favours clarity over speed.
 #pragma once
 
+#include "codegen/WeightType.h"
 #include "ir/Cell.h"
 #include "runtime/data/Tensor.h"
 
@@ -26,6 +27,13 @@ struct ExecutionOptions {
   // int8 weights (runtime/exec/Int8Reference.h).
   bool int8Products = false;
 };
+
+// `options` with the products the generated code computes with its weights stored as `weights`
+// (fp32: exact products): the interpreter as the reference of reduced-precision weights.
+ExecutionOptions withProductsAs(codegen::WeightType weights, ExecutionOptions options = {});
+// UserError where reduced weights would change nothing in `cell`: no linear or matmul has
+// weights known before the loop (a parameter, or made of parameters), as the JIT refuses.
+void checkReducedWeightsChangeSomething(const ir::Cell& cell, codegen::WeightType weights);
 
 // One instruction whose operands have no batch dimension (values made of a cell's parameters
 // alone), evaluated as the interpreter evaluates it in inference; `sizes` binds the cell's.

@@ -5,6 +5,7 @@
 #include "ir/Error.h"
 #include "passes/Autodiff.h"
 #include "runtime/exec/Gemm.h"
+#include "runtime/exec/WeightPacking.h"
 #include "runtime/threads/ThreadGovernor.h"
 #include "runtime/threads/ThreadTeam.h"
 
@@ -90,6 +91,13 @@ struct GradientProgram::Slot {
 
   // The seed of the training forward's dropout masks: the layer runner's for this slot.
   uint64_t maskSeed = 0;
+  // The products' weights: the interpreter computes them as the generated code does.
+  codegen::WeightType weights = codegen::WeightType::F32;
+
+  // Mixed precision: the products' weights as the forward's tiles read them (rounded to bf16 or
+  // fp16), by parameter name, for the input gradients' products dx += g W, so that they are the
+  // gradients of the forward that ran. Empty in fp32.
+  std::map<std::string, Tensor> reducedWeights;
 
   // The training forward drawing its masks from `seed` (maskSeed, or a call's own: the
   // interpreter's is then made for the call, over the slot's parameters).
@@ -97,10 +105,10 @@ struct GradientProgram::Slot {
                       bool training) const {
     if (forwardCode)
       return jitExecutor(forwardCode, forwardPrepared, threads, forwardWorkspaces, seed);
-    return interpreterExecutor(seed == maskSeed
-                                   ? forwardInterpreter
-                                   : std::make_shared<Interpreter>(
-                                         *forward.cell, params, ExecutionOptions{training, seed}));
+    return interpreterExecutor(
+        seed == maskSeed ? forwardInterpreter
+                         : std::make_shared<Interpreter>(
+                               *forward.cell, params, withProductsAs(weights, {training, seed})));
   }
   // The backward cell's inputs `kept.<k>` (its last ones), where the training forward wrote
   // them among its outputs ([T, B, W] `values`).
@@ -187,12 +195,29 @@ int64_t TrainingTape::bytes() const {
 
 namespace {
 
+// `weight` rounded to nearest even as `type` stores it (the packing's own rounding), in fp32.
+Tensor reducedWeight(const Tensor& weight, codegen::WeightType type) {
+  Tensor reduced = weight;
+  for (float& v : reduced.values())
+    if (type == codegen::WeightType::BF16)
+      v = Eigen::numext::bit_cast<float>(static_cast<uint32_t>(bf16Bits(v)) << 16);
+    else if (type == codegen::WeightType::F16)
+      v = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(halfBits(v)));
+  return reduced;
+}
+
+bool isDerived(const passes::BackwardCell& backward, const std::string& weight) {
+  return std::any_of(backward.derivedWeights.begin(), backward.derivedWeights.end(),
+                     [&](const passes::DerivedWeight& derived) { return derived.name == weight; });
+}
+
 // The layer program binds every slot's sizes and parameters; the cells that run are derived,
 // so its own forward is not compiled.
 LayerOptions bindingOnly(const LayerOptions& options) {
   LayerOptions bindOnly = options;
   bindOnly.engine = Engine::Interpreter;
-  bindOnly.compile.weights = codegen::WeightType::F32; // refused by build, with the reason
+  // The interpreter binds in fp32; the training cells compile with the options' weights.
+  bindOnly.compile.weights = codegen::WeightType::F32;
   return bindOnly;
 }
 
@@ -239,9 +264,15 @@ GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOp
     throw UserError(fmt::format("training runs on the CPU (the JIT or the interpreter), not on {} "
                                 "yet",
                                 engineName(options.engine)));
-  if (options.compile.weights != codegen::WeightType::F32)
-    throw UserError(fmt::format("{} weights are for inference: training runs in fp32",
-                                codegen::weightTypeName(options.compile.weights)));
+  // Mixed precision: bf16 or fp16 weights in the training forward's and the backward step's
+  // products (the backward's through the same rounded weights, so it is the gradient of the
+  // forward that ran), fp32 states, gradients and weight updates. int8's rounding has no useful
+  // gradient: quantize a model trained in fp32 (or bf16) instead.
+  if (options.compile.weights == codegen::WeightType::I8)
+    throw UserError("int8 weights are for inference: train in fp32, bf16 or fp16, then run the "
+                    "trained weights as int8");
+  // Named by the user's cell, before the JIT's storage plan would name its training forward.
+  checkReducedWeightsChangeSomething(cell, options.compile.weights);
   checkGradientNames(*layers);
   // In training, a layer program's cells have no dropout left (passes/TrainingDropout.h: masks
   // drawn per row, or for parameters alone, a mask parameter per run).
@@ -262,10 +293,21 @@ GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOp
                         "a backward step that draws dropout masks again");
     s->forward = passes::trainingForward(*slot.bound, s->backward);
     s->maskSeed = options.maskSeedOf(static_cast<int64_t>(slots.size()));
+    s->weights = options.compile.weights;
+    if (options.compile.weights != codegen::WeightType::F32)
+      for (const passes::GradientSegment& seg : s->backward.segments)
+        if ((seg.kind == passes::GradientSegment::Kind::InputByLinear ||
+             seg.kind == passes::GradientSegment::Kind::InputByMatMul) &&
+            !s->reducedWeights.count(seg.weight) && !isDerived(s->backward, seg.weight))
+          s->reducedWeights.emplace(
+              seg.weight,
+              reducedWeight(slot.params[paramIndex(slot, seg.weight)], options.compile.weights));
     if (options.engine != Engine::Jit) {
       s->forwardInterpreter = std::make_shared<Interpreter>(
-          *s->forward.cell, slot.params, ExecutionOptions{options.training, s->maskSeed});
-      s->backwardInterpreter = std::make_shared<Interpreter>(*s->backward.cell, slot.params);
+          *s->forward.cell, slot.params,
+          withProductsAs(s->weights, {options.training, s->maskSeed}));
+      s->backwardInterpreter =
+          std::make_shared<Interpreter>(*s->backward.cell, slot.params, withProductsAs(s->weights));
     }
     slots.push_back(std::move(s));
   }
@@ -361,6 +403,7 @@ void GradientProgram::backwardInto(const TrainingTape& tape, const GradientInput
                                    TensorMap& grads) const {
   // The weight gradients' GEMMs in the layer's target's code, as its kernels.
   const std::string& targetCpu = options_.compile.targetCpu;
+  const codegen::WeightType weightType = options_.compile.weights;
   const ir::Cell& cell = program_->cell();
   const int directions = program_->numDirections(), layers = program_->numLayers();
   const int threads = options_.threads;
@@ -495,9 +538,21 @@ void GradientProgram::backwardInto(const TrainingTape& tape, const GradientInput
         if (seg.kind == Kind::InputByLinear || seg.kind == Kind::InputByMatMul) {
           // dx += g W (or g W^T) for every row at once.
           const std::optional<size_t> derived = derivedPosition(seg.weight);
-          const Tensor& weight =
-              derived ? chain->value(*derived) : slot.params[paramIndex(slot, seg.weight)];
-          ConstRows w(weight.data(), weight.shape()[0], weight.shape()[1]);
+          const Tensor* weight = nullptr;
+          Tensor reducedDerived;
+          if (derived) {
+            weight = &chain->value(*derived);
+            if (weightType != codegen::WeightType::F32) {
+              reducedDerived = reducedWeight(*weight, weightType);
+              weight = &reducedDerived;
+            }
+          } else if (auto reduced = s.reducedWeights.find(seg.weight);
+                     reduced != s.reducedWeights.end()) {
+            weight = &reduced->second;
+          } else {
+            weight = &slot.params[paramIndex(slot, seg.weight)];
+          }
+          ConstRows w(weight->data(), weight->shape()[0], weight->shape()[1]);
           Tensor& dx = inputGradient(seg.name, constantOf(seg.operandWidth));
           Eigen::Map<RowMajor> dX(dx.data(), steps * batch, dx.dim(2));
           auto g = rows.middleCols(at, width);

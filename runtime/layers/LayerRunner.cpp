@@ -89,14 +89,13 @@ LayerProgram::buildTaking(const ir::Cell& cell, const TensorMap& weights, Tensor
   if (!(options.dropout >= 0 && options.dropout < 1)) // NaN too
     throw UserError(fmt::format("dropout must be in [0, 1), not {}", options.dropout));
   if (options.compile.weights != codegen::WeightType::F32) {
-    // Reduced-precision weights are the generated code's: the interpreter computes in fp32 from
-    // the weights as given.
+    // The interpreter rounds (or quantizes) its products as the generated code does
+    // (withProductsAs); what the JIT's storage plan refuses, it refuses too.
     if (options.engine == Engine::Interpreter)
-      throw UserError(fmt::format("{} weights run on the JIT only, not on the interpreter",
-                                  codegen::weightTypeName(options.compile.weights)));
-    if (options.training)
-      throw UserError(fmt::format("{} weights are for inference: training runs in fp32",
-                                  codegen::weightTypeName(options.compile.weights)));
+      checkReducedWeightsChangeSomething(cell, options.compile.weights);
+    if (options.training && options.compile.weights == codegen::WeightType::I8)
+      throw UserError("int8 weights are for inference: train in fp32, bf16 or fp16, then run the "
+                      "trained weights as int8");
   }
   if (options.engine == Engine::Cuda)
     CudaDriver::get(); // no GPU: say so before compiling anything
@@ -345,7 +344,8 @@ LayerResult LayerProgram::runOn(std::shared_ptr<const Tensor> given,
         CellInputs inputs;
         for (const auto& tensor : inputTensors)
           inputs.push_back(InputRows::of(*tensor));
-        ExecutionOptions execution{options_.training, options_.maskSeedOf(index)};
+        ExecutionOptions execution = withProductsAs(
+            options_.compile.weights, {options_.training, options_.maskSeedOf(index)});
         Executor run = slot.gpu
                            ? gpuExecutor(slot.gpu, slot.params, options_.engine == Engine::Cuda)
                        : slot.compiled ? jitExecutor(slot.compiled, slot.prepared, threads_,

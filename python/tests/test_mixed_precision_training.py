@@ -1,0 +1,144 @@
+"""Mixed-precision training of rnnc.nn's modules (weights_dtype "bf16" or "fp16" in a call that
+autograd records): the products read the weights rounded as rnnc stores them, everything else
+(states, gradients, the parameters the optimiser updates) stays fp32. fp16 products multiply the
+rounded weights in fp32, so the gradients are torch.nn's own on the rounded weights; bf16 products
+round their other operand too, which rnnc's interpreter (jit=False) does as the JIT does."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rnnc  # noqa: E402
+import rnnc.nn  # noqa: E402
+
+MODES = ["LSTM", "GRU", "RNN"]
+
+
+def twins(mode, weights_dtype, jit=True, **options):
+    torch.manual_seed(30)
+    theirs = getattr(torch.nn, mode)(12, 16, **options)
+    ours = getattr(rnnc.nn, mode)(12, 16, weights_dtype=weights_dtype, jit=jit, **options)
+    ours.load_state_dict(theirs.state_dict())
+    return theirs, ours
+
+
+def rounded(module, dtype):
+    """torch.nn's module with its matrices rounded to `dtype` (kept in fp32)."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.dim() == 2:
+                p.copy_(p.to(dtype).float())
+    return module
+
+
+def gradients(module, x, h0):
+    """The output, and the gradients of the input, h0 and every parameter, of one loss."""
+    x = x.clone().requires_grad_()
+    h0 = h0.clone().requires_grad_()
+    module.zero_grad()
+    y, _ = module(x, (h0, 0.5 * h0.flip(0)) if type(module).__name__ == "LSTM" else h0)
+    (y * torch.linspace(-1, 1, y.numel()).reshape(y.shape)).sum().backward()
+    grads = {"input": x.grad, "h0": h0.grad}
+    grads.update({name: p.grad for name, p in module.named_parameters()})
+    return y.detach(), grads
+
+
+def worst_relative(ours, theirs):
+    return max(float((ours[k] - theirs[k]).abs().max() / theirs[k].abs().max()) for k in theirs)
+
+
+def inputs(bidirectional=True, layers=2):
+    torch.manual_seed(31)
+    return torch.randn(7, 3, 12), torch.randn(layers * (2 if bidirectional else 1), 3, 16) * 0.5
+
+
+@pytest.mark.parametrize("mode", ["GRU", "RNN"])
+def test_fp16_gradients_are_torch_nns_on_the_rounded_weights(mode):
+    theirs, ours = twins(mode, "fp16", num_layers=2, bidirectional=True)
+    x, h0 = inputs()
+    y_ours, ours_grads = gradients(ours, x, h0)
+    y_theirs, theirs_grads = gradients(rounded(theirs, torch.float16), x, h0)
+    assert torch.allclose(y_ours, y_theirs, atol=1e-5)
+    assert worst_relative(ours_grads, theirs_grads) < 1e-4
+    # The rounding is visible: torch.nn's gradients on the weights as given differ.
+    _, fp32_grads = gradients(twins(mode, "fp32", num_layers=2, bidirectional=True)[0], x, h0)
+    assert worst_relative(ours_grads, fp32_grads) > 5e-5
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("mode", MODES)
+def test_the_jit_matches_the_interpreter_which_rounds_as_it_does(mode, dtype):
+    _, jit = twins(mode, dtype, num_layers=2, bidirectional=True)
+    _, interpreted = twins(mode, dtype, jit=False, num_layers=2, bidirectional=True)
+    x, h0 = inputs()
+    y_jit, jit_grads = gradients(jit, x, h0)
+    y_interpreted, interpreted_grads = gradients(interpreted, x, h0)
+    # bf16 rounds the products' inputs: where the two sum a value in another order, its rounding
+    # may tip by one bf16 step (2^-8 relative), and what follows with it.
+    output_bound, gradient_bound = (1e-5, 1e-4) if dtype == "fp16" else (1e-3, 2e-3)
+    assert torch.allclose(y_jit, y_interpreted, atol=output_bound)
+    assert worst_relative(jit_grads, interpreted_grads) < gradient_bound
+
+
+def test_lstm_bf16_gradients_stay_within_1e2_of_fp32_on_the_rounded_weights():
+    theirs, ours = twins("LSTM", "bf16", num_layers=2, bidirectional=True)
+    x, h0 = inputs()
+    c0 = torch.zeros_like(h0)
+    ours_y, _ = ours(x, (h0, c0))
+    theirs_y, _ = rounded(theirs, torch.bfloat16)(x, (h0, c0))
+    assert float((ours_y - theirs_y).abs().max()) < 1e-2
+    (ours_y.pow(2).sum()).backward()
+    (theirs_y.pow(2).sum()).backward()
+    for (name, p), q in zip(ours.named_parameters(), theirs.parameters()):
+        error = float((p.grad - q.grad).norm() / q.grad.norm())
+        assert error < 1e-2, f"{name}: {error:.3g}"
+
+
+def test_the_forward_in_training_is_the_inference_forward():
+    _, ours = twins("LSTM", "bf16", num_layers=2)
+    x = torch.randn(9, 4, 12, requires_grad=True)
+    y, (h, c) = ours(x)
+    with torch.no_grad():
+        y_inference, (h_inference, c_inference) = ours(x)
+    assert torch.allclose(y, y_inference, atol=1e-6)
+    assert torch.allclose(c, c_inference, atol=1e-6)
+
+
+def test_an_optimiser_trains_the_fp32_parameters():
+    torch.manual_seed(32)
+    model = rnnc.nn.GRU(4, 24, weights_dtype="bf16")
+    head = torch.nn.Linear(24, 1)
+    optimiser = torch.optim.Adam([*model.parameters(), *head.parameters()], lr=1e-2)
+    x = torch.randn(12, 16, 4)
+    target = x.sum(dim=(0, 2)).unsqueeze(1) * 0.1  # the sum of everything seen
+    losses = []
+    for _ in range(40):
+        optimiser.zero_grad()
+        y, _ = model(x)
+        loss = torch.nn.functional.mse_loss(head(y[-1]), target)
+        loss.backward()
+        optimiser.step()
+        losses.append(float(loss))
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert losses[-1] < 0.3 * losses[0], losses
+
+
+def test_a_second_derivative_is_refused_in_mixed_precision():
+    _, ours = twins("GRU", "bf16")
+    x = torch.randn(5, 2, 12, requires_grad=True)
+    y, _ = ours(x)
+    (grad,) = torch.autograd.grad(y.sum(), x, create_graph=True)
+    with pytest.raises(NotImplementedError, match=r"mixed precision \(weights_dtype 'bf16' or "
+                                                  r"'fp16': train in fp32 there\)"):
+        grad.sum().backward()
+
+
+def test_rnnc_layers_give_input_gradients_in_mixed_precision():
+    theirs, _ = twins("LSTM", "fp32")
+    layer = rnnc.from_torch(theirs, weights_dtype="fp16")
+    x = torch.randn(6, 2, 12, requires_grad=True)
+    y, _ = layer(x)
+    y.sum().backward()
+    x2 = x.detach().clone().requires_grad_()
+    rounded(theirs, torch.float16)(x2)[0].sum().backward()
+    assert torch.allclose(x.grad, x2.grad, atol=1e-5)
