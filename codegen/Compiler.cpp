@@ -317,11 +317,13 @@ std::string generateGpuEmulationCell(const ir::Cell& cell, const StoragePlan& pl
   return finish(emitGpuCell(context, cell, plan, planGpuRegions(cell, plan), host), host, stage);
 }
 
-std::string generateGemmTileObject(const Target& target, Stage stage) {
+std::string generateGemmTileObject(const Target& target, Stage stage, GemmOperands operands) {
   RNNC_INTERNAL_CHECK(!target.isGpu(), "the runtime GEMM runs on the CPU");
+  RNNC_INTERNAL_CHECK(operands == GemmOperands::F32 || target.pairsBf16Products(),
+                      "bf16 pairs on a target that does not pair bf16 products");
   initialiseLLVM();
   llvm::LLVMContext context;
-  return finish(emitGemmTile(context, target), target, stage);
+  return finish(emitGemmTile(context, target, operands), target, stage);
 }
 
 // Runs `call`, catching what it throws into *failure (CompilerLibrary.h): nothing thrown leaves
@@ -366,8 +368,8 @@ rnnc_compiler_api() {
       [](const ir::Cell& cell, const StoragePlan& plan, Stage stage, CompilerFailure* failure) {
         return caught(failure, [&] { return generateGpuEmulationCell(cell, plan, stage); });
       },
-      [](const Target& target, Stage stage, CompilerFailure* failure) {
-        return caught(failure, [&] { return generateGemmTileObject(target, stage); });
+      [](const Target& target, Stage stage, GemmOperands operands, CompilerFailure* failure) {
+        return caught(failure, [&] { return generateGemmTileObject(target, stage, operands); });
       },
       [](CompilerFailure* failure) { return caught(failure, [] { return llvmHostTarget(); }); },
       [](const std::string& cpu, CompilerFailure* failure) {

@@ -3,6 +3,7 @@
 // `rnnc compile --emit=llvm|asm`.
 #pragma once
 
+#include "codegen/GemmTile.h"
 #include "codegen/StoragePlan.h"
 #include "codegen/Target.h"
 #include "ir/Cell.h"
@@ -49,6 +50,7 @@ std::string generateGpu(const ir::Cell& cell, const StoragePlan& plan, const Tar
 std::string generateGpuEmulation(const ir::Cell& cell, const StoragePlan& plan, Stage stage);
 
 // The runtime GEMM's register tile (codegen/GemmTile.h) for `target`, as any stage.
-std::string generateGemmTile(const Target& target, Stage stage);
+std::string generateGemmTile(const Target& target, Stage stage,
+                             GemmOperands operands = GemmOperands::F32);
 
 } // namespace rnnc::codegen

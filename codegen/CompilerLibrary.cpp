@@ -145,8 +145,8 @@ std::string generateGpuEmulation(const ir::Cell& cell, const StoragePlan& plan, 
   return call(compilerLibrary().generateGpuEmulation, cell, plan, stage);
 }
 
-std::string generateGemmTile(const Target& target, Stage stage) {
-  return call(compilerLibrary().generateGemmTile, target, stage);
+std::string generateGemmTile(const Target& target, Stage stage, GemmOperands operands) {
+  return call(compilerLibrary().generateGemmTile, target, stage, operands);
 }
 
 // Once per process: the CPU does not change under it, and each CPUID instruction LLVM's

@@ -46,7 +46,7 @@ struct CompilerApi {
   std::string (*generateGpu)(const ir::Cell&, const StoragePlan&, const Target&, Stage,
                              CompilerFailure*);
   std::string (*generateGpuEmulation)(const ir::Cell&, const StoragePlan&, Stage, CompilerFailure*);
-  std::string (*generateGemmTile)(const Target&, Stage, CompilerFailure*);
+  std::string (*generateGemmTile)(const Target&, Stage, GemmOperands, CompilerFailure*);
   HostTarget (*detectHostTarget)(CompilerFailure*);
   HostTarget (*namedX86Target)(const std::string&, CompilerFailure*);
 };

@@ -1,24 +1,36 @@
 #include "codegen/GemmTile.h"
 
 #include "codegen/LLVMIRHeaders.h"
+#include "ir/Error.h"
+
+#include <llvm/IR/IntrinsicsX86.h>
 
 #include <vector>
 
 namespace rnnc::codegen {
 
-std::unique_ptr<llvm::Module> emitGemmTile(llvm::LLVMContext& context, const Target& target) {
-  auto module = std::make_unique<llvm::Module>("rnnc_gemm_tile", context);
+std::unique_ptr<llvm::Module> emitGemmTile(llvm::LLVMContext& context, const Target& target,
+                                           GemmOperands operands) {
+  const bool pairs = operands == GemmOperands::Bf16Pairs;
+  const char* name = pairs ? kGemmPairTileFunctionName : kGemmTileFunctionName;
+  auto module = std::make_unique<llvm::Module>(name, context);
   module->setTargetTriple(target.triple);
   llvm::IRBuilder<> b(context);
   const GemmTileShape shape = gemmTileShape(target);
   const int64_t width = target.vectorWidth, vectors = shape.columns / width;
+  RNNC_INTERNAL_CHECK(!pairs || width == 16, "vdpbf16ps's pairs on zmm");
   llvm::Type* f32 = b.getFloatTy();
   llvm::Type* i64 = b.getInt64Ty();
   llvm::Type* ptr = b.getPtrTy();
+  // A's and B's elements: floats, or 32-bit words of two bf16 values.
+  llvm::Type* element = pairs ? b.getInt32Ty() : f32;
   auto* vector = llvm::FixedVectorType::get(f32, static_cast<unsigned>(width));
+  auto* elements = llvm::FixedVectorType::get(element, static_cast<unsigned>(width));
+  llvm::Function* dot = pairs ? llvm::Intrinsic::getDeclaration(
+                                    module.get(), llvm::Intrinsic::x86_avx512bf16_dpbf16ps_512)
+                              : nullptr;
   auto* type = llvm::FunctionType::get(b.getVoidTy(), {i64, ptr, ptr, ptr, i64}, false);
-  auto* fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, kGemmTileFunctionName,
-                                    module.get());
+  auto* fn = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, module.get());
   fn->addFnAttr("target-cpu", target.cpu);
   fn->addFnAttr("target-features", target.features);
   fn->addFnAttr(llvm::Attribute::NoUnwind);
@@ -60,21 +72,30 @@ std::unique_ptr<llvm::Module> emitGemmTile(llvm::LLVMContext& context, const Tar
     sums.push_back(b.CreatePHI(vector, 2, "sum"));
     sums.back()->addIncoming(zero, entry);
   }
-  llvm::Value* bRow = b.CreateGEP(f32, bPanel, b.CreateMul(k, b.getInt64(shape.columns)));
+  // vdpbf16ps takes its pairs as vectors of bf16: the words reinterpreted.
+  auto asPairs = [&](llvm::Value* words, unsigned operand) {
+    return b.CreateBitCast(words, dot->getFunctionType()->getParamType(operand));
+  };
+  llvm::Value* bRow = b.CreateGEP(element, bPanel, b.CreateMul(k, b.getInt64(shape.columns)));
   std::vector<llvm::Value*> bVectors;
-  for (int64_t v = 0; v < vectors; ++v)
-    bVectors.push_back(
-        b.CreateAlignedLoad(vector, b.CreateConstGEP1_64(f32, bRow, v * width), llvm::Align(4)));
-  llvm::Value* aRow = b.CreateGEP(f32, a, b.CreateMul(k, b.getInt64(shape.rows)));
+  for (int64_t v = 0; v < vectors; ++v) {
+    llvm::Value* loaded = b.CreateAlignedLoad(
+        elements, b.CreateConstGEP1_64(element, bRow, v * width), llvm::Align(4));
+    bVectors.push_back(pairs ? asPairs(loaded, 2) : loaded);
+  }
+  llvm::Value* aRow = b.CreateGEP(element, a, b.CreateMul(k, b.getInt64(shape.rows)));
   std::vector<llvm::Value*> next(sums.size());
   for (int64_t i = 0; i < shape.rows; ++i) {
     llvm::Value* scalar =
-        b.CreateAlignedLoad(f32, b.CreateConstGEP1_64(f32, aRow, i), llvm::Align(4));
+        b.CreateAlignedLoad(element, b.CreateConstGEP1_64(element, aRow, i), llvm::Align(4));
     llvm::Value* broadcast = b.CreateVectorSplat(static_cast<unsigned>(width), scalar);
+    if (pairs)
+      broadcast = asPairs(broadcast, 1);
     for (int64_t v = 0; v < vectors; ++v) {
       const size_t n = static_cast<size_t>(i * vectors + v);
-      next[n] =
-          b.CreateIntrinsic(llvm::Intrinsic::fma, {vector}, {broadcast, bVectors[v], sums[n]});
+      next[n] = pairs ? b.CreateCall(dot, {sums[n], broadcast, bVectors[v]})
+                      : b.CreateIntrinsic(llvm::Intrinsic::fma, {vector},
+                                          {broadcast, bVectors[v], sums[n]});
     }
   }
   llvm::Value* k1 = b.CreateAdd(k, b.getInt64(1));

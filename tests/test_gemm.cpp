@@ -9,6 +9,7 @@
 #include "ir/Error.h"
 #include "runtime/exec/CompiledCell.h"
 
+#include <Eigen/Core>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -150,6 +151,96 @@ TEST(Gemm, TransposedAndStridedOperandsAndPaddedOutput) {
     gemmAccumulate(g, wt, dX.data(), ldc, threads);
     expectNear(dX, wantX, gWidth, "G W^T");
   }
+}
+
+// bf16 products (GemmPrecision::Bf16, mixed-precision training's dW and dX): the reference on
+// operands rounded by Eigen's bfloat16, on the host's code (vdpbf16ps pairs where it has
+// AVX512_BF16), Zen 4's (pairs) where the host can run it, Skylake's and AVX2's (the fp32 tile on
+// rounded values): every edge of kShapes, the shared-operand products with row sums (of A as
+// given) over several row blocks and an odd depth past the depth block, on 1 and 2 threads.
+std::vector<float> bf16Rounded(std::vector<float> values) {
+  for (float& v : values)
+    v = static_cast<float>(Eigen::bfloat16(v));
+  return values;
+}
+
+std::vector<std::string> bf16Targets() {
+  std::vector<std::string> targets = tileTargets();
+  for (const std::string cpu : {"skylake-avx512", "znver4"}) {
+    try {
+      const codegen::Target target = codegen::runnableTarget(cpu);
+      if (cpu == "skylake-avx512" || target.has("avx512bf16")) // (znver4's code pairs)
+        targets.push_back(cpu);
+    } catch (const UserError&) { // not runnable here
+    }
+  }
+  return targets;
+}
+
+TEST(Gemm, Bf16ProductsAreTheReferenceOnRoundedOperands) {
+  for (const std::string& target : bf16Targets())
+    for (const Shape& s : kShapes)
+      for (int threads : {1, 2}) {
+        const std::vector<float> a = randomValues(s.m * s.k, 31), b = randomValues(s.k * s.n, 32);
+        std::vector<float> c = randomValues(s.m * s.n, 33);
+        const std::vector<float> roundedA = bf16Rounded(a), roundedB = bf16Rounded(b);
+        std::vector<double> want =
+            reference(MatrixView::rowMajor(roundedA.data(), s.m, s.k, s.k),
+                      MatrixView::rowMajor(roundedB.data(), s.k, s.n, s.n), c, s.n);
+        std::vector<double> unrounded =
+            reference(MatrixView::rowMajor(a.data(), s.m, s.k, s.k),
+                      MatrixView::rowMajor(b.data(), s.k, s.n, s.n), c, s.n);
+        gemmAccumulate(MatrixView::rowMajor(a.data(), s.m, s.k, s.k),
+                       MatrixView::rowMajor(b.data(), s.k, s.n, s.n), c.data(), s.n, threads,
+                       target, GemmPrecision::Bf16);
+        const std::string what = "target '" + target + "' M=" + std::to_string(s.m) +
+                                 " N=" + std::to_string(s.n) + " K=" + std::to_string(s.k) +
+                                 " threads=" + std::to_string(threads);
+        expectNear(c, want, s.k, what);
+        double apart = 0; // from the products of the operands as given: the rounding's
+        for (size_t i = 0; i < c.size(); ++i)
+          apart = std::max(apart, std::abs(c[i] - unrounded[i]));
+        EXPECT_GT(apart, 1e-4) << what << ": the operands were not rounded";
+      }
+}
+
+TEST(Gemm, Bf16SharedOperandProductsAndRowSumsOfAAsGiven) {
+  const int64_t wide = 310, gWidth = 300; // A's rows: more than a row block (252 at AVX-512)
+  for (const std::string& target : bf16Targets())
+    for (int64_t depth : {37, 701})
+      for (int threads : {1, 2}) {
+        std::vector<float> o = randomValues(depth * wide, 41);
+        const std::vector<float> roundedO = bf16Rounded(o);
+        const MatrixView a = MatrixView{o.data() + 3, depth, gWidth, wide, 1}.transposed();
+        const MatrixView roundedA =
+            MatrixView{roundedO.data() + 3, depth, gWidth, wide, 1}.transposed();
+        const int64_t columns[] = {19, 70};
+        std::vector<std::vector<float>> bs, roundedBs, cs;
+        std::vector<GemmProduct> products;
+        std::vector<std::vector<double>> want;
+        for (size_t p = 0; p < 2; ++p) {
+          bs.push_back(randomValues(depth * columns[p], 42 + p));
+          roundedBs.push_back(bf16Rounded(bs[p]));
+          cs.push_back(randomValues(gWidth * columns[p], 44 + p));
+          want.push_back(reference(
+              roundedA, MatrixView::rowMajor(roundedBs[p].data(), depth, columns[p], columns[p]),
+              cs[p], columns[p]));
+        }
+        for (size_t p = 0; p < 2; ++p)
+          products.push_back({MatrixView::rowMajor(bs[p].data(), depth, columns[p], columns[p]),
+                              cs[p].data(), columns[p]});
+        std::vector<float> sums = randomValues(gWidth, 46);
+        std::vector<double> wantSums(sums.begin(), sums.end());
+        for (int64_t i = 0; i < gWidth; ++i)
+          for (int64_t k = 0; k < depth; ++k)
+            wantSums[static_cast<size_t>(i)] += a.at(i, k);
+        gemmAccumulate(a, products, threads, sums.data(), target, GemmPrecision::Bf16);
+        const std::string what = "target '" + target + "', depth " + std::to_string(depth) +
+                                 ", threads " + std::to_string(threads);
+        for (size_t p = 0; p < 2; ++p)
+          expectNear(cs[p], want[p], depth, what + ", product " + std::to_string(p));
+        expectNear(sums, wantSums, depth, what + ", row sums");
+      }
 }
 
 TEST(Gemm, EmptyProductsLeaveCAlone) {

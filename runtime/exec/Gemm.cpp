@@ -24,6 +24,9 @@ namespace rnnc {
 namespace {
 
 struct Tile {
+  // With bf16 pairs (codegen::GemmOperands::Bf16Pairs), the function takes the depth in pairs
+  // and A and B as 32-bit words of two bf16 values.
+  bool pairs = false;
   RnncGemmTileFunction function = nullptr;
   std::shared_ptr<void> lifetime;
   codegen::GemmTileShape shape;
@@ -32,9 +35,10 @@ struct Tile {
   int64_t columnBlock = 0; // nc: a panel of B (kc x nc)
 };
 
-Tile compileTile(const std::string& targetCpu) {
+Tile compileTile(const std::string& targetCpu, bool pairs) {
   const codegen::Target target = runnableTarget(targetCpu, CacheOptions::fromEnvironment());
   Tile tile;
+  tile.pairs = pairs;
   tile.shape = codegen::gemmTileShape(target);
   // 512 depths per block, at any vector width: a strip of B of 32 KB at AVX2's 16 columns, 64 KB
   // at AVX-512's 32, which streams from L2 fine. C's tiles are read and written once per depth
@@ -43,16 +47,18 @@ Tile compileTile(const std::string& targetCpu) {
   // runs). AVX-512 had 256 (a 32 KB strip) until four alternating runs of 512 against 256 on
   // Zen 5 gave dX 312 against 324 ms, dW_ih + dW_hh 616 against 632 (1 thread) and 328 against
   // 334 (2 threads). Half of the L2 for the block of A.
-  tile.depthBlock = 512;
+  tile.depthBlock = 512; // (an even count: whole pairs)
   tile.rowBlock =
       std::clamp<int64_t>(target.l2Bytes / 2 / (tile.depthBlock * 4), tile.shape.rows, 512) /
       tile.shape.rows * tile.shape.rows;
   tile.columnBlock = 4096 / tile.shape.columns * tile.shape.columns;
 
-  LoadedCode code =
-      loadOrGenerate(CacheOptions::fromEnvironment(), codeCacheKey(target, "gemm tile\n"),
-                     codegen::kGemmTileFunctionName,
-                     [&] { return codegen::generateGemmTile(target, codegen::Stage::Object); });
+  const auto operands = pairs ? codegen::GemmOperands::Bf16Pairs : codegen::GemmOperands::F32;
+  LoadedCode code = loadOrGenerate(
+      CacheOptions::fromEnvironment(),
+      codeCacheKey(target, pairs ? "gemm pair tile\n" : "gemm tile\n"),
+      pairs ? codegen::kGemmPairTileFunctionName : codegen::kGemmTileFunctionName,
+      [&] { return codegen::generateGemmTile(target, codegen::Stage::Object, operands); });
   tile.function = reinterpret_cast<RnncGemmTileFunction>(code.loaded.address);
   tile.lifetime = std::move(code.loaded.lifetime);
   return tile;
@@ -61,14 +67,124 @@ Tile compileTile(const std::string& targetCpu) {
 // The tile for `targetCpu` ("": this machine), compiled once per process and target: a layer
 // built for another CPU (`--target-cpu haswell` on an AVX-512 host) takes its weight gradients
 // in that CPU's code too, as its kernels are.
-const Tile& processTile(const std::string& targetCpu) {
+// `pairs`: the bf16 pair tile (the target must pair bf16 products).
+const Tile& processTile(const std::string& targetCpu, bool pairs = false) {
   static std::mutex mutex;
-  static std::map<std::string, std::unique_ptr<Tile>> tiles;
+  static std::map<std::pair<std::string, bool>, std::unique_ptr<Tile>> tiles;
   std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<Tile>& tile = tiles[targetCpu];
+  std::unique_ptr<Tile>& tile = tiles[{targetCpu, pairs}];
   if (!tile)
-    tile = std::make_unique<Tile>(compileTile(targetCpu));
+    tile = std::make_unique<Tile>(compileTile(targetCpu, pairs));
   return *tile;
+}
+
+// Whether `targetCpu`'s bf16 products run in pairs (vdpbf16ps), once per process and target.
+bool pairsBf16(const std::string& targetCpu) {
+  static std::mutex mutex;
+  static std::map<std::string, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(targetCpu);
+  if (it == known.end())
+    it =
+        known
+            .emplace(targetCpu,
+                     runnableTarget(targetCpu, CacheOptions::fromEnvironment()).pairsBf16Products())
+            .first;
+  return it->second;
+}
+
+// fp32 to bf16's bits, rounded to nearest even, a NaN kept a quiet NaN: the cells' rounding
+// (codegen/Bf16Products.cpp, runtime/exec/WeightPacking.h), inline for the packing loops.
+inline uint32_t bf16Bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  const uint32_t upper = bits >> 16;
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return upper | 0x40u;
+  return (bits + 0x7fffu + (upper & 1u)) >> 16;
+}
+
+inline uint32_t pairOf(float low, float high) {
+  return bf16Bits(low) | bf16Bits(high) << 16;
+}
+
+inline float bf16Rounded(float value) {
+  const uint32_t bits = bf16Bits(value) << 16;
+  float rounded;
+  std::memcpy(&rounded, &bits, sizeof rounded);
+  return rounded;
+}
+
+void roundToBf16(float* values, int64_t count) {
+  for (int64_t i = 0; i < count; ++i)
+    values[i] = bf16Rounded(values[i]);
+}
+
+// Rows [row, row + rows) and depths [depth, depth + depths) of A as bf16 pairs in strips of the
+// tile's rows: strip s (`stride` words from the last) holds, per pair of depths, its `tileRows`
+// words (zero past A's rows, and in the upper half past an odd last depth). With `sums`,
+// sums[i] += the fp32 values of A's row i at these depths.
+void packAPairs(const MatrixView& a, int64_t row, int64_t rows, int64_t depth, int64_t depths,
+                int64_t tileRows, int64_t stride, uint32_t* out, float* sums) {
+  const int64_t pairs = (depths + 1) / 2;
+  for (int64_t strip = 0; strip < rows; strip += tileRows) {
+    const int64_t count = std::min(tileRows, rows - strip);
+    uint32_t* stripOut = out + strip / tileRows * stride;
+    float total[32] = {};
+    if (a.rowStride == 1) {
+      // A transposed row-major matrix (dW = G^T X): each depth a contiguous run of A's rows.
+      for (int64_t p = 0; p < pairs; ++p) {
+        const float* low = a.data + row + strip + (depth + 2 * p) * a.columnStride;
+        const float* high = 2 * p + 1 < depths ? low + a.columnStride : nullptr;
+        uint32_t* to = stripOut + p * tileRows;
+        for (int64_t i = 0; i < count; ++i) {
+          const float h = high ? high[i] : 0.0f;
+          to[i] = pairOf(low[i], h);
+          total[i] += low[i] + h;
+        }
+      }
+    } else {
+      // Any other A (row-major: dX = G W): row by row, each pair two neighbours of a row.
+      for (int64_t i = 0; i < count; ++i) {
+        const float* first = a.data + (row + strip + i) * a.rowStride + depth * a.columnStride;
+        for (int64_t p = 0; p < pairs; ++p) {
+          const float low = first[2 * p * a.columnStride];
+          const float h = 2 * p + 1 < depths ? first[(2 * p + 1) * a.columnStride] : 0.0f;
+          stripOut[p * tileRows + i] = pairOf(low, h);
+          total[i] += low + h;
+        }
+      }
+    }
+    for (int64_t p = 0; p < pairs; ++p)
+      std::fill(stripOut + p * tileRows + count, stripOut + (p + 1) * tileRows, 0u);
+    if (sums)
+      for (int64_t i = 0; i < count; ++i)
+        sums[row + strip + i] += total[i];
+  }
+}
+
+// Depths [depth, depth + depths) and columns [column, column + columns) of B as bf16 pairs in
+// strips of the tile's columns, per pair of depths `tileColumns` words (zero past B's columns
+// and in the upper half past an odd last depth), strips `stride` words apart.
+void packBPairs(const MatrixView& b, int64_t depth, int64_t depths, int64_t column, int64_t columns,
+                int64_t tileColumns, int64_t stride, uint32_t* out) {
+  const int64_t pairs = (depths + 1) / 2;
+  for (int64_t strip = 0; strip < columns; strip += tileColumns) {
+    const int64_t count = std::min(tileColumns, columns - strip);
+    for (int64_t p = 0; p < pairs; ++p) {
+      uint32_t* to = out + strip / tileColumns * stride + p * tileColumns;
+      const float* low = b.data + (depth + 2 * p) * b.rowStride + (column + strip) * b.columnStride;
+      const bool high = 2 * p + 1 < depths;
+      if (b.columnStride == 1) // row-major B: each depth a contiguous run of B's columns
+        for (int64_t j = 0; j < count; ++j)
+          to[j] = pairOf(low[j], high ? low[j + b.rowStride] : 0.0f);
+      else
+        for (int64_t j = 0; j < count; ++j)
+          to[j] =
+              pairOf(low[j * b.columnStride], high ? low[j * b.columnStride + b.rowStride] : 0.0f);
+      std::fill(to + count, to + tileColumns, 0u);
+    }
+  }
 }
 
 // Per depth k, the contiguous run of `strips * Width` values at first + k * depthStride dealt to
@@ -234,8 +350,9 @@ void packB(const MatrixView& b, int64_t depth, int64_t depths, int64_t column, i
 // C's rows [rowBegin, rowEnd) of every product on this thread. Per block of the depth, every
 // product's B packed (in panels of the tile's column block); per block of A's rows, A packed
 // once and run against every panel.
+// `bf16`: the operands rounded to bf16 (in pairs, where the tile takes pairs).
 void multiplyRows(const Tile& tile, const MatrixView& a, const std::vector<GemmProduct>& products,
-                  int64_t rowBegin, int64_t rowEnd, float* rowSums) {
+                  int64_t rowBegin, int64_t rowEnd, float* rowSums, bool bf16) {
   const int64_t mr = tile.shape.rows, nr = tile.shape.columns;
   const int64_t depth = a.columns;
   const int64_t kc = std::min(tile.depthBlock, depth);
@@ -244,8 +361,10 @@ void multiplyRows(const Tile& tile, const MatrixView& a, const std::vector<GemmP
   // packing writes a piece of every strip at each depth, and strips a multiple of 4 KB apart
   // (AVX2's 6-row strips of A over 512 depths are 12 KB apart) took 8.6% of the tile's time in
   // packing, 3.7% after (AVX2 weight gradients, Zen 5).
-  const int64_t aStride = codegen::oddLinesApart(mr * kc),
-                bStride = codegen::oddLinesApart(nr * kc);
+  // (Pairs: words of two depths each, half as many.)
+  const int64_t kcElements = tile.pairs ? (kc + 1) / 2 : kc;
+  const int64_t aStride = codegen::oddLinesApart(mr * kcElements),
+                bStride = codegen::oddLinesApart(nr * kcElements);
   struct Panel {
     const GemmProduct* product;
     int64_t column, columns; // of the product's B and C
@@ -266,16 +385,36 @@ void multiplyRows(const Tile& tile, const MatrixView& a, const std::vector<GemmP
                 scratch = AlignedBuffer::uninitialized(mr * nr); // cleared before each use
   for (int64_t pc = 0; pc < depth; pc += kc) {
     const int64_t depths = std::min(kc, depth - pc);
-    for (const Panel& panel : panels)
-      packB(panel.product->b, pc, depths, panel.column, panel.columns, nr, bStride,
-            packedB.data() + panel.offset);
+    // The tile's depth argument: depths, or pairs of them.
+    const int64_t tileDepth = tile.pairs ? (depths + 1) / 2 : depths;
+    for (const Panel& panel : panels) {
+      float* strips = packedB.data() + panel.offset;
+      const int64_t stripCount = (panel.columns + nr - 1) / nr;
+      if (tile.pairs) {
+        packBPairs(panel.product->b, pc, depths, panel.column, panel.columns, nr, bStride,
+                   reinterpret_cast<uint32_t*>(strips));
+        continue;
+      }
+      packB(panel.product->b, pc, depths, panel.column, panel.columns, nr, bStride, strips);
+      if (bf16)
+        for (int64_t strip = 0; strip < stripCount; ++strip)
+          roundToBf16(strips + strip * bStride, nr * depths);
+    }
     for (int64_t ic = rowBegin; ic < rowEnd; ic += mc) {
       const int64_t blockRows = std::min(mc, rowEnd - ic);
-      packA(a, ic, blockRows, pc, depths, mr, aStride, packedA.data());
-      if (rowSums)
-        for (int64_t ir = 0; ir < blockRows; ir += mr)
-          addStripSums(packedA.data() + ir / mr * aStride, depths, mr, std::min(mr, blockRows - ir),
-                       rowSums + ic + ir);
+      if (tile.pairs) {
+        packAPairs(a, ic, blockRows, pc, depths, mr, aStride,
+                   reinterpret_cast<uint32_t*>(packedA.data()), rowSums);
+      } else {
+        packA(a, ic, blockRows, pc, depths, mr, aStride, packedA.data());
+        if (rowSums)
+          for (int64_t ir = 0; ir < blockRows; ir += mr)
+            addStripSums(packedA.data() + ir / mr * aStride, depths, mr,
+                         std::min(mr, blockRows - ir), rowSums + ic + ir);
+        if (bf16) // after the sums, which are of A as given
+          for (int64_t ir = 0; ir < blockRows; ir += mr)
+            roundToBf16(packedA.data() + ir / mr * aStride, mr * depths);
+      }
       for (const Panel& panel : panels) {
         const GemmProduct& product = *panel.product;
         for (int64_t jr = 0; jr < panel.columns; jr += nr) {
@@ -286,11 +425,11 @@ void multiplyRows(const Tile& tile, const MatrixView& a, const std::vector<GemmP
             const int64_t tileRows = std::min(mr, blockRows - ir);
             float* cTile = product.c + (ic + ir) * product.ldc + panel.column + jr;
             if (tileRows == mr && tileColumns == nr) {
-              tile.function(depths, aStrip, bStrip, cTile, product.ldc);
+              tile.function(tileDepth, aStrip, bStrip, cTile, product.ldc);
               continue;
             }
             std::fill(scratch.data(), scratch.data() + mr * nr, 0.0f);
-            tile.function(depths, aStrip, bStrip, scratch.data(), nr);
+            tile.function(tileDepth, aStrip, bStrip, scratch.data(), nr);
             for (int64_t i = 0; i < tileRows; ++i)
               for (int64_t j = 0; j < tileColumns; ++j)
                 cTile[i * product.ldc + j] += scratch.data()[i * nr + j];
@@ -304,8 +443,8 @@ void multiplyRows(const Tile& tile, const MatrixView& a, const std::vector<GemmP
 } // namespace
 
 void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc, int threads,
-                    const std::string& targetCpu) {
-  gemmAccumulate(a, {GemmProduct{b, c, ldc}}, threads, nullptr, targetCpu);
+                    const std::string& targetCpu, GemmPrecision precision) {
+  gemmAccumulate(a, {GemmProduct{b, c, ldc}}, threads, nullptr, targetCpu, precision);
 }
 
 codegen::GemmTileShape gemmTileShapeFor(const std::string& targetCpu) {
@@ -313,7 +452,7 @@ codegen::GemmTileShape gemmTileShapeFor(const std::string& targetCpu) {
 }
 
 void gemmAccumulate(const MatrixView& a, const std::vector<GemmProduct>& products, int threads,
-                    float* rowSums, const std::string& targetCpu) {
+                    float* rowSums, const std::string& targetCpu, GemmPrecision precision) {
   RNNC_INTERNAL_CHECK(threads >= 1, "a GEMM's thread count is resolved by its caller");
   std::vector<GemmProduct> work;
   for (const GemmProduct& product : products) {
@@ -324,7 +463,8 @@ void gemmAccumulate(const MatrixView& a, const std::vector<GemmProduct>& product
   const int64_t rows = a.rows;
   if (rows <= 0 || a.columns <= 0 || (work.empty() && !rowSums))
     return;
-  const Tile& tile = processTile(targetCpu);
+  const bool bf16 = precision == GemmPrecision::Bf16;
+  const Tile& tile = processTile(targetCpu, bf16 && pairsBf16(targetCpu));
   // C's rows split between the threads, each element summed over the whole depth as one thread
   // sums it, so that the result is the same bits on any thread count (an automatic count
   // follows the machine's load). Splitting the depth of the weight gradients instead (each
@@ -339,7 +479,7 @@ void gemmAccumulate(const MatrixView& a, const std::vector<GemmProduct>& product
     const int64_t begin = std::min(rows, strips * index / threads * tile.shape.rows);
     const int64_t end = std::min(rows, strips * (index + 1) / threads * tile.shape.rows);
     if (begin < end)
-      multiplyRows(tile, a, work, begin, end, rowSums);
+      multiplyRows(tile, a, work, begin, end, rowSums, bf16);
   };
   std::vector<std::thread> helpers;
   for (int i = 1; i < threads; ++i)

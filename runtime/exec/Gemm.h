@@ -31,13 +31,21 @@ struct MatrixView {
   float at(int64_t i, int64_t j) const { return data[i * rowStride + j * columnStride]; }
 };
 
+// The operands' precision: fp32, or bf16 (mixed-precision training's products, as the cells'
+// bf16 products: both operands rounded to nearest even, the products summed in fp32; multiplied
+// in bf16 pairs by vdpbf16ps where the target pairs bf16 products (Target::pairsBf16Products:
+// half the bytes packed, twice the products an instruction), elsewhere by the fp32 tile on the
+// rounded values). Sums of A's rows (below) are of its values as given.
+enum class GemmPrecision { F32, Bf16 };
+
 // C[M, N] += A[M, K] B[K, N], C row-major with `ldc` floats per row, on up to `threads` threads
 // (C's rows split between them; a count already resolved, at least 1: the caller's automatic
 // count (0) is its ThreadGovernor's to choose, not this product's). The tile is compiled for
 // `targetCpu` (CompileOptions::targetCpu: "" for this machine) once per process and target (the
 // disk cache keeps it, as it does cells).
 void gemmAccumulate(const MatrixView& a, const MatrixView& b, float* c, int64_t ldc, int threads,
-                    const std::string& targetCpu = "");
+                    const std::string& targetCpu = "",
+                    GemmPrecision precision = GemmPrecision::F32);
 
 // One A times several B: C_i += A B_i for every product, each block of A packed once for all of
 // them, and, with `rowSums` (A's rows of floats), rowSums[i] += the sum of A's row i, taken from
@@ -50,7 +58,8 @@ struct GemmProduct {
   int64_t ldc = 0;
 };
 void gemmAccumulate(const MatrixView& a, const std::vector<GemmProduct>& products, int threads,
-                    float* rowSums = nullptr, const std::string& targetCpu = "");
+                    float* rowSums = nullptr, const std::string& targetCpu = "",
+                    GemmPrecision precision = GemmPrecision::F32);
 
 // The register tile the products above use for `targetCpu` (as CompileOptions::targetCpu: ""
 // for this machine, or a CPU's name), compiled on first use.

@@ -152,10 +152,10 @@ void addColumns(Tensor& to, const Tensor& from, int64_t offset, int64_t width) {
 // C += A B (or A B^T).
 template <class A, class B>
 void accumulateRowProduct(Eigen::Map<RowMajor>& c, const A& a, const B& b, bool transposeB,
-                          int threads, const std::string& targetCpu) {
+                          int threads, const std::string& targetCpu, GemmPrecision precision) {
   const MatrixView vb = viewOf(b);
   gemmAccumulate(viewOf(a), transposeB ? vb.transposed() : vb, c.data(), c.outerStride(), threads,
-                 targetCpu);
+                 targetCpu, precision);
 }
 
 // The index of the parameter called `name` in a slot's cell.
@@ -404,6 +404,10 @@ void GradientProgram::backwardInto(const TrainingTape& tape, const GradientInput
   // The weight gradients' GEMMs in the layer's target's code, as its kernels.
   const std::string& targetCpu = options_.compile.targetCpu;
   const codegen::WeightType weightType = options_.compile.weights;
+  // Mixed precision in bf16: the input and weight gradients' products in bf16 too, as the
+  // forward's and the backward step's (fp16 rounds the weights alone: dx's are rounded already).
+  const GemmPrecision gemmPrecision =
+      weightType == codegen::WeightType::BF16 ? GemmPrecision::Bf16 : GemmPrecision::F32;
   const ir::Cell& cell = program_->cell();
   const int directions = program_->numDirections(), layers = program_->numLayers();
   const int threads = options_.threads;
@@ -557,9 +561,11 @@ void GradientProgram::backwardInto(const TrainingTape& tape, const GradientInput
           Eigen::Map<RowMajor> dX(dx.data(), steps * batch, dx.dim(2));
           auto g = rows.middleCols(at, width);
           if (seg.kind == Kind::InputByLinear)
-            accumulateRowProduct(dX, g, w, /*transposeB=*/false, gemmThreads, targetCpu);
+            accumulateRowProduct(dX, g, w, /*transposeB=*/false, gemmThreads, targetCpu,
+                                 gemmPrecision);
           else
-            accumulateRowProduct(dX, g, w, /*transposeB=*/true, gemmThreads, targetCpu);
+            accumulateRowProduct(dX, g, w, /*transposeB=*/true, gemmThreads, targetCpu,
+                                 gemmPrecision);
           continue;
         }
         Tensor* gradient = nullptr;
@@ -595,14 +601,14 @@ void GradientProgram::backwardInto(const TrainingTape& tape, const GradientInput
           byColumns[{at, width}].products.push_back({a, dW.data(), dW.outerStride()});
         else // dW [K, N] += A^T G
           gemmAccumulate(a.transposed(), viewOf(g), dW.data(), dW.outerStride(), gemmThreads,
-                         targetCpu);
+                         targetCpu, gemmPrecision);
       }
       for (const auto& [columns, shared] : byColumns) {
         const auto [at, width] = columns;
         const MatrixView g = viewOf(rows.middleCols(at, width));
         std::vector<float> sums(shared.sums.empty() ? 0 : static_cast<size_t>(width), 0.0f);
         gemmAccumulate(g.transposed(), shared.products, gemmThreads,
-                       sums.empty() ? nullptr : sums.data(), targetCpu);
+                       sums.empty() ? nullptr : sums.data(), targetCpu, gemmPrecision);
         for (float* sum : shared.sums)
           for (int64_t c = 0; c < width; ++c)
             sum[c] += sums[static_cast<size_t>(c)];
