@@ -6,7 +6,8 @@ weights_dtype fp32 and bf16, each with its gradients' error against torch's fp32
 parameter's max abs error over its own largest value). 1 thread by default, the fastrnns default
 sizes (T=100 B=64 I=H=512).
 
-Run with the module built: PYTHONPATH=build/python /usr/bin/python3 bench/nn_mixed_precision_training.py"""
+Run with the module built:
+PYTHONPATH=build/python /usr/bin/python3 bench/nn_mixed_precision_training.py"""
 
 import argparse
 import contextlib
