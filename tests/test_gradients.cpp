@@ -533,10 +533,15 @@ TEST(Gradients, CustomCellMatchesCentralDifferences) {
 // the order one thread sums them: the backward step's column blocks, and the weight and input
 // gradients' rows of C over the whole depth (T*B = 1536 here, three depth blocks and eight times
 // 4H: a split of the depth between threads, partial sums added at the end, changed the bits of
-// dW). Both directions, variable lengths, AVX2's code and the host's.
+// dW). Both directions, variable lengths, AVX2's code and the host's, and mixed precision in
+// bf16 on the host (its GEMM on bf16 pairs where the host has AVX512_BF16).
 TEST(Gradients, AreTheSameBitsOnAnyThreadCount) {
   const int64_t steps = 24, batch = 64, input = 24, hidden = 48;
+  std::vector<std::pair<std::string, codegen::WeightType>> runs;
   for (const std::string& cpu : test::runnableCpus())
+    runs.emplace_back(cpu, codegen::WeightType::F32);
+  runs.emplace_back("", codegen::WeightType::BF16);
+  for (const auto& [cpu, weightType] : runs)
     for (const char* name : {"lstm", "gru", "rnn_tanh"}) {
       auto cell = frontend::loadCell(name);
       std::mt19937 rng(17);
@@ -556,6 +561,7 @@ TEST(Gradients, AreTheSameBitsOnAnyThreadCount) {
       LayerOptions options;
       options.bidirectional = true;
       options.compile.targetCpu = cpu;
+      options.compile.weights = weightType;
       options.threads = 1;
       const TensorMap one = runGradients(*cell, request, options).gradients;
       for (int threads : {2, 3}) {
