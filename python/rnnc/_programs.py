@@ -19,9 +19,16 @@ def rnnc_options(jit, threads, target_cpu, weights_dtype):
 
 
 def weights_dtype(module):
-    """The module's weights_dtype option (fp32 in a module pickled, or a spec traced, before it
-    had one)."""
-    return module._rnnc_options.get("weights_dtype", "fp32")
+    """The weights_dtype a call runs: the module's option (fp32 in a module pickled, or a spec
+    traced, before it had one), but bf16 for an fp32 module under torch.autocast("cpu",
+    torch.bfloat16), as torch's autocast runs its own products there (mixed precision: the
+    products' operands rounded to bf16, the rest fp32; torch.autocast(enabled=False) inside
+    keeps fp32)."""
+    dtype = module._rnnc_options.get("weights_dtype", "fp32")
+    if (dtype == "fp32" and torch.is_autocast_cpu_enabled()
+            and torch.get_autocast_cpu_dtype() == torch.bfloat16):
+        return "bf16"
+    return dtype
 
 
 class _ProgramCache:

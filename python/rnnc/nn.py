@@ -23,8 +23,9 @@ torch.nn.Module trained the same way, its parameters the cell's; in training mod
 
 Every module takes rnnc's options as keywords: threads, jit, target_cpu and weights_dtype, which
 may change between calls: a model trained in fp32 (or in mixed precision, with bf16 or fp16
-weights) runs inference with int8, fp16 or bf16 weights after ``module.weights_dtype = "int8"``
-(int8 under torch.no_grad() or torch.inference_mode()).
+weights, or under torch.autocast("cpu", torch.bfloat16), which runs fp32 modules as bf16 ones)
+runs inference with int8, fp16 or bf16 weights after ``module.weights_dtype = "int8"`` (int8
+under torch.no_grad() or torch.inference_mode()).
 """
 
 import copy
@@ -41,7 +42,7 @@ from . import _rnnc, _torch_op
 from ._autograd import _in_type, _Recurrence, summed_parameters, torch_recurrence
 from ._packed import repack
 from ._programs import (_infer, _inference_programs, _program, _ProgramCache, _training_programs,
-                        rnnc_options, weights_dtype)
+                        rnnc_options)
 from ._recurrent import (CELL_STATE_LAYOUT, cell_step, check_state_shape, given_states, ir_cell,
                          records_gradients, state_shapes)
 
@@ -76,7 +77,7 @@ class _WeightsDtype:
 
     @property
     def weights_dtype(self):
-        return weights_dtype(self)
+        return self._rnnc_options.get("weights_dtype", "fp32")  # (the option, autocast aside)
 
     @weights_dtype.setter
     def weights_dtype(self, dtype):

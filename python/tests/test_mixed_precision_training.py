@@ -142,3 +142,27 @@ def test_rnnc_layers_give_input_gradients_in_mixed_precision():
     x2 = x.detach().clone().requires_grad_()
     rounded(theirs, torch.float16)(x2)[0].sum().backward()
     assert torch.allclose(x.grad, x2.grad, atol=1e-5)
+
+
+def test_autocast_bf16_runs_an_fp32_module_in_mixed_precision():
+    torch.manual_seed(33)
+    module = rnnc.nn.GRU(12, 16, num_layers=2)
+    mixed = rnnc.nn.GRU(12, 16, num_layers=2, weights_dtype="bf16")
+    mixed.load_state_dict(module.state_dict())
+    x = torch.randn(6, 3, 12)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, _ = module(x)
+        with torch.autocast("cpu", enabled=False):
+            y_fp32, _ = module(x)
+    assert module.weights_dtype == "fp32"  # the option itself is unchanged
+    y_mixed, _ = mixed(x)
+    assert y.dtype == torch.float32  # the input's type, as torch.nn's LSTM keeps it
+    assert torch.equal(y, y_mixed)
+    assert torch.equal(y_fp32, module(x)[0])
+    assert not torch.equal(y, y_fp32)
+    # Its gradients are mixed precision's.
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        module(x)[0].sum().backward()
+    mixed(x)[0].sum().backward()
+    for p, q in zip(module.parameters(), mixed.parameters()):
+        assert torch.equal(p.grad, q.grad)
