@@ -44,8 +44,10 @@ print(layer.ir(after="all").splitlines()[0])
 print(layer.ir())
 
 # 4. Inside a torch model: rnnc.nn's layers are torch.nn's (parameters, state_dict, optimisers)
-#    with rnnc's forward and backward. Train in fp32, evaluate with int8 weights, and deploy
-#    through TorchScript, which records rnnc's operator (torch.jit.load needs `import rnnc.nn`).
+#    with rnnc's forward and backward. Train in mixed precision (bf16 products, fp32
+#    parameters: the module's weights_dtype, or torch.autocast("cpu", torch.bfloat16)), evaluate
+#    with int8 weights, and deploy through TorchScript, which records rnnc's operator
+#    (torch.jit.load needs `import rnnc.nn`).
 import rnnc.nn  # noqa: E402
 
 
@@ -65,7 +67,8 @@ optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
 inputs, labels = torch.randn(64, 12, 8), torch.randint(0, 3, (64,))
 for step in range(20):
     optimiser.zero_grad()
-    loss = torch.nn.functional.cross_entropy(model(inputs), labels)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = torch.nn.functional.cross_entropy(model(inputs), labels)
     loss.backward()
     optimiser.step()
 model.eval()
