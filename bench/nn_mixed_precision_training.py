@@ -9,7 +9,6 @@ sizes (T=100 B=64 I=H=512).
 Run with the module built:
 PYTHONPATH=build/python /usr/bin/python3 bench/nn_mixed_precision_training.py"""
 
-import argparse
 import contextlib
 import statistics
 import time
@@ -17,6 +16,8 @@ import time
 import torch
 
 import rnnc.nn
+
+import nn_sizes
 
 
 def engines(mode, sizes, threads):
@@ -48,15 +49,7 @@ def worst_error(grads, want):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modes", default="LSTM,GRU")
-    parser.add_argument("--seq", type=int, default=100)
-    parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--input", type=int, default=512)
-    parser.add_argument("--hidden", type=int, default=512)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=5)
-    sizes = parser.parse_args()
+    sizes = nn_sizes.parse(__doc__, rounds=5)
     torch.set_num_threads(sizes.threads)
     x = torch.randn(sizes.seq, sizes.batch, sizes.input)
     grad_y = torch.randn(sizes.seq, sizes.batch, sizes.hidden)

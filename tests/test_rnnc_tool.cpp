@@ -706,21 +706,38 @@ TEST_F(ToolTest, BenchRunsEveryPathAndReportsThemAsJson) {
   }
 }
 
+// `rnnc bench --json --weights-dtype bf16` on a small LSTM, with --backward when `training`.
+std::vector<std::string> bf16BenchArgs(bool training) {
+  std::vector<std::string> args = {
+      "bench", "--seq",    "3", "--batch",    "2",      "--input",         "4",   "--hidden",
+      "5",     "--repeat", "1", "--jit-only", "--json", "--weights-dtype", "bf16"};
+  if (training)
+    args.push_back("--backward");
+  return args;
+}
+
+// Its report: the fp32 path and the bf16 one timed, and the bf16 error against fp32 (of the
+// output, or of the gradients) above zero (the weights were reduced) and below `bound`.
+void expectBf16BenchReport(const ToolResult& bench, bool training, double bound) {
+  ASSERT_EQ(bench.exitCode, 0) << bench;
+  nlohmann::json report = nlohmann::json::parse(bench.out);
+  const std::string path = training ? "train_jit" : "jit";
+  EXPECT_TRUE(report["paths"].contains(path)) << bench;
+  EXPECT_TRUE(report["paths"].contains(path + "_bf16")) << bench;
+  EXPECT_EQ(report["weights_dtype"]["dtype"], "bf16");
+  EXPECT_EQ(report["weights_dtype"]["compared"], training ? "gradients" : "output");
+  const double error = report["weights_dtype"]["max_abs_error_relative"];
+  EXPECT_GT(error, 0.0) << "the weights were not reduced";
+  EXPECT_LT(error, bound);
+  EXPECT_GE(report["weights_dtype"]["mean_abs_error"].get<double>(), 0.0);
+  EXPECT_GT(report["weights_dtype"]["speedup_over_fp32"].get<double>(), 0.0);
+}
+
 // `--weights-dtype`: bench times the reduced weights beside fp32 and reports their error; run
 // writes outputs within the 1e-2 of PyTorch's fp32 ones; compile shows the widening
 // (F16C's vcvtph2ps for fp16).
 TEST_F(ToolTest, WeightsDtypeOnBenchRunAndCompile) {
-  ToolResult bench = run({"bench", "--seq", "3", "--batch", "2", "--input", "4", "--hidden", "5",
-                          "--repeat", "1", "--jit-only", "--json", "--weights-dtype", "bf16"});
-  ASSERT_EQ(bench.exitCode, 0) << bench;
-  nlohmann::json report = nlohmann::json::parse(bench.out);
-  EXPECT_TRUE(report["paths"].contains("jit")) << bench;
-  EXPECT_TRUE(report["paths"].contains("jit_bf16")) << bench;
-  EXPECT_EQ(report["weights_dtype"]["dtype"], "bf16");
-  const double error = report["weights_dtype"]["max_abs_error_relative"];
-  EXPECT_GT(error, 0.0);
-  EXPECT_LT(error, 1e-2);
-  EXPECT_GE(report["weights_dtype"]["mean_abs_error"].get<double>(), 0.0);
+  expectBf16BenchReport(run(bf16BenchArgs(/*training=*/false)), false, 1e-2);
 
   ToolResult out =
       run({"run", "--cell", "lstm", "--weights", fixtureFile("lstm_small", "weights.safetensors"),
@@ -760,19 +777,7 @@ TEST_F(ToolTest, WeightsDtypeOnBenchRunAndCompile) {
 // `rnnc bench --backward --weights-dtype bf16`: mixed-precision training timed beside fp32's, and
 // its gradients' error against fp32's.
 TEST_F(ToolTest, BenchBackwardTimesMixedPrecisionTraining) {
-  ToolResult r =
-      run({"bench", "--backward", "--seq", "3", "--batch", "2", "--input", "4", "--hidden", "5",
-           "--repeat", "1", "--jit-only", "--json", "--weights-dtype", "bf16"});
-  ASSERT_EQ(r.exitCode, 0) << r;
-  nlohmann::json report = nlohmann::json::parse(r.out);
-  EXPECT_TRUE(report["paths"].contains("train_jit")) << r;
-  EXPECT_TRUE(report["paths"].contains("train_jit_bf16")) << r;
-  EXPECT_EQ(report["weights_dtype"]["dtype"], "bf16");
-  EXPECT_EQ(report["weights_dtype"]["compared"], "gradients");
-  const double error = report["weights_dtype"]["max_abs_error_relative"];
-  EXPECT_GT(error, 0.0) << "the weights were not reduced";
-  EXPECT_LT(error, 2e-2);
-  EXPECT_GT(report["weights_dtype"]["speedup_over_fp32"].get<double>(), 0.0);
+  expectBf16BenchReport(run(bf16BenchArgs(/*training=*/true)), true, 2e-2);
 }
 
 // `rnnc bench --backward`: training (forward + derived backward) on every path, and the size of

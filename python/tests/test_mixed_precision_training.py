@@ -166,3 +166,41 @@ def test_autocast_bf16_runs_an_fp32_module_in_mixed_precision():
     mixed(x)[0].sum().backward()
     for p, q in zip(module.parameters(), mixed.parameters()):
         assert torch.equal(p.grad, q.grad)
+
+
+MGU_WITH_CONTEXT = """cell mgu(input_size, hidden_size, context_size) {
+  input x[input_size]
+  input context[context_size]
+  state h[hidden_size]
+  param weight_f[hidden_size, input_size], weight_uf[hidden_size, hidden_size]
+  param weight_c[hidden_size, context_size], bias_f[hidden_size]
+  param weight_h[hidden_size, input_size], weight_uh[hidden_size, hidden_size]
+  f = sigmoid(linear(x, weight_f, bias_f) + linear(h, weight_uf) + linear(context, weight_c))
+  candidate = tanh(linear(x, weight_h) + linear(f * h, weight_uh))
+  h2 = (1 - f) * h + f * candidate
+  return h = h2; output h2
+}"""
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_a_custom_cell_with_a_side_input_trains_in_mixed_precision(dtype):
+    """rnnc.nn.Recurrent: the JIT's gradients (parameters, input, side input, h0) are the
+    interpreter's, which rounds its products alike."""
+    results = []
+    for jit in (True, False):
+        torch.manual_seed(34)
+        model = rnnc.nn.Recurrent(MGU_WITH_CONTEXT, num_layers=2, bidirectional=True, jit=jit,
+                                  weights_dtype=dtype, input_size=6, hidden_size=10,
+                                  context_size=4)
+        torch.manual_seed(35)
+        x = torch.randn(5, 3, 6, requires_grad=True)
+        context = torch.randn(5, 3, 4, requires_grad=True)
+        h0 = torch.randn(4, 3, 10, requires_grad=True)
+        y, finals = model(x, {"h": h0}, context=context)
+        (y.sum() + finals["h"].pow(2).sum()).backward()
+        grads = {"input": x.grad, "context": context.grad, "h0": h0.grad}
+        grads.update({name: p.grad for name, p in model.named_parameters()})
+        results.append((y.detach(), grads))
+    (y_jit, jit_grads), (y_interpreted, interpreted_grads) = results
+    assert torch.allclose(y_jit, y_interpreted, atol=1e-5 if dtype == "fp16" else 1e-3)
+    assert worst_relative(jit_grads, interpreted_grads) < (1e-4 if dtype == "fp16" else 2e-3)
