@@ -461,6 +461,13 @@ PYBIND11_MODULE(_rnnc, m) {
         signature["inputs"] = inputs;
         signature["states"] = states;
         signature["output"] = width(parsed->output, "the output");
+        // The side inputs' widths where the sizes give them (-1 where they do not).
+        py::dict sideWidths;
+        for (size_t i = 1; i < parsed->inputs.size(); ++i) {
+          const ir::Dim& d = parsed->inputs[i]->shape.back();
+          sideWidths[py::str(parsed->inputs[i]->name)] = d.isConstant() ? d.constantValue() : -1;
+        }
+        signature["side_input_widths"] = sideWidths;
         signature["input_size"] = inputSize ? py::object(py::str(*inputSize)) : py::none();
         signature["dropout"] = ir::containsOp(*parsed, ir::Op::Dropout); // masks in training
         return signature;

@@ -540,8 +540,15 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
     torch's generator when it is None; in eval mode they are the identity. Options as
     rnnc.nn.LSTM's: threads, jit, target_cpu, weights_dtype.
 
-    In TorchScript (torch.jit.script of a model holding it, or of the layer), forward takes x
-    padded, states as a Dict[str, Tensor] and lengths; side inputs are for torch.jit.trace."""
+    Side inputs may also come as one dict, ``side_inputs={"context": c}``, which is how a
+    TorchScript model gives them: in TorchScript (torch.jit.script of a model holding it, or of
+    the layer), forward takes x padded, states as a Dict[str, Tensor], lengths and side_inputs
+    as a Dict[str, Tensor] (each laid out as x)."""
+
+    # What the TorchScript forward reads (__prepare_scriptable__), typed: a cell may have no side
+    # inputs, and TorchScript cannot type an empty list.
+    _rnnc_side_names: List[str]
+    _rnnc_side_widths: List[int]
 
     def __init__(self, cell, num_layers=1, bidirectional=False, batch_first=False, dropout=0.0,
                  *, threads=0, jit=True, target_cpu="", weights_dtype="fp32", **sizes):
@@ -557,6 +564,8 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         self._rnnc_options = rnnc_options(jit, threads, target_cpu, weights_dtype)
         signature = _rnnc.cell_signature(self.cell, self.sizes)
         self.side_input_names = list(signature["inputs"][1:])
+        # (-1 where the sizes given do not fix a side input's width)
+        self._side_widths = dict(signature.get("side_input_widths", {}))
         self._cell_drops = signature["dropout"]
         self._input_size = signature["input_size"] or "input_size"
         self.state_sizes = dict(signature["states"])
@@ -600,11 +609,14 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         self._rnnc_spec = _torch_op.spec(
             self._cell_source(), self._sizes_of_program(),
             (self.num_layers, self.bidirectional, self.batch_first), names,
-            list(self.state_sizes), [], self._rnnc_options, self._input_size)
+            list(self.state_sizes), list(self.side_input_names), self._rnnc_options,
+            self._input_size)
         self._rnnc_params = [getattr(self, attribute) for _, attribute in self._params]
         self._rnnc_state_names = list(self.state_sizes)
         self._rnnc_state_widths = list(self.state_sizes.values())
-        self._rnnc_sides = ", ".join(self.side_input_names)
+        self._rnnc_side_names = list(self.side_input_names)
+        widths = self.__dict__.get("_side_widths", {})  # (absent in a module pickled before)
+        self._rnnc_side_widths = [int(widths.get(name, -1)) for name in self.side_input_names]
         self._rnnc_draws = bool(self._cell_drops or (self.dropout > 0 and self.num_layers > 1))
         self._rnnc_input_width = int(self.sizes.get(self._input_size, -1))
         return self
@@ -615,13 +627,12 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         return {n: v for n, v in self.sizes.items() if n != self._input_size or not self._params}
 
     def _scripted_forward(self, x: Tensor, states: Optional[Dict[str, Tensor]] = None,
-                          lengths: Optional[Tensor] = None) -> Tuple[Tensor, Dict[str, Tensor]]:
-        """The forward in TorchScript: a padded x (and lengths), around rnnc::forward. The
-        shapes are checked here, as torch 1.13's interpreter drops the message of an exception
-        raised in a Python kernel."""
-        if self._rnnc_sides != "":
-            raise RuntimeError("a cell with side inputs ({}) runs in TorchScript through "
-                               "torch.jit.trace, which records them".format(self._rnnc_sides))
+                          lengths: Optional[Tensor] = None,
+                          side_inputs: Optional[Dict[str, Tensor]] = None
+                          ) -> Tuple[Tensor, Dict[str, Tensor]]:
+        """The forward in TorchScript: a padded x (lengths, side inputs laid out as x), around
+        rnnc::forward. The shapes are checked here, as torch 1.13's interpreter drops the
+        message of an exception raised in a Python kernel."""
         if self.training and self._rnnc_draws:
             raise RuntimeError("rnnc.nn.Recurrent in TorchScript draws no dropout masks: call "
                                ".eval()")
@@ -652,15 +663,42 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
                 initial.append(state.float())
             else:
                 initial.append(x.new_zeros([slots, batch, width]).float())
-        out = torch.ops.rnnc.forward(self._rnnc_spec, x.float(), initial, lengths, [],
+        sides: Dict[str, Tensor] = {}
+        if side_inputs is not None:
+            sides = side_inputs
+        for name in sides.keys():
+            if name not in self._rnnc_side_names:
+                raise ValueError("the cell has no input {}; its side inputs: {}".format(
+                    name, ", ".join(self._rnnc_side_names) if len(self._rnnc_side_names) > 0
+                    else "none"))
+        ordered: List[Tensor] = []
+        for name, width in zip(self._rnnc_side_names, self._rnnc_side_widths):
+            if name not in sides:
+                raise ValueError("the cell reads {} besides x: give it in side_inputs, laid out "
+                                 "as x".format(name))
+            side = sides[name]
+            if (side.dim() != 3 or side.size(0) != x.size(0) or side.size(1) != x.size(1)
+                    or (width >= 0 and side.size(2) != width)):
+                raise ValueError("side input {} has shape {}, expected [{}, {}, {}] (laid out as "
+                                 "x)".format(name, side.shape, x.size(0), x.size(1),
+                                             str(width) if width >= 0 else "features"))
+            ordered.append(side.float())
+        out = torch.ops.rnnc.forward(self._rnnc_spec, x.float(), initial, lengths, ordered,
                                      [p.float() for p in self._rnnc_params])
         finals: Dict[str, Tensor] = {}
         for i, name in enumerate(self._rnnc_state_names):
             finals[name] = out[i + 1].to(x.dtype)
         return out[0].to(x.dtype), finals
 
-    def forward(self, x, states=None, lengths=None, seed=None, **side_inputs):
-        return self._eager_forward(x, states, lengths, seed, side_inputs)
+    def forward(self, x, states=None, lengths=None, seed=None, side_inputs=None, **named_sides):
+        if isinstance(side_inputs, dict):  # (as a TorchScript model gives them)
+            if named_sides:
+                raise ValueError("give side inputs either in side_inputs or as keywords, not "
+                                 "both")
+            named_sides = dict(side_inputs)
+        elif side_inputs is not None:  # a cell's side input called side_inputs
+            named_sides["side_inputs"] = side_inputs
+        return self._eager_forward(x, states, lengths, seed, named_sides)
 
     # TorchScript cannot compile **side_inputs; it reads a forward's source and signature through
     # inspect, which follows __wrapped__, so a scripted model compiles the typed forward above
