@@ -369,6 +369,8 @@ def test_a_scripted_model_gives_a_recurrent_cell_its_side_inputs(tmp_path, batch
             y, h = module(x, lengths, context)
             assert_close(y, want_y, "output")
             assert_close(h, want_h, "h_n")
+    with pytest.raises(ValueError, match=r"either in side_inputs or as keywords, not both"):
+        model.layer(x, side_inputs={"context": context}, context=context)
     # Gradients reach the side input through the scripted model, as through the eager one.
     context.requires_grad_()
     scripted(x, lengths, context)[0].sum().backward()
