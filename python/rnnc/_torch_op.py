@@ -150,18 +150,22 @@ _library.define(_SCHEMA)
 _library.impl("forward", _kernel, "CompositeImplicitAutograd")
 
 
+_ONNX_INT32 = 6  # TensorProto.INT32: the type of ONNX's sequence_lens
+
+
 def _onnx_symbolic(g, spec_value, x, states, lengths, sides, params):
     """rnnc::forward in torch.onnx.export of a scripted or traced model: the graph torch's
     exporter gives for torch.nn's LSTM, GRU and RNN (their symbolic's own helper), with the
-    layout from the spec. Other cells, lengths and side inputs have no ONNX operator."""
+    layout from the spec; lengths are the operator's sequence_lens (int32), as torch's exporter
+    gives a packed batch's. Other cells and side inputs have no ONNX operator."""
     from torch.onnx import symbolic_helper, symbolic_opset9
 
     parsed = json.loads(symbolic_helper._maybe_get_const(spec_value, "s"))
     variant = TORCH_CELLS.get(parsed["cell"])
-    if variant is None or parsed["sides"] or not symbolic_helper._is_none(lengths):
+    if variant is None or parsed["sides"]:
         named = re.search(r"\bcell\s+(\w+)", parsed["cell"])  # a cell's source, or its path
         what = (f"the cell {named.group(1) if named else parsed['cell']!r}" if variant is None else
-                "side inputs" if parsed["sides"] else "sequence lengths")
+                "side inputs")
         return symbolic_helper._unimplemented(
             "rnnc::forward", f"{what} in a traced or scripted model (ONNX's recurrent "
             "operators are LSTM, GRU and RNN; export the model itself, whose rnnc.nn.Recurrent "
@@ -174,10 +178,12 @@ def _onnx_symbolic(g, spec_value, x, states, lengths, sides, params):
             "torch.onnx.export(model, ...) with model a torch.nn.Module)", x)
     num_layers, bidirectional, batch_first = parsed["layout"]
     initial = symbolic_helper._unpack_list(states)
+    sequence_lens = (None if symbolic_helper._is_none(lengths) else
+                     g.op("Cast", lengths, to_i=_ONNX_INT32))
     outputs = symbolic_opset9._generic_rnn(
         g, variant, x, initial if variant == "LSTM" else initial[0],
         symbolic_helper._unpack_list(params), any(n.startswith("bias") for n in parsed["names"]),
-        num_layers, 0.0, False, bidirectional, batch_first)
+        num_layers, 0.0, False, bidirectional, batch_first, batch_sizes=sequence_lens)
     return g.op("prim::ListConstruct", *outputs)
 
 
