@@ -36,7 +36,10 @@ struct LayerSpec {
   // bytes, rounded to nearest even once when the layer is built and widened to fp32 in registers
   // (the math stays fp32); "bf16": half the bytes, and each product multiplies bf16-rounded
   // inputs by them, summed in fp32 (vdpbf16ps where the CPU has AVX512_BF16: about 2x fp32);
-  // "int8": dynamic quantization. Errors within 1e-2 of the output's range. Inference only.
+  // "int8": dynamic quantization. Errors within 1e-2 of the output's range. With jit = false
+  // the interpreter computes its products alike. forwardTraining()/backward() take "bf16" and
+  // "fp16" (mixed precision: the products read the rounded weights, and with bf16 the
+  // gradients' products take bf16 operands too; everything else fp32), not "int8".
   std::string weightsDtype = "fp32";
   // Take the tensors whose names start with this prefix ("rnn." for a model's self.rnn) under
   // the rest of their names, ignoring the others: a submodule out of a whole model's state_dict.
