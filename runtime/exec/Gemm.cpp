@@ -9,6 +9,8 @@
 #include "runtime/exec/CellBuild.h"
 #include "runtime/exec/CompileCache.h"
 
+#include <Eigen/Core>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -35,8 +37,11 @@ struct Tile {
   int64_t columnBlock = 0; // nc: a panel of B (kc x nc)
 };
 
-Tile compileTile(const std::string& targetCpu, bool pairs) {
+// `bf16`: the tile of bf16 products, in pairs where the target pairs them (vdpbf16ps), else the
+// fp32 tile (its operands rounded when packed).
+Tile compileTile(const std::string& targetCpu, bool bf16) {
   const codegen::Target target = runnableTarget(targetCpu, CacheOptions::fromEnvironment());
+  const bool pairs = bf16 && target.pairsBf16Products();
   Tile tile;
   tile.pairs = pairs;
   tile.shape = codegen::gemmTileShape(target);
@@ -67,57 +72,27 @@ Tile compileTile(const std::string& targetCpu, bool pairs) {
 // The tile for `targetCpu` ("": this machine), compiled once per process and target: a layer
 // built for another CPU (`--target-cpu haswell` on an AVX-512 host) takes its weight gradients
 // in that CPU's code too, as its kernels are.
-// `pairs`: the bf16 pair tile (the target must pair bf16 products).
-const Tile& processTile(const std::string& targetCpu, bool pairs = false) {
+// `bf16`: the tile for bf16 products (compileTile).
+const Tile& processTile(const std::string& targetCpu, bool bf16 = false) {
   static std::mutex mutex;
   static std::map<std::pair<std::string, bool>, std::unique_ptr<Tile>> tiles;
   std::lock_guard<std::mutex> lock(mutex);
-  std::unique_ptr<Tile>& tile = tiles[{targetCpu, pairs}];
+  std::unique_ptr<Tile>& tile = tiles[{targetCpu, bf16}];
   if (!tile)
-    tile = std::make_unique<Tile>(compileTile(targetCpu, pairs));
+    tile = std::make_unique<Tile>(compileTile(targetCpu, bf16));
   return *tile;
 }
 
-// Whether `targetCpu`'s bf16 products run in pairs (vdpbf16ps), once per process and target.
-bool pairsBf16(const std::string& targetCpu) {
-  static std::mutex mutex;
-  static std::map<std::string, bool> known;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = known.find(targetCpu);
-  if (it == known.end())
-    it =
-        known
-            .emplace(targetCpu,
-                     runnableTarget(targetCpu, CacheOptions::fromEnvironment()).pairsBf16Products())
-            .first;
-  return it->second;
-}
-
-// fp32 to bf16's bits, rounded to nearest even, a NaN kept a quiet NaN: the cells' rounding
-// (codegen/Bf16Products.cpp, runtime/exec/WeightPacking.h), inline for the packing loops.
-inline uint32_t bf16Bits(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  const uint32_t upper = bits >> 16;
-  if ((bits & 0x7fffffffu) > 0x7f800000u)
-    return upper | 0x40u;
-  return (bits + 0x7fffu + (upper & 1u)) >> 16;
-}
-
+// Two values as bf16 (rounded to nearest even by Eigen, as the weights' packing and the
+// interpreter round them) in one word, the first in the lower half.
 inline uint32_t pairOf(float low, float high) {
-  return bf16Bits(low) | bf16Bits(high) << 16;
-}
-
-inline float bf16Rounded(float value) {
-  const uint32_t bits = bf16Bits(value) << 16;
-  float rounded;
-  std::memcpy(&rounded, &bits, sizeof rounded);
-  return rounded;
+  return Eigen::numext::bit_cast<uint16_t>(Eigen::bfloat16(low)) |
+         static_cast<uint32_t>(Eigen::numext::bit_cast<uint16_t>(Eigen::bfloat16(high))) << 16;
 }
 
 void roundToBf16(float* values, int64_t count) {
   for (int64_t i = 0; i < count; ++i)
-    values[i] = bf16Rounded(values[i]);
+    values[i] = static_cast<float>(Eigen::bfloat16(values[i]));
 }
 
 // Rows [row, row + rows) and depths [depth, depth + depths) of A as bf16 pairs in strips of the
@@ -464,7 +439,7 @@ void gemmAccumulate(const MatrixView& a, const std::vector<GemmProduct>& product
   if (rows <= 0 || a.columns <= 0 || (work.empty() && !rowSums))
     return;
   const bool bf16 = precision == GemmPrecision::Bf16;
-  const Tile& tile = processTile(targetCpu, bf16 && pairsBf16(targetCpu));
+  const Tile& tile = processTile(targetCpu, bf16);
   // C's rows split between the threads, each element summed over the whole depth as one thread
   // sums it, so that the result is the same bits on any thread count (an automatic count
   // follows the machine's load). Splitting the depth of the weight gradients instead (each

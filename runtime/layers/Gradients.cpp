@@ -94,9 +94,10 @@ struct GradientProgram::Slot {
   // The products' weights: the interpreter computes them as the generated code does.
   codegen::WeightType weights = codegen::WeightType::F32;
 
-  // Mixed precision: the products' weights as the forward's tiles read them (rounded to bf16 or
-  // fp16), by parameter name, for the input gradients' products dx += g W, so that they are the
-  // gradients of the forward that ran. Empty in fp32.
+  // Mixed precision in fp16: the products' weights as the forward's tiles read them (rounded),
+  // by parameter name, for the input gradients' products dx += g W, so that they are the
+  // gradients of the forward that ran. Empty otherwise (bf16's products round their operands
+  // themselves: GemmPrecision::Bf16).
   std::map<std::string, Tensor> reducedWeights;
 
   // The training forward drawing its masks from `seed` (maskSeed, or a call's own: the
@@ -195,14 +196,11 @@ int64_t TrainingTape::bytes() const {
 
 namespace {
 
-// `weight` rounded to nearest even as `type` stores it (the packing's own rounding), in fp32.
-Tensor reducedWeight(const Tensor& weight, codegen::WeightType type) {
+// `weight` rounded to fp16 as the packing rounds it (to nearest even), in fp32.
+Tensor fp16Rounded(const Tensor& weight) {
   Tensor reduced = weight;
   for (float& v : reduced.values())
-    if (type == codegen::WeightType::BF16)
-      v = Eigen::numext::bit_cast<float>(static_cast<uint32_t>(bf16Bits(v)) << 16);
-    else if (type == codegen::WeightType::F16)
-      v = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(halfBits(v)));
+    v = static_cast<float>(Eigen::numext::bit_cast<Eigen::half>(halfBits(v)));
   return reduced;
 }
 
@@ -294,14 +292,13 @@ GradientProgram::build(std::shared_ptr<const LayerProgram> layers, const LayerOp
     s->forward = passes::trainingForward(*slot.bound, s->backward);
     s->maskSeed = options.maskSeedOf(static_cast<int64_t>(slots.size()));
     s->weights = options.compile.weights;
-    if (options.compile.weights != codegen::WeightType::F32)
+    if (options.compile.weights == codegen::WeightType::F16)
       for (const passes::GradientSegment& seg : s->backward.segments)
         if ((seg.kind == passes::GradientSegment::Kind::InputByLinear ||
              seg.kind == passes::GradientSegment::Kind::InputByMatMul) &&
             !s->reducedWeights.count(seg.weight) && !isDerived(s->backward, seg.weight))
-          s->reducedWeights.emplace(
-              seg.weight,
-              reducedWeight(slot.params[paramIndex(slot, seg.weight)], options.compile.weights));
+          s->reducedWeights.emplace(seg.weight,
+                                    fp16Rounded(slot.params[paramIndex(slot, seg.weight)]));
     if (options.engine != Engine::Jit) {
       s->forwardInterpreter = std::make_shared<Interpreter>(
           *s->forward.cell, slot.params,
@@ -546,8 +543,8 @@ void GradientProgram::backwardInto(const TrainingTape& tape, const GradientInput
           Tensor reducedDerived;
           if (derived) {
             weight = &chain->value(*derived);
-            if (weightType != codegen::WeightType::F32) {
-              reducedDerived = reducedWeight(*weight, weightType);
+            if (weightType == codegen::WeightType::F16) { // (bf16's products round it)
+              reducedDerived = fp16Rounded(*weight);
               weight = &reducedDerived;
             }
           } else if (auto reduced = s.reducedWeights.find(seg.weight);

@@ -91,12 +91,8 @@ SequenceResult interpretReduced(const ir::Cell& cell, const SequenceRequest& req
     const Tensor& initial = request.initialStates.at(state->name); // [1, B, F]
     states.push_back(initial.reshaped({initial.dim(1), initial.dim(2)}));
   }
-  ExecutionOptions options;
-  options.bf16Products = type == codegen::WeightType::BF16;
-  options.f16Weights = type == codegen::WeightType::F16;
-  options.int8Products = type == codegen::WeightType::I8;
   SequenceResult result;
-  result.output = Interpreter(*bound, std::move(params), options).run(inputs, states);
+  result.output = Interpreter(*bound, std::move(params), withProductsAs(type)).run(inputs, states);
   for (size_t k = 0; k < states.size(); ++k)
     result.finalStates[bound->states[k]->name] =
         states[k].reshaped({1, states[k].dim(0), states[k].dim(1)});
