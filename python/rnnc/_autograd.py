@@ -33,8 +33,7 @@ class _NoSecondDerivative(torch.autograd.Function):
             "gradients taken with create_graph=True, as a gradient penalty needs) is torch's "
             "where rnnc.nn's modules can run their forward in torch's operations, but not "
             "through dropout masks rnnc draws, a custom cell or side inputs in a traced or "
-            "scripted model, mixed precision (weights_dtype 'bf16' or 'fp16': train in fp32 "
-            "there), or rnnc.Layer and rnnc.LSTM (use rnnc.nn's modules)")
+            "scripted model, or rnnc.Layer and rnnc.LSTM (use rnnc.nn's modules)")
 
 
 # The cells torch.nn's modules run, by rnnc's names, which are also those of torch's own
@@ -45,11 +44,12 @@ TORCH_RECURRENCES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 def torch_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, lengths,
                      sizes=None, input_size_name=None):
     """A layer's forward in torch's own operations, for a second derivative and an ONNX export:
-    f(x, initial states, side inputs, parameters) -> (y, finals), a state given as None starting
-    at zero, `lengths` (numpy, the batch's order, or None) as rnnc takes them (y zero past
-    them). torch.nn's own recurrences for its cells (parameters in torch.nn's order); any other
-    cell from its IR (_torch_cell.py) where its sizes are given (all of them: `input_size_name`
-    names the input's width), else None."""
+    f(x, initial states, side inputs, parameters, products="fp32") -> (y, finals), a state given
+    as None starting at zero, `lengths` (numpy, the batch's order, or None) as rnnc takes them
+    (y zero past them), `products` the weights_dtype of a mixed-precision call (its products'
+    operands rounded as rnnc's: _torch_cell.rounded_product). torch.nn's own recurrences for its
+    cells (parameters in torch.nn's order); any other cell from its IR (_torch_cell.py) where
+    its sizes are given (all of them: `input_size_name` names the input's width), else None."""
     if cell not in TORCH_RECURRENCES:
         if sizes is None:
             return None
@@ -59,7 +59,14 @@ def torch_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, l
                              batch_first, lengths)
     recurrence = getattr(torch._VF, cell)
 
-    def forward(x, initial, sides, params):
+    def forward(x, initial, sides, params, products="fp32"):
+        if products == "bf16":  # h rounded at each step's product: the cell's IR, step by step
+            return _builtin_ir_recurrence(cell, num_layers, bidirectional, batch_first,
+                                          has_biases, lengths, x, initial, params)
+        if products == "fp16":  # the weights alone rounded: torch's recurrence on them
+            from ._torch_cell import rounded_as
+
+            params = [rounded_as(p, torch.float16) if p.dim() == 2 else p for p in params]
         batch = x.shape[0 if batch_first else 1]
         slots = num_layers * (2 if bidirectional else 1)
         states = [s if s is not None else x.new_zeros(slots, batch, width)
@@ -83,6 +90,31 @@ def torch_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, l
         return y, [f.index_select(1, packed.unsorted_indices) for f in finals]
 
     return forward
+
+
+def _builtin_ir_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, lengths,
+                           x, initial, params):
+    """torch.nn's cell `cell` over the sequence with bf16 products, from rnnc's built-in cell
+    (cells/*.cell: lstm_proj where the LSTM has a projection), whose parameters are torch.nn's
+    per layer and direction, biases included (zero where the module has none)."""
+    from ._torch_cell import ir_recurrence
+
+    weight_hh = params[1]
+    gates = {"lstm": 4, "gru": 3}.get(cell, 1)
+    hidden = weight_hh.shape[0] // gates
+    projected = cell == "lstm" and weight_hh.shape[1] != hidden
+    sizes = {"input_size": x.shape[-1], "hidden_size": hidden}
+    if projected:
+        sizes["proj_size"] = weight_hh.shape[1]
+    per_slot = 2 + (2 if has_biases else 0) + (1 if projected else 0)
+    full = []
+    for start in range(0, len(params), per_slot):
+        slot = params[start:start + per_slot]
+        biases = slot[2:4] if has_biases else [weight_hh.new_zeros(gates * hidden)] * 2
+        full += [slot[0], slot[1], *biases] + ([slot[-1]] if projected else [])
+    forward = ir_recurrence("lstm_proj" if projected else cell, sizes, "input_size", num_layers,
+                            bidirectional, batch_first, lengths)
+    return forward(x, initial, [], full, products="bf16")
 
 
 def _state_widths(cell, params):
@@ -166,9 +198,8 @@ class _Recurrence(torch.autograd.Function):
         ctx.state_names, ctx.side_names, ctx.param_names = state_names, side_names, param_names
         ctx.given = [t is not None for t in initial]
         ctx.sums, ctx.summing = (summed[0], summed[1].grad_fn) if summed else (None, None)
-        # A mixed-precision program's forward rounds its weights (and the products' other operands)
-        # as torch's operations would not: its gradients have no second derivative.
-        ctx.recompute = recompute if program.weights_dtype == "fp32" else None
+        # (a mixed-precision program's recompute rounds the products' operands as its forward)
+        ctx.recompute, ctx.products = recompute, program.weights_dtype
         ctx.save_for_backward(x, *tensors)  # references, for a second derivative
         return (torch.from_numpy(y),) + tuple(torch.from_numpy(finals[n]) for n in state_names)
 
@@ -222,7 +253,7 @@ class _Recurrence(torch.autograd.Function):
         params = tensors[count + len(ctx.side_names):]
         wanted = [t for t in (x, *initial, *sides, *params) if t is not None and t.requires_grad]
         with torch.enable_grad():
-            y, finals = ctx.recompute(x, initial, sides, params)
+            y, finals = ctx.recompute(x, initial, sides, params, ctx.products)
             # (an output none of the wanted tensors reaches, such as a state a cell sets to a
             # constant, has no gradient to give)
             pairs = [(out, g) for out, g in zip((y, *finals), (grad_y, *grad_finals))

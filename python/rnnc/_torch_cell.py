@@ -25,11 +25,32 @@ _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.di
            "matmul": torch.matmul}
 
 
+def rounded_as(value, dtype):
+    """value rounded to `dtype` (torch.bfloat16 or torch.float16, to nearest even, as rnnc rounds
+    its weights and Eigen its reference's) where it enters a product, with the derivative of the
+    identity: mixed-precision training differentiates through the rounding so (its gradients are
+    those at the rounded values), and so does its second derivative."""
+    return value + (value.to(dtype).float() - value).detach()
+
+
+def rounded_product(product, products):
+    """`product` (F.linear or torch.matmul) taking its operands as rnnc's mixed-precision
+    products do (runtime/exec/Interpreter.cpp): bf16 rounds both, fp16 the weights alone."""
+    if products == "bf16":
+        return lambda x, w: product(rounded_as(x, torch.bfloat16), rounded_as(w, torch.bfloat16))
+    if products == "fp16":
+        return lambda x, w: product(x, rounded_as(w, torch.float16))
+    return product
+
+
 class TorchCell:
     """One step of a cell, from its parsed IR: step(values) maps the inputs', states' and
-    parameters' tensors by name to the new states (by name) and the output."""
+    parameters' tensors by name to the new states (by name) and the output. `products`: the
+    weights_dtype its products run as (fp32, or mixed precision's bf16 or fp16)."""
 
-    def __init__(self, text):
+    def __init__(self, text, products="fp32"):
+        self.binary = dict(_BINARY, linear=rounded_product(F.linear, products),
+                           matmul=rounded_product(torch.matmul, products))
         self.inputs, self.states, self.params = [], [], []
         self.widths = {}
         self.instructions = []
@@ -65,7 +86,7 @@ class TorchCell:
             if op in _UNARY:
                 value = _UNARY[op](*args)
             elif op in _BINARY:
-                value = _BINARY[op](*args)
+                value = self.binary[op](*args)
             elif op == "const":
                 value = torch.tensor(attributes["value"], dtype=torch.float32)
             elif op == "slice":
@@ -94,22 +115,24 @@ def _attribute(text):
 
 
 def ir_recurrence(cell, sizes, input_size_name, num_layers, bidirectional, batch_first, lengths):
-    """f(x, initial states, side inputs, parameters) -> (y, finals) for any cell, in torch's
-    operations: parameters in rnnc.nn.Recurrent's order (layer, direction, the cell's), a state
-    given as None starting at zero, `lengths` (numpy, the batch's order) or None."""
+    """f(x, initial states, side inputs, parameters, products="fp32") -> (y, finals) for any
+    cell, in torch's operations: parameters in rnnc.nn.Recurrent's order (layer, direction, the
+    cell's), a state given as None starting at zero, `lengths` (numpy, the batch's order) or
+    None; `products` the weights_dtype of a mixed-precision call (see TorchCell)."""
     directions = 2 if bidirectional else 1
 
-    def step_cells():
+    def step_cells(products):
         """The first layer's step and the step of those above (they read the layer below,
         both directions side by side), read when a second derivative first needs them."""
-        first = TorchCell(_rnnc.parsed_cell_ir(cell, sizes))
+        first = TorchCell(_rnnc.parsed_cell_ir(cell, sizes), products)
         if num_layers == 1:
             return first, first
         return first, TorchCell(_rnnc.parsed_cell_ir(
-            cell, dict(sizes, **{input_size_name: first.widths[first.output] * directions})))
+            cell, dict(sizes, **{input_size_name: first.widths[first.output] * directions})),
+            products)
 
-    def forward(x, initial, sides, params):
-        first, above = step_cells()
+    def forward(x, initial, sides, params, products="fp32"):
+        first, above = step_cells(products)
         if batch_first:
             x, sides = x.transpose(0, 1), [s.transpose(0, 1) for s in sides]
         steps, batch = x.shape[0], x.shape[1]

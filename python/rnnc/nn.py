@@ -68,9 +68,9 @@ class _WeightsDtype:
     """The weights_dtype option of rnnc's torch modules, which may change between calls (train in
     fp32, then ``module.weights_dtype = "int8"`` for inference): fp32; fp16 or bf16 (half the
     bytes), which also train (mixed precision: the products read the rounded weights, the
-    parameters and gradients stay fp32; no second derivatives); int8 (dynamic quantization),
-    inference only (under torch.no_grad() or torch.inference_mode()): a call that autograd
-    records is refused."""
+    parameters and gradients stay fp32; a second derivative replays the rounding); int8
+    (dynamic quantization), inference only (under torch.no_grad() or torch.inference_mode()):
+    a call that autograd records is refused."""
 
     # TorchScript compiles a module's properties unless told (torch.nn.RNNBase's own too).
     __jit_unused_properties__ = ["all_weights", "weights_dtype"]
