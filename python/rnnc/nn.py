@@ -130,6 +130,17 @@ def _scripted_alone():
             and above.f_code.co_name == "call_prepare_scriptable_func")
 
 
+def _alone(module, padded_forward):
+    """The copy of `module` that torch.jit.script compiles when given the module itself: its
+    forward `padded_forward` (bound to the copy), the parameters shared. Not the overloads a
+    scripting of a model holding the module wrote into it (``__overloads__``, which would make
+    TorchScript skip the copy's forward as overloaded: no forward)."""
+    alone = copy.copy(module)
+    alone.__dict__.pop("__overloads__", None)
+    alone.forward = padded_forward.__func__.__get__(alone)
+    return alone
+
+
 class _RnncForward(_RnncModule):
     """The forward of torch.nn.RNNBase, run by rnnc (mixed into torch's own modules)."""
 
@@ -142,9 +153,7 @@ class _RnncForward(_RnncModule):
         module = super().__prepare_scriptable__()
         if not _scripted_alone():
             return module
-        alone = copy.copy(module)
-        alone.forward = alone._padded_forward
-        return alone
+        return _alone(module, module._padded_forward)
 
     def _rnnc_cell(self):
         return {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh",
@@ -542,8 +551,9 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
 
     Side inputs may also come as one dict, ``side_inputs={"context": c}``, which is how a
     TorchScript model gives them: in TorchScript (torch.jit.script of a model holding it, or of
-    the layer), forward takes x padded, states as a Dict[str, Tensor], lengths and side_inputs
-    as a Dict[str, Tensor] (each laid out as x)."""
+    the layer), forward takes x padded or a PackedSequence, states as a Dict[str, Tensor],
+    lengths (with a padded x) and side_inputs as a Dict[str, Tensor] (each laid out as the
+    padded x)."""
 
     # What the TorchScript forward reads (__prepare_scriptable__), typed: a cell may have no side
     # inputs, and TorchScript cannot type an empty list.
@@ -619,18 +629,53 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         self._rnnc_side_widths = [int(widths.get(name, -1)) for name in self.side_input_names]
         self._rnnc_draws = bool(self._cell_drops or (self.dropout > 0 and self.num_layers > 1))
         self._rnnc_input_width = int(self.sizes.get(self._input_size, -1))
-        return self
+        if not _scripted_alone():
+            return self
+        # Alone, as torch.nn's modules (_RnncForward's): a copy, sharing the parameters, whose
+        # forward takes the padded x, since torch compiles an overloaded forward only where a
+        # caller picks one of its signatures.
+        return _alone(self, self._scripted_padded)
 
     def _sizes_of_program(self):
         """The sizes a program is built with: the input's width changes with the layer, so the
         weights give it where there are some."""
         return {n: v for n, v in self.sizes.items() if n != self._input_size or not self._params}
 
+    # The forward's signatures in TorchScript, as torch.nn's modules declare theirs (see LSTM's):
+    # a padded x gives a tensor, a PackedSequence a PackedSequence (its side inputs padded).
+    @torch._jit_internal._overload_method  # noqa: F811
+    def forward(self, x: Tensor, states: Optional[Dict[str, Tensor]] = None,
+                lengths: Optional[Tensor] = None, side_inputs: Optional[Dict[str, Tensor]] = None
+                ) -> Tuple[Tensor, Dict[str, Tensor]]:
+        pass
+
+    @torch._jit_internal._overload_method  # noqa: F811
+    def forward(self, x: PackedSequence, states: Optional[Dict[str, Tensor]] = None,
+                lengths: Optional[Tensor] = None, side_inputs: Optional[Dict[str, Tensor]] = None
+                ) -> Tuple[PackedSequence, Dict[str, Tensor]]:
+        pass
+
     def _scripted_forward(self, x: Tensor, states: Optional[Dict[str, Tensor]] = None,
                           lengths: Optional[Tensor] = None,
-                          side_inputs: Optional[Dict[str, Tensor]] = None
-                          ) -> Tuple[Tensor, Dict[str, Tensor]]:
-        """The forward in TorchScript: a padded x (lengths, side inputs laid out as x), around
+                          side_inputs: Optional[Dict[str, Tensor]] = None):
+        """The forward in TorchScript, compiled once per signature above where a caller picks
+        it (a subclass, which TorchScript gives no overloads, compiles x: Tensor alone): a
+        PackedSequence padded, run with its lengths and packed again as it came (side inputs
+        laid out as the padded x)."""
+        if isinstance(x, PackedSequence):
+            if lengths is not None:
+                raise ValueError("a PackedSequence carries its lengths: give no lengths")
+            padded, packed_lengths = pad_packed_sequence(x, self.batch_first)
+            y, finals = self._scripted_padded(padded, states, packed_lengths, side_inputs)
+            return repack(y, x, self.batch_first), finals
+        else:
+            return self._scripted_padded(x, states, lengths, side_inputs)
+
+    def _scripted_padded(self, x: Tensor, states: Optional[Dict[str, Tensor]] = None,
+                         lengths: Optional[Tensor] = None,
+                         side_inputs: Optional[Dict[str, Tensor]] = None
+                         ) -> Tuple[Tensor, Dict[str, Tensor]]:
+        """The forward in TorchScript of a padded x (lengths, side inputs laid out as x), around
         rnnc::forward. The shapes are checked here, as torch 1.13's interpreter drops the
         message of an exception raised in a Python kernel."""
         if self.training and self._rnnc_draws:
@@ -690,7 +735,8 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
             finals[name] = out[i + 1].to(x.dtype)
         return out[0].to(x.dtype), finals
 
-    def forward(self, x, states=None, lengths=None, seed=None, side_inputs=None, **named_sides):
+    def forward(self, x, states=None, lengths=None, seed=None, side_inputs=None,  # noqa: F811
+                **named_sides):
         if isinstance(side_inputs, dict):  # (as a TorchScript model gives them)
             if named_sides:
                 raise ValueError("give side inputs either in side_inputs or as keywords, not "

@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 
 import rnnc  # noqa: E402
 import rnnc.nn  # noqa: E402
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence  # noqa: E402
+from torch.nn.utils.rnn import (PackedSequence, pack_padded_sequence,  # noqa: E402
+                                pad_packed_sequence)
 
 
 class Classifier(torch.nn.Module):
@@ -315,7 +316,7 @@ def test_a_scripted_custom_cell_survives_save_and_load_without_its_file(tmp_path
                                         "mgu.cell")).read())
     torch.manual_seed(13)
     layer = rnnc.nn.Recurrent(str(source), input_size=6, hidden_size=5).eval()
-    scripted = torch.jit.script(layer)  # alone, as Recurrent's forward is not overloaded
+    scripted = torch.jit.script(layer)  # alone
     torch.jit.save(scripted, tmp_path / "mgu.pt")
     x, h0 = torch.randn(4, 2, 6), torch.randn(1, 2, 5)
     want_y, want_finals = layer(x, {"h": h0})
@@ -485,6 +486,95 @@ def test_a_scripted_packing_model_trains_with_torchs_gradients():
         assert_close(got.grad, want.grad, f"gradient of {name}", 1e-4)
 
 
+class ScriptableRecurrentPacking(torch.nn.Module):
+    """A scripted model giving rnnc.nn.Recurrent a PackedSequence (its side input padded, laid
+    out as the padded x), and the padded batch in the same model."""
+
+    def __init__(self, layer, batch_first):
+        super().__init__()
+        self.layer, self.batch_first = layer, batch_first
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor, h0: torch.Tensor,
+                context: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        packed = pack_padded_sequence(x, lengths, self.batch_first, enforce_sorted=False)
+        out, finals = self.layer(packed, {"h": h0}, None, {"context": context})
+        padded, _ = pad_packed_sequence(out, self.batch_first,
+                                        total_length=x.size(1 if self.batch_first else 0))
+        whole, _ = self.layer(x, {"h": h0}, lengths, {"context": context})
+        return padded, finals["h"], whole
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_a_scripted_model_gives_a_recurrent_cell_a_packed_sequence(batch_first):
+    # Was refused: the scripted forward was typed for a Tensor ("Expected a value of type
+    # 'Tensor' for argument 'x' but instead found type 'PackedSequence'").
+    torch.manual_seed(15)
+    layer = rnnc.nn.Recurrent(GATED_WITH_CONTEXT, num_layers=2, bidirectional=True,
+                              batch_first=batch_first, input_size=6, context_size=2,
+                              hidden_size=5).eval()
+    model = ScriptableRecurrentPacking(layer, batch_first)
+    scripted = torch.jit.script(model)
+    for lengths in ([3, 7, 1, 6], [2, 2], [4]):
+        steps, batch = max(lengths), len(lengths)
+        shape = (batch, steps) if batch_first else (steps, batch)
+        x, context = torch.randn(*shape, 6), torch.randn(*shape, 2)
+        h0, lengths = torch.randn(4, batch, 5), torch.tensor(lengths)
+        with torch.no_grad():
+            got = scripted(x, lengths, h0, context)
+            # the eager layer given both as PackedSequences, the oracle for the packed call
+            packed = pack_padded_sequence(x, lengths, batch_first, enforce_sorted=False)
+            out, finals = layer(packed, {"h": h0}, context=pack_padded_sequence(
+                context, lengths, batch_first, enforce_sorted=False))
+            want_y = pad_packed_sequence(out, batch_first, total_length=steps)[0]
+        assert_close(got[0], want_y, f"packed output, lengths {lengths.tolist()}")
+        assert_close(got[1], finals["h"], f"h_n, lengths {lengths.tolist()}")
+        assert_close(got[2], want_y, f"padded output with lengths {lengths.tolist()}")
+    assert "rnnc::forward" in str(scripted.inlined_graph)
+
+
+class PackedGru(torch.nn.Module):
+    """A scripted model taking a PackedSequence and handing it to its layer as it is."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, packed: PackedSequence, h0: torch.Tensor,
+                lengths: Optional[torch.Tensor] = None) -> Tuple[PackedSequence, torch.Tensor]:
+        out, finals = self.layer(packed, {"h": h0}, lengths)
+        return out, finals["h"]
+
+
+def test_a_scripted_recurrent_gru_packs_and_trains_as_torchs_gru():
+    torch.manual_seed(16)
+    theirs = torch.nn.GRU(6, 5, num_layers=2, bidirectional=True)
+    ours = rnnc.nn.Recurrent("gru", num_layers=2, bidirectional=True, input_size=6,
+                             hidden_size=5)
+    ours.load_state_dict(theirs.state_dict())
+    scripted = torch.jit.script(PackedGru(ours))
+    x, lengths, h0 = torch.randn(5, 3, 6), torch.tensor([5, 2, 4]), torch.randn(4, 3, 5)
+    packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+    got_y, got_h = scripted(packed, h0)
+    want_y, want_h = theirs(packed, h0)
+    assert torch.equal(got_y.batch_sizes, want_y.batch_sizes)
+    assert torch.equal(got_y.unsorted_indices, want_y.unsorted_indices)
+    assert_close(got_y.data, want_y.data, "packed output")
+    assert_close(got_h, want_h, "h_n")
+    (got_y.data.pow(2).sum() + got_h.sum()).backward()
+    (want_y.data.pow(2).sum() + want_h.sum()).backward()
+    for (name, want), got in zip(theirs.named_parameters(), ours.parameters()):
+        assert_close(got.grad, want.grad, f"gradient of {name}", 1e-4)
+    with pytest.raises(Exception, match=r"a PackedSequence carries its lengths: give no "
+                                        r"lengths"):
+        scripted(packed, h0, lengths)
+    # Scripted alone, as torch.nn's modules, the layer takes the padded batch.
+    alone = torch.jit.script(ours)
+    with torch.no_grad():
+        y, finals = alone(x, {"h": h0}, lengths)
+        assert_close(y, pad_packed_sequence(want_y)[0], "scripted alone, padded")
+    assert "forward" not in vars(ours)  # the module itself is unchanged
+
+
 def test_what_tracing_cannot_record_is_refused_clearly():
     torch.manual_seed(6)
     plain = rnnc.LSTM(6, 8)  # not a torch.nn.Module: its weights are rnnc's own
@@ -518,6 +608,36 @@ def test_a_layer_scripted_alone_runs_and_shares_its_parameters(mode, tmp_path):
         packed = pack_padded_sequence(x, torch.tensor([4, 1, 2]), enforce_sorted=False)
         assert_close(ours(packed)[0].data, theirs(packed)[0].data, "the module, eager, packed")
     assert "forward" not in vars(ours)  # the module itself is unchanged
+
+
+@pytest.mark.parametrize("alone_first", [False, True])
+@pytest.mark.parametrize("mode", ["GRU", "Recurrent"])
+def test_a_layer_scripts_alone_and_inside_a_model_in_either_order(mode, alone_first):
+    # Scripted alone after a model holding it was, the layer had no forward: the model's
+    # scripting wrote its overloads into the layer (__overloads__), and the copy scripted alone
+    # took them, so TorchScript skipped its forward as overloaded.
+    torch.manual_seed(17)
+    theirs = torch.nn.GRU(6, 5)
+    ours = rnnc.nn.GRU(6, 5) if mode == "GRU" else rnnc.nn.Recurrent("gru", input_size=6,
+                                                                      hidden_size=5)
+    ours.load_state_dict(theirs.state_dict())
+    model = PackedGru(ours) if mode == "Recurrent" else ScriptablePacking(ours, False)
+    x, lengths, h0 = torch.randn(5, 3, 6), torch.tensor([5, 2, 4]), torch.randn(1, 3, 5)
+    packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+    scripted = {}
+    for which in (["alone", "model"] if alone_first else ["model", "alone"]):
+        scripted[which] = torch.jit.script(ours if which == "alone" else model)
+    with torch.no_grad():
+        want_y, want_h = theirs(packed, h0)
+        y = scripted["alone"](x, *([h0] if mode == "GRU" else [{"h": h0}]))[0]
+        assert_close(y, theirs(x, h0)[0], "scripted alone")
+        if mode == "GRU":
+            got_y, got_h, _ = scripted["model"](x, lengths, h0)
+            assert_close(got_y, pad_packed_sequence(want_y)[0], "scripted model, packed")
+        else:
+            got_y, got_h = scripted["model"](packed, h0)
+            assert_close(got_y.data, want_y.data, "scripted model, packed")
+        assert_close(got_h, want_h, "scripted model, h_n")
 
 
 def test_wrong_shapes_are_named_in_scripted_and_traced_models():
