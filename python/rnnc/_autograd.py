@@ -252,7 +252,9 @@ class _Recurrence(torch.autograd.Function):
         initial, sides = tensors[:count], tensors[count:count + len(ctx.side_names)]
         params = tensors[count + len(ctx.side_names):]
         wanted = [t for t in (x, *initial, *sides, *params) if t is not None and t.requires_grad]
-        with torch.enable_grad():
+        # Without autocast, which a gradient penalty taken inside torch.autocast would leave on
+        # here: the replay rounds as the program ran (ctx.products), no more.
+        with torch.enable_grad(), torch.autocast("cpu", enabled=False):
             y, finals = ctx.recompute(x, initial, sides, params, ctx.products)
             # (an output none of the wanted tensors reaches, such as a state a cell sets to a
             # constant, has no gradient to give)
