@@ -201,7 +201,10 @@ class _RnncForward(_RnncModule):
         batch = x.shape[0 if self.batch_first else 1]
         states = self._initial_states(hx, batch, batched, x)
         names = list(self._flat_weights_names)
-        params = [p.float() for p in self._flat_weights]
+        # The parameters as attributes, not _flat_weights: torch.nn.utils.stateless's
+        # functional_call (MAML's fast weights) replaces the attributes alone (torch 1.13's own
+        # modules then run on the module's weights, silently).
+        params = [getattr(self, name).float() for name in names]
         dropout = self.dropout if self.training and self.num_layers > 1 else 0.0
         state_names = list(state_shapes(self, self.mode == "LSTM", batch))
         if dropout == 0 and _torch_op.tracing():

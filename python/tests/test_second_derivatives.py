@@ -74,6 +74,52 @@ def test_a_gradient_penalty_gives_torchs_second_derivatives(mode, options, lengt
         assert_close(g, w, f"second derivative by {name}")
 
 
+def _torch_forward(mode, params, x):
+    """torch's own recurrence (torch._VF) on the parameters given by name, from zero states:
+    the oracle for a forward whose weights are not the module's."""
+    weights = list(params.values())
+    if mode == "LSTMCell":
+        zero = x.new_zeros(x.shape[0], 5)
+        return torch._VF.lstm_cell(x, (zero, zero), *weights)[0]
+    if mode == "LSTM":  # 2 layers
+        zero = x.new_zeros(2, x.shape[1], 5)
+        return torch._VF.lstm(x, (zero, zero), weights, True, 2, 0.0, False, False, False)[0]
+    zero = x.new_zeros(2, x.shape[1], 5)  # GRU, both directions
+    return torch._VF.gru(x, zero, weights, True, 1, 0.0, False, True, False)[0]
+
+
+@pytest.mark.parametrize("mode", ["LSTM", "GRU", "Recurrent", "LSTMCell"])
+def test_maml_through_functional_call_gives_torchs_meta_gradients(mode):
+    # Meta-learning (MAML) runs the module on fast weights, p - lr * dL/dp, through
+    # torch.nn.utils.stateless.functional_call, which replaces the parameters' attributes:
+    # rnnc.nn's LSTM and GRU read _flat_weights, as torch 1.13's own modules do, and ran on
+    # the module's weights instead (silently: no gradient reached the fast weights).
+    from torch.nn.utils.stateless import functional_call
+
+    torch.manual_seed(40)
+    module = {"LSTM": lambda: rnnc.nn.LSTM(4, 5, num_layers=2),
+              "GRU": lambda: rnnc.nn.GRU(4, 5, bidirectional=True),
+              "Recurrent": lambda: rnnc.nn.Recurrent("gru", bidirectional=True, input_size=4,
+                                                     hidden_size=5),
+              "LSTMCell": lambda: rnnc.nn.LSTMCell(4, 5)}[mode]()
+    oracle = "GRU" if mode == "Recurrent" else mode
+    x = torch.randn(3, 4) if mode == "LSTMCell" else torch.randn(3, 2, 4)
+    results = []
+    for forward in (lambda p: functional_call(module, p, (x,)),
+                    lambda p: _torch_forward(oracle, p, x)):
+        params = {name: p.detach().clone().requires_grad_()
+                  for name, p in module.named_parameters()}
+        out = forward(params)
+        y = out[0] if isinstance(out, tuple) else out
+        grads = torch.autograd.grad(y.pow(2).sum(), list(params.values()), create_graph=True)
+        fast = {name: p - 0.1 * g for (name, p), g in zip(params.items(), grads)}
+        out = forward(fast)
+        y = out[0] if isinstance(out, tuple) else out
+        results.append(torch.autograd.grad(y.pow(2).sum(), list(params.values())))
+    for name, got, want in zip(dict(module.named_parameters()), *results):
+        assert_close(got, want, f"meta-gradient by {name}")
+
+
 def test_a_hessian_vector_product_of_the_parameters_is_torchs():
     theirs, ours = twins("GRU", dict(num_layers=2))
     x = torch.randn(6, 3, 4)
