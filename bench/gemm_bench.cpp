@@ -3,6 +3,7 @@
 // binary so that both see the same machine:
 //   build/bench/rnnc_bench --benchmark_filter='gemm' --benchmark_repetitions=5
 // Arguments: which product (0: dW += G^T X, 1: dX += G W), then the thread count (then, for
+// gemmRnnc, the precision: 0 fp32, 1 bf16, mixed-precision training's; for
 // gemmWeightGradients, the tile's target: 0 the host, 1 haswell, AVX2's). GFLOP/s is in
 // the "FLOPS" counter. gemmTileInL1 times the generated register tile alone.
 #include "codegen/Compiler.h"
@@ -49,15 +50,17 @@ void gemmRnnc(benchmark::State& state) {
   Operands& o = operands();
   const bool weightGradient = state.range(0) == 0;
   const int threads = static_cast<int>(state.range(1));
+  const rnnc::GemmPrecision precision =
+      state.range(2) == 1 ? rnnc::GemmPrecision::Bf16 : rnnc::GemmPrecision::F32;
   rnnc::MatrixView g = rnnc::MatrixView::rowMajor(o.g.data(), kRows, kGates, kGates);
   for (auto _ : state) {
     if (weightGradient)
       rnnc::gemmAccumulate(g.transposed(),
                            rnnc::MatrixView::rowMajor(o.x.data(), kRows, kFeatures, kFeatures),
-                           o.dW.data(), kFeatures, threads);
+                           o.dW.data(), kFeatures, threads, "", precision);
     else
       rnnc::gemmAccumulate(g, rnnc::MatrixView::rowMajor(o.w.data(), kGates, kFeatures, kFeatures),
-                           o.dX.data(), kFeatures, threads);
+                           o.dX.data(), kFeatures, threads, "", precision);
   }
   setFlops(state);
 }
@@ -155,7 +158,7 @@ void gemmWeightGradients(benchmark::State& state) {
 
 } // namespace
 
-BENCHMARK(gemmRnnc)->ArgsProduct({{0, 1}, {1, 2}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(gemmRnnc)->ArgsProduct({{0, 1}, {1, 2}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 #if RNNC_BENCH_ONEDNN
 BENCHMARK(gemmOneDnn)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 #endif
