@@ -158,7 +158,10 @@ void gemmWeightGradients(benchmark::State& state) {
 
 } // namespace
 
-BENCHMARK(gemmRnnc)->ArgsProduct({{0, 1}, {1, 2}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(gemmRnnc)
+    ->ArgsProduct({{0, 1}, {1, 2}, {0, 1}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 #if RNNC_BENCH_ONEDNN
 BENCHMARK(gemmOneDnn)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 #endif

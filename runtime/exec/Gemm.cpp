@@ -116,8 +116,8 @@ template <class Body> bool withTileRows(int64_t rows, Body&& body) {
 // rounded one value at a time: dX = G W in bf16 ran at 1.14x fp32, against dW's 1.6x. total[i]
 // += row i's values, in the order the element-wise loop adds them. Returns the pairs done.
 template <int64_t Rows>
-int64_t pairBlocksIntoStrip(const float* first, int64_t rowStride, int64_t fullPairs,
-                            uint32_t* out, float* total) {
+int64_t pairBlocksIntoStrip(const float* first, int64_t rowStride, int64_t fullPairs, uint32_t* out,
+                            float* total) {
   static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "a pair's first value in its low half");
   constexpr int64_t kPairs = 16;
   int64_t p0 = 0;
@@ -178,8 +178,8 @@ void packAPairs(const MatrixView& a, int64_t row, int64_t rows, int64_t depth, i
       if (count == tileRows)
         withTileRows(tileRows, [&](auto constant) {
           done = pairsOfRunsIntoStrip<decltype(constant)::value>(
-              a.data + row + strip + depth * a.columnStride, a.columnStride, depths / 2,
-              stripOut, total);
+              a.data + row + strip + depth * a.columnStride, a.columnStride, depths / 2, stripOut,
+              total);
         });
       for (int64_t p = done; p < pairs; ++p) {
         const float* low = a.data + row + strip + (depth + 2 * p) * a.columnStride;
