@@ -5,7 +5,8 @@
 // Arguments: which product (0: dW += G^T X, 1: dX += G W), then the thread count (then, for
 // gemmRnnc, the precision: 0 fp32, 1 bf16, mixed-precision training's; for
 // gemmWeightGradients, the tile's target: 0 the host, 1 haswell, AVX2's). GFLOP/s is in
-// the "FLOPS" counter. gemmTileInL1 times the generated register tile alone.
+// the "FLOPS" counter. gemmTileInL1 (gemmPairTileInL1: bf16's) times the generated register
+// tile alone.
 #include "codegen/Compiler.h"
 #include "codegen/GemmTile.h"
 #include "runtime/exec/Gemm.h"
@@ -112,20 +113,37 @@ void gemmOneDnn(benchmark::State& state) {
 
 // The register tile alone on operands that stay in L1 (depth 64: 10 KB; 256: the 46 KB the GEMM
 // uses at AVX-512): the ceiling of gemmRnnc, whose gap to it is packing and cache misses.
-void gemmTileInL1(benchmark::State& state) {
+// gemmPairTileInL1: the bf16 pair tile (vdpbf16ps), where the host pairs bf16 products, the
+// ceiling of gemmRnnc's bf16 products.
+void timeTileInL1(benchmark::State& state, bool pairs) {
   const rnnc::codegen::Target target = rnnc::codegen::hostTarget();
+  if (pairs && !target.pairsBf16Products()) {
+    state.SkipWithError("this host has no bf16 pair products");
+    return;
+  }
   const rnnc::codegen::GemmTileShape shape = rnnc::codegen::gemmTileShape(target);
-  rnnc::LoadedFunction loaded =
-      rnnc::loadGeneratedCode(rnnc::codegen::generateGemmTile(target, rnnc::codegen::Stage::Object),
-                              rnnc::codegen::kGemmTileFunctionName);
+  rnnc::LoadedFunction loaded = rnnc::loadGeneratedCode(
+      rnnc::codegen::generateGemmTile(target, rnnc::codegen::Stage::Object,
+                                      pairs ? rnnc::codegen::GemmOperands::Bf16Pairs
+                                            : rnnc::codegen::GemmOperands::F32),
+      pairs ? rnnc::codegen::kGemmPairTileFunctionName : rnnc::codegen::kGemmTileFunctionName);
   auto tile = reinterpret_cast<RnncGemmTileFunction>(loaded.address);
   const int64_t depth = state.range(0);
+  // (pairs: the same floats read as words of two bf16 values, all of them normal numbers)
   std::vector<float> a(depth * shape.rows, 0.001f), b(depth * shape.columns, 0.001f),
       c(shape.rows * shape.columns);
   for (auto _ : state)
-    tile(depth, a.data(), b.data(), c.data(), shape.columns);
+    tile(pairs ? depth / 2 : depth, a.data(), b.data(), c.data(), shape.columns);
   state.counters["FLOPS"] = benchmark::Counter(2.0 * depth * shape.rows * shape.columns,
                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void gemmTileInL1(benchmark::State& state) {
+  timeTileInL1(state, false);
+}
+
+void gemmPairTileInL1(benchmark::State& state) {
+  timeTileInL1(state, true);
 }
 
 // A layer's weight gradients: dW_ih = G^T X, dW_hh = G^T H and the bias's column sums of G,
@@ -171,3 +189,4 @@ BENCHMARK(gemmWeightGradients)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(gemmTileInL1)->Arg(64)->Arg(256);
+BENCHMARK(gemmPairTileInL1)->Arg(64)->Arg(256);
