@@ -138,6 +138,15 @@ def second_order_inputs(mode, options):
     return torch.randn(3, 4, 12) if options.get("batch_first") else torch.randn(4, 3, 12)
 
 
+def second_order_case(mode, options, weights_dtype):
+    """torch.nn's module and rnnc.nn's twin in `weights_dtype`, an input, whether it is batch
+    first, and the names of what a penalty's gradients are taken by (x, then the parameters)."""
+    theirs, ours = twins(mode, weights_dtype, **options)
+    names = ["x"] + [name for name, _ in theirs.named_parameters()]
+    return theirs, ours, second_order_inputs(mode, options), options.get("batch_first", False), \
+        names
+
+
 def penalised(module, x, lengths, batch_first, create_graph=True):
     """The gradient of sum(y^2) by x (recorded with create_graph), and a penalty's gradients
     by x and every parameter (None without create_graph)."""
@@ -172,13 +181,10 @@ def test_fp16_second_derivatives_are_torch_nns_on_the_rounded_weights(mode, opti
     # recorded backward replays the forward in torch's operations with its products' weights
     # rounded, differentiating through the rounding as the identity: torch.nn's own second
     # derivatives at the rounded weights.
-    theirs, ours = twins(mode, "fp16", **options)
-    x = second_order_inputs(mode, options)
-    batch_first = options.get("batch_first", False)
+    theirs, ours, x, batch_first, names = second_order_case(mode, options, "fp16")
     ours_first, ours_second = penalised(ours, x, lengths, batch_first)
     theirs_first, theirs_second = penalised(rounded(theirs, torch.float16), x, lengths,
                                             batch_first)
-    names = ["x"] + [name for name, _ in theirs.named_parameters()]
     for name, got, want in zip(names, ours_first + ours_second, theirs_first + theirs_second):
         assert relative(got, want) < 1e-4, name
     # and they are not those of the weights as given
@@ -192,12 +198,9 @@ def test_bf16_recorded_gradients_are_rnncs_own_and_near_fp32s(mode, options, len
     # torch.nn recurrence does: the replay steps rnnc's built-in cell (cells/*.cell) in torch's
     # operations, rounding as the interpreter. Its first derivatives must be those rnnc's own
     # backward gives (the forward that ran), its second derivatives near fp32's.
-    theirs, ours = twins(mode, "bf16", **options)
-    x = second_order_inputs(mode, options)
-    batch_first = options.get("batch_first", False)
+    theirs, ours, x, batch_first, names = second_order_case(mode, options, "bf16")
     recorded, second = penalised(ours, x, lengths, batch_first)
     derived, _ = penalised(ours, x, lengths, batch_first, create_graph=False)
-    names = ["x"] + [name for name, _ in theirs.named_parameters()]
     for name, got, want in zip(names, recorded, derived):
         # (rnnc's gradient products round their operands to bf16 too: 2^-8 a term; the forward
         # itself is the same to 1e-5: test_a_modules_mixed_precision_replay_is_its_forward)
