@@ -18,6 +18,13 @@
 // x86-64 core), so the peak is also given in FLOP per cycle: 32 on a core with two 256-bit FMA
 // pipes (Zen 3, Zen 4), 64 with two 512-bit ones (Intel AVX-512, Zen 5). A figure far from
 // these says the meter, not the machine, is off.
+//
+// --bf16 measures vdpbf16ps instead (AVX512_BF16: each fp32 lane adds the products of two bf16
+// pairs, 4 FLOP, twice an FMA's), the peak of rnnc's bf16 products on AMD's cores (bench/compare
+// --dtype bf16 reads their % of it): 28 zmm chains, each lane adding 2^-24 + 2^-24 a step from
+// zero, exactly, until its sums round away past 2 (the check: every lane of every chain holds
+// the same positive value, at most 4, so the work ran alike and nothing overflowed). 64 FLOP
+// per cycle where zmm runs as two halves (Zen 4), 128 with two full pipes (Zen 5).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -82,6 +89,36 @@ FMA_PEAK_KERNEL(kernelAvx512, "avx512f", __m512, 16, 28, _mm512_fmadd_ps, _mm512
 // 14 of 16 ymm registers, two kept for the constants.
 FMA_PEAK_KERNEL(kernelAvx2, "avx2,fma", __m256, 8, 14, _mm256_fmadd_ps, _mm256_set1_ps,
                 _mm256_storeu_ps)
+
+// vdpbf16ps chains (see --bf16 above); the operands, 2^-12 (exact in bf16), are made from `seed`
+// so that the compiler cannot know them.
+__attribute__((target("avx512f,avx512bf16"))) Result kernelBf16(float seed,
+                                                                Clock::time_point deadline) {
+  constexpr int kChains = 28, kLanes = 16;
+  __m512 acc[kChains];
+  _Pragma("GCC unroll 64") for (int i = 0; i < kChains; ++i) acc[i] = _mm512_setzero_ps();
+  const float factor = 0x1.0p-12f * (seed / seed); // each product 2^-24
+  const __m512bh pair = _mm512_cvtne2ps_pbh(_mm512_set1_ps(factor), _mm512_set1_ps(factor));
+  long blocks = 0;
+  do {
+    for (long it = 0; it < kBlock; ++it) {
+      _Pragma("GCC unroll 64") for (int i = 0; i < kChains; ++i) acc[i] =
+          _mm512_dpbf16_ps(acc[i], pair, pair);
+    }
+    ++blocks;
+  } while (Clock::now() < deadline);
+  float lanes[kLanes];
+  _mm512_storeu_ps(lanes, acc[0]);
+  const float first = lanes[0];
+  bool alike = first > 0 && first <= 4;
+  for (int i = 0; i < kChains; ++i) {
+    _mm512_storeu_ps(lanes, acc[i]);
+    for (float v : lanes)
+      alike = alike && v == first;
+  }
+  // (the checksum is 1 when every lane holds the same value in (0, 4], else 0: runOnce's check)
+  return {4.0 * kLanes * kChains * kBlock * static_cast<double>(blocks), alike ? 1.0 : 0.0};
+}
 #endif
 
 // No vector FMA: a multiply and an add on plain floats, vectorised as far as the build allows
@@ -147,15 +184,24 @@ struct Width {
   double lowestPeak, highestPeak; // FLOP per cycle
 };
 
-// Every vector width this CPU runs FMAs on, widest first.
-std::vector<Width> availableWidths() {
+// Every vector width this CPU runs FMAs on, widest first; with `bf16`, vdpbf16ps on zmm alone
+// (none where the CPU has no AVX512_BF16).
+std::vector<Width> availableWidths(bool bf16) {
   std::vector<Width> widths;
 #ifdef FMA_PEAK_X86
   __builtin_cpu_init();
+  if (bf16) {
+    if (__builtin_cpu_supports("avx512bf16"))
+      widths.push_back({"avx512bf16", kernelBf16, 64, 128});
+    return widths;
+  }
   if (__builtin_cpu_supports("avx512f"))
     widths.push_back({"avx512f", kernelAvx512, 32, 64});
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
     widths.push_back({"avx2+fma", kernelAvx2, 16, 32});
+#else
+  if (bf16)
+    return widths;
 #endif
   if (widths.empty())
     widths.push_back({"generic", kernelGeneric, 0, 0});
@@ -224,14 +270,16 @@ double median(std::vector<double> v) {
 [[noreturn]] void usage(int code) {
   std::fprintf(
       code ? stderr : stdout,
-      "usage: fma_peak [--threads N] [--ms MS] [--runs R] [--check]\n"
+      "usage: fma_peak [--threads N] [--ms MS] [--runs R] [--check] [--bf16]\n"
       "Measures the fp32 FMA peak with N threads (default 1) on every vector width the CPU "
       "has, each run MS ms long (default 200), and prints the better width's median of R "
       "runs (default 5), the clock and FLOP per cycle as JSON.\n"
       "--check: exit 1 unless a run of the better width reads, by the clock measured before "
       "it, from half the lowest to 115%% of the highest FLOP per cycle of the cores we know "
       "at that width (zmm: 32-64, so 16-73.6; ymm: 16-32, so 8-36.8): a meter that reads "
-      "its own clock consistently, whatever share of the FMA ports a neighbour takes.\n");
+      "its own clock consistently, whatever share of the FMA ports a neighbour takes.\n"
+      "--bf16: vdpbf16ps instead (AVX512_BF16; 64-128 FLOP per cycle on the cores we know); "
+      "exits 77 where the CPU has none.\n");
   std::exit(code);
 }
 
@@ -249,13 +297,17 @@ int parseInt(const char* flag, const char* text, int min) {
 
 int main(int argc, char** argv) {
   int threads = 1, ms = 200, runs = 5;
-  bool check = false;
+  bool check = false, bf16 = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help")
       usage(0);
     if (a == "--check") {
       check = true;
+      continue;
+    }
+    if (a == "--bf16") {
+      bf16 = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -282,7 +334,11 @@ int main(int argc, char** argv) {
   double best = 0, bestGhz = 0;
   std::vector<double> bestRuns, bestRunsPerCycle; // the best width's runs, each by its own clock
   const Width* bestWidth = nullptr;
-  const std::vector<Width> widths = availableWidths();
+  const std::vector<Width> widths = availableWidths(bf16);
+  if (widths.empty()) {
+    std::fprintf(stderr, "fma_peak: this CPU has no AVX512_BF16 (vdpbf16ps): no bf16 peak\n");
+    return 77;
+  }
   for (const Width& width : widths) {
     std::vector<double> gflops, ghz, perCycle;
     for (int r = 0; r < runs; ++r) {
@@ -309,8 +365,10 @@ int main(int argc, char** argv) {
     }
   }
   if (!ok) {
-    std::fprintf(stderr, "fma_peak: the FMA chains did not reach their fixed point; the loop "
-                         "was miscompiled or cut short\n");
+    std::fprintf(stderr, bf16 ? "fma_peak: the vdpbf16ps chains' lanes left (0, 1]; the loop "
+                                "was miscompiled or cut short\n"
+                              : "fma_peak: the FMA chains did not reach their fixed point; the "
+                                "loop was miscompiled or cut short\n");
     return 1;
   }
   std::sort(bestRuns.begin(), bestRuns.end());
