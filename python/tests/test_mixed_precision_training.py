@@ -43,6 +43,15 @@ def gradients(module, x, h0):
     return y.detach(), grads
 
 
+def fp32_and_bf16_grus(seed, input_size, hidden_size):
+    """rnnc.nn.GRU of 2 layers in fp32 and the same weights with weights_dtype "bf16"."""
+    torch.manual_seed(seed)
+    fp32 = rnnc.nn.GRU(input_size, hidden_size, num_layers=2)
+    bf16 = rnnc.nn.GRU(input_size, hidden_size, num_layers=2, weights_dtype="bf16")
+    bf16.load_state_dict(fp32.state_dict())
+    return fp32, bf16
+
+
 def worst_relative(ours, theirs):
     return max(float((ours[k] - theirs[k]).abs().max() / theirs[k].abs().max()) for k in theirs)
 
@@ -149,7 +158,8 @@ def second_order_case(mode, options, weights_dtype):
 
 def penalised(module, x, lengths, batch_first, create_graph=True):
     """The gradient of sum(y^2) by x (recorded with create_graph), and a penalty's gradients
-    by x and every parameter (None without create_graph)."""
+    by x and every parameter (None without create_graph); y is the module's output, or the
+    first of what it returns (torch.nn's modules and rnnc.nn.Recurrent give a tuple)."""
     from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
     x = x.clone().requires_grad_(True)
@@ -214,10 +224,7 @@ def test_bf16_recorded_gradients_are_rnncs_own_and_near_fp32s(mode, options, len
 def test_a_gradient_penalty_inside_autocast_is_the_bf16_modules_outside():
     # Under torch.autocast an fp32 module runs as bf16 (rnnc/_programs.py), and a penalty taken
     # inside it left autocast on in the replay: its linears gave bf16 results (0.6% off).
-    torch.manual_seed(39)
-    fp32 = rnnc.nn.GRU(4, 5, num_layers=2)
-    bf16 = rnnc.nn.GRU(4, 5, num_layers=2, weights_dtype="bf16")
-    bf16.load_state_dict(fp32.state_dict())
+    fp32, bf16 = fp32_and_bf16_grus(39, 4, 5)
     x = torch.randn(3, 2, 4)
     results = []
     for module, autocast in ((fp32, True), (bf16, False)):
@@ -301,24 +308,15 @@ def test_a_custom_cells_mixed_precision_second_derivatives(dtype):
     layer = rnnc.nn.Recurrent(WEIGHT_OF_PARAMETERS, num_layers=2, input_size=3, hidden_size=4,
                               weights_dtype=dtype)
     x = torch.randn(6, 2, 3)
-    recorded, second = penalised(_Output(layer), x, None, False)
-    derived, _ = penalised(_Output(layer), x, None, False, create_graph=False)
+    recorded, second = penalised(layer, x, None, False)
+    derived, _ = penalised(layer, x, None, False, create_graph=False)
     for got, want in zip(recorded, derived):
         assert relative(got, want) < (1e-4 if dtype == "fp16" else 1e-2)
     fp32 = rnnc.nn.Recurrent(WEIGHT_OF_PARAMETERS, num_layers=2, input_size=3, hidden_size=4)
     fp32.load_state_dict(layer.state_dict())
-    _, fp32_second = penalised(_Output(fp32), x, None, False)
+    _, fp32_second = penalised(fp32, x, None, False)
     for got, want in zip(second, fp32_second):
         assert relative_norm(got, want) < 3e-2
-
-
-class _Output(torch.nn.Module):
-    def __init__(self, layer):
-        super().__init__()
-        self.layer = layer
-
-    def forward(self, x):
-        return self.layer(x)[0]
 
 
 def test_rnnc_layers_give_input_gradients_in_mixed_precision():
@@ -333,10 +331,7 @@ def test_rnnc_layers_give_input_gradients_in_mixed_precision():
 
 
 def test_autocast_bf16_runs_an_fp32_module_in_mixed_precision():
-    torch.manual_seed(33)
-    module = rnnc.nn.GRU(12, 16, num_layers=2)
-    mixed = rnnc.nn.GRU(12, 16, num_layers=2, weights_dtype="bf16")
-    mixed.load_state_dict(module.state_dict())
+    module, mixed = fp32_and_bf16_grus(33, 12, 16)
     x = torch.randn(6, 3, 12)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         y, _ = module(x)

@@ -286,13 +286,18 @@ def torch_gru_packed(gru, x, lengths, h0):
     return pad_packed_sequence(y, total_length=x.shape[0])[0], h_n
 
 
+def recurrent_gru_twins(seed, **layout):
+    """torch.nn.GRU(6, 5) and rnnc.nn.Recurrent("gru") of the same weights and layout."""
+    torch.manual_seed(seed)
+    theirs = torch.nn.GRU(6, 5, **layout)
+    ours = rnnc.nn.Recurrent("gru", input_size=6, hidden_size=5, **layout)
+    ours.load_state_dict(theirs.state_dict())
+    return theirs, ours
+
+
 def test_a_scripted_model_runs_a_recurrent_cell_with_lengths_and_states():
     # Was refused: Recurrent's forward takes **side_inputs, which TorchScript cannot compile.
-    torch.manual_seed(12)
-    theirs = torch.nn.GRU(6, 5, num_layers=2, bidirectional=True)
-    ours = rnnc.nn.Recurrent("gru", num_layers=2, bidirectional=True, input_size=6,
-                             hidden_size=5)
-    ours.load_state_dict(theirs.state_dict())
+    theirs, ours = recurrent_gru_twins(12, num_layers=2, bidirectional=True)
     scripted = torch.jit.script(RunningACell(ours))
     for lengths in ([3, 7, 1, 6], [2, 2]):
         x, h0 = torch.randn(max(lengths), len(lengths), 6), torch.randn(4, len(lengths), 5)
@@ -546,11 +551,7 @@ class PackedGru(torch.nn.Module):
 
 
 def test_a_scripted_recurrent_gru_packs_and_trains_as_torchs_gru():
-    torch.manual_seed(16)
-    theirs = torch.nn.GRU(6, 5, num_layers=2, bidirectional=True)
-    ours = rnnc.nn.Recurrent("gru", num_layers=2, bidirectional=True, input_size=6,
-                             hidden_size=5)
-    ours.load_state_dict(theirs.state_dict())
+    theirs, ours = recurrent_gru_twins(16, num_layers=2, bidirectional=True)
     scripted = torch.jit.script(PackedGru(ours))
     x, lengths, h0 = torch.randn(5, 3, 6), torch.tensor([5, 2, 4]), torch.randn(4, 3, 5)
     packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
@@ -616,11 +617,10 @@ def test_a_layer_scripts_alone_and_inside_a_model_in_either_order(mode, alone_fi
     # Scripted alone after a model holding it was, the layer had no forward: the model's
     # scripting wrote its overloads into the layer (__overloads__), and the copy scripted alone
     # took them, so TorchScript skipped its forward as overloaded.
-    torch.manual_seed(17)
-    theirs = torch.nn.GRU(6, 5)
-    ours = rnnc.nn.GRU(6, 5) if mode == "GRU" else rnnc.nn.Recurrent("gru", input_size=6,
-                                                                      hidden_size=5)
-    ours.load_state_dict(theirs.state_dict())
+    theirs, ours = recurrent_gru_twins(17)
+    if mode == "GRU":
+        ours = rnnc.nn.GRU(6, 5)
+        ours.load_state_dict(theirs.state_dict())
     model = PackedGru(ours) if mode == "Recurrent" else ScriptablePacking(ours, False)
     x, lengths, h0 = torch.randn(5, 3, 6), torch.tensor([5, 2, 4]), torch.randn(1, 3, 5)
     packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
