@@ -15,9 +15,12 @@
 #include "runtime/data/WeightFile.h"
 #include "runtime/data/WeightLayouts.h"
 #include "runtime/exec/CellBuild.h"
+#include "runtime/exec/Hash.h"
+#include "runtime/layers/DirectionRun.h"
 #include "runtime/layers/Gradients.h"
 #include "runtime/layers/LayerRunner.h"
 
+#include <fmt/format.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -484,6 +487,43 @@ PYBIND11_MODULE(_rnnc, m) {
         return ir::toString(*parsed);
       },
       py::arg("cell"), py::arg("sizes"));
+  m.def(
+      "dropout_mask",
+      // A cell's dropout masks as a training run draws them (runtime/exec/Hash.h): for each
+      // mask row in `rows` (any shape), `columns` values of dropout `stream` in a run seeded
+      // `seed`; a negative row (a step past a sequence's length: nothing drawn) is all ones.
+      // What rnnc.nn replays in torch's operations for a second derivative through dropout.
+      [](uint64_t seed, uint64_t stream, const IndexArray& rows, int64_t columns, double p) {
+        if (columns < 0 || !(p >= 0 && p < 1))
+          throw py::value_error(fmt::format("a dropout mask needs columns >= 0 and p in [0, 1), "
+                                            "not {} and {}",
+                                            columns, p));
+        TensorShape shape(rows.shape(), rows.shape() + rows.ndim());
+        shape.push_back(columns);
+        Tensor mask(std::move(shape), 1.0f);
+        const int64_t* row = rows.data();
+        for (py::ssize_t r = 0; r < rows.size(); ++r)
+          if (row[r] >= 0)
+            fillDropoutMaskRow(seed, stream, static_cast<uint64_t>(row[r]), p,
+                               mask.data() + r * columns, columns);
+        return toArray(std::move(mask));
+      },
+      py::arg("seed"), py::arg("stream"), py::arg("rows"), py::arg("columns"), py::arg("p"));
+  m.def(
+      "between_layers_mask",
+      // The mask of the dropout between layer `layer` and the next, over that layer's output
+      // [T, B, W] (time-major, padded), as a training run draws it.
+      [](int64_t steps, int64_t batch, int64_t width, double p, uint64_t seed, int layer) {
+        if (steps < 0 || batch < 0 || width < 0 || !(p >= 0 && p < 1))
+          throw py::value_error(fmt::format("a dropout mask needs [T, B, W] >= 0 and p in [0, 1), "
+                                            "not [{}, {}, {}] and {}",
+                                            steps, batch, width, p));
+        Tensor mask({steps, batch, width}, 1.0f);
+        dropoutBetweenLayers(mask, p, seed, layer);
+        return toArray(std::move(mask));
+      },
+      py::arg("steps"), py::arg("batch"), py::arg("width"), py::arg("p"), py::arg("seed"),
+      py::arg("layer"));
   m.def(
       "cell_ir",
       // grad: the backward step a training run derives (rnnc compile CELL --train --grad).

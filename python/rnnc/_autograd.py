@@ -32,9 +32,9 @@ class _NoSecondDerivative(torch.autograd.Function):
             "rnnc's layers give first derivatives only here: a second derivative (a gradient of "
             "gradients taken with create_graph=True, as a gradient penalty needs) is torch's "
             "where rnnc.nn's modules can run their forward in torch's operations, but not "
-            "through dropout masks rnnc draws, a custom cell in a traced or scripted model "
-            "saved before rnnc's operator named the input's size (trace or script it again), "
-            "or rnnc.Layer and rnnc.LSTM (use rnnc.nn's modules)")
+            "for a custom cell in a traced or scripted model saved before rnnc's operator "
+            "named the input's size (trace or script it again), or rnnc.Layer (use "
+            "rnnc.nn.Recurrent)")
 
 
 # The cells torch.nn's modules run, by rnnc's names, which are also those of torch's own
@@ -43,31 +43,60 @@ TORCH_RECURRENCES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 
 
 def torch_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, lengths,
-                     sizes=None, input_size_name=None):
+                     sizes=None, input_size_name=None, drawn=None):
     """A layer's forward in torch's own operations, for a second derivative and an ONNX export:
     f(x, initial states, side inputs, parameters, products="fp32") -> (y, finals), a state given
     as None starting at zero, `lengths` (numpy, the batch's order, or None) as rnnc takes them
     (y zero past them), `products` the weights_dtype of a mixed-precision call (its products'
     operands rounded as rnnc's: _torch_cell.rounded_product). torch.nn's own recurrences for its
     cells (parameters in torch.nn's order); any other cell from its IR (_torch_cell.py) where
-    its sizes are given (all of them: `input_size_name` names the input's width), else None."""
+    its sizes are given (all of them: `input_size_name` names the input's width), else None.
+    `drawn`: a training call's (seed, p between layers): its dropout masks, between layers and
+    in the cell, applied as rnnc drew them (_dropout_masks.py)."""
     if cell not in TORCH_RECURRENCES:
         if sizes is None:
             return None
         from ._torch_cell import ir_recurrence
 
         return ir_recurrence(cell, sizes, input_size_name, num_layers, bidirectional,
-                             batch_first, lengths)
-    recurrence = getattr(torch._VF, cell)
+                             batch_first, lengths, drawn)
+    whole = _torch_nn_recurrence(getattr(torch._VF, cell), cell, bidirectional, batch_first,
+                                 has_biases, lengths)
 
     def forward(x, initial, sides, params, products="fp32"):
         if products == "bf16":  # h rounded at each step's product: the cell's IR, step by step
             return _builtin_ir_recurrence(cell, num_layers, bidirectional, batch_first,
-                                          has_biases, lengths, x, initial, params)
+                                          has_biases, lengths, x, initial, params, drawn)
         if products == "fp16":  # the weights alone rounded: torch's recurrence on them
             from ._torch_cell import rounded_as
 
             params = [rounded_as(p, torch.float16) if p.dim() == 2 else p for p in params]
+        if drawn is None or drawn[1] == 0 or num_layers == 1:
+            return whole(x, initial, params, num_layers)
+        # Layer by layer, each output times the mask rnnc drew between it and the next.
+        from ._dropout_masks import between_layers
+
+        slots, per_layer = 2 if bidirectional else 1, len(params) // num_layers
+        finals = []
+        for layer in range(num_layers):
+            states = [s[layer * slots:(layer + 1) * slots] if s is not None else None
+                      for s in initial]
+            x, layer_finals = whole(x, states, params[layer * per_layer:(layer + 1) * per_layer],
+                                    1)
+            if layer + 1 < num_layers:
+                x = between_layers(x, layer, drawn[1], drawn[0], batch_first)
+            finals.append(layer_finals)
+        return x, [torch.cat(per_state) for per_state in zip(*finals)]
+
+    return forward
+
+
+def _torch_nn_recurrence(recurrence, cell, bidirectional, batch_first, has_biases, lengths):
+    """f(x, initial, params, num_layers) -> (y, finals): torch.nn's recurrence `recurrence`
+    (torch._VF's lstm, gru, ...) over `num_layers` layers of parameters `params`, without
+    dropout, `lengths` as torch_recurrence takes them."""
+
+    def forward(x, initial, params, num_layers):
         batch = x.shape[0 if batch_first else 1]
         slots = num_layers * (2 if bidirectional else 1)
         states = [s if s is not None else x.new_zeros(slots, batch, width)
@@ -94,7 +123,7 @@ def torch_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, l
 
 
 def _builtin_ir_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, lengths,
-                           x, initial, params):
+                           x, initial, params, drawn=None):
     """torch.nn's cell `cell` over the sequence with bf16 products, from rnnc's built-in cell
     (cells/*.cell: lstm_proj where the LSTM has a projection), whose parameters are torch.nn's
     per layer and direction, biases included (zero where the module has none)."""
@@ -114,7 +143,7 @@ def _builtin_ir_recurrence(cell, num_layers, bidirectional, batch_first, has_bia
         biases = slot[2:4] if has_biases else [weight_hh.new_zeros(gates * hidden)] * 2
         full += [slot[0], slot[1], *biases] + ([slot[-1]] if projected else [])
     forward = ir_recurrence("lstm_proj" if projected else cell, sizes, "input_size", num_layers,
-                            bidirectional, batch_first, lengths)
+                            bidirectional, batch_first, lengths, drawn)
     return forward(x, initial, [], full, products="bf16")
 
 

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _rnnc
+from ._dropout_masks import CellMasks, between_layers, mask_rows
 
 # `%5 = clamp %4 {lo = -2.5, hi = 3} : [B, 4]`: result, operation, operands, attributes, shape.
 _INSTRUCTION = re.compile(r"%([\w.]+) = (\w+)((?: %[\w.]+,?)*)(?: \{([^}]*)\})? : \[([^\]]*)\]$")
@@ -55,6 +56,9 @@ class TorchCell:
         self.widths = {}
         self.instructions = []
         self.yields, self.output = {}, None
+        # Each dropout's number (rnnc's: in the cell's order) and, for a dropout of parameters
+        # alone (no batch dimension), the shape of its one mask.
+        self.dropouts = {}
         for line in (line.strip() for line in text.splitlines()):
             declared = _DECLARATION.match(line)
             instruction = _INSTRUCTION.match(line)
@@ -65,6 +69,10 @@ class TorchCell:
                 self.widths[name] = int(shape.split(",")[-1])
             elif instruction:
                 result, op, operands, attributes, shape = instruction.groups()
+                if op == "dropout":
+                    dims = [d.strip() for d in shape.split(",")] if shape else []
+                    self.dropouts[result] = (len(self.dropouts), None if dims[:1] == ["B"] else
+                                             tuple(int(d) for d in dims))
                 self.widths[result] = int(shape.split(",")[-1]) if shape else None
                 self.instructions.append((
                     result, op, re.findall(r"%([\w.]+)", operands or ""),
@@ -79,7 +87,9 @@ class TorchCell:
         if unknown or self.output is None or set(self.yields) != set(self.states):
             raise ValueError(f"rnnc: no torch form of this cell's IR ({', '.join(unknown)})")
 
-    def step(self, values):
+    def step(self, values, masks=None, t=None):
+        """`masks`: in a training call, the masks its dropouts drew (_dropout_masks.CellMasks),
+        this being step t of the padded sequence; None: dropout is the identity (eval)."""
         values = dict(values)
         for result, op, operands, attributes, width in self.instructions:
             args = [values[name] for name in operands]
@@ -98,8 +108,9 @@ class TorchCell:
                 value = torch.cat(args, 0)
             elif op == "clamp":
                 value = torch.clamp(args[0], attributes["lo"], attributes["hi"])
-            elif op == "dropout":  # the identity outside training (a mask drawn is rnnc's)
-                value = args[0]
+            elif op == "dropout":
+                value = args[0] if masks is None else args[0] * self._mask(
+                    result, attributes["p"], width, masks, t)
             elif op == "step":
                 value = torch.where(torch.isnan(args[0]), args[0],
                                     (args[0] > 0).to(args[0].dtype))
@@ -108,17 +119,26 @@ class TorchCell:
             values[result] = value
         return {state: values[self.yields[state]] for state in self.states}, values[self.output]
 
+    def _mask(self, result, p, width, masks, t):
+        stream, shape = self.dropouts[result]
+        if shape is None:
+            return masks.of_rows(stream, p, width, t)
+        return masks.of_parameter(stream, p, shape)
+
 
 def _attribute(text):
     name, value = (part.strip() for part in text.split("="))
     return name, float(value)
 
 
-def ir_recurrence(cell, sizes, input_size_name, num_layers, bidirectional, batch_first, lengths):
+def ir_recurrence(cell, sizes, input_size_name, num_layers, bidirectional, batch_first, lengths,
+                  drawn=None):
     """f(x, initial states, side inputs, parameters, products="fp32") -> (y, finals) for any
     cell, in torch's operations: parameters in rnnc.nn.Recurrent's order (layer, direction, the
     cell's), a state given as None starting at zero, `lengths` (numpy, the batch's order) or
-    None; `products` the weights_dtype of a mixed-precision call (see TorchCell)."""
+    None; `products` the weights_dtype of a mixed-precision call (see TorchCell). `drawn`: a
+    training call's (seed, p between layers), whose dropout masks the forward applies as rnnc
+    drew them (_dropout_masks.py); None: no masks (eval, or no dropout)."""
     directions = 2 if bidirectional else 1
 
     def step_cells(products):
@@ -151,11 +171,13 @@ def ir_recurrence(cell, sizes, input_size_name, num_layers, bidirectional, batch
                 state = {name: (initial[i][slot] if initial[i] is not None else
                                 x.new_zeros(batch, step_cell.widths[name]))
                          for i, name in enumerate(step_cell.states)}
+                masks = None if drawn is None else CellMasks(
+                    drawn[0], slot, mask_rows(steps, batch, lengths, direction == 1))
                 ys = [None] * steps
                 for t in (reversed(range(steps)) if direction else range(steps)):
                     values = dict(weights, **state)
                     values.update(zip(step_cell.inputs, [x[t]] + [s[t] for s in sides]))
-                    new_state, y = step_cell.step(values)
+                    new_state, y = step_cell.step(values, masks, t)
                     if valid is not None:
                         new_state = {name: torch.where(valid[t], new_state[name], state[name])
                                      for name in state}
@@ -165,6 +187,8 @@ def ir_recurrence(cell, sizes, input_size_name, num_layers, bidirectional, batch
                 for i, name in enumerate(step_cell.states):
                     finals[i].append(state[name])
             x = torch.cat(outputs, -1)
+            if drawn is not None and drawn[1] > 0 and layer + 1 < num_layers:
+                x = between_layers(x, layer, drawn[1], drawn[0], batch_first=False)
         y = x.transpose(0, 1) if batch_first else x
         return y, [torch.stack(slots) for slots in finals]
 

@@ -226,9 +226,9 @@ class _RnncForward(_RnncModule):
                     _rnnc.Training, self, self._rnnc_cell(), dict(zip(names, weights)), {},
                     dropout, seed, training=self.training), key=(self.training, dropout))
             summed = summed_parameters(self, names, params)
-            recompute = None if dropout > 0 else torch_recurrence(
+            recompute = torch_recurrence(
                 self._rnnc_cell(), self.num_layers, self.bidirectional, self.batch_first,
-                self.bias, lengths)
+                self.bias, lengths, drawn=(seed, dropout) if dropout > 0 else None)
             y, *finals = _Recurrence.apply(program, state_names, [], names, summed, recompute, x,
                                            lengths, seed, *_token(summed), *states, *params)
         y, finals = _in_type(dtype, y, finals)
@@ -834,7 +834,8 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
             if program.draws_masks_at_build and not seeded:
                 self.__dict__["_rnnc_masks_at_build"] = True  # built with this call's seed
             summed = summed_parameters(self, names, params)
-            recompute = None if draws else self._torch_form(names, lengths)
+            recompute = self._torch_form(names, lengths,
+                                         (int(seed), self.dropout) if draws else None)
             y, *finals = _Recurrence.apply(program, state_names, list(sides), names, summed,
                                            recompute, x, lengths, int(seed), *_token(summed),
                                            *initial, *sides.values(), *params)
@@ -843,12 +844,14 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
             y = repack(y, packed_input, self.batch_first)
         return y, dict(zip(state_names, finals))
 
-    def _torch_form(self, names, lengths):
+    def _torch_form(self, names, lengths, drawn=None):
         """The forward in torch's own operations (for a second derivative and an ONNX
-        export): torch_recurrence's, for this layer's cell, layout and call's lengths."""
+        export): torch_recurrence's, for this layer's cell, layout and call's lengths, and a
+        training call's (seed, dropout between layers), whose masks it applies as rnnc drew
+        them."""
         return torch_recurrence(self.cell, self.num_layers, self.bidirectional, self.batch_first,
                                 any(name.startswith("bias") for name in names), lengths,
-                                self.sizes, self._input_size)
+                                self.sizes, self._input_size, drawn)
 
     def _side_inputs(self, given, packed_input, lengths):
         """The side inputs by name, in the cell's order, as float32 tensors laid out as the

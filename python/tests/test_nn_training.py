@@ -431,16 +431,20 @@ def test_gradients_taken_with_create_graph_have_torchs_second_derivatives(loss):
         assert_close(got, want, f"second derivative, {what}", 1e-4)
 
 
-def test_a_second_derivative_through_dropout_between_layers_is_refused():
-    """Where rnnc draws dropout masks, no forward in torch's operations draws the same, so a
-    second derivative is refused, whichever inputs it is taken for: never None or zero."""
-    dropping = rnnc.nn.LSTM(3, 4, num_layers=2, dropout=0.3)
+def test_a_second_derivative_through_rnnc_layer_is_refused_never_zero():
+    """rnnc.Layer (numpy weights, differentiable through rnnc's backward for its input and
+    states) has no forward in torch's operations to replay: a second derivative is refused,
+    whichever inputs it is taken for, never None or zero (rnnc.nn.Recurrent gives it)."""
+    torch.manual_seed(6)
+    layer = rnnc.Layer("gru", input_size=3, hidden_size=4, num_layers=2)
+    layer.load_state_dict(torch.nn.GRU(3, 4, num_layers=2).state_dict())
     x = torch.randn(5, 2, 3, requires_grad=True)
-    y = dropping(x)[0]
+    h0 = torch.randn(2, 2, 4, requires_grad=True)
+    y = layer(x, {"h": h0})[0]
     grad_x, = torch.autograd.grad((y * y).sum(), [x], create_graph=True)
     penalty = grad_x.pow(2).sum()
-    for wrt in (x, dropping.weight_ih_l0):
-        with pytest.raises(NotImplementedError, match="first derivatives only"):
+    for wrt in (x, h0):
+        with pytest.raises(NotImplementedError, match="first derivatives only.*rnnc.Layer"):
             torch.autograd.grad(penalty, wrt, retain_graph=True)
 
 
