@@ -2,7 +2,8 @@
 (_torch_cell.py, what a second derivative and an ONNX export of rnnc.nn.Recurrent run): the
 forward against rnnc's interpreter, and the first derivatives of the recorded backward
 (create_graph=True) against the backward rnnc derives, over 2 layers, both directions and
-lengths (1 layer where a side input shares the input's width, which a stack changes)."""
+lengths (1 layer where a side input shares the input's width, which a stack changes); in
+training too, with the dropout masks the call drew."""
 
 import itertools
 import os
@@ -109,3 +110,46 @@ def test_random_cells_in_mixed_precision_run_as_rnncs_interpreter(tmp_path):
             assert relative(y, want_y) <= 1e-3 and close >= 0.98, f"{what}: {close:.3f} close"
         checked += 1
     assert checked >= 20  # most random cells have a product of parameter weights
+
+
+def test_random_cells_with_dropout_in_training_replay_the_masks_rnnc_drew(tmp_path):
+    # In training, a cell's dropouts (of rows, and of weights) draw masks from the call's seed:
+    # the torch form applies the same ones (_dropout_masks.py), or a second derivative through
+    # them would differentiate another forward. 2 layers with dropout between them, both
+    # directions and lengths where the cell stacks; the interpreter's forward as the oracle,
+    # and the recorded backward's first derivatives against rnnc's own.
+    cells = [cell for cell in random_cells(4852, 40, tmp_path) if "dropout(" in cell]
+    assert len(cells) >= 10
+    for index, source in enumerate(cells):
+        sizes = {name: 4 for name in re.search(r"cell fuzz\(([^)]*)\)", source)[1].split(", ")}
+        sizes.update(input_size=5, hidden_size=6)
+        declared = dict(re.findall(r"(\w+)\[([^\]]+)\]", re.search(r"input (.*)", source)[1]))
+        stacked = all("input_size" not in width for name, width in declared.items()
+                      if name != "x")
+        layout = dict(num_layers=2, bidirectional=True, dropout=0.3) if stacked else {}
+        torch.manual_seed(index)
+        layer = rnnc.nn.Recurrent(source, jit=False, **layout, **sizes)
+        x, lengths, seed = torch.randn(4, 3, 5, requires_grad=True), [4, 1, 3], 1000 + index
+        sides = {name: torch.randn(4, 3, eval(declared[name], {}, dict(sizes)))
+                 for name in layer.side_input_names}
+        what = f"cell {index} with dropout of fuzz_cells --seed 4852"
+        with torch.no_grad():
+            want_y, want_finals = layer(x, lengths=torch.tensor(lengths), seed=seed, **sides)
+            forward = ir_recurrence(source, sizes, layer._input_size, layout.get("num_layers", 1),
+                                    layout.get("bidirectional", False), False, lengths,
+                                    drawn=(seed, layout.get("dropout", 0.0)))
+            y, finals = forward(x, [None] * len(layer.state_sizes), list(sides.values()),
+                                list(layer.parameters()))
+        assert relative(y, want_y) <= 1e-4, f"{what}: output"
+        for name, got in zip(layer.state_sizes, finals):
+            assert relative(got, want_finals[name]) <= 1e-4, f"{what}: final {name}"
+        grads = []
+        for create_graph in (False, True):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                y = layer(x, lengths=torch.tensor(lengths), seed=seed, **sides)[0]
+                weights = torch.linspace(-1, 1, y.shape[-1])
+                grads.append(torch.autograd.grad((y * weights).sum(), [x, *layer.parameters()],
+                                                 create_graph=create_graph, allow_unused=True))
+        for got, want in zip(*reversed(grads)):
+            assert relative(got, want) <= 1e-3, f"{what}: a first derivative"
