@@ -12,7 +12,10 @@ rnnc.nn`` first, which defines the operator.
 The kernel is registered as CompositeImplicitAutograd, in Python: it runs below the tracer (so
 the trace records the operator, not what it calls) and above autograd, so that where autograd
 records the call it runs rnnc's training forward as a torch.autograd.Function, and a traced or
-scripted model trains as the module does (without dropout: its masks are drawn per call)."""
+scripted model trains as the module does. In training, where the module draws dropout masks
+(between layers, or a cell's own), its spec says so (``training_dropout``): each call then draws
+its masks from a seed of torch's generator, as the module's eager call does, so that under
+torch.manual_seed a traced or scripted model gives the eager module's results."""
 
 import json
 import re
@@ -32,16 +35,23 @@ _SCHEMA = ("forward(str spec, Tensor x, Tensor[] states, Tensor? lengths, Tensor
            "Tensor[] params) -> Tensor[]")
 
 
-def spec(cell, sizes, layout, names, state_names, side_names, options, input_size_name=None):
+def spec(cell, sizes, layout, names, state_names, side_names, options, input_size_name=None,
+         training_dropout=None, seed=None):
     """The operator's spec: everything a program is built from besides the weights. ``cell`` is
     a built-in name, a path or the cell's source (a model saved with torch.jit.save carries the
     source, so a .cell file is read here); layout is (num_layers, bidirectional, batch_first).
     ``input_size_name``: the size that is the input's width (x's at each call), which the cell's
-    forward in torch's operations needs (a second derivative through a custom cell)."""
+    forward in torch's operations needs (a second derivative through a custom cell).
+    ``training_dropout``: a call in training that draws dropout masks (the cell's, and this p
+    between layers), from ``seed`` where given, else from a seed each call draws."""
     fields = dict(cell=cell, sizes=sizes, layout=list(layout), names=list(names),
                   states=list(state_names), sides=list(side_names), options=dict(options))
     if input_size_name is not None:
         fields["input_size"] = input_size_name
+    if training_dropout is not None:
+        fields["training_dropout"] = float(training_dropout)
+        if seed is not None:
+            fields["seed"] = int(seed)
     return json.dumps(fields, sort_keys=True)
 
 
@@ -58,6 +68,8 @@ class _Stand:
         self.side_names = parsed["sides"]
         self._rnnc_options = parsed["options"]
         self.input_size_name = parsed.get("input_size")  # (absent from older specs)
+        self.training_dropout, self.seed = parsed.get("training_dropout"), parsed.get("seed")
+        self.masks_at_build = False  # whether its program draws a weight's mask when built
 
     def build(self, make, *training_args, **training_options):
         return lambda weights: _program(make, self, self.cell, dict(zip(self.names, weights)),
@@ -117,21 +129,33 @@ def _forward(spec_text, x, states, lengths, sides, params):
         return empty_results(x, states, params,
                              states[0].shape[-1] * (2 if stand.bidirectional else 1))
     lens = None if lengths is None else lengths.cpu().numpy().astype("int64")
-    if not records_gradients(x, *states, *sides, *params):
+    draws = stand.training_dropout is not None
+    if not draws and not records_gradients(x, *states, *sides, *params):
         layer = _inference_programs.get(stand, stand.names, params, stand.build(_rnnc.Layer))
         y, finals = _infer(layer, x, stand.state_names, states, lens,
                            dict(zip(stand.side_names, sides)))
         return [y, *finals]
-    program = _training_programs.get(stand, stand.names, params,
-                                     stand.build(_rnnc.Training, 0.0, 0, training=False))
+    # In training with dropout, each call's masks from its own seed (torch's generator's, as the
+    # module's eager call draws it), under no_grad too; a program that draws a weight's mask
+    # when built is built for each seed.
+    dropout = stand.training_dropout or 0.0
+    seed = 0 if not draws else stand.seed if stand.seed is not None else int(
+        torch.randint(0, 2**62, ()))
+    program = _training_programs.get(
+        stand, stand.names, params,
+        stand.build(_rnnc.Training, dropout, seed, training=draws),
+        key=(draws, dropout, seed if stand.masks_at_build else None))
+    if program.draws_masks_at_build:
+        stand.masks_at_build = True
     sizes = None  # a custom cell's sizes, for its forward in torch's operations
     if stand.input_size_name is not None:
         sizes = dict(stand.sizes, **{stand.input_size_name: x.shape[-1]})
     recompute = torch_recurrence(
         stand.cell, stand.num_layers, stand.bidirectional, stand.batch_first,
-        any(name.startswith("bias") for name in stand.names), lens, sizes, stand.input_size_name)
+        any(name.startswith("bias") for name in stand.names), lens, sizes, stand.input_size_name,
+        (seed, dropout) if draws else None)
     y, *finals = _Recurrence.apply(program, stand.state_names, stand.side_names, stand.names,
-                                   None, recompute, x, lens, 0, *states, *sides, *params)
+                                   None, recompute, x, lens, seed, *states, *sides, *params)
     return [y, *finals]
 
 

@@ -116,7 +116,19 @@ class _RnncModule(_WeightsDtype):
         forward reads the spec (rnnc::forward's) as an attribute, set here as the module is
         now."""
         self._rnnc_spec = self._spec()
+        self._rnnc_training_spec = self._training_spec()
         return self
+
+    def _training_spec(self):
+        """The spec of a call in training mode (the one that draws dropout masks, if any)."""
+        return self._rnnc_spec
+
+    def _scripted_spec(self) -> str:
+        """rnnc::forward's spec in TorchScript: in training mode, the one drawing the masks of
+        the module's dropout (a seed per call, from torch's generator)."""
+        if self.training:
+            return self._rnnc_training_spec
+        return self._rnnc_spec
 
 
 def _scripted_alone():
@@ -159,11 +171,15 @@ class _RnncForward(_RnncModule):
         return {"LSTM": "lstm", "GRU": "gru", "RNN_TANH": "rnn_tanh",
                 "RNN_RELU": "rnn_relu"}[self.mode]
 
-    def _spec(self):
+    def _spec(self, training_dropout=None):
         states = ["h", "c"] if self.mode == "LSTM" else ["h"]
         return _torch_op.spec(self._rnnc_cell(), {},
                               (self.num_layers, self.bidirectional, self.batch_first),
-                              self._flat_weights_names, states, [], self._rnnc_options)
+                              self._flat_weights_names, states, [], self._rnnc_options,
+                              training_dropout=training_dropout)
+
+    def _training_spec(self):
+        return self._spec(self.dropout if self.dropout > 0 and self.num_layers > 1 else None)
 
     def _initial_states(self, hx, batch, batched, like):
         shapes = state_shapes(self, self.mode == "LSTM", batch)
@@ -207,9 +223,9 @@ class _RnncForward(_RnncModule):
         params = [getattr(self, name).float() for name in names]
         dropout = self.dropout if self.training and self.num_layers > 1 else 0.0
         state_names = list(state_shapes(self, self.mode == "LSTM", batch))
-        if dropout == 0 and _torch_op.tracing():
-            y, *finals = torch.ops.rnnc.forward(self._spec(), x, states, traced_lengths, [],
-                                                params)
+        if _torch_op.tracing():  # (in training with dropout: masks drawn at each call)
+            y, *finals = torch.ops.rnnc.forward(self._spec(dropout if dropout > 0 else None), x,
+                                                states, traced_lengths, [], params)
         elif batch == 0 and x.shape[1 if self.batch_first else 0] > 0:
             width = (self.proj_size or self.hidden_size) * (2 if self.bidirectional else 1)
             y, finals = _empty_batch(self, x, states, params, width)
@@ -251,9 +267,6 @@ class _RnncForward(_RnncModule):
 
     def _scripted_input(self, input: Tensor) -> Tensor:
         """x as rnnc::forward takes it: float32, with a batch."""
-        if self.training and self.dropout > 0 and self.num_layers > 1:
-            raise RuntimeError("rnnc.nn's modules in TorchScript run without dropout between "
-                               "layers: call .eval() (or set dropout=0)")
         if (input.dim() != 2 and input.dim() != 3) or input.size(-1) != self.input_size:
             raise ValueError("input has shape {}, expected [T, B, input_size] ([B, T, input_size] "
                              "with batch_first, or [T, input_size]) with input_size = {}"
@@ -289,7 +302,7 @@ class _RnncForward(_RnncModule):
         x = self._scripted_input(input)
         h0 = self._scripted_state(input, x, hx, 0,
                                   self.proj_size if self.proj_size > 0 else self.hidden_size)
-        y, h_n = torch.ops.rnnc.forward(self._rnnc_spec, x, [h0], lengths, [],
+        y, h_n = torch.ops.rnnc.forward(self._scripted_spec(), x, [h0], lengths, [],
                                         self._flat_weights)
         return self._scripted_result(input, y, False), self._scripted_result(input, h_n, True)
 
@@ -345,7 +358,7 @@ class LSTM(_RnncForward, torch.nn.LSTM):
         h0 = self._scripted_state(input, x, None if hx is None else hx[0], 0,
                                   self.proj_size if self.proj_size > 0 else self.hidden_size)
         c0 = self._scripted_state(input, x, None if hx is None else hx[1], 1, self.hidden_size)
-        y, h_n, c_n = torch.ops.rnnc.forward(self._rnnc_spec, x, [h0, c0], lengths, [],
+        y, h_n, c_n = torch.ops.rnnc.forward(self._scripted_spec(), x, [h0, c0], lengths, [],
                                              self._flat_weights)
         return self._scripted_result(input, y, False), (self._scripted_result(input, h_n, True),
                                                         self._scripted_result(input, c_n, True))
@@ -619,18 +632,14 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         """What the TorchScript forward reads, as the module is now: rnnc::forward's spec, the
         parameters in the cell's order, and the states' names and widths."""
         names = [name for name, _ in self._params]
-        self._rnnc_spec = _torch_op.spec(
-            self._cell_source(), self._sizes_of_program(),
-            (self.num_layers, self.bidirectional, self.batch_first), names,
-            list(self.state_sizes), list(self.side_input_names), self._rnnc_options,
-            self._input_size)
+        self._rnnc_spec = self._spec(names)
+        self._rnnc_training_spec = self._spec(names, self._training_dropout())
         self._rnnc_params = [getattr(self, attribute) for _, attribute in self._params]
         self._rnnc_state_names = list(self.state_sizes)
         self._rnnc_state_widths = list(self.state_sizes.values())
         self._rnnc_side_names = list(self.side_input_names)
         widths = self.__dict__.get("_side_widths", {})  # (absent in a module pickled before)
         self._rnnc_side_widths = [int(widths.get(name, -1)) for name in self.side_input_names]
-        self._rnnc_draws = bool(self._cell_drops or (self.dropout > 0 and self.num_layers > 1))
         self._rnnc_input_width = int(self.sizes.get(self._input_size, -1))
         if not _scripted_alone():
             return self
@@ -638,6 +647,21 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         # forward takes the padded x, since torch compiles an overloaded forward only where a
         # caller picks one of its signatures.
         return _alone(self, self._scripted_padded)
+
+    def _spec(self, names, training_dropout=None, seed=None):
+        """rnnc::forward's spec (_torch_op.spec) for this layer: in training where it draws
+        masks, `training_dropout` (see _training_dropout), and a seed where the call gives one."""
+        return _torch_op.spec(
+            self._cell_source(), self._sizes_of_program(),
+            (self.num_layers, self.bidirectional, self.batch_first), names,
+            list(self.state_sizes), list(self.side_input_names), self._rnnc_options,
+            self._input_size, training_dropout, seed)
+
+    def _training_dropout(self):
+        """A call in training mode: the p between layers where it draws masks, else None."""
+        if not (self._cell_drops or (self.dropout > 0 and self.num_layers > 1)):
+            return None
+        return self.dropout if self.num_layers > 1 else 0.0
 
     def _sizes_of_program(self):
         """The sizes a program is built with: the input's width changes with the layer, so the
@@ -681,9 +705,6 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         """The forward in TorchScript of a padded x (lengths, side inputs laid out as x), around
         rnnc::forward. The shapes are checked here, as torch 1.13's interpreter drops the
         message of an exception raised in a Python kernel."""
-        if self.training and self._rnnc_draws:
-            raise RuntimeError("rnnc.nn.Recurrent in TorchScript draws no dropout masks: call "
-                               ".eval()")
         if x.dim() != 3 or (self._rnnc_input_width >= 0
                             and x.size(2) != self._rnnc_input_width):
             raise ValueError("x has shape {}, expected [T, B, {}] ([B, T, {}] with batch_first)"
@@ -731,7 +752,9 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
                                  "x)".format(name, side.shape, x.size(0), x.size(1),
                                              str(width) if width >= 0 else "features"))
             ordered.append(side.float())
-        out = torch.ops.rnnc.forward(self._rnnc_spec, x.float(), initial, lengths, ordered,
+        # (in training, where the module draws masks, the spec drawing them at each call)
+        spec = self._rnnc_training_spec if self.training else self._rnnc_spec
+        out = torch.ops.rnnc.forward(spec, x.float(), initial, lengths, ordered,
                                      [p.float() for p in self._rnnc_params])
         finals: Dict[str, Tensor] = {}
         for i, name in enumerate(self._rnnc_state_names):
@@ -786,6 +809,7 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         # Masks are drawn in training where the cell has a dropout or layers have one between
         # them; otherwise the seed changes nothing (and the program is kept, as below).
         draws = self.training and (self._cell_drops or (self.dropout > 0 and self.num_layers > 1))
+        given_seed = seed
         if not draws:
             seed = 0
         elif seed is None:
@@ -807,15 +831,13 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
                               "takes sequences of that length only", torch.jit.TracerWarning)
             y, finals = self._torch_form(names, lengths)(x, initial, list(sides.values()),
                                                          params)
-        elif traced and not draws:
+        elif traced:  # (in training, where it draws masks: a seed per call, or the one given)
             if lengths is not None:
                 lengths = torch.as_tensor(lengths)
-            y, *finals = torch.ops.rnnc.forward(
-                _torch_op.spec(self._cell_source(), sizes, (self.num_layers, self.bidirectional,
-                                                            self.batch_first),
-                               names, state_names, list(sides), self._rnnc_options,
-                               self._input_size),
-                x, initial, lengths, list(sides.values()), params)
+            spec = self._spec(names, self._training_dropout(), given_seed) if draws else \
+                self._spec(names)
+            y, *finals = torch.ops.rnnc.forward(spec, x, initial, lengths, list(sides.values()),
+                                                params)
         # In eval mode the cell's dropouts are the identity, as in inference.
         elif not self.training and not records_gradients(x, *initial, *sides.values(), *params):
             layer = _inference_programs.get(self, names, params, lambda weights: _program(

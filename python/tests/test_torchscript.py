@@ -398,10 +398,6 @@ def test_a_scripted_recurrent_cell_refuses_what_it_cannot_run():
     with pytest.raises(Exception, match=r"side input context has shape \[3, 2, 3\], expected "
                                         r"\[3, 2, 2\]"):
         with_context(x, None, None, {"context": torch.zeros(3, 2, 3)})
-    dropping = torch.jit.script(rnnc.nn.Recurrent("gru", num_layers=2, dropout=0.5,
-                                                  input_size=6, hidden_size=5))
-    with pytest.raises(Exception, match=r"\.eval\(\)"):
-        dropping(torch.randn(3, 2, 6))
     gru = torch.jit.script(rnnc.nn.Recurrent("gru", input_size=6, hidden_size=5))
     with pytest.raises(Exception, match=r"x has shape \[3, 2, 4\], expected \[T, B, 6\]"):
         gru(torch.randn(3, 2, 4))
@@ -581,11 +577,6 @@ def test_what_tracing_cannot_record_is_refused_clearly():
     plain = rnnc.LSTM(6, 8)  # not a torch.nn.Module: its weights are rnnc's own
     with pytest.raises(RuntimeError, match=r"rnnc\.nn\.LSTM"):
         trace(lambda x: plain(x)[0], torch.randn(3, 2, 6))
-    dropping = torch.jit.script(Classifier(rnnc.nn, "LSTM", 6, 8, num_layers=2, dropout=0.5))
-    with pytest.raises(Exception, match=r"\.eval\(\)"):
-        dropping(torch.randn(3, 2, 6))
-    dropping.eval()
-    assert dropping(torch.randn(3, 2, 6)).shape == (2, 3)
 
 
 @pytest.mark.parametrize("mode", ["LSTM", "GRU", "RNN"])
@@ -657,3 +648,107 @@ def test_wrong_shapes_are_named_in_scripted_and_traced_models():
                                             r"\[3, 2, 5\]"):
         with pytest.raises(RuntimeError):
             traced(torch.randn(3, 2, 5))
+
+
+# ---- dropout in training: the masks drawn per call, as the eager module draws them -----------
+
+DROPPING_CELL = """cell dropping(input_size, hidden_size) {
+  input x[input_size]
+  state h[hidden_size]
+  param w[hidden_size, input_size], u[hidden_size, hidden_size], b[hidden_size]
+  h2 = tanh(linear(dropout(x, 0.25), w, b) + linear(h, dropout(u, 0.5)))
+  return h = h2; output h2
+}"""
+
+DROPPING = [("LSTM", dict(num_layers=2, dropout=0.5, bidirectional=True)),
+            ("GRU", dict(num_layers=3, dropout=0.3, batch_first=True)),
+            ("Recurrent", dict(cell=DROPPING_CELL, num_layers=2, dropout=0.4))]
+
+
+class DroppingModel(torch.nn.Module):
+    """A layer that drops in training (between layers, or a cell's row and weight dropouts),
+    then a sum over its output's features."""
+
+    def __init__(self, mode, options):
+        super().__init__()
+        options = dict(options)
+        self.rnn = rnnc.nn.Recurrent(options.pop("cell"), input_size=6, hidden_size=8,
+                                     **options) if mode == "Recurrent" else \
+            getattr(rnnc.nn, mode)(6, 8, **options)
+
+    def forward(self, x):
+        return self.rnn(x)[0].sum(-1)
+
+
+@pytest.mark.parametrize("how", ["trace", "script", "script, saved and loaded"])
+@pytest.mark.parametrize("mode,options", DROPPING, ids=[m for m, _ in DROPPING])
+def test_a_traced_or_scripted_model_in_training_draws_the_eager_modules_masks(mode, options, how,
+                                                                              tmp_path):
+    # Was refused (scripted) or recorded one mask and the weights as they were (traced). Each
+    # call draws its masks from a seed of torch's generator, as the eager call does: under
+    # torch.manual_seed, the same masks, so the same outputs and gradients, and new masks at
+    # the next call.
+    torch.manual_seed(12)
+    model = DroppingModel(mode, options)
+    x = torch.randn(4, 5, 6) if options.get("batch_first") else torch.randn(5, 4, 6)
+    if how == "trace":
+        compiled = trace(model, (x,))
+    else:
+        compiled = torch.jit.script(model)
+        if how != "script":
+            torch.jit.save(compiled, str(tmp_path / "model.pt"))
+            compiled = torch.jit.load(str(tmp_path / "model.pt"))
+    results = []
+    for run in (model, compiled):
+        run.zero_grad()
+        torch.manual_seed(99)
+        y = run(x)
+        (y * y).sum().backward()
+        results.append((y.detach(), [p.grad.clone() for p in run.parameters()]))
+    assert_close(results[1][0], results[0][0], f"{how}: output")
+    for got, want in zip(results[1][1], results[0][1]):
+        assert_close(got, want, f"{how}: a gradient")
+    with torch.no_grad():
+        first, second = compiled(x), compiled(x)
+        assert not torch.equal(first, second), "new masks at each call"
+        if how == "trace":  # (a trace keeps the mode it was traced in, as torch.nn's do)
+            return
+        compiled.eval()
+        model.eval()
+        assert torch.equal(compiled(x), compiled(x)), "no masks in eval mode"
+        assert_close(compiled(x), model(x), f"{how}: eval")
+
+
+class Seeded(torch.nn.Module):
+    def __init__(self, layer, seed):
+        super().__init__()
+        self.layer, self.seed = layer, seed
+
+    def forward(self, x):
+        return self.layer(x, seed=self.seed)[0]
+
+
+def test_a_traced_recurrent_cell_given_a_seed_keeps_it():
+    torch.manual_seed(13)
+    layer = rnnc.nn.Recurrent(DROPPING_CELL, input_size=6, hidden_size=8)
+    x = torch.randn(5, 4, 6)
+    traced = trace(Seeded(layer, 77), (x,))
+    want = layer(x, seed=77)[0]
+    assert torch.equal(traced(x), want) and torch.equal(traced(x), want)
+    assert not torch.equal(layer(x, seed=78)[0], want)
+
+
+def test_a_gradient_penalty_through_a_scripted_dropping_model_is_the_eager_ones():
+    torch.manual_seed(14)
+    model = DroppingModel("LSTM", dict(num_layers=2, dropout=0.5))
+    scripted = torch.jit.script(model)
+    x = torch.randn(5, 4, 6)
+    results = []
+    for run in (model, scripted):
+        xs = x.clone().requires_grad_(True)
+        torch.manual_seed(100)
+        grad_x, = torch.autograd.grad(run(xs).pow(2).sum(), xs, create_graph=True)
+        penalty = (grad_x.norm() - 1) ** 2
+        results.append(torch.autograd.grad(penalty, [xs, *run.parameters()]))
+    for got, want in zip(*reversed(results)):
+        assert_close(got, want, "scripted penalty through dropout", 1e-4)
