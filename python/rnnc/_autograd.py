@@ -32,9 +32,7 @@ class _NoSecondDerivative(torch.autograd.Function):
             "rnnc's layers give first derivatives only here: a second derivative (a gradient of "
             "gradients taken with create_graph=True, as a gradient penalty needs) is torch's "
             "where rnnc.nn's modules can run their forward in torch's operations, but not "
-            "for a custom cell in a traced or scripted model saved before rnnc's operator "
-            "named the input's size (trace or script it again), or rnnc.Layer (use "
-            "rnnc.nn.Recurrent)")
+            "through rnnc.Layer (use rnnc.nn.Recurrent, a torch.nn.Module of any cell)")
 
 
 # The cells torch.nn's modules run, by rnnc's names, which are also those of torch's own

@@ -67,13 +67,24 @@ class _Stand:
         self.names, self.state_names = parsed["names"], parsed["states"]
         self.side_names = parsed["sides"]
         self._rnnc_options = parsed["options"]
-        self.input_size_name = parsed.get("input_size")  # (absent from older specs)
+        self.input_size_name = parsed.get("input_size")
+        if self.input_size_name is None and self.cell not in TORCH_RECURRENCES:
+            self.input_size_name = _input_size_of(self.cell, self.sizes)  # an older spec's
         self.training_dropout, self.seed = parsed.get("training_dropout"), parsed.get("seed")
         self.masks_at_build = False  # whether its program draws a weight's mask when built
 
     def build(self, make, *training_args, **training_options):
         return lambda weights: _program(make, self, self.cell, dict(zip(self.names, weights)),
                                         self.sizes, *training_args, **training_options)
+
+
+def _input_size_of(cell, sizes):
+    """The size that is the cell's input's width, read from the cell (specs written before
+    they named it, in models saved then), or None where its input's width is no one size."""
+    try:
+        return _rnnc.cell_signature(cell, sizes)["input_size"]
+    except Exception:  # sizes the cell does not take: a spec of another cell's, refused later
+        return None
 
 
 _STANDS_KEPT = 8  # programs for this many (spec, parameters) pairs, least recently used out

@@ -342,6 +342,39 @@ def test_a_scripted_custom_cell_has_torchs_second_derivatives():
         assert_close(g, w, "scripted custom cell: second derivative")
 
 
+def test_a_spec_saved_before_specs_named_the_input_size_still_has_second_derivatives():
+    # Models saved before rnnc::forward's spec named the size that is the input's width hold
+    # specs without it: the kernel reads it from the cell (was refused). torch's GRU under other
+    # names, two layers (the second reads 2 * units), against torch.nn.GRU.
+    import json
+
+    torch.manual_seed(37)
+    theirs = torch.nn.GRU(3, 4, num_layers=2, bidirectional=True)
+    ours = rnnc.nn.Recurrent(GRU_NAMED_OTHERWISE, num_layers=2, bidirectional=True, features=3,
+                             units=4)
+    ours.load_state_dict(theirs.state_dict())
+    names = [name for name, _ in ours._params]
+    fields = json.loads(ours._spec(names))
+    assert fields.pop("input_size") == "features"
+    older = json.dumps(fields, sort_keys=True)
+
+    class Older(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = ours
+
+        def forward(self, x):
+            zeros = x.new_zeros(4, x.shape[1], 4)
+            return torch.ops.rnnc.forward(older, x, [zeros], None, [],
+                                          list(self.layer.parameters()))[0]
+
+    x = torch.randn(4, 2, 3)
+    want = penalty_gradients(Output(theirs), x, None, False)
+    got = penalty_gradients(Older(), x, None, False)
+    for g, w in zip(got, want):
+        assert_close(g, w, "an older spec: second derivative")
+
+
 def test_a_state_nothing_differentiable_reaches_does_not_stop_a_second_derivative():
     # c decays on its own: in the recorded backward its final value has no graph, and autograd
     # refused the whole product ("element 0 of tensors does not require grad"). Found by
