@@ -2,7 +2,7 @@
 cell's own dropouts of rows and of weights): the recorded backward replays the forward in torch's
 operations with the masks the call drew (rnnc/_dropout_masks.py), so a gradient penalty on a
 model that trains with dropout gets its derivatives instead of a refusal. The oracles: the masks
-written out from their definition (runtime/exec/Hash.h) here, torch.nn's recurrences and cells
+written out from their definition (dropout_definition.py), torch.nn's recurrences and cells
 written by hand in float64 with those masks, and rnnc's own first-order backward."""
 
 import pytest
@@ -11,42 +11,9 @@ torch = pytest.importorskip("torch")
 
 import rnnc.nn  # noqa: E402
 from rnnc import _rnnc  # noqa: E402
+from dropout_definition import between_layers_mask, dropout_mask  # noqa: E402
 from rnnc._autograd import torch_recurrence  # noqa: E402
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence  # noqa: E402
-
-_MASK64 = (1 << 64) - 1
-
-
-def _splitmix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
-
-
-def _kept(p):
-    return float(torch.tensor(1.0 / (1.0 - p), dtype=torch.float32))
-
-
-def row_mask(seed, stream, rows, cols, p):
-    """A cell dropout's mask rows: (row, column) of dropout `stream` is kept, as 1 / (1 - p),
-    where the hash of (seed, stream, row, column) lands at or above p."""
-    mask = torch.empty(len(rows), cols, dtype=torch.float64)
-    for i, row in enumerate(rows):
-        row_hash = _splitmix64(_splitmix64(_splitmix64(seed) ^ stream) ^ row)
-        for c in range(cols):
-            u = (_splitmix64(row_hash ^ c) >> 11) * 2.0**-53
-            mask[i, c] = 0.0 if u < p else _kept(p)
-    return mask
-
-
-def between_mask(seed, layer, shape, p):
-    """The mask between layer `layer` and the next: element i of its output [T, B, W] (time-
-    major) kept where the hash of (seed, layer, i) lands at or above p."""
-    layer_hash = _splitmix64(seed ^ (layer << 40))
-    values = [0.0 if (_splitmix64(layer_hash ^ i) >> 11) * 2.0**-53 < p else _kept(p)
-              for i in range(shape[0] * shape[1] * shape[2])]
-    return torch.tensor(values, dtype=torch.float64).reshape(shape)
 
 
 def assert_close(got, want, what, tolerance=1e-4):
@@ -70,10 +37,10 @@ def test_the_masks_are_the_runtimes_hash_written_out():
     assert got.shape == (2, 3, 6)
     for i, line in enumerate(rows):
         for j, row in enumerate(line):
-            want = torch.ones(6) if row < 0 else row_mask(99, 2, [row], 6, 0.4)[0]
+            want = torch.ones(6) if row < 0 else dropout_mask(99, 2, [row], 6, 0.4)[0]
             assert torch.equal(torch.from_numpy(got[i, j]).double(), want.double()), (row, j)
     got = torch.from_numpy(_rnnc.between_layers_mask(3, 2, 5, 0.3, 1234, 1))
-    assert torch.equal(got.double(), between_mask(1234, 1, (3, 2, 5), 0.3))
+    assert torch.equal(got.double(), between_layers_mask(1234, 1, (3, 2, 5), 0.3))
     with pytest.raises(ValueError, match="p in"):
         _rnnc.dropout_mask(1, 0, [0], 3, 1.0)
 
@@ -150,7 +117,7 @@ def test_a_gradient_penalty_through_dropout_between_layers_is_torchs_with_the_ma
     seed = seed_of_next_call(7)
 
     def by_hand(x):
-        y = layers[0](x)[0] * between_mask(seed, 0, (5, 2, 8), 0.4)
+        y = layers[0](x)[0] * between_layers_mask(seed, 0, (5, 2, 8), 0.4)
         return layers[1](y)[0]
 
     results = []
@@ -173,14 +140,15 @@ def test_a_custom_cells_dropouts_have_second_derivatives_by_hand():
     steps, batch, inputs, hidden, seed = 4, 3, 3, 5, 2024
     layer = rnnc.nn.Recurrent(DROPPING_EVERYWHERE, input_size=inputs, hidden_size=hidden)
     x = torch.randn(steps, batch, inputs, dtype=torch.float64)
-    mb = row_mask(seed, 1, [0], hidden, 0.3)[0]
-    mu = row_mask(seed, 3, range(hidden), hidden, 0.2)
+    mb = dropout_mask(seed, 1, [0], hidden, 0.3)[0]
+    mu = dropout_mask(seed, 3, range(hidden), hidden, 0.2)
 
     def by_hand(x, w, u, b):
         h, ys = x.new_zeros(batch, hidden), []
         for t in range(steps):
             rows = [t * batch + r for r in range(batch)]
-            mx, mh = row_mask(seed, 0, rows, inputs, 0.25), row_mask(seed, 2, rows, hidden, 0.5)
+            mx = dropout_mask(seed, 0, rows, inputs, 0.25)
+            mh = dropout_mask(seed, 2, rows, hidden, 0.5)
             h = torch.tanh((x[t] * mx) @ w.T + b * mb + (h * mh) @ (u * mu).T)
             ys.append(h)
         return torch.stack(ys)

@@ -8,6 +8,7 @@ torch = pytest.importorskip("torch")
 
 import rnnc  # noqa: E402
 import rnnc.nn  # noqa: E402
+from dropout_definition import dropout_mask  # noqa: E402
 from torch.nn.utils.rnn import pack_padded_sequence  # noqa: E402
 
 
@@ -139,29 +140,6 @@ DROPPING_CELL = """cell dropping(input_size, hidden_size) {
   h2 = tanh(linear(dropout(x, 0.25), w, b) + linear(dropout(h, 0.5), u))
   return h = h2; output h2
 }"""
-
-_MASK64 = (1 << 64) - 1
-
-
-def _splitmix64(x):
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
-
-
-def dropout_mask(seed, stream, rows, cols, p):
-    """rnnc's mask, written out from its definition (runtime/exec/Hash.h): element (row, column)
-    of dropout `stream` is kept, as 1 / (1 - p), where the hash of (seed, stream, row, column)
-    lands at or above p."""
-    kept = float(torch.tensor(1.0 / (1.0 - p), dtype=torch.float32))
-    mask = torch.empty(len(rows), cols, dtype=torch.float64)
-    for i, row in enumerate(rows):
-        row_hash = _splitmix64(_splitmix64(_splitmix64(seed) ^ stream) ^ row)
-        for c in range(cols):
-            u = (_splitmix64(row_hash ^ c) >> 11) * 2.0**-53
-            mask[i, c] = 0.0 if u < p else kept
-    return mask
 
 
 def test_a_custom_cell_with_dropout_trains_with_the_forwards_masks():

@@ -38,41 +38,50 @@ def relative(got, want):
     return float((got - want).abs().max()) / (float(want.abs().max()) + 1e-6)
 
 
+def agrees_with_rnnc(source, index, what, seed=None):
+    """The torch form of random cell `source` against rnnc's interpreter: the forward, and the
+    first derivatives of the recorded backward (create_graph=True) against rnnc's; 2 layers
+    and both directions where the cell stacks, lengths. `seed`: in training, the call's
+    (its dropouts', and 0.3 between layers, drawn by both as rnnc draws them); None: eval."""
+    sizes = {name: 4 for name in re.search(r"cell fuzz\(([^)]*)\)", source)[1].split(", ")}
+    sizes.update(input_size=5, hidden_size=6)
+    declared = dict(re.findall(r"(\w+)\[([^\]]+)\]", re.search(r"input (.*)", source)[1]))
+    stacked = all("input_size" not in width for name, width in declared.items() if name != "x")
+    layout = dict(num_layers=2, bidirectional=True) if stacked else {}
+    if stacked and seed is not None:
+        layout["dropout"] = 0.3
+    torch.manual_seed(index)
+    layer = rnnc.nn.Recurrent(source, jit=False, **layout, **sizes).train(seed is not None)
+    x, lengths = torch.randn(4, 3, 5, requires_grad=True), [4, 1, 3]
+    sides = {name: torch.randn(4, 3, eval(declared[name], {}, dict(sizes)))
+             for name in layer.side_input_names}
+    with torch.no_grad():
+        want_y, want_finals = layer(x, lengths=torch.tensor(lengths), seed=seed, **sides)
+        forward = ir_recurrence(source, sizes, layer._input_size, layout.get("num_layers", 1),
+                                layout.get("bidirectional", False), False, lengths,
+                                None if seed is None else (seed, layout.get("dropout", 0.0)))
+        y, finals = forward(x, [None] * len(layer.state_sizes), list(sides.values()),
+                            list(layer.parameters()))
+    assert relative(y, want_y) <= 1e-4, f"{what}: output"
+    for name, got in zip(layer.state_sizes, finals):
+        assert relative(got, want_finals[name]) <= 1e-4, f"{what}: final {name}"
+    grads = []
+    for create_graph in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            y = layer(x, lengths=torch.tensor(lengths), seed=seed, **sides)[0]
+            weights = torch.linspace(-1, 1, y.shape[-1])
+            grads.append(torch.autograd.grad((y * weights).sum(), [x, *layer.parameters()],
+                                             create_graph=create_graph, allow_unused=True))
+    for got, want in zip(*reversed(grads)):
+        assert relative(got, want) <= 1e-3, f"{what}: a first derivative"
+
+
 def test_random_cells_in_torchs_operations_run_and_differentiate_as_rnnc(tmp_path):
     cells = random_cells(4840, 40, tmp_path)
     assert len(cells) == 40
     for index, source in enumerate(cells):
-        sizes = {name: 4 for name in re.search(r"cell fuzz\(([^)]*)\)", source)[1].split(", ")}
-        sizes.update(input_size=5, hidden_size=6)
-        declared = dict(re.findall(r"(\w+)\[([^\]]+)\]", re.search(r"input (.*)", source)[1]))
-        stacked = all("input_size" not in width for name, width in declared.items()
-                      if name != "x")
-        layout = dict(num_layers=2, bidirectional=True) if stacked else {}
-        torch.manual_seed(index)
-        layer = rnnc.nn.Recurrent(source, jit=False, **layout, **sizes).eval()
-        x, lengths = torch.randn(4, 3, 5, requires_grad=True), [4, 1, 3]
-        sides = {name: torch.randn(4, 3, eval(declared[name], {}, dict(sizes)))
-                 for name in layer.side_input_names}
-        what = f"cell {index} of fuzz_cells --seed 4840"
-        with torch.no_grad():
-            want_y, want_finals = layer(x, lengths=torch.tensor(lengths), **sides)
-            forward = ir_recurrence(source, sizes, layer._input_size, layout.get("num_layers", 1),
-                                    layout.get("bidirectional", False), False, lengths)
-            y, finals = forward(x, [None] * len(layer.state_sizes), list(sides.values()),
-                                list(layer.parameters()))
-        assert relative(y, want_y) <= 1e-4, f"{what}: output"
-        for name, got in zip(layer.state_sizes, finals):
-            assert relative(got, want_finals[name]) <= 1e-4, f"{what}: final {name}"
-        grads = []
-        for create_graph in (False, True):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                y = layer(x, lengths=torch.tensor(lengths), **sides)[0]
-                weights = torch.linspace(-1, 1, y.shape[-1])
-                grads.append(torch.autograd.grad((y * weights).sum(), [x, *layer.parameters()],
-                                                 create_graph=create_graph, allow_unused=True))
-        for got, want in zip(*reversed(grads)):
-            assert relative(got, want) <= 1e-3, f"{what}: a first derivative"
+        agrees_with_rnnc(source, index, f"cell {index} of fuzz_cells --seed 4840")
 
 
 def test_random_cells_in_mixed_precision_run_as_rnncs_interpreter(tmp_path):
@@ -115,41 +124,9 @@ def test_random_cells_in_mixed_precision_run_as_rnncs_interpreter(tmp_path):
 def test_random_cells_with_dropout_in_training_replay_the_masks_rnnc_drew(tmp_path):
     # In training, a cell's dropouts (of rows, and of weights) draw masks from the call's seed:
     # the torch form applies the same ones (_dropout_masks.py), or a second derivative through
-    # them would differentiate another forward. 2 layers with dropout between them, both
-    # directions and lengths where the cell stacks; the interpreter's forward as the oracle,
-    # and the recorded backward's first derivatives against rnnc's own.
+    # them would differentiate another forward; with dropout between layers where it stacks.
     cells = [cell for cell in random_cells(4852, 40, tmp_path) if "dropout(" in cell]
     assert len(cells) >= 10
     for index, source in enumerate(cells):
-        sizes = {name: 4 for name in re.search(r"cell fuzz\(([^)]*)\)", source)[1].split(", ")}
-        sizes.update(input_size=5, hidden_size=6)
-        declared = dict(re.findall(r"(\w+)\[([^\]]+)\]", re.search(r"input (.*)", source)[1]))
-        stacked = all("input_size" not in width for name, width in declared.items()
-                      if name != "x")
-        layout = dict(num_layers=2, bidirectional=True, dropout=0.3) if stacked else {}
-        torch.manual_seed(index)
-        layer = rnnc.nn.Recurrent(source, jit=False, **layout, **sizes)
-        x, lengths, seed = torch.randn(4, 3, 5, requires_grad=True), [4, 1, 3], 1000 + index
-        sides = {name: torch.randn(4, 3, eval(declared[name], {}, dict(sizes)))
-                 for name in layer.side_input_names}
-        what = f"cell {index} with dropout of fuzz_cells --seed 4852"
-        with torch.no_grad():
-            want_y, want_finals = layer(x, lengths=torch.tensor(lengths), seed=seed, **sides)
-            forward = ir_recurrence(source, sizes, layer._input_size, layout.get("num_layers", 1),
-                                    layout.get("bidirectional", False), False, lengths,
-                                    drawn=(seed, layout.get("dropout", 0.0)))
-            y, finals = forward(x, [None] * len(layer.state_sizes), list(sides.values()),
-                                list(layer.parameters()))
-        assert relative(y, want_y) <= 1e-4, f"{what}: output"
-        for name, got in zip(layer.state_sizes, finals):
-            assert relative(got, want_finals[name]) <= 1e-4, f"{what}: final {name}"
-        grads = []
-        for create_graph in (False, True):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                y = layer(x, lengths=torch.tensor(lengths), seed=seed, **sides)[0]
-                weights = torch.linspace(-1, 1, y.shape[-1])
-                grads.append(torch.autograd.grad((y * weights).sum(), [x, *layer.parameters()],
-                                                 create_graph=create_graph, allow_unused=True))
-        for got, want in zip(*reversed(grads)):
-            assert relative(got, want) <= 1e-3, f"{what}: a first derivative"
+        agrees_with_rnnc(source, index, f"cell {index} with dropout of fuzz_cells --seed 4852",
+                         seed=1000 + index)
