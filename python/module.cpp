@@ -216,6 +216,8 @@ public:
   int numDirections() const { return program_->numDirections(); }
   int64_t inputSize() const { return program_->inputSize(); }
   int64_t outputSize() const { return program_->outputSize(); }
+  // The first layer's sizes, every one the cell names: those given and those its weights gave.
+  ir::SizeMap sizes() const { return program_->slots().front().bound->sizes; }
   std::vector<std::string> stateNames() const {
     std::vector<std::string> names;
     for (const auto& state : program_->cell().states)
@@ -557,6 +559,7 @@ PYBIND11_MODULE(_rnnc, m) {
       .def_property_readonly("num_directions", &python::Layer::numDirections)
       .def_property_readonly("input_size", &python::Layer::inputSize)
       .def_property_readonly("output_size", &python::Layer::outputSize)
+      .def_property_readonly("sizes", &python::Layer::sizes)
       .def_property_readonly("state_names", &python::Layer::stateNames)
       .def_property_readonly("side_input_names", &python::Layer::sideInputNames)
       .def("state_size", &python::Layer::stateSize)

@@ -30,9 +30,9 @@ class _NoSecondDerivative(torch.autograd.Function):
     def backward(ctx, *grads):
         raise NotImplementedError(
             "rnnc's layers give first derivatives only here: a second derivative (a gradient of "
-            "gradients taken with create_graph=True, as a gradient penalty needs) is torch's "
-            "where rnnc.nn's modules can run their forward in torch's operations, but not "
-            "through rnnc.Layer (use rnnc.nn.Recurrent, a torch.nn.Module of any cell)")
+            "gradients taken with create_graph=True, as a gradient penalty needs) is torch's, "
+            "through the layer's forward replayed in torch's operations, which this call "
+            "was given none of")
 
 
 # The cells torch.nn's modules run, by rnnc's names, which are also those of torch's own

@@ -159,8 +159,10 @@ def _forward(spec_text, x, states, lengths, sides, params):
     if program.draws_masks_at_build:
         stand.masks_at_build = True
     sizes = None  # a custom cell's sizes, for its forward in torch's operations
-    if stand.input_size_name is not None:
-        sizes = dict(stand.sizes, **{stand.input_size_name: x.shape[-1]})
+    if stand.cell not in TORCH_CELLS:
+        sizes = dict(stand.sizes)
+        if stand.input_size_name is not None:  # (a spec leaves it out: the layer's own)
+            sizes[stand.input_size_name] = x.shape[-1]
     recompute = torch_recurrence(
         stand.cell, stand.num_layers, stand.bidirectional, stand.batch_first,
         any(name.startswith("bias") for name in stand.names), lens, sizes, stand.input_size_name,

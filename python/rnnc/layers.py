@@ -267,10 +267,41 @@ class Layer:
             initial.append(None if state is None else torch.as_tensor(state).float())
         sides = {name: torch.as_tensor(value).float() for name, value in side_inputs.items()}
         lens = None if lengths is None else _lengths_array(lengths)
-        y, *finals = _Recurrence.apply(program, names, list(sides), [], None, None, x, lens,
-                                       None, *initial, *sides.values())
+        y, *finals = _Recurrence.apply(program, names, list(sides), [], None,
+                                       self._torch_form(lens), x, lens, None, *initial,
+                                       *sides.values())
         y, finals = _in_type(input.dtype, y, finals)
         return y, dict(zip(names, finals))
+
+    def _torch_form(self, lengths):
+        """The layer's forward in torch's operations, for a second derivative (_autograd.
+        torch_recurrence's, for the call's lengths), its weights constants: f(x, initial, sides,
+        params, products) ignoring `params` (the weights are not torch parameters here)."""
+        layer, weights = self._layer(), self._weights
+
+        def forward(x, initial, sides, params, products="fp32"):  # (read when first needed)
+            import torch
+
+            from ._autograd import TORCH_RECURRENCES, torch_recurrence
+            from ._torch_cell import TorchCell
+
+            layout = (layer.num_layers, layer.num_directions == 2, self.batch_first)
+            sizes = layer.sizes
+            slots = [f"_l{k}{suffix}" for k in range(layout[0])
+                     for suffix in ([""] if not layout[1] else ["", "_reverse"])]
+            if self.cell in TORCH_RECURRENCES:  # torch.nn's names and order
+                kinds = ["weight_ih", "weight_hh", "bias_ih", "bias_hh", "weight_hr"]
+                names = [kind + slot for slot in slots for kind in kinds if kind + slot in weights]
+                form = torch_recurrence(self.cell, *layout, "bias_ih_l0" in weights, lengths)
+            else:  # the cell's parameters in its order, per layer and direction
+                input_size = _rnnc.cell_signature(self.cell, sizes)["input_size"]
+                params = TorchCell(_rnnc.parsed_cell_ir(self.cell, sizes)).params
+                names = [param + slot for slot in slots for param in params]
+                form = torch_recurrence(self.cell, *layout, True, lengths, sizes, input_size)
+            return form(x, initial, sides, [torch.from_numpy(weights[n]) for n in names],
+                        products)
+
+        return forward
 
     def _build_training(self):
         self._layer()  # the same checks and sizes as inference

@@ -593,7 +593,8 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         # (-1 where the sizes given do not fix a side input's width)
         self._side_widths = dict(signature.get("side_input_widths", {}))
         self._cell_drops = signature["dropout"]
-        self._input_size = signature["input_size"] or "input_size"
+        # (None where the input's width is no one size, such as x[2 * half]: no stacking then)
+        self._input_size = signature["input_size"]
         self.state_sizes = dict(signature["states"])
         directions = 2 if self.bidirectional else 1
         # (runtime name, attribute name) of every parameter, in the order the backward returns.
@@ -602,8 +603,11 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         for layer in range(num_layers):
             layer_sizes = dict(self.sizes)
             if layer > 0:  # the layer below's width, under the cell's name for its input size
-                layer_sizes[self._input_size] = \
-                    signature["output"] * directions
+                if self._input_size is None:
+                    raise ValueError(f"num_layers={num_layers}: the layers above the first read "
+                                     "the one below, but this cell's input's width is no one "
+                                     "size (x[input_size]) to give that width")
+                layer_sizes[self._input_size] = signature["output"] * directions
             for direction in range(directions):
                 suffix = f"_l{layer}" + ("_reverse" if direction else "")
                 for name, shape in _rnnc.cell_params(self.cell, layer_sizes).items():

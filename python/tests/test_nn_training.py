@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 import rnnc  # noqa: E402
 import rnnc.nn  # noqa: E402
 from dropout_definition import dropout_mask  # noqa: E402
-from torch.nn.utils.rnn import pack_padded_sequence  # noqa: E402
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence  # noqa: E402
 
 
 def twins(mode, *args, **kwargs):
@@ -409,21 +409,33 @@ def test_gradients_taken_with_create_graph_have_torchs_second_derivatives(loss):
         assert_close(got, want, f"second derivative, {what}", 1e-4)
 
 
-def test_a_second_derivative_through_rnnc_layer_is_refused_never_zero():
-    """rnnc.Layer (numpy weights, differentiable through rnnc's backward for its input and
-    states) has no forward in torch's operations to replay: a second derivative is refused,
-    whichever inputs it is taken for, never None or zero (rnnc.nn.Recurrent gives it)."""
+@pytest.mark.parametrize("cell", ["gru", "gru under other names"])
+def test_a_second_derivative_through_rnnc_layer_is_torchs(cell):
+    """rnnc.Layer (numpy weights, differentiable for its input and states) replays its forward
+    in torch's operations, its weights constants, for a second derivative (was refused): a
+    gradient penalty's derivatives by x and h0, against torch.nn.GRU's; 2 layers, both
+    directions, lengths."""
     torch.manual_seed(6)
-    layer = rnnc.Layer("gru", input_size=3, hidden_size=4, num_layers=2)
-    layer.load_state_dict(torch.nn.GRU(3, 4, num_layers=2).state_dict())
-    x = torch.randn(5, 2, 3, requires_grad=True)
-    h0 = torch.randn(2, 2, 4, requires_grad=True)
-    y = layer(x, {"h": h0})[0]
-    grad_x, = torch.autograd.grad((y * y).sum(), [x], create_graph=True)
-    penalty = grad_x.pow(2).sum()
-    for wrt in (x, h0):
-        with pytest.raises(NotImplementedError, match="first derivatives only.*rnnc.Layer"):
-            torch.autograd.grad(penalty, wrt, retain_graph=True)
+    theirs = torch.nn.GRU(3, 4, num_layers=2, bidirectional=True)
+    if cell == "gru":
+        layer = rnnc.Layer("gru", input_size=3, hidden_size=4)
+    else:
+        layer = rnnc.Layer(GRU_UNDER_OTHER_NAMES)  # (its sizes from the weights)
+    layer.load_state_dict(theirs.state_dict())
+    x = torch.randn(5, 3, 3)
+    h0 = torch.randn(4, 3, 4)
+    lengths = torch.tensor([5, 2, 4])
+    results = []
+    for run in (lambda x, h: pad_packed_sequence(theirs(pack_padded_sequence(
+                    x, lengths, enforce_sorted=False), h)[0], total_length=5)[0],
+                lambda x, h: layer(x, {"h": h}, lengths=lengths)[0]):
+        xs, hs = x.clone().requires_grad_(True), h0.clone().requires_grad_(True)
+        grad_x, grad_h = torch.autograd.grad(run(xs, hs).pow(2).sum(), [xs, hs],
+                                             create_graph=True)
+        penalty = grad_x.pow(2).sum() + grad_h.pow(2).sum()
+        results.append(torch.autograd.grad(penalty, [xs, hs]))
+    for got, want, what in zip(results[1], results[0], ["x", "h0"]):
+        assert_close(got, want, f"{cell}: second derivative by {what}", 1e-4)
 
 
 GRU_UNDER_OTHER_NAMES = """cell gru(features, units) {

@@ -375,6 +375,58 @@ def test_a_spec_saved_before_specs_named_the_input_size_still_has_second_derivat
         assert_close(g, w, "an older spec: second derivative")
 
 
+HALVES = """cell halves(half, hidden_size) {
+  input x[2*half]
+  state h[hidden_size]
+  param w[hidden_size, 2*half], u[hidden_size, hidden_size]
+  h2 = tanh(linear(x, w) + linear(h, u))
+  return h = h2; output h2
+}"""
+
+
+def test_a_cell_whose_input_width_is_no_one_size_has_second_derivatives_everywhere():
+    # x[2 * half]: no size to bind to a layer's input width. Its spec said "input_size", which a
+    # traced model's kernel then bound (a ValueError in the recorded backward); it names none
+    # now. The eager layer, the traced one and rnnc.Layer of the same weights agree.
+    torch.manual_seed(38)
+    layer = rnnc.nn.Recurrent(HALVES, half=2, hidden_size=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(Output(layer), (torch.randn(4, 2, 4),))
+    plain = rnnc.Layer(HALVES)
+    plain.load_state_dict(layer.state_dict())
+    x = torch.randn(5, 2, 4)
+
+    def penalty_by_x(run):
+        xs = x.clone().requires_grad_(True)
+        grad_x, = torch.autograd.grad(run(xs).pow(2).sum(), xs, create_graph=True)
+        return torch.autograd.grad((grad_x.norm() - 1) ** 2, xs)[0]
+
+    want = penalty_by_x(lambda x: layer(x)[0])
+    for got in (penalty_by_x(traced), penalty_by_x(lambda x: plain(x)[0])):
+        assert_close(got, want, "x[2 * half]: second derivative by x")
+    assert want.abs().sum() > 0
+    with pytest.raises(ValueError, match=r"num_layers=2: .* no one size"):
+        rnnc.nn.Recurrent(HALVES, num_layers=2, half=2, hidden_size=3)
+
+
+def test_a_call_with_no_torch_form_refuses_a_second_derivative_never_zero():
+    # Every layer of rnnc's gives its recorded backward a forward in torch's operations; one
+    # given none (recompute None) must refuse a second derivative rather than give None or 0.
+    from rnnc._autograd import _Recurrence
+
+    layer = rnnc.Layer("gru", input_size=3, hidden_size=4)
+    layer.load_state_dict(torch.nn.GRU(3, 4).state_dict())
+    program = layer._training_program.get(layer._build_training)
+    x = torch.randn(4, 2, 3, requires_grad=True)
+    h0 = torch.randn(1, 2, 4, requires_grad=True)
+    y, _ = _Recurrence.apply(program, ["h"], [], [], None, None, x, None, None, h0)
+    grad_x, = torch.autograd.grad(y.pow(2).sum(), x, create_graph=True)
+    for wrt in (x, h0):
+        with pytest.raises(NotImplementedError, match="first derivatives only"):
+            torch.autograd.grad(grad_x.pow(2).sum(), wrt, retain_graph=True)
+
+
 def test_a_state_nothing_differentiable_reaches_does_not_stop_a_second_derivative():
     # c decays on its own: in the recorded backward its final value has no graph, and autograd
     # refused the whole product ("element 0 of tensors does not require grad"). Found by
