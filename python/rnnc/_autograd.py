@@ -104,20 +104,37 @@ def _torch_nn_recurrence(recurrence, cell, bidirectional, batch_first, has_biase
             y, *finals = recurrence(x, hx, list(params), has_biases, num_layers, 0.0, False,
                                     bidirectional, batch_first)
             return y, finals
-        from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+        from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
         packed = pack_padded_sequence(x, torch.as_tensor(lengths), batch_first,
                                       enforce_sorted=False)
-        states = [s.index_select(1, packed.sorted_indices) for s in states]
-        hx = tuple(states) if cell == "lstm" else states[0]
-        y, *finals = recurrence(packed.data, packed.batch_sizes, hx, list(params), has_biases,
-                                num_layers, 0.0, False, bidirectional)
-        y, _ = pad_packed_sequence(PackedSequence(y, packed.batch_sizes, packed.sorted_indices,
-                                                  packed.unsorted_indices),
-                                   batch_first, total_length=x.shape[1 if batch_first else 0])
-        return y, [f.index_select(1, packed.unsorted_indices) for f in finals]
+        y, finals = packed_recurrence(cell, num_layers, bidirectional, has_biases, packed,
+                                      states, params)
+        y, _ = pad_packed_sequence(y, batch_first, total_length=x.shape[1 if batch_first else 0])
+        return y, finals
 
     return forward
+
+
+def packed_recurrence(cell, num_layers, bidirectional, has_biases, packed, states, params):
+    """torch.nn's recurrence of `cell` (one of TORCH_RECURRENCES) over a PackedSequence, as
+    torch.nn's modules run one (what torch.onnx.export maps onto ONNX's operators with
+    sequence_lens): the output packed alike, and the final states; `states` in the batch's
+    order, one given as None starting at zero (as torch.nn's own, which export alike)."""
+    from torch.nn.utils.rnn import PackedSequence
+
+    def ordered(t, indices):
+        return t if indices is None else t.index_select(1, indices)
+
+    slots, batch = num_layers * (2 if bidirectional else 1), int(packed.batch_sizes[0])
+    states = [torch.zeros(slots, batch, width, dtype=packed.data.dtype, device=packed.data.device)
+              if s is None else ordered(s, packed.sorted_indices)
+              for s, width in zip(states, _state_widths(cell, params))]
+    hx = tuple(states) if cell == "lstm" else states[0]
+    y, *finals = getattr(torch._VF, cell)(packed.data, packed.batch_sizes, hx, list(params),
+                                          has_biases, num_layers, 0.0, False, bidirectional)
+    return (PackedSequence(y, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices),
+            [ordered(f, packed.unsorted_indices) for f in finals])
 
 
 def _builtin_ir_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, lengths,

@@ -39,7 +39,8 @@ from torch import Tensor
 from torch.nn.utils.rnn import PackedSequence, pad_packed_sequence
 
 from . import _rnnc, _torch_op
-from ._autograd import _in_type, _Recurrence, summed_parameters, torch_recurrence
+from ._autograd import (_in_type, _Recurrence, packed_recurrence, summed_parameters,
+                        torch_recurrence)
 from ._packed import repack
 from ._programs import (_infer, _inference_programs, _program, _ProgramCache, _training_programs,
                         rnnc_options)
@@ -783,6 +784,8 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
 
     def _eager_forward(self, x, states, lengths, seed, side_inputs):
         packed_input = x if isinstance(x, PackedSequence) else None
+        if packed_input is not None and torch.onnx.is_in_onnx_export():
+            return self._exported_packed(packed_input, states, lengths, side_inputs)
         if packed_input is not None:
             if lengths is not None:
                 raise ValueError("a PackedSequence carries its lengths: give no lengths")
@@ -869,6 +872,38 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         if packed_input is not None:
             y = repack(y, packed_input, self.batch_first)
         return y, dict(zip(state_names, finals))
+
+    def _exported_packed(self, packed, states, lengths, side_inputs):
+        """Under torch.onnx.export, a PackedSequence runs torch.nn's packed recurrence, for the
+        cells torch has one of: torch's exporter then finds its own pattern (pack, recurrence,
+        pad) and gives ONNX's LSTM, GRU or RNN operator with sequence_lens, as for torch.nn's
+        module. Unpacked here, the batch would be packed again, which it cannot export."""
+        if self.cell not in _torch_op.TORCH_CELLS or side_inputs:
+            raise RuntimeError("rnnc.nn.Recurrent exports a PackedSequence for the cells ONNX has "
+                               f"operators of ({', '.join(_torch_op.TORCH_CELLS)}): give this "
+                               "one x padded (and lengths), which exports unrolled")
+        if lengths is not None:
+            raise ValueError("a PackedSequence carries its lengths: give no lengths")
+        if self.training and self.dropout > 0 and self.num_layers > 1:
+            raise RuntimeError("rnnc.nn.Recurrent exports in eval mode: in training its dropout "
+                               "masks are rnnc's own")
+        slots = self.num_layers * (2 if self.bidirectional else 1)
+        states = dict(states or {})
+        unknown = set(states) - set(self.state_sizes)
+        if unknown:
+            raise ValueError(f"the cell has no state {', '.join(sorted(unknown))}; its states: "
+                             f"{', '.join(self.state_sizes)}")
+        for name, width in self.state_sizes.items():
+            if states.get(name) is not None:  # (the batch read where needed: a node of its own)
+                check_state_shape(name, tuple(states[name].shape),
+                                  (slots, int(packed.batch_sizes[0]), width))
+        initial = [states.get(name) for name in self.state_sizes]
+        names = [name for name, _ in self._params]
+        y, finals = packed_recurrence(
+            self.cell, self.num_layers, self.bidirectional,
+            any(name.startswith("bias") for name in names), packed, initial,
+            [getattr(self, attribute) for _, attribute in self._params])
+        return y, dict(zip(self.state_sizes, finals))
 
     def _torch_form(self, names, lengths, drawn=None):
         """The forward in torch's own operations (for a second derivative and an ONNX

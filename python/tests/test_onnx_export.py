@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import rnnc.nn  # noqa: E402
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence  # noqa: E402
 
 MODULES = [("LSTM", dict(num_layers=2, bidirectional=True), (3, 2, 4)),
            ("GRU", dict(batch_first=True), (2, 3, 4)),
@@ -215,8 +216,7 @@ def nodes(model):
 def test_lengths_in_a_traced_model_are_the_operators_sequence_lens(mode):
     # Was refused ("rnnc::forward, sequence lengths"): a traced model running a layer on a
     # padded batch of several lengths exports them as ONNX's sequence_lens, int32, as torch's
-    # exporter gives a packed batch's. (A PackedSequence that rnnc.nn's layer packs again has
-    # no ONNX form: torch's exporter removes only its own pack-RNN-pad pattern.)
+    # exporter gives a packed batch's.
     class Packing(torch.nn.Module):
         def __init__(self):
             super().__init__()
@@ -273,6 +273,54 @@ def test_a_recurrent_built_in_cell_exports_as_torchs_module():
     assert ours_graph == theirs_graph
 
 
+class Packing(torch.nn.Module):
+    """A model packing its padded batch around the layer, as torch.nn's users write them."""
+
+    def __init__(self, layer, given_h0):
+        super().__init__()
+        self.layer, self.given_h0 = layer, given_h0
+
+    def forward(self, x, lengths):
+        packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+        if not self.given_h0:
+            y = self.layer(packed)[0]
+        elif isinstance(self.layer, rnnc.nn.Recurrent):
+            y = self.layer(packed, {"h": torch.ones(2, x.shape[1], 5)})[0]
+        else:
+            y = self.layer(packed, torch.ones(2, x.shape[1], 5))[0]
+        return pad_packed_sequence(y, total_length=x.shape[0])[0]
+
+
+@pytest.mark.parametrize("cell,given_h0", [("gru", False), ("lstm", False), ("gru", True)])
+def test_a_recurrent_cell_given_a_packed_sequence_exports_as_torchs_module(cell, given_h0):
+    # Was an exporter error ("individual pack_padded_sequence or pad_packed_sequence"): the
+    # layer unpacked the batch and packed it again. Under export it runs torch's packed
+    # recurrence, the pattern the exporter turns into ONNX's operator with sequence_lens.
+    torch.manual_seed(21)
+    theirs = getattr(torch.nn, cell.upper())(4, 5, bidirectional=True)
+    ours = rnnc.nn.Recurrent(cell, bidirectional=True, input_size=4, hidden_size=5)
+    ours.load_state_dict(theirs.state_dict())
+    x, lengths = torch.randn(3, 2, 4), torch.tensor([3, 1])
+    graphs = []
+    for layer in (theirs, ours):
+        model = Packing(layer, given_h0).eval()
+        onnx = io.BytesIO()
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(model, (x, lengths), onnx, input_names=["x", "lengths"])
+        graphs.append(onnx_graph(onnx.getvalue()))
+    assert cell.upper() in graphs[1][0]
+    # The same operators and weights; an LSTM's two zero initial states take a zero constant
+    # each where torch's export shares one (the ONNX files otherwise byte for byte alike).
+    operators = [[op for op in graph[0] if op != "Constant"] for graph in graphs]
+    assert operators[1] == operators[0] and graphs[1][1] == graphs[0][1]
+    if cell == "gru":
+        assert graphs[1] == graphs[0]
+    with torch.no_grad():  # (and it runs as torch's outside export)
+        assert torch.allclose(Packing(ours, given_h0)(x, lengths),
+                              Packing(theirs, given_h0)(x, lengths), atol=1e-5)
+
+
 def test_a_custom_cell_exports_its_operations_unrolled():
     # Any other cell exports as its IR in torch's operations (_torch_cell.py, which
     # test_second_derivatives checks against rnnc's forward), one step after the other over the
@@ -300,3 +348,8 @@ def test_a_custom_cell_exports_its_operations_unrolled():
             warnings.simplefilter("ignore")
             torch.onnx.export(Output(dropping), (torch.randn(3, 2, 4),), io.BytesIO(),
                               training=torch.onnx.TrainingMode.PRESERVE)
+    with pytest.raises(RuntimeError, match="give this one x padded"):  # ONNX has no such op
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(Packing(layer, False).eval(),
+                              (torch.randn(3, 2, 4), torch.tensor([3, 1])), io.BytesIO())
