@@ -163,15 +163,20 @@ Tensor denseCopy(const InputRows& rows, TensorShape shape) {
 }
 
 // Dropout on a layer's output before the next layer: zero with probability p, else scaled by
-// 1 / (1 - p); the mask is a pure function of (seed, layer, element).
+// 1 / (1 - p); the mask is a pure function of (seed, layer, element): element i is dropped where
+// unitInterval(splitmix64(splitmix64(seed ^ layer << 40) ^ i)) < p. The layer's hash is the
+// same for every element, and the comparison is made in integers (dropoutThreshold, the same
+// mask): 6.5 M elements 2.4-2.7 -> 1.9 ms (Zen 5, _rnnc.between_layers_mask, medians).
 void dropoutBetweenLayers(Tensor& t, double p, uint64_t seed, int layer) {
   const float scale = static_cast<float>(1.0 / (1.0 - p));
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    uint64_t h = splitmix64(splitmix64(seed ^ (static_cast<uint64_t>(layer) << 40)) ^
-                            static_cast<uint64_t>(i));
-    double u = unitInterval(h);
-    t.data()[i] = u < p ? 0.0f : t.data()[i] * scale;
-  }
+  const uint64_t layerHash = splitmix64(seed ^ (static_cast<uint64_t>(layer) << 40));
+  const uint64_t threshold = dropoutThreshold(p);
+  float* data = t.data();
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i)
+    data[i] = (splitmix64(layerHash ^ static_cast<uint64_t>(i)) >> 11) < threshold
+                  ? 0.0f
+                  : data[i] * scale;
 }
 
 std::unique_ptr<CompiledCell::Workspace> WorkspacePool::take() {

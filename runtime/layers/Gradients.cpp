@@ -635,13 +635,10 @@ void GradientProgram::backwardInto(const TrainingTape& tape, const GradientInput
       if (gradient.rank() != 3)
         gradient = Tensor({steps, batch, first.inputs.at(i)->dim(2)});
     }
-    // Down a layer: through the dropout between layers, as the forward applied it.
-    if (layer > 0 && options_.training && options_.dropout > 0) {
-      Tensor mask({steps, batch, gradLayerInput.dim(2)}, 1.0f);
-      dropoutBetweenLayers(mask, options_.dropout, tape.seed, layer - 1);
-      for (int64_t i = 0; i < mask.numel(); ++i)
-        gradLayerInput.data()[i] *= mask.data()[i];
-    }
+    // Down a layer: through the dropout between layers, as the forward applied it (the
+    // gradient times the mask: the same dropout applied to it, in place).
+    if (layer > 0 && options_.training && options_.dropout > 0)
+      dropoutBetweenLayers(gradLayerInput, options_.dropout, tape.seed, layer - 1);
     ownGradient = std::move(gradLayerInput);
     gradLayerOutput = &ownGradient;
   }
