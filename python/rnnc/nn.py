@@ -798,11 +798,7 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         sides = self._side_inputs(side_inputs, packed_input, lengths)
         batch = x.shape[0 if self.batch_first else 1]
         slots = self.num_layers * (2 if self.bidirectional else 1)
-        states = dict(states or {})
-        unknown = set(states) - set(self.state_sizes)
-        if unknown:
-            raise ValueError(f"the cell has no state {', '.join(sorted(unknown))}; its states: "
-                             f"{', '.join(self.state_sizes)}")
+        states = self._named_states(states)
         initial = []
         for name, width in self.state_sizes.items():
             state = states.get(name)
@@ -888,11 +884,7 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
             raise RuntimeError("rnnc.nn.Recurrent exports in eval mode: in training its dropout "
                                "masks are rnnc's own")
         slots = self.num_layers * (2 if self.bidirectional else 1)
-        states = dict(states or {})
-        unknown = set(states) - set(self.state_sizes)
-        if unknown:
-            raise ValueError(f"the cell has no state {', '.join(sorted(unknown))}; its states: "
-                             f"{', '.join(self.state_sizes)}")
+        states = self._named_states(states)
         for name, width in self.state_sizes.items():
             if states.get(name) is not None:  # (the batch read where needed: a node of its own)
                 check_state_shape(name, tuple(states[name].shape),
@@ -904,6 +896,16 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
             any(name.startswith("bias") for name in names), packed, initial,
             [getattr(self, attribute) for _, attribute in self._params])
         return y, dict(zip(self.state_sizes, finals))
+
+    def _named_states(self, states):
+        """The initial states given, by name (none: an empty dict); a name the cell has no state
+        of is an error naming the cell's."""
+        states = dict(states or {})
+        unknown = set(states) - set(self.state_sizes)
+        if unknown:
+            raise ValueError(f"the cell has no state {', '.join(sorted(unknown))}; its states: "
+                             f"{', '.join(self.state_sizes)}")
+        return states
 
     def _torch_form(self, names, lengths, drawn=None):
         """The forward in torch's own operations (for a second derivative and an ONNX

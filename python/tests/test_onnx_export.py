@@ -319,6 +319,20 @@ def test_a_recurrent_cell_given_a_packed_sequence_exports_as_torchs_module(cell,
     with torch.no_grad():  # (and it runs as torch's outside export)
         assert torch.allclose(Packing(ours, given_h0)(x, lengths),
                               Packing(theirs, given_h0)(x, lengths), atol=1e-5)
+    # A state the cell does not have is named, whether the layer runs or exports.
+    packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+    with pytest.raises(ValueError, match="the cell has no state q; its states: h"):
+        ours(packed, {"q": torch.zeros(2, 2, 5)})
+    if cell == "gru":
+        class Unknown(torch.nn.Module):
+            def forward(self, x, lengths):
+                packed = pack_padded_sequence(x, lengths, enforce_sorted=False)
+                return ours(packed, {"q": torch.zeros(2, 2, 5)})[0].data
+
+        with pytest.raises(ValueError, match="the cell has no state q"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                torch.onnx.export(Unknown().eval(), (x, lengths), io.BytesIO())
 
 
 def test_a_custom_cell_exports_its_operations_unrolled():
