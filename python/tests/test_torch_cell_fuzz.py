@@ -130,3 +130,50 @@ def test_random_cells_with_dropout_in_training_replay_the_masks_rnnc_drew(tmp_pa
     for index, source in enumerate(cells):
         agrees_with_rnnc(source, index, f"cell {index} with dropout of fuzz_cells --seed 4852",
                          seed=1000 + index)
+
+
+class SidesAsArguments(torch.nn.Module):
+    """A layer whose side inputs come as arguments after x, so that torch.jit.trace sees them."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x, *sides):
+        return self.layer(x, side_inputs=dict(zip(self.layer.side_input_names, sides)))[0]
+
+
+def test_random_cells_traced_run_and_differentiate_twice_as_the_eager_layer(tmp_path):
+    # A traced model runs rnnc::forward from a spec (the cell's source, sizes, the input's size
+    # name): whatever the spec leaves out shows here, as a traced cell whose input is x[2*half]
+    # did (its recorded backward bound a size the cell lacks). The forward and a second
+    # derivative by x against the eager layer's, for random cells (x reaching the output).
+    cells = random_cells(4855, 24, tmp_path)
+    checked = 0
+    for index, source in enumerate(cells):
+        sizes = {name: 4 for name in re.search(r"cell fuzz\(([^)]*)\)", source)[1].split(", ")}
+        sizes.update(input_size=5, hidden_size=6)
+        declared = dict(re.findall(r"(\w+)\[([^\]]+)\]", re.search(r"input (.*)", source)[1]))
+        torch.manual_seed(index)
+        model = SidesAsArguments(rnnc.nn.Recurrent(source, jit=False, **sizes).eval())
+        sides = [torch.randn(4, 3, eval(declared[name], {}, dict(sizes)))
+                 for name in model.layer.side_input_names]
+        x = torch.randn(4, 3, 5)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            traced = torch.jit.trace(model, (x, *sides))
+        second = []
+        for run in (model, traced):
+            xs = x.clone().requires_grad_(True)
+            y = run(xs, *sides)
+            grad_x, = torch.autograd.grad(y.pow(2).sum(), xs, create_graph=True, allow_unused=True)
+            if grad_x is None:  # x reaches no output of this cell
+                break
+            second.append((y.detach(), torch.autograd.grad(grad_x.pow(2).sum(), xs)[0]))
+        if len(second) < 2:
+            continue
+        what = f"cell {index} of fuzz_cells --seed 4855, traced"
+        assert relative(second[1][0], second[0][0]) <= 1e-5, f"{what}: output"
+        assert relative(second[1][1], second[0][1]) <= 1e-4, f"{what}: a second derivative"
+        checked += 1
+    assert checked >= 20
