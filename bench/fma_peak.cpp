@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!ok) {
-    std::fprintf(stderr, bf16 ? "fma_peak: the vdpbf16ps chains' lanes left (0, 1]; the loop "
+    std::fprintf(stderr, bf16 ? "fma_peak: the vdpbf16ps chains' lanes left (0, 4]; the loop "
                                 "was miscompiled or cut short\n"
                               : "fma_peak: the FMA chains did not reach their fixed point; the "
                                 "loop was miscompiled or cut short\n");

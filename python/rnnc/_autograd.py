@@ -6,6 +6,7 @@ import threading
 import torch
 
 from . import _rnnc
+from ._dropout_masks import between_layers
 
 
 def _initial_name(state):
@@ -72,8 +73,6 @@ def torch_recurrence(cell, num_layers, bidirectional, batch_first, has_biases, l
         if drawn is None or drawn[1] == 0 or num_layers == 1:
             return whole(x, initial, params, num_layers)
         # Layer by layer, each output times the mask rnnc drew between it and the next.
-        from ._dropout_masks import between_layers
-
         slots, per_layer = 2 if bidirectional else 1, len(params) // num_layers
         finals = []
         for layer in range(num_layers):

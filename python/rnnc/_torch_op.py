@@ -149,9 +149,9 @@ def _forward(spec_text, x, states, lengths, sides, params):
     # In training with dropout, each call's masks from its own seed (torch's generator's, as the
     # module's eager call draws it), under no_grad too; a program that draws a weight's mask
     # when built is built for each seed.
-    dropout = stand.training_dropout or 0.0
-    seed = 0 if not draws else stand.seed if stand.seed is not None else int(
-        torch.randint(0, 2**62, ()))
+    dropout, seed = stand.training_dropout or 0.0, stand.seed
+    if seed is None:
+        seed = int(torch.randint(0, 2**62, ())) if draws else 0
     program = _training_programs.get(
         stand, stand.names, params,
         stand.build(_rnnc.Training, dropout, seed, training=draws),

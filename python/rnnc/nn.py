@@ -545,6 +545,12 @@ class RNNCell(_HiddenCellForward, torch.nn.RNNCell):
     """torch.nn.RNNCell (tanh or relu) trained through rnnc."""
 
 
+def _refuse_export_in_training():
+    """torch.onnx.export of a Recurrent that draws dropout masks (in training)."""
+    raise RuntimeError("rnnc.nn.Recurrent exports in eval mode: in training its dropout masks "
+                       "are rnnc's own")
+
+
 class Recurrent(_WeightsDtype, torch.nn.Module):
     """Any cell as a layer trained through rnnc: ``cell`` is a ``.cell`` file, the cell's source
     or a built-in name, and every size its parameters need is a keyword (``input_size=8,
@@ -811,7 +817,7 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
             lengths = torch.as_tensor(lengths).cpu().numpy().astype("int64")
         # Masks are drawn in training where the cell has a dropout or layers have one between
         # them; otherwise the seed changes nothing (and the program is kept, as below).
-        draws = self.training and (self._cell_drops or (self.dropout > 0 and self.num_layers > 1))
+        draws = self.training and self._training_dropout() is not None
         given_seed = seed
         if not draws:
             seed = 0
@@ -826,8 +832,7 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
             # operations instead (torch.nn's recurrence, ONNX's LSTM, GRU or RNN, for those
             # cells; any other cell's IR, step by step: unrolled over the example's steps).
             if draws:
-                raise RuntimeError("rnnc.nn.Recurrent exports in eval mode: in training its "
-                                   "dropout masks are rnnc's own")
+                _refuse_export_in_training()
             if self.cell not in _torch_op.TORCH_CELLS:
                 warnings.warn(f"rnnc.nn.Recurrent exports its cell unrolled over the example's "
                               f"{x.shape[1 if self.batch_first else 0]} steps: the ONNX model "
@@ -837,8 +842,7 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
         elif traced:  # (in training, where it draws masks: a seed per call, or the one given)
             if lengths is not None:
                 lengths = torch.as_tensor(lengths)
-            spec = self._spec(names, self._training_dropout(), given_seed) if draws else \
-                self._spec(names)
+            spec = self._spec(names, self._training_dropout() if draws else None, given_seed)
             y, *finals = torch.ops.rnnc.forward(spec, x, initial, lengths, list(sides.values()),
                                                 params)
         # In eval mode the cell's dropouts are the identity, as in inference.
@@ -880,9 +884,8 @@ class Recurrent(_WeightsDtype, torch.nn.Module):
                                "one x padded (and lengths), which exports unrolled")
         if lengths is not None:
             raise ValueError("a PackedSequence carries its lengths: give no lengths")
-        if self.training and self.dropout > 0 and self.num_layers > 1:
-            raise RuntimeError("rnnc.nn.Recurrent exports in eval mode: in training its dropout "
-                               "masks are rnnc's own")
+        if self.training and self._training_dropout() is not None:
+            _refuse_export_in_training()
         slots = self.num_layers * (2 if self.bidirectional else 1)
         states = self._named_states(states)
         for name, width in self.state_sizes.items():
